@@ -1,0 +1,51 @@
+"""gemmzoo: compare GEMM backends side by side and pick the fastest for a problem.
+
+Importing this package imports neither torch, cupy nor triton; plugins load on first use of the
+registry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gemmzoo.backend import Backend, TF32Array
+from gemmzoo.dtypes import DTYPES
+from gemmzoo.errors import (
+    BackendUnavailableError,
+    GemmError,
+    GemmInputError,
+    PluginError,
+    PluginWarning,
+    UnknownBackendError,
+)
+from gemmzoo.hookspecs import hookimpl, hookspec
+from gemmzoo.registry import get_registry
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DTYPES",
+    "Backend",
+    "BackendUnavailableError",
+    "GemmError",
+    "GemmInputError",
+    "PluginError",
+    "PluginWarning",
+    "TF32Array",
+    "UnknownBackendError",
+    "__version__",
+    "backends",
+    "get_backend",
+    "hookimpl",
+    "hookspec",
+]
+
+
+def backends() -> list[Any]:
+    """Every registered backend, available or not, in a stable order."""
+    return get_registry().backends()
+
+
+def get_backend(name: str) -> Any:
+    """The backend called ``name``; an unknown name raises an error listing the known names."""
+    return get_registry().get(name)

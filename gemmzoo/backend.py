@@ -1,0 +1,137 @@
+"""The :class:`Backend` base class every GEMM backend derives from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gemmzoo.dtypes import DTYPES
+from gemmzoo.errors import GemmInputError
+
+
+def shape_text(shape: Any) -> str:
+    """``(3, 4)``: the way error messages write a shape."""
+    return str(tuple(int(n) for n in shape))
+
+
+class TF32Array:
+    """A float32 native array whose matrix products use TF32 tensor-core math.
+
+    Backends that declare the ``"tf32"`` dtype mode return this wrapper from
+    ``from_numpy(x, "tf32")`` and from ``matmul`` on such operands, so that the mode travels with
+    the data instead of living in global state. It supports the view operations the conformance
+    suite uses (``.T`` and basic slicing); ``data`` is the underlying float32 array.
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.data.shape)
+
+    @property
+    def dtype(self) -> str:
+        return "tf32"
+
+    @property
+    def T(self) -> TF32Array:  # noqa: N802 - mirrors the array libraries' name
+        return TF32Array(self.data.T)
+
+    def __getitem__(self, key: Any) -> TF32Array:
+        return TF32Array(self.data[key])
+
+    def __repr__(self) -> str:
+        return f"TF32Array({self.data!r})"
+
+
+def dtype_name(x: Any) -> str:
+    """The gemmzoo dtype name of a native array (``"float16"``, ``"tf32"``, ...), or its own name."""
+    if isinstance(x, TF32Array):
+        return "tf32"
+    text = str(getattr(x, "dtype", type(x).__name__))
+    return text.removeprefix("torch.")
+
+
+class Backend:
+    """One GEMM implementation: converts arrays to its native type and multiplies them.
+
+    Subclasses set ``name``, ``device`` and ``dtypes`` and implement ``from_numpy``,
+    ``to_numpy`` and ``matmul``; ``unavailable_reason`` and ``synchronize`` have defaults for
+    backends that are always usable and synchronous. Construction must stay cheap: import heavy
+    frameworks inside the methods.
+    """
+
+    name: str = ""
+    device: str = "cpu"
+    dtypes: frozenset[str] = frozenset()
+
+    def unavailable_reason(self) -> str | None:
+        """``None`` when usable here; otherwise one line saying why not."""
+        return None
+
+    def from_numpy(self, x: np.ndarray, dtype: str) -> Any:
+        """A native array on this backend's device holding ``x`` converted to ``dtype``."""
+        raise NotImplementedError
+
+    def to_numpy(self, y: Any) -> np.ndarray:
+        """A host copy of ``y`` (float32 for 16-bit dtypes)."""
+        raise NotImplementedError
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        """A new native array ``C = A @ B`` of the operands' dtype; A and B stay unchanged."""
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Return when this backend's queued work is done."""
+        return None
+
+    # Helpers for implementations -------------------------------------------------------------
+
+    def input_error(self, operation: str, problem: str, **shapes: Any) -> GemmInputError:
+        """A :class:`GemmInputError` naming this backend, the operation and the shapes."""
+        named = ", ".join(f"{label} {shape_text(s)}" for label, s in shapes.items())
+        where = f" of {named}" if named else ""
+        return GemmInputError(f"{self.name}: {operation}{where}: {problem}")
+
+    def check_dtype(self, dtype: str, shape: Any) -> None:
+        """Raise unless ``dtype`` is one this backend declares (for ``from_numpy``)."""
+        if dtype in self.dtypes:
+            return
+        known = "known" if dtype in DTYPES else "not a gemmzoo dtype"
+        supported = ", ".join(sorted(self.dtypes))
+        raise self.input_error(
+            "from_numpy", f"dtype {dtype!r} ({known}) is not supported; supported: {supported}",
+            x=shape,
+        )
+
+    def check_operands(self, a: Any, b: Any) -> tuple[int, int, int]:
+        """Validate ``matmul`` operands and return ``(M, N, K)``.
+
+        Both must be 2-D, agree on K, share one dtype, and that dtype must be declared.
+        """
+        a_shape, b_shape = tuple(a.shape), tuple(b.shape)
+
+        def fail(problem: str) -> GemmInputError:
+            return self.input_error("matmul", problem, A=a_shape, B=b_shape)
+
+        if len(a_shape) != 2 or len(b_shape) != 2:
+            raise fail("A and B must be 2-D")
+        a_dtype, b_dtype = dtype_name(a), dtype_name(b)
+        if a_dtype != b_dtype:
+            raise fail(f"A is {a_dtype} but B is {b_dtype}; both must have one dtype")
+        if a_dtype not in self.dtypes:
+            raise fail(f"dtype {a_dtype} is not supported; supported: {', '.join(sorted(self.dtypes))}")
+        if a_shape[1] != b_shape[0]:
+            raise fail(f"inner dimensions differ (A has K={a_shape[1]}, B has K={b_shape[0]})")
+        return a_shape[0], b_shape[1], a_shape[1]
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} on {self.device}>"

@@ -1,0 +1,36 @@
+"""The ``gemmzoo`` command line (also ``python -m gemmzoo``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Each subcommand lives in gemmzoo/cli/cmd_<name>.py with add_arguments(parser) and run(args).
+COMMANDS = {
+    "list": "every backend: name, device, dtypes, availability; plugins that failed to load",
+    "check": "run the conformance suite on backends; exit 0 only when every one conforms",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(prog="gemmzoo", description="Compare GEMM backends side by side.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, summary in COMMANDS.items():
+        module = importlib.import_module(f"gemmzoo.cli.cmd_{name}")
+        sub = commands.add_parser(name, help=summary, description=summary)
+        module.add_arguments(sub)
+        sub.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""``gemmzoo check NAME...``: the conformance suite, from the command line."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.progress import Progress
+from rich.table import Table
+
+from gemmzoo.cli.console import console
+from gemmzoo.conformance import check_backend, conformance_cases, input_checks
+from gemmzoo.dtypes import DTYPES
+from gemmzoo.errors import UnknownBackendError
+from gemmzoo.registry import get_registry
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="backends to check (default: GEMMZOO_BACKENDS, else every available one)")
+    parser.add_argument("--dtype", action="append", choices=DTYPES,
+                        help="check only this dtype (repeatable; default: every dtype the backend declares)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="list every check, not only failures")
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = get_registry()
+    try:
+        chosen = registry.select(args.names)
+    except UnknownBackendError as error:
+        console.print(f"[red]{error}[/]")
+        return 2
+    if not args.names:  # checking "everything" means everything usable here
+        chosen = [b for b in chosen if b.unavailable_reason() is None]
+    if not chosen:
+        console.print("[red]no backend to check[/]")
+        return 2
+
+    summary = Table(title="gemmzoo conformance")
+    for column in ("backend", "dtypes", "checks", "failed", "result"):
+        summary.add_column(column)
+    all_passed = True
+    for backend in chosen:
+        dtypes = [d for d in DTYPES if d in backend.dtypes and (not args.dtype or d in args.dtype)]
+        total = len(input_checks(backend)) + sum(len(conformance_cases(d)) for d in dtypes)
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task(f"checking {backend.name}", total=total)
+            report = check_backend(backend, dtypes, on_result=lambda _r: progress.advance(task))
+        if report.unavailable is not None:
+            all_passed = False
+            summary.add_row(backend.name, "-", "0", "-", f"[yellow]unavailable: {report.unavailable}[/]")
+            continue
+        all_passed &= report.passed
+        for result in report.results:
+            if not result.passed or args.verbose:
+                mark = "[green]ok[/]" if result.passed else "[red]FAIL[/]"
+                console.print(f"{mark} {backend.name} {result.check}: {result.detail}", soft_wrap=True)
+        verdict = "[green]conforms[/]" if report.passed else "[red]does not conform[/]"
+        summary.add_row(backend.name, ",".join(dtypes), str(len(report.results)),
+                        str(len(report.failures)), verdict)
+    console.print(summary)
+    return 0 if all_passed else 1

@@ -1,0 +1,43 @@
+"""How far a backend's C may be from the float64 reference.
+
+For every element, with R the float64 product of exactly the values the backend received,
+``|A||B|`` the product of the absolute values, and the dtype's facts from
+:mod:`gemmzoo.dtypes`::
+
+    acc   = 2·u_op·(|A||B|)ij + 4·sqrt(K)·u_acc·(|A||B|)ij
+    bound = u_out·|Rij| + (1 + u_out)·acc + s
+
+``u_out`` is the unit roundoff of the stored result (the final rounding), ``u_op`` the relative
+error the math units add to each operand (TF32's 10-bit mantissa; 0 elsewhere), ``u_acc`` the
+roundoff of the accumulation (fp32 for every 16-bit and fp32 mode, fp64 for float64), and ``s``
+the smallest subnormal of the result type. The ``4·sqrt(K)`` factor is the probabilistic error
+bound of Higham and Mary (2019) with room to spare; the deterministic worst case grows with K
+instead and would let fp16 accumulation or a dropped term of the K sum pass at long K.
+
+When every integer in the problem is exactly representable (small-integer inputs whose sums stay
+within the result's ``exact_integers``), the bound is zero: the result must be exact.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gemmzoo.dtypes import dtype_info
+
+
+def error_bound(dtype: str, k: int, reference: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
+    """The per-element bound on ``|C - reference|`` for ``dtype`` and inner dimension ``k``."""
+    info = dtype_info(dtype)
+    accumulation = (2 * info.operand_roundoff + 4 * math.sqrt(max(k, 1)) * info.accumulate_roundoff) * magnitude
+    return info.unit_roundoff * np.abs(reference) + (1 + info.unit_roundoff) * accumulation + info.smallest_subnormal
+
+
+def must_be_exact(dtype: str, a: np.ndarray, b: np.ndarray, magnitude: np.ndarray) -> bool:
+    """Whether the product of these operands is exactly representable, so C must be exact."""
+    info = dtype_info(dtype)
+    integral = bool(np.all(a == np.round(a)) and np.all(b == np.round(b)))
+    largest = float(magnitude.max(initial=0.0))
+    accumulator_exact = 2.0**24 if info.accumulate_roundoff >= 2.0**-24 else 2.0**53
+    return integral and largest <= min(info.exact_integers, accumulator_exact)

@@ -1,0 +1,78 @@
+"""The problems the conformance suite poses: shapes, layouts and kinds of values."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+#: The edge shapes (M, N, K): single elements, vectors, K = 1, primes, tile sizes ± 1,
+#: non-square in every direction, long K, and zero-size M, N and K.
+EDGE_SHAPES: tuple[tuple[int, int, int], ...] = (
+    (1, 1, 1),
+    (1, 37, 19),
+    (41, 1, 23),
+    (33, 29, 1),
+    (7, 11, 13),
+    (31, 37, 41),
+    (63, 65, 64),
+    (65, 63, 127),
+    (127, 129, 65),
+    (96, 17, 40),
+    (17, 96, 40),
+    (20, 24, 300),
+    (3, 5, 4099),
+    (0, 5, 7),
+    (5, 0, 7),
+    (5, 7, 0),
+    (0, 0, 0),
+)
+
+#: Operand layouts: N a plain array, T a transposed view, S a strided slice view (offset,
+#: stride 2 in both dimensions). A layout names A's then B's, e.g. "TS".
+OPERAND_LAYOUTS = ("N", "T", "S")
+LAYOUT_SHAPE = (37, 43, 53)
+INTEGER_SHAPE = (37, 29, 33)
+NONFINITE_SHAPE = (12, 10, 9)
+REPEAT_SHAPE = (67, 71, 73)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem: ``kind`` of values ("random", "integers", "nonfinite", "repeat"), shape,
+    dtype and layout."""
+
+    kind: str
+    m: int
+    n: int
+    k: int
+    dtype: str
+    layout: str = "NN"
+
+    @property
+    def id(self) -> str:
+        """A readable, unique id such as ``float32-random-63x65x64-NT``."""
+        return f"{self.dtype}-{self.kind}-{self.m}x{self.n}x{self.k}-{self.layout}"
+
+    @property
+    def seed(self) -> int:
+        """A seed derived from the id, so a failure reproduces."""
+        return zlib.crc32(self.id.encode())
+
+
+def conformance_cases(dtype: str) -> list[Case]:
+    """Every case the suite runs for one dtype of a backend."""
+    cases = [Case("random", m, n, k, dtype) for m, n, k in EDGE_SHAPES]
+    cases += [
+        Case("random", *LAYOUT_SHAPE, dtype, a + b)
+        for a in OPERAND_LAYOUTS
+        for b in OPERAND_LAYOUTS
+        if a + b != "NN"
+    ]
+    cases += [
+        Case("integers", *INTEGER_SHAPE, dtype),
+        Case("integers", *INTEGER_SHAPE, dtype, "TS"),
+        Case("nonfinite", *NONFINITE_SHAPE, dtype),
+        Case("nonfinite", *NONFINITE_SHAPE, dtype, "ST"),
+        Case("repeat", *REPEAT_SHAPE, dtype),
+    ]
+    return cases

@@ -1,0 +1,295 @@
+"""Running conformance cases against a backend and judging the results."""
+
+from __future__ import annotations
+
+import re
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gemmzoo.backend import dtype_name
+from gemmzoo.conformance.bounds import error_bound, must_be_exact
+from gemmzoo.conformance.cases import Case, conformance_cases
+from gemmzoo.dtypes import DTYPES, host_dtype
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one check: ``check`` is a case id or the name of an input check."""
+
+    backend: str
+    check: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class ConformanceReport:
+    """Every check run on one backend, or why none could run."""
+
+    backend: str
+    results: list[CheckResult] = field(default_factory=list)
+    unavailable: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        """True when the backend was available and every check passed."""
+        return self.unavailable is None and bool(self.results) and all(r.passed for r in self.results)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [r for r in self.results if not r.passed]
+
+
+class _Failure(Exception):
+    """A conformance check that did not hold; the message says which and where."""
+
+
+# Inputs ----------------------------------------------------------------------------------------
+
+
+def _values(case: Case, rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    if case.kind == "integers":
+        return rng.integers(-2, 3, size=shape).astype(np.float64)
+    return rng.standard_normal(shape)
+
+
+def _plant_nonfinite(a: np.ndarray, b: np.ndarray) -> None:
+    """NaN and ±Inf at fixed places: a NaN row and column, Inf rows, and an Inf - Inf row."""
+    a[2, 3] = np.nan
+    a[5, 1] = np.inf
+    a[7, 0] = -np.inf
+    a[7, 4] = np.inf
+    b[5, 8] = np.nan
+    b[1, 3] = -np.inf
+
+
+def _native(backend: Any, x: np.ndarray, dtype: str, layout: str, rng: np.random.Generator) -> Any:
+    """``x`` on the backend as a plain array (N), a transposed view (T) or a strided slice (S)."""
+    if layout == "N":
+        return backend.from_numpy(x, dtype)
+    if layout == "T":
+        return backend.from_numpy(np.ascontiguousarray(x.T), dtype).T
+    rows, cols = x.shape
+    # The elements between the slice's are NaN: a backend that ignores the strides reads them.
+    padded = np.full((2 * rows + 1, 2 * cols + 1), np.nan)
+    padded[1::2, 1::2] = x
+    return backend.from_numpy(padded, dtype)[1::2, 1::2]
+
+
+def _prime_allocator(backend: Any, m: int, n: int, dtype: str) -> None:
+    """Compute and free an all-NaN M×N result, so a caching allocator hands back NaN-filled
+    memory for the next C and an element the backend fails to write stays NaN."""
+    if m * n == 0:
+        return
+    with np.errstate(invalid="ignore"):
+        poison = backend.matmul(
+            backend.from_numpy(np.full((m, 1), np.nan), dtype),
+            backend.from_numpy(np.ones((1, n)), dtype),
+        )
+        backend.synchronize()
+    del poison
+
+
+def _reference(a: np.ndarray, b: np.ndarray, exact_ieee: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 product and the product of absolute values."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    if exact_ieee:  # elementwise products and a plain sum: IEEE NaN/Inf rules, no BLAS shortcuts
+        with np.errstate(invalid="ignore", over="ignore"):
+            ref = (a64[:, :, None] * b64[None, :, :]).sum(axis=1)
+    else:
+        ref = a64 @ b64
+    magnitude = np.abs(np.nan_to_num(a64, nan=0.0, posinf=0.0, neginf=0.0)) @ np.abs(
+        np.nan_to_num(b64, nan=0.0, posinf=0.0, neginf=0.0)
+    )
+    return ref, magnitude
+
+
+# Judging ---------------------------------------------------------------------------------------
+
+
+def _compare(case: Case, c: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> str:
+    """Raise :class:`_Failure` if C differs from the reference; return a one-line summary."""
+    nan_c, nan_r = np.isnan(c), np.isnan(ref)
+    if not np.array_equal(nan_c, nan_r):
+        where = tuple(int(i) for i in np.argwhere(nan_c != nan_r)[0])
+        raise _Failure(
+            f"NaN pattern differs at {int((nan_c != nan_r).sum())} of {c.size} elements; "
+            f"first at {where}: C={c[where]!r}, expected {ref[where]!r}"
+        )
+    inf_c, inf_r = np.isinf(c), np.isinf(ref)
+    same_inf = np.array_equal(inf_c, inf_r) and np.array_equal(np.sign(c[inf_c]), np.sign(ref[inf_r]))
+    if not same_inf:
+        where = tuple(int(i) for i in np.argwhere((inf_c != inf_r) | (inf_c & (np.sign(c) != np.sign(ref))))[0])
+        raise _Failure(f"Inf pattern differs; first at {where}: C={c[where]!r}, expected {ref[where]!r}")
+    finite = np.isfinite(ref)
+    error = np.zeros_like(ref)
+    error[finite] = np.abs(c[finite].astype(np.float64) - ref[finite])
+    over = error > bound
+    if over.any():
+        where = tuple(int(i) for i in np.argwhere(over)[0])
+        raise _Failure(
+            f"{int(over.sum())} of {c.size} elements outside the error bound; first at {where}: "
+            f"C={float(c[where])!r}, expected {float(ref[where])!r}, |error|={float(error[where]):.3e} "
+            f"> bound {float(bound[where]):.3e}"
+        )
+    ratio = float(np.max(error / np.maximum(bound, np.finfo(np.float64).tiny), initial=0.0))
+    return f"max error {ratio:.3g} of the bound"
+
+
+def _check_result(backend: Any, case: Case, a: Any, c: Any) -> np.ndarray:
+    """Check C's type, shape and dtype; return it on the host."""
+    if type(c) is not type(a):
+        raise _Failure(f"C is a {type(c).__name__}, the operands are {type(a).__name__}")
+    if tuple(c.shape) != (case.m, case.n):
+        raise _Failure(f"C has shape {tuple(c.shape)}, expected {(case.m, case.n)}")
+    if dtype_name(c) != dtype_name(a):
+        raise _Failure(f"C has dtype {dtype_name(c)}, the operands {dtype_name(a)}")
+    host = backend.to_numpy(c)
+    if host.dtype != host_dtype(case.dtype) or host.shape != (case.m, case.n):
+        raise _Failure(
+            f"to_numpy(C) gave {host.dtype} {host.shape}, expected {host_dtype(case.dtype)} {(case.m, case.n)}"
+        )
+    return host
+
+
+def run_case(backend: Any, case: Case) -> CheckResult:
+    """Run one conformance case; the result says what failed and where."""
+    try:
+        detail = _run_case(backend, case)
+    except _Failure as failure:
+        return CheckResult(backend.name, case.id, False, str(failure))
+    except Exception as error:  # the backend itself broke
+        frames = traceback.format_exception_only(type(error), error)
+        return CheckResult(backend.name, case.id, False, "raised " + "".join(frames).strip())
+    return CheckResult(backend.name, case.id, True, detail)
+
+
+def _run_case(backend: Any, case: Case) -> str:
+    rng = np.random.default_rng(case.seed)
+    a_values = _values(case, rng, (case.m, case.k))
+    b_values = _values(case, rng, (case.k, case.n))
+    if case.kind == "nonfinite":
+        _plant_nonfinite(a_values, b_values)
+    a = _native(backend, a_values, case.dtype, case.layout[0], rng)
+    b = _native(backend, b_values, case.dtype, case.layout[1], rng)
+    a_host, b_host = backend.to_numpy(a), backend.to_numpy(b)  # exactly the values received
+    ref, magnitude = _reference(a_host, b_host, exact_ieee=case.kind == "nonfinite")
+    if must_be_exact(case.dtype, a_host, b_host, magnitude):
+        bound = np.zeros_like(ref)
+    else:
+        bound = error_bound(case.dtype, case.k, ref, magnitude)
+
+    _prime_allocator(backend, case.m, case.n, case.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf inputs are intended here
+        c = backend.matmul(a, b)
+        backend.synchronize()
+    c_host = _check_result(backend, case, a, c)
+    for label, operand, before in (("A", a, a_host), ("B", b, b_host)):
+        if not np.array_equal(backend.to_numpy(operand), before, equal_nan=True):
+            raise _Failure(f"{label} was changed by matmul")
+    detail = _compare(case, c_host, ref, bound)
+    if case.kind == "repeat":
+        for attempt in range(2, 4):
+            _prime_allocator(backend, case.m, case.n, case.dtype)
+            again = backend.to_numpy(backend.matmul(a, b))
+            backend.synchronize()
+            if not np.array_equal(again, c_host, equal_nan=True):
+                differ = int((again != c_host).sum())
+                raise _Failure(f"call {attempt} differs from call 1 in {differ} elements")
+        detail += "; 3 calls bitwise identical"
+    return detail
+
+
+# Bad input -------------------------------------------------------------------------------------
+
+_SHAPE_PATTERNS = ("({})", "[{}]")
+
+
+def _mentions_shape(message: str, shape: tuple[int, ...]) -> bool:
+    compact = re.sub(r"\s+", "", message)
+    joined = ",".join(str(n) for n in shape) + ("," if len(shape) == 1 else "")
+    crossed = [sep.join(str(n) for n in shape) for sep in ("x", "×")]
+    return any(p.format(joined) in compact for p in _SHAPE_PATTERNS) or any(c in message for c in crossed)
+
+
+def _expect_clear_error(backend: Any, action: Callable[[], Any], shapes: Iterable[tuple[int, ...]], what: str) -> str:
+    try:
+        action()
+        backend.synchronize()
+    except Exception as error:
+        message = str(error)
+        if backend.name not in message:
+            raise _Failure(f"{what}: the error does not name the backend: {message!r}") from None
+        missing = [s for s in shapes if not _mentions_shape(message, s)]
+        if missing:
+            raise _Failure(f"{what}: the error does not name the shapes {missing}: {message!r}") from None
+        return f"{type(error).__name__}: {message}"
+    raise _Failure(f"{what}: no error was raised")
+
+
+def input_checks(backend: Any) -> list[str]:
+    """The names of the bad-input checks that apply to this backend."""
+    names = ["inner-dimension", "not-2d", "unknown-dtype"]
+    if len(backend.dtypes) > 1:
+        names.append("mixed-dtypes")
+    if set(DTYPES) - set(backend.dtypes):
+        names.append("undeclared-dtype")
+    return names
+
+
+def run_input_check(backend: Any, check: str) -> CheckResult:
+    """Run one bad-input check: the backend must raise an error naming itself and the shapes."""
+    rng = np.random.default_rng(7)
+    dtype = "float32" if "float32" in backend.dtypes else sorted(backend.dtypes)[0]
+
+    def native(shape: tuple[int, ...], as_dtype: str = dtype) -> Any:
+        return backend.from_numpy(rng.standard_normal(shape), as_dtype)
+
+    actions: dict[str, tuple[Callable[[], Any], list[tuple[int, ...]]]] = {
+        "inner-dimension": (lambda: backend.matmul(native((3, 4)), native((5, 6))), [(3, 4), (5, 6)]),
+        "not-2d": (lambda: backend.matmul(native((2, 3, 4)), native((4, 5))), [(2, 3, 4), (4, 5)]),
+        "unknown-dtype": (lambda: backend.from_numpy(rng.standard_normal((3, 4)), "int32"), [(3, 4)]),
+    }
+    if check == "mixed-dtypes":
+        other = sorted(backend.dtypes - {dtype})[0]
+        actions[check] = (lambda: backend.matmul(native((3, 4)), native((4, 5), other)), [(3, 4), (4, 5)])
+    if check == "undeclared-dtype":
+        missing = sorted(set(DTYPES) - set(backend.dtypes))[0]
+        actions[check] = (lambda: backend.from_numpy(rng.standard_normal((3, 4)), missing), [(3, 4)])
+    action, shapes = actions[check]
+    try:
+        detail = _expect_clear_error(backend, action, shapes, check)
+    except _Failure as failure:
+        return CheckResult(backend.name, f"bad-input-{check}", False, str(failure))
+    return CheckResult(backend.name, f"bad-input-{check}", True, detail)
+
+
+# Whole backends --------------------------------------------------------------------------------
+
+
+def check_backend(
+    backend: Any,
+    dtypes: Iterable[str] | None = None,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> ConformanceReport:
+    """Run the whole suite on one backend (or only some of its dtypes)."""
+    report = ConformanceReport(backend.name)
+    reason = backend.unavailable_reason()
+    if reason is not None:
+        report.unavailable = reason
+        return report
+    chosen = [d for d in DTYPES if d in backend.dtypes and (dtypes is None or d in set(dtypes))]
+    checks: list[Callable[[], CheckResult]] = [
+        (lambda name=name: run_input_check(backend, name)) for name in input_checks(backend)
+    ]
+    checks += [(lambda case=case: run_case(backend, case)) for d in chosen for case in conformance_cases(d)]
+    for check in checks:
+        result = check()
+        report.results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return report

@@ -1,0 +1,56 @@
+"""The dtype names gemmzoo knows, and the rounding facts the conformance bounds are built from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DtypeInfo:
+    """Rounding facts for one dtype mode.
+
+    ``unit_roundoff`` is that of the stored result; ``operand_roundoff`` is the relative error the
+    math units may add to each operand on top of the stored value (TF32 keeps 10 mantissa bits
+    of each fp32 operand); ``accumulate_roundoff`` is that of the sum over K, which must be at
+    least fp32 for every 16-bit mode; ``exact_integers`` is the largest n such that every integer
+    of magnitude up to n is exactly representable in the result.
+    """
+
+    name: str
+    host_dtype: str
+    unit_roundoff: float
+    operand_roundoff: float
+    accumulate_roundoff: float
+    exact_integers: int
+    smallest_subnormal: float
+
+
+_FP32_U = 2.0**-24
+
+DTYPE_INFO: dict[str, DtypeInfo] = {
+    "float16": DtypeInfo("float16", "float32", 2.0**-11, 0.0, _FP32_U, 2**11, 2.0**-24),
+    "bfloat16": DtypeInfo("bfloat16", "float32", 2.0**-8, 0.0, _FP32_U, 2**8, 2.0**-133),
+    "float32": DtypeInfo("float32", "float32", _FP32_U, 0.0, _FP32_U, 2**24, 2.0**-149),
+    # TF32 operands keep 10 explicit mantissa bits; hardware may truncate rather than round, so
+    # the operand error is one full ulp (2**-10), not half of one.
+    "tf32": DtypeInfo("tf32", "float32", _FP32_U, 2.0**-10, _FP32_U, 2**24, 2.0**-149),
+    "float64": DtypeInfo("float64", "float64", 2.0**-53, 0.0, 2.0**-53, 2**53, 2.0**-1074),
+}
+
+DTYPES: tuple[str, ...] = tuple(DTYPE_INFO)
+"""Every dtype name a backend may declare, in a fixed order."""
+
+
+def dtype_info(name: str) -> DtypeInfo:
+    """The :class:`DtypeInfo` for ``name``; a ``ValueError`` listing the known names otherwise."""
+    try:
+        return DTYPE_INFO[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)}") from None
+
+
+def host_dtype(name: str) -> np.dtype:
+    """The NumPy dtype ``Backend.to_numpy`` returns for arrays of dtype mode ``name``."""
+    return np.dtype(dtype_info(name).host_dtype)

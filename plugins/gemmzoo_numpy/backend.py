@@ -1,0 +1,37 @@
+"""NumPy on the CPU: BLAS for float32 and float64, float16 computed through float32."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gemmzoo import Backend
+
+_NUMPY_DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
+
+
+class NumpyBackend(Backend):
+    """``numpy.matmul`` on the host.
+
+    NumPy's own float16 matmul skips BLAS and is very slow, so float16 operands are widened to
+    float32, multiplied by BLAS (fp32 accumulation) and the result rounded back to float16.
+    """
+
+    name = "numpy"
+    device = "cpu"
+    dtypes = frozenset(_NUMPY_DTYPES)
+
+    def from_numpy(self, x: np.ndarray, dtype: str) -> np.ndarray:
+        self.check_dtype(dtype, np.shape(x))
+        return np.array(x, dtype=_NUMPY_DTYPES[dtype], copy=True)
+
+    def to_numpy(self, y: np.ndarray) -> np.ndarray:
+        if y.dtype == np.float16:
+            return y.astype(np.float32)
+        return np.array(y, copy=True)
+
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        self.check_operands(a, b)
+        if a.dtype == np.float16:
+            product = np.matmul(a.astype(np.float32), b.astype(np.float32))
+            return product.astype(np.float16)
+        return np.matmul(a, b)
