@@ -67,3 +67,20 @@ def test_cupy_fp16_accumulates_in_fp32():
     reference = a16 @ b16
     # fp32 accumulation leaves only the final fp16 rounding: half an ulp of |C| ~ 90 is under 0.04
     assert np.abs(c - reference).max() <= np.abs(reference).max() * 2.0**-11 + 1e-3
+
+
+def test_cupy_tf32_mode_uses_tf32_and_float32_stays_ieee():
+    backend = gemmzoo.get_backend("cupy")
+    reason = backend.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    rng = np.random.default_rng(4)
+    a_host, b_host = rng.standard_normal((256, 4096)), rng.standard_normal((4096, 256))
+    results = {}
+    for mode in ("float32", "tf32"):
+        a, b = backend.from_numpy(a_host, mode), backend.from_numpy(b_host, mode)
+        results[mode] = backend.to_numpy(backend.matmul(a, b))
+    reference = a_host.astype(np.float32).astype(np.float64) @ b_host.astype(np.float32).astype(np.float64)
+    ieee_error = np.abs(results["float32"] - reference).max()
+    assert ieee_error < 1e-3
+    assert np.abs(results["tf32"] - reference).max() > 10 * ieee_error

@@ -288,7 +288,11 @@ def check_backend(
     checks: list[Callable[[], CheckResult]] = [
         (lambda name=name: run_input_check(backend, name)) for name in input_checks(backend)
     ]
-    checks += [(lambda case=case: run_case(backend, case)) for d in chosen for case in conformance_cases(d)]
+    checks += [
+        (lambda case=case: run_case(backend, case))
+        for d in chosen
+        for case in conformance_cases(d, backend.device)
+    ]
     for check in checks:
         result = check()
         report.results.append(result)
