@@ -12,9 +12,9 @@ _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
 class BlockedBackend(Backend):
     """A cache-blocked GEMM on the host.
 
-    C is cut into ``block_m`` × ``block_n`` tiles; each tile accumulates, in the operands' dtype
+    C is cut into ``block_m`` x ``block_n`` tiles; each tile accumulates, in the operands' dtype
     (fp32 for float32), the products of the ``block_k``-wide slices of A's rows and B's columns
-    that meet there. The default 128 × 128 × 128 float32 blocks take 64 KiB each, so the three
+    that meet there. The default 128 x 128 x 128 float32 blocks take 64 KiB each, so the three
     blocks in use stay in a core's L2 cache.
     """
 
