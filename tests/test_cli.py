@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from fake_distributions import run_gemmzoo
 
 import gemmzoo
-from tests.support.fake_dist import run_gemmzoo
 
 
 @pytest.fixture
