@@ -11,6 +11,7 @@ from collections.abc import Sequence
 COMMANDS = {
     "list": "every backend: name, device, dtypes, availability; plugins that failed to load",
     "check": "run the conformance suite on backends; exit 0 only when every one conforms",
+    "bench": "check and time backends over a shape grid; table, JSON, CSV, plot",
 }
 
 
