@@ -37,9 +37,12 @@ def pytest_configure(config: pytest.Config) -> None:
     pytest_bench.assign_worker_gpu()
     # pytest-benchmark refuses --benchmark-only under xdist (it disables itself there); keep the
     # option's meaning and let it start, then turn it back on in pytest_sessionstart.
-    if pytest_bench.xdist_requested(config) and config.getoption("benchmark_only", False):
-        config.option.benchmark_only = False
-        config.stash[_ONLY] = True
+    if pytest_bench.xdist_requested(config):
+        # ... and its "disabled because xdist is active" warning would be untrue here.
+        config.addinivalue_line("filterwarnings", "ignore:Benchmarks are automatically disabled because")
+        if config.getoption("benchmark_only", False):
+            config.option.benchmark_only = False
+            config.stash[_ONLY] = True
 
 
 _ONLY = pytest.StashKey[bool]()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import platform
-import sys
 from importlib import metadata
 from typing import Any
 
@@ -92,14 +91,22 @@ def _cuda_driver_api() -> str | None:
 
 
 def _cuda_device_name() -> str:
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        return str(torch.cuda.get_device_name())
-    import cupy
+    """The current CUDA device's name from torch (if loaded or installed), else CuPy."""
+    try:
+        import torch
 
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    name = props["name"]
-    return name.decode() if isinstance(name, bytes) else str(name)
+        if torch.cuda.is_available():
+            return str(torch.cuda.get_device_name())
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # no CuPy, or no device it can see
+        return "unknown CUDA device"
 
 
 @functools.lru_cache(maxsize=4)
