@@ -59,6 +59,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     pytest_bench.export_from_worker(session.config)
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: without xdist it is never called
 def pytest_testnodedown(node: object, error: object) -> None:
     output = getattr(node, "workeroutput", None)
     if output:
