@@ -5,6 +5,8 @@ Shared by ``gemmzoo bench``, the pytest-benchmark fixtures, ``gemmzoo tune`` and
 backend each call is timed with device events (start and end recorded around the GEMM alone,
 the L2 cache flushed between calls outside the events, one synchronisation per batch of calls),
 so a sample is the device time of one GEMM; on the CPU a sample is the wall time of one call.
+:class:`DeviceClock` offers the same device time as a clock, for pytest-benchmark's ``timer=``.
+See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -161,6 +163,15 @@ def _cpu_samples(call: Callable[[], Any], backend: Any, budget_s: float, max_sam
     return samples
 
 
+def _torch_cuda() -> bool:
+    """Whether torch is installed with CUDA usable (a CPU build on a CuPy machine is not)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 class CudaEvents:
     """Timing events, an L2 flush and a device synchronisation for the current CUDA device.
 
@@ -171,7 +182,7 @@ class CudaEvents:
     """
 
     def __init__(self) -> None:
-        try:
+        if _torch_cuda():
             import torch
 
             self._new_event = lambda: torch.cuda.Event(enable_timing=True)
@@ -179,7 +190,7 @@ class CudaEvents:
             self.flush = self._flush_buffer.zero_
             self.synchronize = torch.cuda.synchronize
             self._elapsed_ms = lambda start, end: start.elapsed_time(end)
-        except ImportError:
+        else:
             import cupy
 
             self._new_event = cupy.cuda.Event

@@ -192,3 +192,26 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
     assert 0 <= info["error_ratio"] <= 1
     # the rounds measured, plus warm-up and calibration reads: a little over one sync per round
     assert 1 <= info["syncs_per_round"] < 1.2
+
+
+def test_benchmark_params_carry_group_and_device_clock():
+    from gemmzoo.pytest_bench import DEVICE_CLOCK, benchmark_params, point_from_id
+
+    class Cpu(FakeCudaBackend):
+        device = "cpu"
+
+    class Missing(FakeCudaBackend):
+        def unavailable_reason(self):
+            return "no such GPU here"
+
+    points = [GridPoint(4, 5, 6), GridPoint(4, 5, 6, "float16", "TN")]
+    params = benchmark_params([FakeCudaBackend(FakeEvents()), Cpu(FakeEvents(), name="fake-cpu"),
+                               Missing(FakeEvents(), name="missing")], points)
+    by_id = {p.id: p for p in params}
+    assert set(by_id) == {"4x5x6-float32-NN-fake-cuda", "4x5x6-float32-NN-fake-cpu", "missing-unavailable"}
+    cuda_mark = by_id["4x5x6-float32-NN-fake-cuda"].marks[0]
+    assert cuda_mark.kwargs == {"group": "4x5x6-float32-NN", "timer": DEVICE_CLOCK}
+    assert by_id["4x5x6-float32-NN-fake-cpu"].marks[0].kwargs == {"group": "4x5x6-float32-NN"}
+    assert "no such GPU here" in by_id["missing-unavailable"].marks[0].kwargs["reason"]
+    assert by_id["4x5x6-float32-NN-fake-cuda"].values == ("fake-cuda", "4x5x6-float32-NN")
+    assert point_from_id("4x5x6-float16-TN") == points[1]

@@ -8,7 +8,7 @@ import sys
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gemmzoo.bench import OK, WRONG, run_bench
+from gemmzoo.bench import OK, WRONG, BenchResult, run_bench
 from gemmzoo.bench import environment as bench_environment
 from gemmzoo.cli.console import console, errors
 from gemmzoo.dtypes import DTYPES
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("benchmarking", total=len(points) * len(backends))
 
-        def advance(result: object) -> None:
+        def advance(result: BenchResult) -> None:
             progress.update(task, advance=1, description=f"{result.point.id} {result.backend}")
 
         results = run_bench(backends, points, args.budget, on_result=advance)
