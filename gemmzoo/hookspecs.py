@@ -22,3 +22,12 @@ def gemmzoo_register_backends(register: Callable[[Any], None]) -> None:
     Building an instance must be cheap: import torch, cupy or triton only when the backend is
     asked whether it is available or is used.
     """
+
+
+@hookspec
+def gemmzoo_register_grids(register: Callable[..., None]) -> None:
+    """Call ``register(name, shapes, description="")`` once per shape grid this plugin provides.
+
+    ``shapes`` is a list of ``(M, N, K)``; the grid then works with ``gemmzoo bench --grid NAME``
+    and ``pytest benchmarks --grid NAME``. A built-in grid of the same name wins.
+    """

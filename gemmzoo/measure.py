@@ -5,6 +5,8 @@ Shared by ``gemmzoo bench``, the pytest-benchmark fixtures, ``gemmzoo tune`` and
 backend each call is timed with device events (start and end recorded around the GEMM alone,
 the L2 cache flushed between calls outside the events, one synchronisation per batch of calls),
 so a sample is the device time of one GEMM; on the CPU a sample is the wall time of one call.
+:class:`DeviceClock` offers the same device time as a clock, for pytest-benchmark's ``timer=``.
+See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class Measurement:
     point: GridPoint
     timing: Timing
     error_ratio: float
+    rel_error: float = float("nan")
 
     @property
     def tflops(self) -> float:
@@ -84,20 +87,50 @@ def prepare(backend: Any, point: GridPoint, seed: int = 0) -> Problem:
     return Problem(backend, point, a, b, backend.to_numpy(a), backend.to_numpy(b))
 
 
-def check(problem: Problem) -> float:
+@dataclass(frozen=True)
+class CheckResult:
+    """How far one result is from the float64 reference.
+
+    ``error_ratio``: the largest ``|error| / bound`` over the elements (at most 1 for a
+    conforming result); ``rel_error``: ``‖C - R‖ / ‖R‖`` (Frobenius norms); ``max_abs_error``:
+    the largest ``|C - R|``.
+    """
+
+    error_ratio: float
+    rel_error: float
+    max_abs_error: float
+
+
+_reference_cache: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+
+def _reference(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``A·B`` and ``|A|·|B|`` in float64. The last answer is kept: the backends measured one
+    after another on a point get the same host operands, and the big references are slow."""
+    for cached_a, cached_b, ref, magnitude in _reference_cache:
+        if cached_a.shape == a.shape and cached_b.shape == b.shape and np.array_equal(cached_a, a) \
+                and np.array_equal(cached_b, b):
+            return ref, magnitude
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref, magnitude = a64 @ b64, np.abs(a64) @ np.abs(b64)
+    _reference_cache[:] = [(a.copy(), b.copy(), ref, magnitude)]
+    return ref, magnitude
+
+
+def compare(problem: Problem) -> CheckResult:
     """Run the GEMM once and compare every element with the float64 reference.
 
-    Returns the largest ``|error| / bound`` (at most 1); raises :class:`WrongResultError` when
-    any element is outside the conformance bound or the result has the wrong shape.
+    Raises :class:`WrongResultError` when any element is outside the conformance bound, is not
+    finite, or the result has the wrong shape.
     """
     point, backend = problem.point, problem.backend
     c = backend.to_numpy(backend.matmul(problem.a, problem.b))
     if c.shape != (point.m, point.n):
-        expected = (point.m, point.n)
-        raise WrongResultError(f"{backend.name}: {point.id}: C has shape {c.shape}, expected {expected}")
-    a64, b64 = problem.a_host.astype(np.float64), problem.b_host.astype(np.float64)
-    ref = a64 @ b64
-    bound = error_bound(point.dtype, point.k, ref, np.abs(a64) @ np.abs(b64))
+        raise WrongResultError(
+            f"{backend.name}: {point.id}: C has shape {c.shape}, expected {(point.m, point.n)}"
+        )
+    ref, magnitude = _reference(problem.a_host, problem.b_host)
+    bound = error_bound(point.dtype, point.k, ref, magnitude)
     error = np.abs(c.astype(np.float64) - ref)
     ratio = error / bound
     if not np.all(np.isfinite(c)) or np.any(ratio > 1):
@@ -105,7 +138,18 @@ def check(problem: Problem) -> float:
         raise WrongResultError(
             f"{backend.name}: {point.id}: result outside the error bound (worst |error|/bound = {worst:.3g})"
         )
-    return float(ratio.max(initial=0.0))
+    ref_norm = float(np.linalg.norm(ref))
+    rel = float(np.linalg.norm(error)) / ref_norm if ref_norm > 0 else float(np.linalg.norm(error))
+    return CheckResult(float(ratio.max(initial=0.0)), rel, float(error.max(initial=0.0)))
+
+
+def check(problem: Problem) -> float:
+    """Run the GEMM once and compare every element with the float64 reference.
+
+    Returns the largest ``|error| / bound`` (at most 1); raises :class:`WrongResultError` when
+    any element is outside the conformance bound or the result has the wrong shape.
+    """
+    return compare(problem).error_ratio
 
 
 def _cpu_samples(call: Callable[[], Any], backend: Any, budget_s: float, max_samples: int) -> list[float]:
@@ -119,48 +163,134 @@ def _cpu_samples(call: Callable[[], Any], backend: Any, budget_s: float, max_sam
     return samples
 
 
-class CudaEventTimer:
-    """Device-time samples from CUDA events, one synchronisation per batch of calls.
+def _torch_cuda() -> bool:
+    """Whether torch is installed with CUDA usable (a CPU build on a CuPy machine is not)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+class CudaEvents:
+    """Timing events, an L2 flush and a device synchronisation for the current CUDA device.
 
     Events come from torch when it is installed, else from CuPy; both record on the current
-    stream, which is where the bundled backends launch their work.
+    stream, which is where the bundled backends launch their work. The flush writes a buffer
+    larger than the L2 cache, as ``triton.testing.do_bench`` does, so no operand stays cached
+    from the previous call.
     """
 
     def __init__(self) -> None:
-        try:
+        if _torch_cuda():
             import torch
 
-            self._event = lambda: torch.cuda.Event(enable_timing=True)
+            self._new_event = lambda: torch.cuda.Event(enable_timing=True)
             self._flush_buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-            self._flush = self._flush_buffer.zero_
-            self._sync = torch.cuda.synchronize
+            self.flush = self._flush_buffer.zero_
+            self.synchronize = torch.cuda.synchronize
             self._elapsed_ms = lambda start, end: start.elapsed_time(end)
-        except ImportError:
+        else:
             import cupy
 
-            self._event = cupy.cuda.Event
+            self._new_event = cupy.cuda.Event
             self._flush_buffer = cupy.empty(L2_FLUSH_BYTES // 4, dtype=cupy.int32)
-            self._flush = lambda: self._flush_buffer.fill(0)
-            self._sync = cupy.cuda.Device().synchronize
+            self.flush = lambda: self._flush_buffer.fill(0)
+            self.synchronize = cupy.cuda.Device().synchronize
             self._elapsed_ms = lambda start, end: cupy.cuda.get_elapsed_time(start, end)
 
+    def pair(self) -> tuple[Any, Any]:
+        """A fresh (start, end) pair of timing events; each has ``record()``."""
+        return self._new_event(), self._new_event()
+
+    def elapsed_s(self, start: Any, end: Any) -> float:
+        """Seconds of device time between two recorded events (both completed)."""
+        return self._elapsed_ms(start, end) / 1e3
+
+
+class CudaEventTimer:
+    """Device-time samples from CUDA events, one synchronisation per batch of calls."""
+
+    def __init__(self, events: Any = None) -> None:
+        self.events = events if events is not None else CudaEvents()
+
     def batch(self, call: Callable[[], Any], count: int, flush: bool = True) -> list[float]:
-        """Seconds of device time for each of ``count`` calls."""
+        """Seconds of device time for each of ``count`` calls (L2 flushed before each, outside
+        its events)."""
         pairs = []
         for _ in range(count):
             if flush:
-                self._flush()
-            start, end = self._event(), self._event()
+                self.events.flush()
+            start, end = self.events.pair()
             start.record()
             call()
             end.record()
             pairs.append((start, end))
-        self._sync()
-        return [self._elapsed_ms(start, end) / 1e3 for start, end in pairs]
+        self.events.synchronize()
+        return [self.events.elapsed_s(start, end) for start, end in pairs]
 
 
-def _cuda_samples(call: Callable[[], Any], budget_s: float, max_samples: int) -> list[float]:
-    timer = CudaEventTimer()
+class DeviceClock:
+    """A clock that reads the GEMM time a device has spent, for pytest-benchmark's ``timer=``.
+
+    ``clock.wrap(call)`` gives a function that flushes L2, then records a start event, runs
+    ``call`` and records an end event, and keeps the pair. Reading the clock (``clock()``)
+    synchronises once if pairs are pending, adds their elapsed device times to a running total
+    and returns that total. pytest-benchmark reads its timer before and after each round, so the
+    duration of a round is the device time of the wrapped calls in it: not their launch time,
+    not the flush, and not the synchronisation, which happens once per round outside the pairs.
+
+    ``events`` supplies ``pair()``, ``flush()``, ``synchronize()`` and ``elapsed_s(start, end)``
+    (:class:`CudaEvents` by default, made on first use so that building a clock touches no GPU).
+    """
+
+    __name__ = "DeviceClock"  # pytest-benchmark names its timer by __module__ and __name__
+
+    def __init__(self, events: Any = None) -> None:
+        self._events = events
+        self._pending: list[tuple[Any, Any]] = []
+        self._total = 0.0
+        self.syncs = 0
+
+    @property
+    def events(self) -> Any:
+        """The event source (created on first use)."""
+        if self._events is None:
+            self._events = CudaEvents()
+        return self._events
+
+    def __call__(self) -> float:
+        if self._pending:
+            events = self.events
+            events.synchronize()
+            self.syncs += 1
+            self._total += sum(events.elapsed_s(start, end) for start, end in self._pending)
+            self._pending.clear()
+        return self._total
+
+    def wrap(self, call: Callable[[], Any], flush: bool = True) -> Callable[[], Any]:
+        """``call`` with an event pair around it (and the L2 flush before, outside the pair)."""
+
+        def timed() -> Any:
+            events = self.events
+            if flush:
+                events.flush()
+            start, end = events.pair()
+            start.record()
+            result = call()
+            end.record()
+            self._pending.append((start, end))
+            return result
+
+        return timed
+
+    def __repr__(self) -> str:
+        return "DeviceClock()"
+
+
+def _cuda_samples(call: Callable[[], Any], budget_s: float, max_samples: int,
+                  events: Any = None) -> list[float]:
+    timer = CudaEventTimer(events)
     first = timer.batch(call, 1)[0]
     batch = max(1, min(max_samples, int(0.02 / max(first, 1e-6))))  # about 20 ms of GEMMs per batch
     samples: list[float] = []
@@ -170,9 +300,10 @@ def _cuda_samples(call: Callable[[], Any], budget_s: float, max_samples: int) ->
     return samples
 
 
-def time_problem(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_samples: int = 1000) -> Timing:
+def time_problem(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_samples: int = 1000,
+                 events: Any = None) -> Timing:
     """Time the GEMM of ``problem``: warm-up calls first, then samples until the budget is spent
-    (at least 3)."""
+    (at least 3). ``events`` replaces the CUDA event source (:class:`CudaEvents`), for tests."""
     backend = problem.backend
 
     def call() -> Any:
@@ -182,7 +313,7 @@ def time_problem(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_s
         call()
     backend.synchronize()
     if backend.device == "cuda":
-        samples, method = _cuda_samples(call, budget_s, max_samples), "cuda-events, L2 flushed"
+        samples, method = _cuda_samples(call, budget_s, max_samples, events), "cuda-events, L2 flushed"
     else:
         samples, method = _cpu_samples(call, backend, budget_s, max_samples), "wall clock"
     if len(samples) > 1:
@@ -192,10 +323,10 @@ def time_problem(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_s
     return Timing(median, q1, q3, len(samples), method)
 
 
-def measure(
-    backend: Any, point: GridPoint, budget_s: float = 0.5, verify: bool = True, seed: int = 0
-) -> Measurement:
+def measure(backend: Any, point: GridPoint, budget_s: float = 0.5, verify: bool = True,
+            seed: int = 0) -> Measurement:
     """Prepare, check once (unless ``verify`` is False) and time one backend on one point."""
     problem = prepare(backend, point, seed)
-    ratio = check(problem) if verify else float("nan")
-    return Measurement(backend.name, point, time_problem(problem, budget_s), ratio)
+    result = compare(problem) if verify else CheckResult(float("nan"), float("nan"), float("nan"))
+    timing = time_problem(problem, budget_s)
+    return Measurement(backend.name, point, timing, result.error_ratio, result.rel_error)

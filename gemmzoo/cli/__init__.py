@@ -14,6 +14,7 @@ from gemmzoo.errors import GemmError
 COMMANDS = {
     "list": "every backend: name, device, dtypes, availability; plugins that failed to load",
     "check": "run the conformance suite on backends; exit 0 only when every one conforms",
+    "bench": "check and time backends over a shape grid; table, JSON, CSV, plot",
 }
 
 

@@ -1,0 +1,108 @@
+"""``gemmzoo bench``: check and time backends over a shape grid; table, JSON, CSV, plot."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from gemmzoo.bench import OK, WRONG, BenchResult, run_bench
+from gemmzoo.bench import environment as bench_environment
+from gemmzoo.cli.console import console, errors
+from gemmzoo.dtypes import DTYPES
+from gemmzoo.errors import UnknownBackendError
+from gemmzoo.grids import LAYOUTS, GridError, default_grid_name, grids, resolve_points
+from gemmzoo.registry import get_registry
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", action="append", metavar="NAME",
+                        help="backend to bench (repeatable; default: GEMMZOO_BACKENDS, else every available)")
+    parser.add_argument("--grid", metavar="NAME",
+                        help=f"named shape grid (default: {default_grid_name()} here; see --list-grids)")
+    parser.add_argument("--shape", action="append", default=[], metavar="MxNxK",
+                        help="add a shape: MxNxK, or MxNxK-DTYPE-LAYOUT (repeatable)")
+    parser.add_argument("--file", action="append", default=[], metavar="FILE",
+                        help="add the points of a CSV (m,n,k[,dtype][,layout]) or JSON file (repeatable)")
+    parser.add_argument("--dtype", action="append", choices=DTYPES,
+                        help="dtype (repeatable; default: float16 with a GPU, else float32)")
+    parser.add_argument("--layout", action="append", choices=LAYOUTS,
+                        help="operand layout, BLAS-style N or T for A then B (repeatable; default NN)")
+    parser.add_argument("--baseline", metavar="NAME", help="show each backend's speed as a ratio to this one")
+    parser.add_argument("--budget", type=float, default=0.2, metavar="SECONDS",
+                        help="timing budget per backend and point (default 0.2)")
+    parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
+    parser.add_argument("--csv", metavar="FILE", help="write every result as CSV")
+    parser.add_argument("--plot", metavar="FILE.png", help="plot TFLOPS against size, one line per backend")
+    parser.add_argument("--list-grids", action="store_true", help="list the named grids and exit")
+
+
+def _list_grids() -> int:
+    from rich.table import Table
+
+    table = Table(title="gemmzoo grids")
+    for column in ("name", "shapes", "description"):
+        table.add_column(column)
+    default = default_grid_name()
+    for grid in grids().values():
+        mark = " (default here)" if grid.name == default else ""
+        table.add_row(grid.name, str(len(grid.shapes)), grid.description + mark)
+    console.print(table)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list_grids:
+        return _list_grids()
+    registry = get_registry()
+    try:
+        chosen = registry.select(args.backend)
+        points = resolve_points(args.grid, args.shape, args.file, args.dtype, args.layout or ("NN",))
+    except (UnknownBackendError, GridError) as error:
+        errors.print(f"[red]{error}[/]")
+        return 2
+    backends = []
+    for backend in chosen:
+        reason = backend.unavailable_reason()
+        if reason is None:
+            backends.append(backend)
+        elif args.backend:  # named explicitly: say why it is left out
+            errors.print(f"[yellow]{backend.name} is unavailable: {reason}[/]")
+    if not backends:
+        errors.print("[red]no available backend to bench[/]")
+        return 2
+    if args.baseline and args.baseline not in {b.name for b in backends}:
+        errors.print(f"[red]baseline {args.baseline!r} is not among the benched backends: "
+                     f"{', '.join(b.name for b in backends)}[/]")
+        return 2
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("benchmarking", total=len(points) * len(backends))
+
+        def advance(result: BenchResult) -> None:
+            progress.update(task, advance=1, description=f"{result.point.id} {result.backend}")
+
+        results = run_bench(backends, points, args.budget, on_result=advance)
+
+    from gemmzoo.report import results_table, write_csv, write_json
+
+    console.print(results_table(results, args.baseline))
+    for result in results:
+        if result.status not in (OK, "unsupported"):
+            console.print(f"[red]{result.status.upper()}[/] {result.detail}", soft_wrap=True)
+    command = "gemmzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if args.json:
+        write_json(results, args.json, bench_environment(backends), command)
+        console.print(f"wrote {args.json}")
+    if args.csv:
+        write_csv(results, args.csv)
+        console.print(f"wrote {args.csv}")
+    if args.plot:
+        from gemmzoo.report import write_plot
+
+        write_plot(results, args.plot)
+        console.print(f"wrote {args.plot}")
+    return 1 if any(r.status == WRONG for r in results) else 0
