@@ -12,3 +12,7 @@ exec > >(tee "$out/gpu-lane.log") 2>&1
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
 python3 scripts/gpu_lane.py "$out"
+lane=$?
+# pytest-benchmark device time against triton.testing.do_bench at 2048³ and 4096³
+if [ "${GPU_LANE_TIMING:-1}" = 1 ]; then python3 benchmarks/gpu_timing_check.py "$out/timing" || lane=1; fi
+exit $lane
