@@ -11,6 +11,8 @@ from collections.abc import Sequence
 COMMANDS = {
     "list": "every backend: name, device, dtypes, availability; plugins that failed to load",
     "check": "run the conformance suite on backends; exit 0 only when every one conforms",
+    "tune": "measure and store the best backend for each shape of a grid",
+    "best": "print the backend best_backend would return for M N K, and why",
 }
 
 
