@@ -93,7 +93,8 @@ def check(problem: Problem) -> float:
     point, backend = problem.point, problem.backend
     c = backend.to_numpy(backend.matmul(problem.a, problem.b))
     if c.shape != (point.m, point.n):
-        raise WrongResultError(f"{backend.name}: {point.id}: C has shape {c.shape}, expected {(point.m, point.n)}")
+        expected = (point.m, point.n)
+        raise WrongResultError(f"{backend.name}: {point.id}: C has shape {c.shape}, expected {expected}")
     a64, b64 = problem.a_host.astype(np.float64), problem.b_host.astype(np.float64)
     ref = a64 @ b64
     bound = error_bound(point.dtype, point.k, ref, np.abs(a64) @ np.abs(b64))
@@ -184,11 +185,16 @@ def time_problem(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_s
         samples, method = _cuda_samples(call, budget_s, max_samples), "cuda-events, L2 flushed"
     else:
         samples, method = _cpu_samples(call, backend, budget_s, max_samples), "wall clock"
-    q1, median, q3 = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else samples * 3
+    if len(samples) > 1:
+        q1, median, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    else:
+        q1 = median = q3 = samples[0]
     return Timing(median, q1, q3, len(samples), method)
 
 
-def measure(backend: Any, point: GridPoint, budget_s: float = 0.5, verify: bool = True, seed: int = 0) -> Measurement:
+def measure(
+    backend: Any, point: GridPoint, budget_s: float = 0.5, verify: bool = True, seed: int = 0
+) -> Measurement:
     """Prepare, check once (unless ``verify`` is False) and time one backend on one point."""
     problem = prepare(backend, point, seed)
     ratio = check(problem) if verify else float("nan")

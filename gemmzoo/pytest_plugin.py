@@ -54,7 +54,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if fixture == "conformance_case":
             for dtype in (d for d in DTYPES if d in backend.dtypes):
                 params += [pytest.param((backend, case), id=f"{backend.name}-{case.id}")
-                           for case in conformance_cases(dtype)]
+                           for case in conformance_cases(dtype, backend.device)]
         else:
             params += [pytest.param((backend, check), id=f"{backend.name}-{check}")
                        for check in input_checks(backend)]

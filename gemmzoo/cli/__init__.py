@@ -7,6 +7,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from gemmzoo.cli.console import errors
+from gemmzoo.errors import GemmError
+
 # Each subcommand lives in gemmzoo/cli/cmd_<name>.py with add_arguments(parser) and run(args).
 COMMANDS = {
     "list": "every backend: name, device, dtypes, availability; plugins that failed to load",
@@ -29,9 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status (2 for gemmzoo's own errors)."""
     args = build_parser().parse_args(argv)
-    return int(args.handler(args) or 0)
+    try:
+        return int(args.handler(args) or 0)
+    except GemmError as error:
+        errors.print(f"[red]gemmzoo {args.command}: {error}[/]", soft_wrap=True)
+        return 2
 
 
 if __name__ == "__main__":

@@ -41,10 +41,10 @@ def run(args: argparse.Namespace) -> int:
     all_passed = True
     for backend in chosen:
         dtypes = [d for d in DTYPES if d in backend.dtypes and (not args.dtype or d in args.dtype)]
-        total = len(input_checks(backend)) + sum(len(conformance_cases(d)) for d in dtypes)
+        total = len(input_checks(backend)) + sum(len(conformance_cases(d, backend.device)) for d in dtypes)
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"checking {backend.name}", total=total)
-            report = check_backend(backend, dtypes, on_result=lambda _r: progress.advance(task))
+            report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t))
         if report.unavailable is not None:
             all_passed = False
             summary.add_row(backend.name, "-", "0", "-", f"[yellow]unavailable: {report.unavailable}[/]")

@@ -27,9 +27,9 @@ def run(args: argparse.Namespace) -> int:
                      f"{provider.name} ({dist})"))
     if args.plain:
         for row in rows:
-            console.print("\t".join(row), soft_wrap=True)
+            print("\t".join(row))
         for failure in registry.failures:
-            console.print(f"FAILED\t{failure.plugin.describe()}\t{failure.error}", soft_wrap=True)
+            print(f"FAILED\t{failure.plugin.describe()}\t{failure.error}")
         return 0
     table = Table(title="gemmzoo backends")
     for column in ("backend", "device", "dtypes", "available", "plugin (distribution)"):

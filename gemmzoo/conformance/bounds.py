@@ -30,8 +30,10 @@ from gemmzoo.dtypes import dtype_info
 def error_bound(dtype: str, k: int, reference: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     """The per-element bound on ``|C - reference|`` for ``dtype`` and inner dimension ``k``."""
     info = dtype_info(dtype)
-    accumulation = (2 * info.operand_roundoff + 4 * math.sqrt(max(k, 1)) * info.accumulate_roundoff) * magnitude
-    return info.unit_roundoff * np.abs(reference) + (1 + info.unit_roundoff) * accumulation + info.smallest_subnormal
+    per_magnitude = 2 * info.operand_roundoff + 4 * math.sqrt(max(k, 1)) * info.accumulate_roundoff
+    accumulation = per_magnitude * magnitude
+    rounding = info.unit_roundoff * np.abs(reference)
+    return rounding + (1 + info.unit_roundoff) * accumulation + info.smallest_subnormal
 
 
 def must_be_exact(dtype: str, a: np.ndarray, b: np.ndarray, magnitude: np.ndarray) -> bool:

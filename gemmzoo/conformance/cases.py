@@ -35,6 +35,13 @@ INTEGER_SHAPE = (37, 29, 33)
 NONFINITE_SHAPE = (12, 10, 9)
 REPEAT_SHAPE = (67, 71, 73)
 
+#: Extra shapes for GPU backends only: large enough that libraries switch to split-K and other
+#: large-problem paths, which the small shapes never reach (too slow for CPU backends in CI).
+GPU_SHAPES: tuple[tuple[int, int, int], ...] = (
+    (1031, 1029, 4097),
+    (16, 2048, 8192),
+)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -59,9 +66,10 @@ class Case:
         return zlib.crc32(self.id.encode())
 
 
-def conformance_cases(dtype: str) -> list[Case]:
-    """Every case the suite runs for one dtype of a backend."""
-    cases = [Case("random", m, n, k, dtype) for m, n, k in EDGE_SHAPES]
+def conformance_cases(dtype: str, device: str = "cpu") -> list[Case]:
+    """Every case the suite runs for one dtype of a backend on ``device`` ("cpu" or "cuda")."""
+    shapes = EDGE_SHAPES + (GPU_SHAPES if device == "cuda" else ())
+    cases = [Case("random", m, n, k, dtype) for m, n, k in shapes]
     cases += [
         Case("random", *LAYOUT_SHAPE, dtype, a + b)
         for a in OPERAND_LAYOUTS

@@ -44,7 +44,7 @@ class ConformanceReport:
         return [r for r in self.results if not r.passed]
 
 
-class _Failure(Exception):
+class _CheckError(Exception):
     """A conformance check that did not hold; the message says which and where."""
 
 
@@ -112,26 +112,27 @@ def _reference(a: np.ndarray, b: np.ndarray, exact_ieee: bool) -> tuple[np.ndarr
 
 
 def _compare(case: Case, c: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> str:
-    """Raise :class:`_Failure` if C differs from the reference; return a one-line summary."""
+    """Raise :class:`_CheckError` if C differs from the reference; return a one-line summary."""
     nan_c, nan_r = np.isnan(c), np.isnan(ref)
     if not np.array_equal(nan_c, nan_r):
         where = tuple(int(i) for i in np.argwhere(nan_c != nan_r)[0])
-        raise _Failure(
+        raise _CheckError(
             f"NaN pattern differs at {int((nan_c != nan_r).sum())} of {c.size} elements; "
             f"first at {where}: C={c[where]!r}, expected {ref[where]!r}"
         )
     inf_c, inf_r = np.isinf(c), np.isinf(ref)
     same_inf = np.array_equal(inf_c, inf_r) and np.array_equal(np.sign(c[inf_c]), np.sign(ref[inf_r]))
     if not same_inf:
-        where = tuple(int(i) for i in np.argwhere((inf_c != inf_r) | (inf_c & (np.sign(c) != np.sign(ref))))[0])
-        raise _Failure(f"Inf pattern differs; first at {where}: C={c[where]!r}, expected {ref[where]!r}")
+        wrong = (inf_c != inf_r) | (inf_c & (np.sign(c) != np.sign(ref)))
+        where = tuple(int(i) for i in np.argwhere(wrong)[0])
+        raise _CheckError(f"Inf pattern differs; first at {where}: C={c[where]!r}, expected {ref[where]!r}")
     finite = np.isfinite(ref)
     error = np.zeros_like(ref)
     error[finite] = np.abs(c[finite].astype(np.float64) - ref[finite])
     over = error > bound
     if over.any():
         where = tuple(int(i) for i in np.argwhere(over)[0])
-        raise _Failure(
+        raise _CheckError(
             f"{int(over.sum())} of {c.size} elements outside the error bound; first at {where}: "
             f"C={float(c[where])!r}, expected {float(ref[where])!r}, |error|={float(error[where]):.3e} "
             f"> bound {float(bound[where]):.3e}"
@@ -143,16 +144,15 @@ def _compare(case: Case, c: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> s
 def _check_result(backend: Any, case: Case, a: Any, c: Any) -> np.ndarray:
     """Check C's type, shape and dtype; return it on the host."""
     if type(c) is not type(a):
-        raise _Failure(f"C is a {type(c).__name__}, the operands are {type(a).__name__}")
+        raise _CheckError(f"C is a {type(c).__name__}, the operands are {type(a).__name__}")
     if tuple(c.shape) != (case.m, case.n):
-        raise _Failure(f"C has shape {tuple(c.shape)}, expected {(case.m, case.n)}")
+        raise _CheckError(f"C has shape {tuple(c.shape)}, expected {(case.m, case.n)}")
     if dtype_name(c) != dtype_name(a):
-        raise _Failure(f"C has dtype {dtype_name(c)}, the operands {dtype_name(a)}")
+        raise _CheckError(f"C has dtype {dtype_name(c)}, the operands {dtype_name(a)}")
     host = backend.to_numpy(c)
     if host.dtype != host_dtype(case.dtype) or host.shape != (case.m, case.n):
-        raise _Failure(
-            f"to_numpy(C) gave {host.dtype} {host.shape}, expected {host_dtype(case.dtype)} {(case.m, case.n)}"
-        )
+        expected = f"{host_dtype(case.dtype)} {(case.m, case.n)}"
+        raise _CheckError(f"to_numpy(C) gave {host.dtype} {host.shape}, expected {expected}")
     return host
 
 
@@ -160,7 +160,7 @@ def run_case(backend: Any, case: Case) -> CheckResult:
     """Run one conformance case; the result says what failed and where."""
     try:
         detail = _run_case(backend, case)
-    except _Failure as failure:
+    except _CheckError as failure:
         return CheckResult(backend.name, case.id, False, str(failure))
     except Exception as error:  # the backend itself broke
         frames = traceback.format_exception_only(type(error), error)
@@ -190,7 +190,7 @@ def _run_case(backend: Any, case: Case) -> str:
     c_host = _check_result(backend, case, a, c)
     for label, operand, before in (("A", a, a_host), ("B", b, b_host)):
         if not np.array_equal(backend.to_numpy(operand), before, equal_nan=True):
-            raise _Failure(f"{label} was changed by matmul")
+            raise _CheckError(f"{label} was changed by matmul")
     detail = _compare(case, c_host, ref, bound)
     if case.kind == "repeat":
         for attempt in range(2, 4):
@@ -199,7 +199,7 @@ def _run_case(backend: Any, case: Case) -> str:
             backend.synchronize()
             if not np.array_equal(again, c_host, equal_nan=True):
                 differ = int((again != c_host).sum())
-                raise _Failure(f"call {attempt} differs from call 1 in {differ} elements")
+                raise _CheckError(f"call {attempt} differs from call 1 in {differ} elements")
         detail += "; 3 calls bitwise identical"
     return detail
 
@@ -216,19 +216,21 @@ def _mentions_shape(message: str, shape: tuple[int, ...]) -> bool:
     return any(p.format(joined) in compact for p in _SHAPE_PATTERNS) or any(c in message for c in crossed)
 
 
-def _expect_clear_error(backend: Any, action: Callable[[], Any], shapes: Iterable[tuple[int, ...]], what: str) -> str:
+def _expect_clear_error(
+    backend: Any, action: Callable[[], Any], shapes: Iterable[tuple[int, ...]], what: str
+) -> str:
     try:
         action()
         backend.synchronize()
     except Exception as error:
         message = str(error)
         if backend.name not in message:
-            raise _Failure(f"{what}: the error does not name the backend: {message!r}") from None
+            raise _CheckError(f"{what}: the error does not name the backend: {message!r}") from None
         missing = [s for s in shapes if not _mentions_shape(message, s)]
         if missing:
-            raise _Failure(f"{what}: the error does not name the shapes {missing}: {message!r}") from None
+            raise _CheckError(f"{what}: the error does not name the shapes {missing}: {message!r}") from None
         return f"{type(error).__name__}: {message}"
-    raise _Failure(f"{what}: no error was raised")
+    raise _CheckError(f"{what}: no error was raised")
 
 
 def input_checks(backend: Any) -> list[str]:
@@ -263,7 +265,7 @@ def run_input_check(backend: Any, check: str) -> CheckResult:
     action, shapes = actions[check]
     try:
         detail = _expect_clear_error(backend, action, shapes, check)
-    except _Failure as failure:
+    except _CheckError as failure:
         return CheckResult(backend.name, f"bad-input-{check}", False, str(failure))
     return CheckResult(backend.name, f"bad-input-{check}", True, detail)
 
@@ -286,7 +288,11 @@ def check_backend(
     checks: list[Callable[[], CheckResult]] = [
         (lambda name=name: run_input_check(backend, name)) for name in input_checks(backend)
     ]
-    checks += [(lambda case=case: run_case(backend, case)) for d in chosen for case in conformance_cases(d)]
+    checks += [
+        (lambda case=case: run_case(backend, case))
+        for d in chosen
+        for case in conformance_cases(d, backend.device)
+    ]
     for check in checks:
         result = check()
         report.results.append(result)
