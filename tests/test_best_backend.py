@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from _tuning_fakes import DelayedBackend, MissingBackend, WrongBackend, registry_with
 
 import gemmzoo
 from gemmzoo import registry as registry_module
@@ -15,6 +14,7 @@ from gemmzoo.grids import GridPoint
 from gemmzoo.tuning import Record, explain, log_distance, state, tune
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
 from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR
+from tests.support.tuning_fakes import DelayedBackend, MissingBackend, WrongBackend, registry_with
 
 FAST, SLOW = "fast-fake", "slow-fake"
 

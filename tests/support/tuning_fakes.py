@@ -6,10 +6,10 @@ import time
 from typing import Any
 
 import numpy as np
-from gemmzoo_numpy.backend import NumpyBackend
 
 from gemmzoo import hookimpl
 from gemmzoo.registry import Registry
+from gemmzoo_numpy.backend import NumpyBackend
 
 
 class DelayedBackend(NumpyBackend):
