@@ -161,3 +161,22 @@ def test_eight_processes_tuning_at_once_lose_nothing(tmp_path):
     expected |= {(1000 + w, i, 1) for w in range(8) for i in range(40)}
     assert rows == expected and total == len(expected) == 8 * 44
     assert verdicts[0] >= 1 and verdicts[1] == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_opens_its_own_connection(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path))
+    parent = state.store()
+    parent.add([record(0)])
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a new connection, and its rows land in the same file
+        try:
+            child = state.store()
+            child.add([record(1)])
+            os.write(write, b"ok" if child is not parent else b"shared")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 16) == b"ok"
+    assert parent.count() == 2

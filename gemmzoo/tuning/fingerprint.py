@@ -96,6 +96,7 @@ def _nvidia_driver() -> str:
 
 
 def _cuda_properties() -> dict[str, Any]:
+    """Name, compute capability and SM count of the current CUDA device, from torch or CuPy."""
     if importlib.util.find_spec("torch") is not None:
         import torch
 
@@ -103,12 +104,19 @@ def _cuda_properties() -> dict[str, Any]:
             props = torch.cuda.get_device_properties(torch.cuda.current_device())
             return {"name": props.name, "capability": f"{props.major}.{props.minor}",
                     "sms": props.multi_processor_count}
-    import cupy
+    if importlib.util.find_spec("cupy") is not None:
+        try:
+            import cupy
 
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    return {"name": name, "capability": f"{props['major']}.{props['minor']}",
-            "sms": props["multiProcessorCount"]}
+            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        except Exception:  # no usable device through CuPy either
+            pass
+        else:
+            name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+            return {"name": name, "capability": f"{props['major']}.{props['minor']}",
+                    "sms": props["multiProcessorCount"]}
+    # A third-party CUDA backend without torch or CuPy: the driver still tells machines apart.
+    return {"name": "unknown CUDA device"}
 
 
 @functools.lru_cache(maxsize=4)

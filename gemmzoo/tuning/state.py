@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -19,13 +20,14 @@ verdicts: dict[tuple[str, str, str, str], bool] = {}
 availability: dict[str, str | None] = {}
 """``unavailable_reason()`` of each backend, asked once per process."""
 
-_stores: dict[str, TuningStore] = {}
+# By (process id, directory): a child made by fork() must not use its parent's SQLite connection.
+_stores: dict[tuple[int, str], TuningStore] = {}
 
 
 def store() -> TuningStore:
-    """The tuning database of the current cache directory, opened on first use."""
+    """The tuning database of the current cache directory, opened on first use in each process."""
     directory = default_cache_dir()
-    key = str(directory)
+    key = (os.getpid(), str(directory))
     with lock:
         found = _stores.get(key)
         if found is None:
@@ -53,6 +55,7 @@ def reset() -> None:
         answers.clear()
         verdicts.clear()
         availability.clear()
-        for opened in _stores.values():
-            opened.close()
+        for (pid, _directory), opened in _stores.items():
+            if pid == os.getpid():
+                opened.close()
         _stores.clear()
