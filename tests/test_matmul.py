@@ -138,3 +138,31 @@ def test_mixed_libraries_are_refused():
     a16, b16 = torch.ones(3, 4, dtype=torch.bfloat16), torch.ones(4, 5, dtype=torch.bfloat16)
     with pytest.raises(GemmInputError, match=r"numpy: .*bfloat16 is not supported"):
         gemmzoo.matmul(a16, b16, "numpy")
+
+
+def test_a_backend_on_another_device_gets_host_copies():
+    from gemmzoo_numpy import NumpyBackend
+
+    class Elsewhere(NumpyBackend):
+        """Stands in for a GPU backend: arrays must travel through from_numpy/to_numpy."""
+
+        name = "elsewhere-fake"
+        device = "cuda"
+
+    elsewhere = Elsewhere()
+    a, b = (x.astype(np.float16) for x in operands(21, 11, 17, 6))
+    c = gemmzoo.matmul(a, b, elsewhere)
+    assert type(c) is np.ndarray and c.dtype == np.float16
+    assert_close(c, a, b, "float16")
+    ta, tb = torch.from_numpy(a.astype(np.float32)), torch.from_numpy(b.astype(np.float32))
+    c = gemmzoo.matmul(ta, tb, elsewhere)
+    assert isinstance(c, torch.Tensor) and c.dtype == torch.float32 and c.device.type == "cpu"
+    assert_close(c.numpy(), ta.numpy(), tb.numpy(), "float32")
+
+
+def test_tf32_arrays_need_a_tf32_backend():
+    a, b = (x.astype(np.float32) for x in operands(4, 4, 4, 7))
+    with pytest.raises(gemmzoo.BackendUnavailableError, match="tf32 on cpu"):
+        gemmzoo.matmul(gemmzoo.TF32Array(a), gemmzoo.TF32Array(b))
+    with pytest.raises(GemmInputError, match="both operands in TF32Array"):
+        gemmzoo.matmul(gemmzoo.TF32Array(a), b)
