@@ -120,6 +120,9 @@ def main() -> int:
         seconds = conformance[backend.name]["seconds"]
         print(f"conformance {backend.name} {args.dtype}: {passed} ({seconds:.1f} s)", flush=True)
     candidates = [b for b in usable if conformance[b.name]["passed"]]
+    if not candidates:
+        print("no backend passed conformance; nothing to tune")
+        return 1
 
     points = grid_points(args.dtype, args.max_mnk)
     tuned, skipped = [], []
@@ -146,6 +149,8 @@ def main() -> int:
                 oracle[backend.name] = Timed(backend.name, timing.median_s, timing.spread_s)
             except Exception as error:
                 print(f"oracle: {backend.name} {point.id}: {error}", flush=True)
+        if not oracle:
+            continue
         winner, ranking, tied = rank(list(oracle.values()))
         picked = choice.backend.name
         fastest = ranking[0]

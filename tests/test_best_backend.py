@@ -206,3 +206,22 @@ def test_device_none_means_cpu_without_a_cuda_backend():
     assert explain((4, 4, 4)).device == "cpu"
     with pytest.raises(BackendUnavailableError, match="on cuda"):
         gemmzoo.best_backend((4, 4, 4), device="cuda")
+
+
+def test_the_api_names_load_lazily(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys, gemmzoo\n"
+        "before = [m for m in ('torch', 'cupy', 'triton', 'sqlite3') if m in sys.modules]\n"
+        "functions = [gemmzoo.best_backend.__name__, gemmzoo.matmul.__name__]\n"
+        "after = [m for m in ('torch', 'cupy', 'triton') if m in sys.modules]\n"
+        "print(json.dumps([functions, before + after]))\n"
+    )
+    env = {**__import__("os").environ, "GEMMZOO_CACHE_DIR": str(tmp_path / "untouched")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    functions, heavy = json.loads(result.stdout)
+    assert functions == ["best_backend", "matmul"] and heavy == []
+    assert not (tmp_path / "untouched").exists()  # no database opened, not even the directory made
