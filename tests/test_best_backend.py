@@ -141,7 +141,8 @@ def test_nothing_measured_and_measuring_off_gives_the_default(monkeypatch):
         (1.000e-3, 1.004e-3, (1e-6, 1e-6), FAST, True),   # within the 1% floor: tie, name order
         (1.004e-3, 1.000e-3, (1e-6, 1e-6), FAST, True),   # slower by 0.4%, still the tie winner
         (1.060e-3, 1.000e-3, (1e-6, 1e-6), SLOW, False),  # 6% apart, tight spreads: no tie
-        (1.060e-3, 1.000e-3, (1e-4, 1e-6), FAST, True),   # 6% apart but IQR of 10%: tie
+        (1.060e-3, 1.000e-3, (1.3e-4, 1e-6), FAST, True),  # 6% apart, bands of ±6.5% overlap: tie
+        (1.060e-3, 1.000e-3, (1.1e-4, 1e-6), SLOW, False),  # bands of ±5.5% do not reach: no tie
     ],
 )
 def test_ties_within_noise_go_to_the_first_name(monkeypatch, fast_median, slow_median, spreads, expected,
@@ -225,3 +226,16 @@ def test_the_api_names_load_lazily(tmp_path):
     functions, heavy = json.loads(result.stdout)
     assert functions == ["best_backend", "matmul"] and heavy == []
     assert not (tmp_path / "untouched").exists()  # no database opened, not even the directory made
+
+
+def test_ties_prefer_the_default_order_before_names(monkeypatch):
+    # fakes named like bundled backends: "torch" comes before "numpy" in DEFAULT_ORDER, not by name
+    monkeypatch.setattr(registry_module, "_registry", registry_with(DelayedBackend("numpy"),
+                                                                      DelayedBackend("torch")))
+    state.reset()
+    shape = (128, 128, 128)
+    state.store().add([row("numpy", shape, 1.000e-3, 1e-6), row("torch", shape, 1.005e-3, 1e-6)])
+    forbid_measuring(monkeypatch)
+    choice = explain(shape, measure=False)
+    assert choice.backend.name == "torch" and choice.tied == ("torch", "numpy")
+    assert DEFAULT_ORDER.index("torch") < DEFAULT_ORDER.index("numpy")

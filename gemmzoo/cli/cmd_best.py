@@ -24,7 +24,7 @@ def _us(seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gemmzoo.tuning.select import TIE_FLOOR, explain
+    from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, explain
 
     shape = (args.M, args.N, args.K)
     try:
@@ -52,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
         fastest = choice.ranking[0]
         console.print(
             f"  tie: yes, {', '.join(choice.tied)} are within measured noise of the fastest "
-            f"({fastest.backend}): the larger IQR or {TIE_FLOOR:.0%} of its median; "
-            f"the first name in alphabetical order wins", soft_wrap=True)
+            f"({fastest.backend}): their median ± IQR/2 bands overlap, or they differ by at most "
+            f"{TIE_FLOOR:.0%}; the first of them in the order {', '.join(DEFAULT_ORDER)}, "
+            "then by name, wins", soft_wrap=True)
     elif other is not None and mine is not None:
         console.print(f"  tie: no, the runner-up is {other.median_s / mine.median_s:.2f}x slower, "
                       "beyond measured noise")
