@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except GemmError as error:
-        errors.print(f"[red]gemmzoo {args.command}: {error}[/]", soft_wrap=True)
+        errors.print(f"gemmzoo {args.command}: {error}", markup=False, style="red", soft_wrap=True)
         return 2
 
 

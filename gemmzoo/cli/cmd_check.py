@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -47,13 +48,15 @@ def run(args: argparse.Namespace) -> int:
             report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t))
         if report.unavailable is not None:
             all_passed = False
-            summary.add_row(backend.name, "-", "0", "-", f"[yellow]unavailable: {report.unavailable}[/]")
+            reason = escape(report.unavailable)
+            summary.add_row(backend.name, "-", "0", "-", f"[yellow]unavailable: {reason}[/]")
             continue
         all_passed &= report.passed
         for result in report.results:
             if not result.passed or args.verbose:
                 mark = "[green]ok[/]" if result.passed else "[red]FAIL[/]"
-                console.print(f"{mark} {backend.name} {result.check}: {result.detail}", soft_wrap=True)
+                detail = escape(result.detail)  # it quotes errors and values: brackets are text
+                console.print(f"{mark} {backend.name} {result.check}: {detail}", soft_wrap=True)
         verdict = "[green]conforms[/]" if report.passed else "[red]does not conform[/]"
         summary.add_row(backend.name, ",".join(dtypes), str(len(report.results)),
                         str(len(report.failures)), verdict)

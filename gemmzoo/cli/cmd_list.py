@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
 from rich.table import Table
 
 from gemmzoo.cli.console import console
@@ -12,7 +13,11 @@ from gemmzoo.registry import get_registry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--plain", action="store_true", help="tab-separated lines instead of a table")
+    parser.add_argument(
+        "--plain", action="store_true",
+        help="tab-separated lines instead of a table: one per backend (name, device, dtypes, available, "
+             "plugin), then FAILED and DISABLED lines for plugins",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,27 +28,30 @@ def run(args: argparse.Namespace) -> int:
         provider = registry.provider(backend.name)
         dist = f"{provider.distribution} {provider.version}" if provider.distribution else "-"
         dtypes = ",".join(d for d in DTYPES if d in backend.dtypes)
-        rows.append((backend.name, backend.device, dtypes, "yes" if reason is None else f"no: {reason}",
-                     f"{provider.name} ({dist})"))
-    if args.plain:
+        available = "yes" if reason is None else "no: " + " ".join(reason.split())  # one line, no tabs
+        rows.append((backend.name, backend.device, dtypes, available, f"{provider.name} ({dist})"))
+    if args.plain:  # print, not rich: rich expands tabs and reads brackets as markup
         for row in rows:
             print("\t".join(row))
         for failure in registry.failures:
             print(f"FAILED\t{failure.plugin.describe()}\t{failure.error}")
+        for name in registry.disabled:
+            print(f"DISABLED\t{name}\tGEMMZOO_DISABLE_PLUGINS")
         return 0
     table = Table(title="gemmzoo backends")
     for column in ("backend", "device", "dtypes", "available", "plugin (distribution)"):
         table.add_column(column, overflow="fold")
     for name, device, dtypes, available, plugin in rows:
         style = "green" if available == "yes" else "yellow"
-        table.add_row(name, device, dtypes, f"[{style}]{available}[/]", plugin)
+        # Reasons and errors are plugins' text: "pip install x[cuda]" must not be read as markup.
+        table.add_row(name, device, dtypes, f"[{style}]{escape(available)}[/]", escape(plugin))
     console.print(table)
     if registry.failures:
         failed = Table(title="plugins that failed to load", title_style="red")
         failed.add_column("plugin")
         failed.add_column("error", overflow="fold")
         for failure in registry.failures:
-            failed.add_row(failure.plugin.describe(), failure.error)
+            failed.add_row(escape(failure.plugin.describe()), escape(failure.error))
         console.print(failed)
     if registry.disabled:
         console.print(f"disabled by GEMMZOO_DISABLE_PLUGINS: {', '.join(registry.disabled)}")
