@@ -266,7 +266,8 @@ def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, 
     """The fastest available backend that passed conformance for ``dtype``, for ``shape = (M, N, K)``.
 
     ``device=None`` picks ``"cuda"`` when a CUDA backend is available, else ``"cpu"``. On an exact
-    miss the candidates are measured now (a few hundred ms, plus any JIT compilation) unless
+    miss the candidates are measured now (about 0.3 s of timing, plus making the inputs, any JIT
+    compilation, and the first time on a device the conformance suite of each candidate) unless
     ``measure=False`` or ``GEMMZOO_TUNE=0``; then the nearest measured shape answers. See
     :mod:`gemmzoo.tuning.select` for the whole rule. Repeated calls are answered from memory.
     """
