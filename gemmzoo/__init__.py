@@ -35,9 +35,11 @@ __all__ = [
     "UnknownBackendError",
     "__version__",
     "backends",
+    "best_backend",
     "get_backend",
     "hookimpl",
     "hookspec",
+    "matmul",
 ]
 
 
@@ -49,3 +51,15 @@ def backends() -> list[Any]:
 def get_backend(name: str) -> Any:
     """The backend called ``name``; an unknown name raises an error listing the known names."""
     return get_registry().get(name)
+
+
+def __getattr__(name: str) -> Any:
+    # best_backend and matmul load on first use, so `import gemmzoo` opens no database.
+    if name == "best_backend":
+        from gemmzoo.tuning.select import best_backend as found
+    elif name == "matmul":
+        from gemmzoo.dispatch import matmul as found
+    else:
+        raise AttributeError(f"module 'gemmzoo' has no attribute {name!r}")
+    globals()[name] = found
+    return found

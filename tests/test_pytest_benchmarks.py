@@ -34,7 +34,8 @@ def _expected(names):
 
 
 def _check(data, names):
-    benches = data["benchmarks"]
+    # benchmarks/ also holds gemmzoo.matmul's overhead benchmarks; these checks are the grid's
+    benches = [b for b in data["benchmarks"] if b["name"].startswith("test_gemm[")]
     assert {b["name"] for b in benches} == _expected(names)
     for bench in benches:
         info = bench["extra_info"]

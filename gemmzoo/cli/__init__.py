@@ -15,6 +15,8 @@ COMMANDS = {
     "list": "every backend: name, device, dtypes, availability; plugins that failed to load",
     "check": "run the conformance suite on backends; exit 0 only when every one conforms",
     "bench": "check and time backends over a shape grid; table, JSON, CSV, plot",
+    "tune": "measure and store the best backend for each shape of a grid",
+    "best": "print the backend best_backend would return for M N K, and why",
 }
 
 

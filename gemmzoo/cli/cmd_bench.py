@@ -11,28 +11,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from gemmzoo.bench import OK, WRONG, BenchResult, run_bench
 from gemmzoo.bench import environment as bench_environment
 from gemmzoo.cli.console import console, errors
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.cli.options import add_point_arguments, points_from_arguments
 from gemmzoo.errors import UnknownBackendError
-from gemmzoo.grids import LAYOUTS, GridError, default_grid_name, grids, resolve_points
+from gemmzoo.grids import GridError, default_grid_name, grids
 from gemmzoo.registry import get_registry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", action="append", metavar="NAME",
-                        help="backend to bench (repeatable; default: GEMMZOO_BACKENDS, else every available)")
-    parser.add_argument("--grid", metavar="NAME",
-                        help=f"named shape grid (default: {default_grid_name()} here; see --list-grids)")
-    parser.add_argument("--shape", action="append", default=[], metavar="MxNxK",
-                        help="add a shape: MxNxK, or MxNxK-DTYPE-LAYOUT (repeatable)")
-    parser.add_argument("--file", action="append", default=[], metavar="FILE",
-                        help="add the points of a CSV (m,n,k[,dtype][,layout]) or JSON file (repeatable)")
-    parser.add_argument("--dtype", action="append", choices=DTYPES,
-                        help="dtype (repeatable; default: float16 with a GPU, else float32)")
-    parser.add_argument("--layout", action="append", choices=LAYOUTS,
-                        help="operand layout, BLAS-style N or T for A then B (repeatable; default NN)")
+    add_point_arguments(parser, "bench")
     parser.add_argument("--baseline", metavar="NAME", help="show each backend's speed as a ratio to this one")
-    parser.add_argument("--budget", type=float, default=0.2, metavar="SECONDS",
-                        help="timing budget per backend and point (default 0.2)")
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
     parser.add_argument("--csv", metavar="FILE", help="write every result as CSV")
     parser.add_argument("--plot", metavar="FILE.png", help="plot TFLOPS against size, one line per backend")
@@ -59,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     registry = get_registry()
     try:
         chosen = registry.select(args.backend)
-        points = resolve_points(args.grid, args.shape, args.file, args.dtype, args.layout or ("NN",))
+        points = points_from_arguments(args)
     except (UnknownBackendError, GridError) as error:
         errors.print(f"[red]{error}[/]")
         return 2

@@ -1,0 +1,63 @@
+"""``gemmzoo best M N K``: the backend best_backend returns for a shape, and why."""
+
+from __future__ import annotations
+
+import argparse
+
+from gemmzoo.cli.console import console
+from gemmzoo.dtypes import DTYPES
+from gemmzoo.errors import GemmError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for name in ("M", "N", "K"):
+        parser.add_argument(name, type=int)
+    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="default float32 (IEEE)")
+    parser.add_argument("--device", choices=("cpu", "cuda"),
+                        help="default: cuda when a CUDA backend is available, else cpu")
+    parser.add_argument("--no-measure", action="store_true",
+                        help="never measure now; answer from the nearest measured shape instead")
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} us"
+
+
+def run(args: argparse.Namespace) -> int:
+    from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, explain
+
+    shape = (args.M, args.N, args.K)
+    try:
+        choice = explain(shape, args.dtype, args.device, measure=False if args.no_measure else None)
+    except (GemmError, ValueError) as error:
+        console.print(f"[red]{error}[/]")
+        return 2
+    flops = 2 * args.M * args.N * args.K
+    console.print(f"[bold]{choice.backend.name}[/] for {args.M}x{args.N}x{args.K} {args.dtype} "
+                  f"on {choice.device}", soft_wrap=True)
+    basis = "x".join(map(str, choice.basis)) if choice.basis else "-"
+    console.print(f"  source: {choice.source}" + (f" ({choice.note})" if choice.note else ""), soft_wrap=True)
+    mine = choice.timing
+    if mine is not None:
+        exact = choice.basis == shape and mine.median_s > 0
+        rate = f", {flops / mine.median_s / 1e12:.3g} TFLOPS" if exact else ""
+        console.print(f"  time: {_us(mine.median_s)} median, IQR {_us(mine.spread_s)} at {basis}{rate}")
+    other = choice.runner_up
+    if other is not None:
+        console.print(f"  runner-up: {other.backend}, {_us(other.median_s)} median, "
+                      f"IQR {_us(other.spread_s)}")
+    else:
+        console.print("  runner-up: none measured")
+    if choice.tie:
+        fastest = choice.ranking[0]
+        console.print(
+            f"  tie: yes, {', '.join(choice.tied)} are within measured noise of the fastest "
+            f"({fastest.backend}): their median ± IQR/2 bands overlap, or they differ by at most "
+            f"{TIE_FLOOR:.0%}; the first of them in the order {', '.join(DEFAULT_ORDER)}, "
+            "then by name, wins", soft_wrap=True)
+    elif other is not None and mine is not None:
+        console.print(f"  tie: no, the runner-up is {other.median_s / mine.median_s:.2f}x slower, "
+                      "beyond measured noise")
+    for name, why in choice.excluded.items():
+        console.print(f"  not a candidate: {name}: {why}", soft_wrap=True)
+    return 0

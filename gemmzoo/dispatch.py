@@ -1,0 +1,219 @@
+"""``gemmzoo.matmul``: C = A·B for NumPy, CuPy or torch arrays, through any backend.
+
+The result comes back in the caller's array type, on the caller's device, in the caller's dtype.
+When the chosen backend keeps its arrays on the same device in another library, operands and
+result cross over through DLPack (``torch.from_numpy`` / ``.numpy()`` between NumPy and torch on
+the CPU), which shares memory instead of copying. A backend on another device than the caller's
+(only when named explicitly) receives host copies through ``from_numpy``, and its result is
+copied back. Autograd is not involved: torch inputs are detached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gemmzoo.backend import TF32Array, shape_text
+from gemmzoo.dtypes import DTYPES
+from gemmzoo.errors import BackendUnavailableError, GemmInputError
+
+_KINDS: dict[type, str] = {}
+_DTYPE_NAMES: dict[Any, str] = {}
+_NATIVE: dict[tuple[int, str], str | None] = {}
+_LIBRARIES = ("numpy", "torch", "cupy")
+
+
+def _input_error(problem: str, a: Any, b: Any) -> GemmInputError:
+    return GemmInputError(
+        f"gemmzoo.matmul of A {shape_text(getattr(a, 'shape', ()))}, "
+        f"B {shape_text(getattr(b, 'shape', ()))}: {problem}"
+    )
+
+
+def array_kind(array_type: type) -> str | None:
+    """``"numpy"``, ``"torch"`` or ``"cupy"`` for those libraries' array types, else ``None``."""
+    try:
+        return _KINDS[array_type]
+    except KeyError:
+        root = array_type.__module__.partition(".")[0]
+        kind = root if root in _LIBRARIES and hasattr(array_type, "__dlpack__") else None
+        if kind == "torch" and not _is_tensor_type(array_type):
+            kind = None
+        _KINDS[array_type] = kind  # type: ignore[assignment]
+        return kind
+
+
+def _is_tensor_type(array_type: type) -> bool:
+    import torch
+
+    return issubclass(array_type, torch.Tensor)
+
+
+def dtype_of(array: Any) -> str | None:
+    """The gemmzoo dtype name of a NumPy, CuPy or torch array, or ``None`` if it is not one."""
+    key = array.dtype
+    try:
+        return _DTYPE_NAMES[key]
+    except KeyError:
+        name = str(key).removeprefix("torch.")
+        found = name if name in DTYPES and name != "tf32" else None
+        _DTYPE_NAMES[key] = found  # type: ignore[assignment]
+        return found
+
+
+def device_of(array: Any, kind: str) -> str:
+    """``"cpu"`` or ``"cuda"``."""
+    if kind == "numpy":
+        return "cpu"
+    if kind == "cupy":
+        return "cuda"
+    return "cuda" if array.is_cuda else "cpu"
+
+
+def native_kind(backend: Any, dtype: str) -> str | None:
+    """Which library's arrays ``backend`` computes on for ``dtype`` (learned once from a 1x1
+    ``from_numpy``), or ``None`` when they are none of NumPy, torch and CuPy."""
+    key = (id(backend), dtype)
+    try:
+        return _NATIVE[key]
+    except KeyError:
+        probe = backend.from_numpy(np.ones((1, 1), dtype=np.float32), dtype)
+        if isinstance(probe, TF32Array):
+            probe = probe.data
+        kind = _NATIVE[key] = array_kind(type(probe))
+        return kind
+
+
+def _converter(source: str, target: str) -> Callable[[Any], Any]:
+    """A zero-copy conversion of a same-device array from library ``source`` to ``target``."""
+    if target == "numpy":
+        if source == "torch":
+            return lambda x: x.numpy()
+        return np.from_dlpack
+    if target == "torch":
+        import torch
+
+        if source == "numpy":
+            return torch.from_numpy
+        return torch.from_dlpack
+    import cupy
+
+    return cupy.from_dlpack
+
+
+_CONVERTERS: dict[tuple[str, str], Callable[[Any], Any]] = {}
+
+
+def _convert(x: Any, source: str, target: str) -> Any:
+    if source == target:
+        return x
+    try:
+        convert = _CONVERTERS[source, target]
+    except KeyError:
+        convert = _CONVERTERS[source, target] = _converter(source, target)
+    return convert(x)
+
+
+def _to_host(x: Any, kind: str) -> np.ndarray:
+    if kind == "numpy":
+        return x
+    if kind == "cupy":
+        import cupy
+
+        return cupy.asnumpy(x)
+    import torch
+
+    if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds every value exactly
+        x = x.float()
+    return x.cpu().numpy()
+
+
+def _from_host(h: np.ndarray, kind: str, like: Any) -> Any:
+    """``h`` as an array of ``like``'s library, device and dtype."""
+    if kind == "numpy":
+        return h.astype(like.dtype, copy=False)
+    if kind == "cupy":
+        import cupy
+
+        return cupy.asarray(h).astype(like.dtype, copy=False)
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(h)).to(device=like.device, dtype=like.dtype)
+
+
+def _resolve(backend: Any, m: int, n: int, k: int, dtype: str, device: str) -> Any:
+    from gemmzoo.tuning import state
+
+    if backend is None:
+        from gemmzoo.tuning.select import best_backend
+
+        return best_backend((m, n, k), dtype, device)
+    if isinstance(backend, str):
+        from gemmzoo.registry import get_registry
+
+        backend = get_registry().get(backend)
+    reason = state.unavailable_reason(backend)
+    if reason is not None:
+        raise BackendUnavailableError(f"{backend.name}: unavailable: {reason}")
+    if dtype not in backend.dtypes:
+        raise GemmInputError(f"{backend.name}: gemmzoo.matmul of A {(m, k)}, B {(k, n)}: dtype {dtype} "
+                             f"is not supported; supported: {', '.join(sorted(backend.dtypes))}")
+    return backend
+
+
+def matmul(a: Any, b: Any, backend: Any = None) -> Any:
+    """``C = A·B`` for 2-D NumPy, CuPy or torch arrays of one type, device and dtype.
+
+    ``backend`` is a backend name, a :class:`~gemmzoo.Backend`, or ``None`` for
+    ``best_backend((M, N, K), dtype, device)`` with the caller's dtype (``float32`` means IEEE
+    fp32; wrap both operands in :class:`~gemmzoo.TF32Array` for ``tf32``) and the caller's device.
+    The result has the caller's array type, device and dtype.
+    """
+    tf32 = type(a) is TF32Array
+    if tf32 or type(b) is TF32Array:
+        if not (tf32 and type(b) is TF32Array):
+            raise _input_error("wrap both operands in TF32Array, or neither", a, b)
+        a, b = a.data, b.data
+    kind = array_kind(type(a))
+    if kind is None or array_kind(type(b)) != kind:
+        raise _input_error(f"A is {type(a).__name__} and B is {type(b).__name__}; both must be NumPy, "
+                           "CuPy or torch arrays of one library", a, b)
+    dtype = dtype_of(a)
+    if dtype is None or dtype_of(b) != dtype:
+        raise _input_error(f"A is {a.dtype} and B is {b.dtype}; both must have one floating dtype of "
+                           f"{', '.join(d for d in DTYPES if d != 'tf32')}", a, b)
+    if tf32:
+        if dtype != "float32":
+            raise _input_error(f"TF32Array must hold float32 arrays, not {dtype}", a, b)
+        dtype = "tf32"
+    a_shape, b_shape = a.shape, b.shape
+    if len(a_shape) != 2 or len(b_shape) != 2:
+        raise _input_error("A and B must be 2-D", a, b)
+    m, k = a_shape
+    if b_shape[0] != k:
+        raise _input_error(f"inner dimensions differ (A has K={k}, B has K={b_shape[0]})", a, b)
+    device = device_of(a, kind)
+    if kind == "torch":
+        if device_of(b, kind) != device:
+            raise _input_error(f"A is on {a.device} and B on {b.device}", a, b)
+        if a.requires_grad or b.requires_grad:
+            a, b = a.detach(), b.detach()
+    chosen = _resolve(backend, m, b_shape[1], k, dtype, device)
+    target = native_kind(chosen, dtype) if chosen.device == device else None
+    if target is not None:
+        try:
+            a_native, b_native = _convert(a, kind, target), _convert(b, kind, target)
+        except Exception:  # no zero-copy route (negative strides, a dtype DLPack lacks): copy instead
+            target = None
+    if target is not None:
+        if tf32:
+            a_native, b_native = TF32Array(a_native), TF32Array(b_native)
+        c = chosen.matmul(a_native, b_native)
+        c = _convert(c.data if tf32 else c, target, kind)
+    else:  # another device, or arrays gemmzoo cannot exchange: host copies both ways
+        c = chosen.to_numpy(chosen.matmul(chosen.from_numpy(_to_host(a, kind), dtype),
+                                          chosen.from_numpy(_to_host(b, kind), dtype)))
+        c = _from_host(c, kind, a)
+    return TF32Array(c) if tf32 else c

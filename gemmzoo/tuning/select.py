@@ -1,0 +1,283 @@
+"""``best_backend``: the fastest conforming backend for a GEMM shape, from the tuning database.
+
+How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
+
+1. Candidates: registered backends (narrowed by ``GEMMZOO_BACKENDS``) on that device that
+   declare ``dtype``, are available, and have passed conformance for ``dtype`` (see
+   :mod:`gemmzoo.tuning.tune`).
+2. The latest stored measurement of each candidate for exactly this shape, this device
+   fingerprint and the candidate's current library versions. Rows from another device or other
+   versions are never used.
+3. Candidates with no such row are measured now (when measuring is on), in about
+   :data:`MISS_BUDGET_S` of timing split between them, and stored. Results are checked against
+   the conformance bound when ``M·N·K <= VERIFY_LIMIT`` (the float64 host reference is then cheap);
+   larger shapes rely on the conformance verdict.
+4. With measuring off (``measure=False`` or ``GEMMZOO_TUNE=0``), an exact miss is answered from
+   the *nearest measured shape*: the smallest Euclidean distance between
+   ``(ln M, ln N, ln K)`` vectors (sizes below 1 count as 1), equal distances going to the smaller
+   ``(M, N, K)``. With nothing measured at all, the answer is the first candidate in
+   :data:`DEFAULT_ORDER`, then by name (and it says it is an unmeasured default).
+5. The fastest median wins, but every candidate within measured noise of the fastest ties with it:
+   its median is at most ``max((IQR + fastest's IQR) / 2, TIE_FLOOR * fastest median)`` above
+   the fastest's (the bands median ± IQR/2 overlap; run-to-run drift is about 1% even when
+   the IQRs are tighter). Among tied backends the first in :data:`DEFAULT_ORDER` wins, then
+   the first by name: a stable rule, so re-tuning does not flip between equals, and vendor
+   libraries are preferred when nothing separates them.
+
+``device=None`` means ``"cuda"`` when any selected CUDA backend is available, else ``"cpu"``.
+Answers are kept in memory per process: a repeated call is a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemmzoo.dtypes import DTYPES
+from gemmzoo.errors import BackendUnavailableError, GemmError
+from gemmzoo.grids import GridPoint
+from gemmzoo.registry import get_registry
+from gemmzoo.tuning import state
+from gemmzoo.tuning.db import Record
+from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
+from gemmzoo.tuning.tune import conformance_verdict, measure_record
+
+MISS_BUDGET_S = 0.3
+VERIFY_LIMIT = 2**28
+TIE_FLOOR = 0.01
+DEFAULT_ORDER = ("torch", "cupy", "numpy", "torch-cpu")
+_PREFERENCE = {name: i for i, name in enumerate(DEFAULT_ORDER)}
+_OFF_WORDS = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One candidate's stored timing at the shape that decided."""
+
+    backend: str
+    median_s: float
+    spread_s: float
+
+
+@dataclass(frozen=True)
+class Choice:
+    """An answer and why: ``source`` is ``"database"``, ``"measured now"``, ``"nearest shape"``
+    or ``"default"``; ``basis`` the shape whose measurements decided; ``ranking`` fastest first;
+    ``tied`` the backends within noise of the fastest (the chosen one among them)."""
+
+    backend: Any
+    shape: tuple[int, int, int]
+    dtype: str
+    device: str
+    source: str
+    basis: tuple[int, int, int] | None = None
+    ranking: tuple[Timed, ...] = ()
+    tied: tuple[str, ...] = ()
+    note: str = ""
+    excluded: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def timing(self) -> Timed | None:
+        """The chosen backend's timing, when measured."""
+        return next((t for t in self.ranking if t.backend == self.backend.name), None)
+
+    @property
+    def runner_up(self) -> Timed | None:
+        """The fastest measured backend other than the chosen one."""
+        return next((t for t in self.ranking if t.backend != self.backend.name), None)
+
+    @property
+    def tie(self) -> bool:
+        """Whether another backend is within measured noise of the fastest."""
+        return len(self.tied) > 1
+
+
+_ENV_NAMES = ("GEMMZOO_BACKENDS", "GEMMZOO_CACHE_DIR", "GEMMZOO_TUNE")
+# os.environ.get costs about 0.7 us per missing name (it raises and catches KeyError); the mapping
+# behind os.environ answers the same question in 50 ns. It is private, so fall back when absent.
+_RAW_ENVIRON = getattr(os.environ, "_data", None)
+if os.name == "posix" and isinstance(_RAW_ENVIRON, dict):
+    _RAW_NAMES = tuple(os.fsencode(name) for name in _ENV_NAMES)
+
+    def _environment() -> tuple[Any, ...]:
+        get = _RAW_ENVIRON.get
+        return get(_RAW_NAMES[0]), get(_RAW_NAMES[1]), get(_RAW_NAMES[2])
+else:
+
+    def _environment() -> tuple[Any, ...]:
+        return tuple(os.environ.get(name) for name in _ENV_NAMES)
+
+
+def measuring_enabled(measure: bool | None) -> bool:
+    """``measure`` when given, else false only when ``GEMMZOO_TUNE`` is 0/false/no/off."""
+    if measure is not None:
+        return bool(measure)
+    return os.environ.get("GEMMZOO_TUNE", "").strip().lower() not in _OFF_WORDS
+
+
+def rank(timings: list[Timed]) -> tuple[str, tuple[Timed, ...], tuple[str, ...]]:
+    """The winner under the tie rule, the timings fastest first, and the names tied with the fastest."""
+    ordered = tuple(sorted(timings, key=lambda t: (t.median_s, t.backend)))
+    fastest = ordered[0]
+    tied = tuple(sorted(
+        (t.backend for t in ordered
+         if t.median_s - fastest.median_s
+         <= max((t.spread_s + fastest.spread_s) / 2, TIE_FLOOR * fastest.median_s)),
+        key=preference,
+    ))
+    return tied[0], ordered, tied
+
+
+def preference(name: str) -> tuple[int, str]:
+    """The tie-break and default order: position in :data:`DEFAULT_ORDER`, then the name."""
+    return _PREFERENCE.get(name, len(_PREFERENCE)), name
+
+
+def log_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """Euclidean distance between shapes in log space: ``|ln a - ln b|`` over M, N, K."""
+    return math.sqrt(sum((math.log(max(x, 1)) - math.log(max(y, 1))) ** 2 for x, y in zip(a, b, strict=True)))
+
+
+def _shape(shape: Any) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(x) for x in shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"shape must be (M, N, K), three non-negative integers; got {shape!r}") from None
+    if min(m, n, k) < 0:
+        raise ValueError(f"shape must be (M, N, K), three non-negative integers; got {(m, n, k)}")
+    return m, n, k
+
+
+def default_device(selected: list[Any]) -> str:
+    """``"cuda"`` when any of ``selected`` is an available CUDA backend, else ``"cpu"``."""
+    cuda = any(b.device == "cuda" and state.unavailable_reason(b) is None for b in selected)
+    return "cuda" if cuda else "cpu"
+
+
+def _candidates(dtype: str, device: str | None) -> tuple[list[Any], str, dict[str, str]]:
+    selected = get_registry().select(None)
+    device = device or default_device(selected)
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu', 'cuda' or None; got {device!r}")
+    excluded: dict[str, str] = {}
+    candidates = []
+    for backend in selected:
+        if backend.device != device or dtype not in backend.dtypes:
+            continue
+        reason = state.unavailable_reason(backend)
+        if reason is None:
+            candidates.append(backend)
+        else:
+            excluded[backend.name] = f"unavailable: {reason}"
+    if not candidates:
+        why = "; ".join(f"{name}: {text}" for name, text in excluded.items()) or "none declares it"
+        raise BackendUnavailableError(f"no available backend computes {dtype} on {device} ({why})")
+    return candidates, device, excluded
+
+
+def _latest(records: list[Record], versions: dict[str, str]) -> dict[str, Record]:
+    """The newest row of each candidate whose versions match (records come oldest first)."""
+    latest: dict[str, Record] = {}
+    for record in records:
+        if versions.get(record.backend) == record.versions:
+            latest[record.backend] = record
+    return latest
+
+
+def _timings(latest: dict[str, Record]) -> list[Timed]:
+    return [Timed(r.backend, float(r.median_s), float(r.spread_s or 0.0))
+            for r in latest.values() if r.status == "ok" and r.median_s is not None]
+
+
+def _nearest(store: Any, fingerprint: str, dtype: str, layout: str, versions: dict[str, str],
+             shape: tuple[int, int, int]) -> tuple[tuple[int, int, int], list[Timed]] | None:
+    by_shape: dict[tuple[int, int, int], list[Record]] = {}
+    for record in store.records(fingerprint, dtype, layout):
+        by_shape.setdefault((record.m, record.n, record.k), []).append(record)
+    measured = {s: t for s, rows in by_shape.items() if (t := _timings(_latest(rows, versions)))}
+    if not measured:
+        return None
+    basis = min(measured, key=lambda s: (log_distance(s, shape), s))
+    return basis, measured[basis]
+
+
+def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
+            measure: bool | None = None, layout: str = "NN") -> Choice:
+    """Answer ``best_backend``'s question the slow way, and say why (no in-memory cache)."""
+    m, n, k = shape = _shape(shape)
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    measuring = measuring_enabled(measure)
+    with state.lock:
+        candidates, device, excluded = _candidates(dtype, device)
+        store = state.store()
+        conforming = []
+        for backend in candidates:
+            verdict = conformance_verdict(store, backend, dtype, run=measuring)
+            if verdict is False:
+                excluded[backend.name] = f"failed conformance for {dtype}"
+            else:
+                conforming.append(backend)
+        if not conforming:
+            raise BackendUnavailableError(
+                f"no backend computing {dtype} on {device} passed conformance "
+                f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
+        by_name = {b.name: b for b in conforming}
+        registry = get_registry()
+        versions = {name: library_versions(name, registry) for name in by_name}
+        fingerprint = device_fingerprint(device)
+        latest = _latest(store.records(fingerprint, dtype, layout, shape), versions)
+        source = "database"
+        missing = [b for b in conforming if b.name not in latest]
+        if measuring and missing:
+            point = GridPoint(m, n, k, dtype, layout)
+            budget = MISS_BUDGET_S / len(missing)
+            fresh = [measure_record(b, point, budget, verify=m * n * k <= VERIFY_LIMIT) for b in missing]
+            store.add(fresh)
+            latest.update((r.backend, r) for r in fresh)
+            source = "measured now"
+        for record in latest.values():
+            if record.status != "ok":
+                excluded[record.backend] = f"{record.status} at this shape: {record.detail}"
+        timings = _timings(latest)
+        basis: tuple[int, int, int] | None = shape
+        note = ""
+        if not timings and measuring:
+            raise GemmError(f"no backend gave a correct result for {shape} {dtype} on {device}: "
+                            + "; ".join(f"{name}: {why}" for name, why in excluded.items()))
+        if not timings:
+            found = _nearest(store, fingerprint, dtype, layout, versions, shape)
+            if found is not None:
+                basis, timings = found
+                source = "nearest shape"
+                note = f"nothing measured at {m}x{n}x{k}; nearest measured shape {'x'.join(map(str, basis))}"
+        if not timings:
+            pick = min(conforming, key=lambda b: preference(b.name))
+            note = "nothing measured on this device; unmeasured default (conformance not checked)"
+            return Choice(pick, shape, dtype, device, "default", None, (), (pick.name,), note, excluded)
+        winner, ranking, tied = rank(timings)
+        return Choice(by_name[winner], shape, dtype, device, source, basis, ranking, tied, note, excluded)
+
+
+def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, *,
+                 measure: bool | None = None) -> Any:
+    """The fastest available backend that passed conformance for ``dtype``, for ``shape = (M, N, K)``.
+
+    ``device=None`` picks ``"cuda"`` when a CUDA backend is available, else ``"cpu"``. On an exact
+    miss the candidates are measured now (about 0.3 s of timing, plus making the inputs, any JIT
+    compilation, and the first time on a device the conformance suite of each candidate) unless
+    ``measure=False`` or ``GEMMZOO_TUNE=0``; then the nearest measured shape answers. See
+    :mod:`gemmzoo.tuning.select` for the whole rule. Repeated calls are answered from memory.
+    """
+    key = (shape, dtype, device, measure, *_environment())
+    try:
+        return state.answers[key].backend
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable shape such as a list
+        return best_backend(tuple(shape), dtype, device, measure=measure)
+    choice = explain(shape, dtype, device, measure=measure)
+    state.answers[key] = choice
+    return choice.backend

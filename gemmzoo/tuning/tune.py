@@ -1,0 +1,107 @@
+"""Measuring backends and storing the results: what ``gemmzoo tune`` and a ``best_backend`` miss do.
+
+A backend is measured for a dtype only after it *passed conformance* for that dtype: the whole
+conformance suite (:func:`gemmzoo.conformance.check_backend` limited to that dtype, tens of
+milliseconds per backend and dtype on a CPU) has run on this device with these library versions
+and every check passed. The verdict is stored in the database, so it runs once per device,
+versions, backend and dtype, not once per process. On top of that each measurement checks its own
+result against the conformance bound (``verify``); a result outside it is stored as ``"wrong"``
+and never chosen.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from gemmzoo.grids import GridPoint
+from gemmzoo.registry import get_registry
+from gemmzoo.tuning import state
+from gemmzoo.tuning.db import ConformanceRecord, Record, TuningStore
+from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
+
+
+def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bool = True) -> bool | None:
+    """Whether ``backend`` passed conformance for ``dtype`` here; runs the suite when no verdict is
+    stored and ``run`` is true, else answers ``None`` for "unknown"."""
+    device = device_fingerprint(backend.device)
+    versions = library_versions(backend.name, get_registry())
+    key = (device, versions, backend.name, dtype)
+    if key in state.verdicts:
+        return state.verdicts[key]
+    stored = store.conformance(device, versions, backend.name, dtype)
+    if stored is None:
+        if not run:
+            return None
+        from gemmzoo.conformance import check_backend
+
+        report = check_backend(backend, [dtype])
+        failures = report.failures
+        detail = report.unavailable or "; ".join(f"{f.check}: {f.detail}" for f in failures[:3])
+        stored = ConformanceRecord(device, versions, backend.name, dtype, report.passed,
+                                   len(report.results), len(failures), detail, time.time())
+        store.add_conformance(stored)
+    state.verdicts[key] = stored.passed
+    return stored.passed
+
+
+def measure_record(backend: Any, point: GridPoint, budget_s: float, verify: bool) -> Record:
+    """Measure ``backend`` on ``point`` and describe the outcome as a :class:`Record`."""
+    from gemmzoo.measure import WrongResultError, measure
+
+    status, detail = "ok", ""
+    median = spread = ratio = None
+    samples = None
+    try:
+        result = measure(backend, point, budget_s=budget_s, verify=verify)
+    except WrongResultError as error:
+        status, detail = "wrong", str(error)
+    except Exception as error:  # a backend that breaks on one shape must not stop the others
+        status, detail = "failed", f"{type(error).__name__}: {error}"
+    else:
+        median, spread, samples = result.timing.median_s, result.timing.spread_s, result.timing.samples
+        ratio = result.error_ratio if verify else None
+    return Record(
+        device=device_fingerprint(backend.device),
+        versions=library_versions(backend.name, get_registry()),
+        backend=backend.name, m=point.m, n=point.n, k=point.k, dtype=point.dtype, layout=point.layout,
+        status=status, median_s=median, spread_s=spread, error_ratio=ratio, samples=samples,
+        detail=detail, created=time.time(),
+    )
+
+
+def tune(
+    points: Iterable[GridPoint],
+    backends: Sequence[str] | None = None,
+    *,
+    budget_s: float = 0.2,
+    verify: bool = True,
+    on_step: Callable[[str, Any, GridPoint, Record | None], None] | None = None,
+) -> list[Record]:
+    """Measure every available, conforming backend (``backends`` or ``GEMMZOO_BACKENDS``, else
+    all) that computes each point's dtype, storing each measurement as soon as it is made.
+
+    ``on_step(kind, backend, point, record)`` is called with kind ``"measured"`` (and the record)
+    or ``"skipped"`` (unavailable, or failed conformance; record None) for each backend and point.
+    """
+    store = state.store()
+    chosen = get_registry().select(backends)
+    made: list[Record] = []
+    with state.lock:
+        for point in points:
+            for backend in chosen:
+                if point.dtype not in backend.dtypes:
+                    continue
+                usable = state.unavailable_reason(backend) is None
+                if not usable or not conformance_verdict(store, backend, point.dtype):
+                    if on_step is not None:
+                        on_step("skipped", backend, point, None)
+                    continue
+                record = measure_record(backend, point, budget_s, verify)
+                store.add([record])
+                made.append(record)
+                if on_step is not None:
+                    on_step("measured", backend, point, record)
+        state.forget_answers()
+    return made

@@ -1,0 +1,241 @@
+"""best_backend: answers from the database, measuring on a miss, nearest shapes, ties, and the
+in-memory cache; with backends of known speed so the expected answer is certain."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from tuning_fakes import DelayedBackend, MissingBackend, WrongBackend, registry_with
+
+import gemmzoo
+from gemmzoo import registry as registry_module
+from gemmzoo.errors import BackendUnavailableError
+from gemmzoo.grids import GridPoint
+from gemmzoo.tuning import Record, explain, log_distance, state, tune
+from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
+from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR
+
+FAST, SLOW = "fast-fake", "slow-fake"
+
+
+@pytest.fixture(autouse=True)
+def fresh(tmp_path, monkeypatch):
+    """An empty cache directory, a registry with a fast, a slow, a wrong and a missing backend."""
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
+    monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
+    backends = [DelayedBackend(FAST), DelayedBackend(SLOW, 0.003), WrongBackend(), MissingBackend()]
+    monkeypatch.setattr(registry_module, "_registry", registry_with(*backends))
+    state.reset()
+    yield
+    state.reset()
+
+
+def row(backend: str, shape, median: float, spread: float = 0.0, *, device: str | None = None,
+        versions: str | None = None, status: str = "ok", dtype: str = "float32") -> Record:
+    """A stored measurement with chosen numbers, valid here unless device/versions say otherwise."""
+    m, n, k = shape
+    return Record(device or device_fingerprint("cpu"),
+                  versions or library_versions(backend, registry_module.get_registry()),
+                  backend, m, n, k, dtype, "NN", status, median, spread, 0.5, 10, "", time.time())
+
+
+def forbid_measuring(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("measured, but the answer should have come from stored data")
+
+    monkeypatch.setattr("gemmzoo.tuning.select.measure_record", refuse)
+    monkeypatch.setattr("gemmzoo.measure.measure", refuse)
+
+
+def test_tune_then_answer_from_the_database(monkeypatch):
+    point = GridPoint(48, 40, 32)
+    records = tune([point], budget_s=0.02)
+    assert {r.backend for r in records} == {FAST, SLOW}  # wrong-fake fails conformance, missing skipped
+    assert all(r.status == "ok" and 0 <= r.error_ratio <= 1 for r in records)
+    times = {r.backend: r.median_s for r in records}
+    assert times[SLOW] > times[FAST] + 0.002
+    assert state.store().count() == 2
+    state.reset()  # as a new process would: nothing in memory, everything from the file
+    forbid_measuring(monkeypatch)
+    choice = explain((48, 40, 32))
+    assert choice.backend.name == FAST and choice.source == "database" and not choice.tie
+    assert choice.runner_up.backend == SLOW
+    assert "failed conformance" in choice.excluded["wrong-fake"]
+    assert gemmzoo.best_backend((48, 40, 32)).name == FAST
+
+
+def test_a_miss_is_measured_quickly_and_stored():
+    start = time.perf_counter()
+    choice = explain((33, 17, 65))
+    elapsed = time.perf_counter() - start
+    assert choice.backend.name == FAST and choice.source == "measured now"
+    assert elapsed < 3.0  # conformance of three fakes plus a 0.3 s timing budget
+    stored = state.store().records(device_fingerprint("cpu"), "float32", "NN", (33, 17, 65))
+    assert sorted(r.backend for r in stored) == [FAST, SLOW]
+    state.reset()
+    assert explain((33, 17, 65)).source == "database"
+
+
+def test_wrong_backend_never_chosen_even_when_fastest():
+    choice = explain((8, 8, 8))
+    assert choice.backend.name != "wrong-fake"
+    versions = library_versions("wrong-fake", registry_module.get_registry())
+    verdict = state.store().conformance(device_fingerprint("cpu"), versions, "wrong-fake", "float32")
+    assert verdict is not None and not verdict.passed and verdict.failures > 0
+
+
+def test_repeat_calls_come_from_memory(monkeypatch):
+    first = gemmzoo.best_backend((20, 30, 40))
+    forbid_measuring(monkeypatch)
+
+    def no_database(*args, **kwargs):
+        raise AssertionError("the database was used for a cached answer")
+
+    monkeypatch.setattr(state, "store", no_database)
+    for method in ("records", "conformance", "add", "add_conformance"):
+        monkeypatch.setattr(f"gemmzoo.tuning.db.TuningStore.{method}", no_database)
+    calls = 20_000
+    start = time.perf_counter()
+    for _ in range(calls):
+        assert gemmzoo.best_backend((20, 30, 40)) is first
+    per_call = (time.perf_counter() - start) / calls
+    assert per_call < 20e-6, f"{per_call * 1e6:.2f} us per cached call"
+
+
+def test_a_changed_environment_is_a_new_question(monkeypatch):
+    assert gemmzoo.best_backend((20, 30, 40)).name == FAST
+    monkeypatch.setenv("GEMMZOO_BACKENDS", SLOW)
+    assert gemmzoo.best_backend((20, 30, 40)).name == SLOW
+
+
+def test_nearest_measured_shape_answers_when_measuring_is_off(monkeypatch):
+    small, large = (16, 16, 16), (1024, 1024, 1024)
+    state.store().add([row(FAST, small, 1e-5), row(SLOW, small, 2e-5),
+                       row(FAST, large, 9e-3), row(SLOW, large, 3e-3)])
+    forbid_measuring(monkeypatch)
+    near_small = explain((20, 12, 24), measure=False)
+    assert (near_small.backend.name, near_small.source, near_small.basis) == (FAST, "nearest shape", small)
+    near_large = explain((700, 2000, 900), measure=False)
+    assert (near_large.backend.name, near_large.basis) == (SLOW, large)
+    # (128, 128, 128) is 3·ln 8 from one and 3·ln 8 from the other in log space: the smaller wins
+    assert log_distance((128,) * 3, small) == pytest.approx(log_distance((128,) * 3, large))
+    assert explain((128, 128, 128), measure=False).basis == small
+    monkeypatch.setenv("GEMMZOO_TUNE", "0")  # the environment switch does the same
+    assert gemmzoo.best_backend((700, 2000, 900)).name == SLOW
+
+
+def test_nothing_measured_and_measuring_off_gives_the_default(monkeypatch):
+    forbid_measuring(monkeypatch)
+    choice = explain((64, 64, 64), measure=False)
+    assert choice.source == "default" and "default" in choice.note
+    names = sorted([FAST, SLOW, "wrong-fake"])  # none is in DEFAULT_ORDER: by name
+    assert not set(names) & set(DEFAULT_ORDER)
+    assert choice.backend.name == names[0]
+
+
+@pytest.mark.parametrize(
+    ("fast_median", "slow_median", "spreads", "expected", "tie"),
+    [
+        (1.000e-3, 1.004e-3, (1e-6, 1e-6), FAST, True),   # within the 1% floor: tie, name order
+        (1.004e-3, 1.000e-3, (1e-6, 1e-6), FAST, True),   # slower by 0.4%, still the tie winner
+        (1.060e-3, 1.000e-3, (1e-6, 1e-6), SLOW, False),  # 6% apart, tight spreads: no tie
+        (1.060e-3, 1.000e-3, (1.3e-4, 1e-6), FAST, True),  # 6% apart, bands of ±6.5% overlap: tie
+        (1.060e-3, 1.000e-3, (1.1e-4, 1e-6), SLOW, False),  # bands of ±5.5% do not reach: no tie
+    ],
+)
+def test_ties_within_noise_go_to_the_first_name(monkeypatch, fast_median, slow_median, spreads, expected,
+                                                tie):
+    shape = (256, 256, 256)
+    state.store().add([row(FAST, shape, fast_median, spreads[0]), row(SLOW, shape, slow_median, spreads[1])])
+    forbid_measuring(monkeypatch)
+    monkeypatch.setenv("GEMMZOO_BACKENDS", f"{SLOW},{FAST}")  # the wrong one would be measured
+    choice = explain(shape)
+    assert choice.backend.name == expected and choice.tie is tie and choice.source == "database"
+    assert choice.ranking[0].median_s == min(fast_median, slow_median)
+    assert TIE_FLOOR == 0.01
+
+
+def test_latest_row_wins_for_a_backend(monkeypatch):
+    shape = (64, 32, 16)
+    store = state.store()
+    store.add([row(FAST, shape, 5e-3), row(SLOW, shape, 2e-3)])
+    store.add([row(FAST, shape, 1e-3)])  # re-tuned later: now faster
+    forbid_measuring(monkeypatch)
+    monkeypatch.setenv("GEMMZOO_BACKENDS", f"{FAST},{SLOW}")
+    assert explain(shape).backend.name == FAST
+
+
+def test_other_devices_and_stale_versions_are_ignored(monkeypatch):
+    shape = (96, 96, 96)
+    other_device = canonical({"kind": "cuda", "name": "Imaginary GPU", "capability": "9.0", "sms": 1,
+                              "driver": "1.0"})
+    stale = canonical({"gemmzoo": "0.0.1", "numpy": "1.0"})
+    other_cpu = canonical({"kind": "cpu", "model": "Other CPU", "cores": 999, "machine": "x"})
+    store = state.store()
+    store.add([row(SLOW, shape, 1e-9, device=other_cpu), row(SLOW, shape, 1e-9, versions=stale),
+               row(FAST, shape, 1.0, device=other_device), row(FAST, shape, 1.0, versions=stale)])
+    monkeypatch.setenv("GEMMZOO_BACKENDS", f"{FAST},{SLOW}")
+    with monkeypatch.context() as patched:
+        forbid_measuring(patched)
+        assert explain(shape, measure=False).source == "default"  # none of those rows counts
+    choice = explain(shape)
+    assert choice.source == "measured now" and choice.backend.name == FAST
+    assert choice.timing.median_s < 0.003 and choice.runner_up.median_s > 0.003
+
+
+def test_gemmzoo_backends_restricts_the_candidates(monkeypatch):
+    monkeypatch.setenv("GEMMZOO_BACKENDS", SLOW)
+    choice = explain((10, 10, 10))
+    assert choice.backend.name == SLOW and [t.backend for t in choice.ranking] == [SLOW]
+
+
+def test_no_candidate_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("GEMMZOO_BACKENDS", "missing-fake")
+    with pytest.raises(BackendUnavailableError, match="missing-fake: unavailable: not installed here"):
+        gemmzoo.best_backend((4, 4, 4))
+    with pytest.raises(BackendUnavailableError, match="bfloat16 on cpu"):
+        gemmzoo.best_backend((4, 4, 4), "bfloat16")
+    with pytest.raises(ValueError, match="shape must be"):
+        gemmzoo.best_backend((4, 4))
+    with pytest.raises(ValueError, match="unknown dtype"):
+        gemmzoo.best_backend((4, 4, 4), "int8")
+
+
+def test_device_none_means_cpu_without_a_cuda_backend():
+    assert explain((4, 4, 4)).device == "cpu"
+    with pytest.raises(BackendUnavailableError, match="on cuda"):
+        gemmzoo.best_backend((4, 4, 4), device="cuda")
+
+
+def test_the_api_names_load_lazily(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys, gemmzoo\n"
+        "before = [m for m in ('torch', 'cupy', 'triton', 'sqlite3') if m in sys.modules]\n"
+        "functions = [gemmzoo.best_backend.__name__, gemmzoo.matmul.__name__]\n"
+        "after = [m for m in ('torch', 'cupy', 'triton') if m in sys.modules]\n"
+        "print(json.dumps([functions, before + after]))\n"
+    )
+    env = {**__import__("os").environ, "GEMMZOO_CACHE_DIR": str(tmp_path / "untouched")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    functions, heavy = json.loads(result.stdout)
+    assert functions == ["best_backend", "matmul"] and heavy == []
+    assert not (tmp_path / "untouched").exists()  # no database opened, not even the directory made
+
+
+def test_ties_prefer_the_default_order_before_names(monkeypatch):
+    # fakes named like bundled backends: "torch" comes before "numpy" in DEFAULT_ORDER, not by name
+    monkeypatch.setattr(registry_module, "_registry", registry_with(DelayedBackend("numpy"),
+                                                                      DelayedBackend("torch")))
+    state.reset()
+    shape = (128, 128, 128)
+    state.store().add([row("numpy", shape, 1.000e-3, 1e-6), row("torch", shape, 1.005e-3, 1e-6)])
+    forbid_measuring(monkeypatch)
+    choice = explain(shape, measure=False)
+    assert choice.backend.name == "torch" and choice.tied == ("torch", "numpy")
+    assert DEFAULT_ORDER.index("torch") < DEFAULT_ORDER.index("numpy")

@@ -1,0 +1,168 @@
+"""gemmzoo.matmul with NumPy and torch CPU inputs: the caller's type, dtype and device come back,
+every element within the conformance bound of a float64 reference, operands shared not copied."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gemmzoo
+from gemmzoo.conformance.bounds import error_bound
+from gemmzoo.errors import GemmInputError
+from gemmzoo.tuning import state
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
+    state.reset()
+    yield
+    state.reset()
+
+
+def operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((m, k)), rng.standard_normal((k, n))
+
+
+def assert_close(c_host: np.ndarray, a: np.ndarray, b: np.ndarray, dtype: str) -> None:
+    """Every element of C within the conformance bound of the float64 product of the operands C saw."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64
+    bound = error_bound(dtype, a.shape[1], ref, np.abs(a64) @ np.abs(b64))
+    error = np.abs(c_host.astype(np.float64) - ref)
+    assert c_host.shape == ref.shape
+    assert np.all(np.isfinite(c_host)) and np.all(error <= bound), float(np.max(error / bound))
+
+
+BACKENDS = [None, "numpy", "torch-cpu"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_numpy_in_numpy_out(backend, dtype):
+    a, b = (x.astype(dtype) for x in operands(37, 29, 45, 1))
+    c = gemmzoo.matmul(a, b, backend)
+    assert type(c) is np.ndarray and c.dtype == np.dtype(dtype)
+    assert_close(c, a, b, dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_torch_in_torch_out(backend, dtype):
+    if dtype == "bfloat16" and backend == "numpy":
+        pytest.skip("numpy does not compute bfloat16")
+    a64, b64 = operands(23, 41, 31, 2)
+    torch_dtype = getattr(torch, dtype)
+    a, b = torch.from_numpy(a64).to(torch_dtype), torch.from_numpy(b64).to(torch_dtype)
+    a_before, b_before = a.clone(), b.clone()
+    c = gemmzoo.matmul(a, b, backend)
+    assert isinstance(c, torch.Tensor) and c.dtype == torch_dtype and c.device.type == "cpu"
+    assert torch.equal(a, a_before) and torch.equal(b, b_before)
+    wide = torch.float64
+    assert_close(c.to(wide).numpy(), a.to(wide).numpy(), b.to(wide).numpy(), dtype)
+
+
+def test_views_and_autograd_tensors():
+    a64, b64 = operands(19, 17, 13, 3)
+    at = torch.from_numpy(np.ascontiguousarray(a64.T)).float().requires_grad_()
+    c = gemmzoo.matmul(at.T, torch.from_numpy(b64).float(), "numpy")  # transposed view, needs grad
+    assert isinstance(c, torch.Tensor) and not c.requires_grad
+    assert_close(c.numpy(), a64.astype(np.float32), b64.astype(np.float32), "float32")
+    reversed_rows = a64.astype(np.float32)[::-1]  # negative strides: no zero-copy path, still right
+    c = gemmzoo.matmul(reversed_rows, b64.astype(np.float32), "torch-cpu")
+    assert type(c) is np.ndarray
+    assert_close(c, reversed_rows, b64.astype(np.float32), "float32")
+
+
+def _spy_on(monkeypatch, backend) -> dict:
+    seen: dict = {}
+    original = type(backend).matmul
+
+    def spy(self, a, b):
+        seen["a"], seen["b"] = a, b
+        seen["c"] = original(self, a, b)
+        return seen["c"]
+
+    monkeypatch.setattr(type(backend), "matmul", spy)
+    return seen
+
+
+def test_same_device_operands_are_shared_not_copied(monkeypatch):
+    a, b = (x.astype(np.float32) for x in operands(8, 6, 4, 4))
+    seen = _spy_on(monkeypatch, gemmzoo.get_backend("torch-cpu"))
+    c = gemmzoo.matmul(a, b, "torch-cpu")  # NumPy in, torch backend
+    assert seen["a"].data_ptr() == a.ctypes.data and seen["b"].data_ptr() == b.ctypes.data
+    assert type(c) is np.ndarray and c.ctypes.data == seen["c"].data_ptr()
+    assert_close(c, a, b, "float32")
+    seen = _spy_on(monkeypatch, gemmzoo.get_backend("numpy"))
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    c = gemmzoo.matmul(ta, tb, "numpy")  # torch in, NumPy backend
+    assert np.shares_memory(seen["a"], a) and np.shares_memory(seen["b"], b)
+    assert isinstance(c, torch.Tensor) and c.data_ptr() == seen["c"].ctypes.data
+    assert_close(c.numpy(), a, b, "float32")
+
+
+def test_best_backend_is_used_and_remembered():
+    a, b = (x.astype(np.float32) for x in operands(16, 16, 16, 5))
+    gemmzoo.matmul(a, b)
+    stored = state.store().count()
+    assert stored >= 2  # numpy and torch-cpu were measured for this shape
+    for _ in range(3):
+        assert_close(gemmzoo.matmul(a, b), a, b, "float32")
+    assert state.store().count() == stored
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "message"),
+    [
+        (np.ones((3, 4), np.float32), np.ones((5, 6), np.float32), r"A \(3, 4\), B \(5, 6\).*inner"),
+        (np.ones((2, 3, 4), np.float32), np.ones((4, 5), np.float32), r"A \(2, 3, 4\), B \(4, 5\).*2-D"),
+        (np.ones((3, 4), np.int32), np.ones((4, 5), np.int32), r"A \(3, 4\), B \(4, 5\).*int32"),
+        (np.ones((3, 4), np.float32), np.ones((4, 5), np.float64), r"float32 and B is float64"),
+        (np.ones((3, 4), np.float32), [[1.0]], r"A is ndarray and B is list"),
+    ],
+)
+def test_bad_input_is_a_clear_error(a, b, message):
+    with pytest.raises(GemmInputError, match=message):
+        gemmzoo.matmul(a, b)
+
+
+def test_mixed_libraries_are_refused():
+    a = np.ones((3, 4), np.float32)
+    with pytest.raises(GemmInputError, match="A is ndarray and B is Tensor"):
+        gemmzoo.matmul(a, torch.ones(4, 5))
+    a16, b16 = torch.ones(3, 4, dtype=torch.bfloat16), torch.ones(4, 5, dtype=torch.bfloat16)
+    with pytest.raises(GemmInputError, match=r"numpy: .*bfloat16 is not supported"):
+        gemmzoo.matmul(a16, b16, "numpy")
+
+
+def test_a_backend_on_another_device_gets_host_copies():
+    from gemmzoo_numpy import NumpyBackend
+
+    class Elsewhere(NumpyBackend):
+        """Stands in for a GPU backend: arrays must travel through from_numpy/to_numpy."""
+
+        name = "elsewhere-fake"
+        device = "cuda"
+
+    elsewhere = Elsewhere()
+    a, b = (x.astype(np.float16) for x in operands(21, 11, 17, 6))
+    c = gemmzoo.matmul(a, b, elsewhere)
+    assert type(c) is np.ndarray and c.dtype == np.float16
+    assert_close(c, a, b, "float16")
+    ta, tb = torch.from_numpy(a.astype(np.float32)), torch.from_numpy(b.astype(np.float32))
+    c = gemmzoo.matmul(ta, tb, elsewhere)
+    assert isinstance(c, torch.Tensor) and c.dtype == torch.float32 and c.device.type == "cpu"
+    assert_close(c.numpy(), ta.numpy(), tb.numpy(), "float32")
+
+
+def test_tf32_arrays_need_a_tf32_backend():
+    a, b = (x.astype(np.float32) for x in operands(4, 4, 4, 7))
+    with pytest.raises(gemmzoo.BackendUnavailableError, match="tf32 on cpu"):
+        gemmzoo.matmul(gemmzoo.TF32Array(a), gemmzoo.TF32Array(b))
+    with pytest.raises(GemmInputError, match="both operands in TF32Array"):
+        gemmzoo.matmul(gemmzoo.TF32Array(a), b)
