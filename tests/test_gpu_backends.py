@@ -10,6 +10,14 @@ import gemmzoo
 pytestmark = pytest.mark.gpu
 
 
+def _available(name: str):
+    backend = gemmzoo.get_backend(name)
+    reason = backend.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    return backend
+
+
 def test_torch_float32_is_ieee_even_when_the_caller_enabled_tf32():
     import torch
 
@@ -53,10 +61,7 @@ def test_tf32_mode_leaves_the_global_switch_off():
 
 
 def test_cupy_fp16_accumulates_in_fp32():
-    backend = gemmzoo.get_backend("cupy")
-    reason = backend.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
+    backend = _available("cupy")
     rng = np.random.default_rng(5)
     a_host, b_host = rng.standard_normal((64, 8192)), rng.standard_normal((8192, 64))
     c = backend.to_numpy(
@@ -70,10 +75,7 @@ def test_cupy_fp16_accumulates_in_fp32():
 
 
 def test_cupy_tf32_mode_uses_tf32_and_float32_stays_ieee():
-    backend = gemmzoo.get_backend("cupy")
-    reason = backend.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
+    backend = _available("cupy")
     rng = np.random.default_rng(4)
     a_host, b_host = rng.standard_normal((256, 4096)), rng.standard_normal((4096, 256))
     results = {}
