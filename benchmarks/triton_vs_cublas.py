@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -37,6 +38,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shapes", nargs="+", default=SHAPES, help="MxNxK")
     parser.add_argument("--backends", nargs="+", default=BACKENDS)
     parser.add_argument("--naive-max-flops", type=float, default=NAIVE_MAX_FLOPS)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="timings per backend, interleaved across backends; the median is reported")
     return parser.parse_args(argv)
 
 
@@ -115,10 +118,12 @@ def measure(args: argparse.Namespace, env: dict[str, Any]) -> list[dict[str, Any
             a = torch.randn(m, k, device="cuda").to(getattr(torch, dtype))
             b = torch.randn(k, n, device="cuda").to(getattr(torch, dtype))
             ref = a.float() @ b.float()
+            measured = []
             for backend in backends:
                 row = {"shape": shape, "m": m, "n": n, "k": k, "dtype": dtype, "backend": backend.name}
+                rows.append(row)
                 if backend.name == "triton-naive" and flops > args.naive_max_flops:
-                    rows.append({**row, "skipped": "too slow (naive kernel above --naive-max-flops)"})
+                    row["skipped"] = "too slow (naive kernel above --naive-max-flops)"
                     continue
                 started = time.perf_counter()
                 c = backend.matmul(a, b)  # compiles, and autotunes triton-grouped
@@ -126,14 +131,20 @@ def measure(args: argparse.Namespace, env: dict[str, Any]) -> list[dict[str, Any
                 row["first_call_s"] = round(time.perf_counter() - started, 2)
                 row["rel_error"] = relative_error(c, ref)
                 row["correct"] = bool(row["rel_error"] <= MAX_REL_ERROR[dtype] and torch.isfinite(c).all())
-                ms = median_ms(lambda backend=backend, a=a, b=b: backend.matmul(a, b))
-                row["ms"] = ms
-                row["tflops"] = flops / (ms * 1e-3) / 1e12
                 if backend.name == "triton-grouped":
                     row["config"] = grouped_config()
-                rows.append(row)
+                row["round_ms"] = []
+                measured.append((backend, row))
+            # Rounds interleave the backends, so that clock or thermal drift hits all alike.
+            for _ in range(args.rounds):
+                for backend, row in measured:
+                    row["round_ms"].append(median_ms(lambda backend=backend, a=a, b=b: backend.matmul(a, b)))
+            for backend, row in measured:
+                row["ms"] = statistics.median(row["round_ms"])
+                row["tflops"] = flops / (row["ms"] * 1e-3) / 1e12
+                spread = (max(row["round_ms"]) - min(row["round_ms"])) / row["ms"]
                 print(f"{shape:>16} {dtype:>9} {backend.name:>15} {row['tflops']:8.1f} TFLOPS "
-                      f"err {row['rel_error']:.1e} {row.get('config', '')}", flush=True)
+                      f"(spread {spread:.0%}) err {row['rel_error']:.1e} {row.get('config', '')}", flush=True)
             del a, b, ref
             save(args, env, rows)
     return rows
@@ -146,7 +157,8 @@ def markdown(rows: list[dict[str, Any]], env: dict[str, Any], names: list[str]) 
         f"torch {env['torch']} (CUDA {env['cuda']}), "
         f"Triton {env['triton']}, Python {env['python']}; {env['date']}.", "",
         f"Command: `{env['command']}`", "",
-        "TFLOPS = 2·M·N·K / median time (`triton.testing.do_bench`, L2 flushed); "
+        "TFLOPS = 2·M·N·K / time; time = median over rounds (interleaved across backends) of the "
+        "median of `triton.testing.do_bench` (L2 flushed); "
         "(x) = ratio to cuBLAS (`torch`) on the same problem.", "",
         "| MxNxK | dtype | " + " | ".join(names) + " | grouped config |",
         "|---|---|" + "---|" * len(names) + "---|",

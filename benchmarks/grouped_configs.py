@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Time every triton-grouped config one by one (no autotuner), beside the autotuner's own pick.
+
+    python benchmarks/grouped_configs.py OUT_DIR [--shapes 4096x4096x4096 ...] [--dtypes float16 ...]
+
+For each problem: every config of the kernel's list plus EXTRA_CONFIGS, launched directly and
+timed with ``triton.testing.do_bench`` (median, L2 flushed), each checked against torch; then the
+backend itself (autotuned) with the autotuner's pick and its timings; then the host time of one
+backend call on a tiny problem. Writes OUT_DIR/grouped_configs.json. Used to choose the configs
+in ``gemmzoo_triton.grouped_kernel``; not a pytest file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SHAPES = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192"]
+
+
+def extra_configs() -> list[Any]:
+    """Hopper candidates not (yet) in the kernel's list: BLOCK_K 64/128, deeper pipelines."""
+    from gemmzoo_triton.grouped_kernel import _config
+
+    return [
+        _config(256, 128, 64, 4, 8), _config(128, 128, 64, 4, 8), _config(128, 128, 64, 5, 4),
+        _config(128, 256, 32, 4, 8), _config(256, 128, 32, 4, 8), _config(128, 128, 128, 3, 8),
+        _config(64, 256, 64, 5, 4), _config(128, 64, 64, 4, 4), _config(64, 128, 64, 4, 4),
+    ]
+
+
+def label(config: Any) -> str:
+    kw = config.kwargs
+    blocks = f"{kw['BLOCK_SIZE_M']}x{kw['BLOCK_SIZE_N']}x{kw['BLOCK_SIZE_K']}"
+    return f"{blocks} s{config.num_stages} w{config.num_warps}"
+
+
+def median_ms(fn: Any) -> float:
+    import triton.testing
+
+    median = triton.testing.do_bench(fn, warmup=25, rep=100, quantiles=[0.5])
+    return float(median[0] if isinstance(median, (list, tuple)) else median)
+
+
+def sweep(shape: str, dtype: str) -> dict[str, Any]:
+    import torch
+    import triton
+    from gemmzoo_triton import grouped_kernel
+
+    import gemmzoo
+
+    m, n, k = (int(v) for v in shape.split("x"))
+    a = torch.randn(m, k, device="cuda").to(getattr(torch, dtype))
+    b = torch.randn(k, n, device="cuda").to(getattr(torch, dtype))
+    ref = a.float() @ b.float()
+    c = torch.empty(m, n, device="cuda", dtype=a.dtype)
+    jit = grouped_kernel.grouped_matmul_kernel.fn
+    flops = 2.0 * m * n * k
+    rows = []
+    configs = grouped_kernel.grouped_matmul_kernel.configs + extra_configs()
+    for config in configs:
+        bm, bn = config.kwargs["BLOCK_SIZE_M"], config.kwargs["BLOCK_SIZE_N"]
+        grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+
+        def launch(config: Any = config, grid: tuple[int] = grid) -> None:
+            jit[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                      c.stride(0), c.stride(1), PRECISION="tf32", ACTIVATION="", **config.kwargs,
+                      num_warps=config.num_warps, num_stages=config.num_stages)
+
+        try:
+            c.fill_(float("nan"))
+            launch()
+            torch.cuda.synchronize()
+            error = ((c.float() - ref).norm() / ref.norm()).item()
+            ms = median_ms(launch)
+            rows.append({"config": label(config), "ms": ms, "tflops": flops / ms / 1e9, "rel_error": error,
+                         "extra": config in configs[len(grouped_kernel.grouped_matmul_kernel.configs):]})
+        except Exception as failure:  # out of shared memory and the like
+            rows.append({"config": label(config), "error": f"{type(failure).__name__}: {failure}"[:200]})
+    backend = gemmzoo.get_backend("triton-grouped")
+    backend.matmul(a, b)
+    tuner = grouped_kernel.grouped_matmul_kernel
+    timings = {label(cfg): t for cfg, t in getattr(tuner, "configs_timings", {}).items()}
+    ms = median_ms(lambda: backend.matmul(a, b))
+    cublas = median_ms(lambda: torch.matmul(a, b))
+    result = {"shape": shape, "dtype": dtype, "configs": rows, "autotuned": label(tuner.best_config),
+              "autotuned_tflops": flops / ms / 1e9, "cublas_tflops": flops / cublas / 1e9,
+              "autotuner_timings_ms": timings}
+    best = max((r for r in rows if "tflops" in r), key=lambda r: r["tflops"])
+    print(f"{shape} {dtype}: best {best['config']} {best['tflops']:.0f} | autotuned {result['autotuned']} "
+          f"{result['autotuned_tflops']:.0f} | cuBLAS {result['cublas_tflops']:.0f}", flush=True)
+    for r in sorted((r for r in rows if "tflops" in r), key=lambda r: -r["tflops"])[:6]:
+        print(f"    {r['config']:>20} {r['tflops']:6.0f}{' (extra)' if r['extra'] else ''}")
+    return result
+
+
+def host_overhead() -> dict[str, float]:
+    """Microseconds of host time per call on a 64^3 fp16 problem (no sync between calls)."""
+    import torch
+
+    import gemmzoo
+
+    a = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    out = {}
+    for name in ("triton-grouped", "triton-tiled", "torch"):
+        backend = gemmzoo.get_backend(name)
+        backend.matmul(a, a)
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(2000):
+            backend.matmul(a, a)
+        out[name] = (time.perf_counter() - started) / 2000 * 1e6
+        torch.cuda.synchronize()
+    print("host us per call:", {k: round(v, 1) for k, v in out.items()}, flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--shapes", nargs="+", default=SHAPES)
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    args = parser.parse_args(argv)
+    record: dict[str, Any] = {"host_us": host_overhead(), "problems": []}
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for shape in args.shapes:
+        for dtype in args.dtypes:
+            record["problems"].append(sweep(shape, dtype))
+            (args.out_dir / "grouped_configs.json").write_text(json.dumps(record, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
