@@ -61,7 +61,8 @@ def sweep(shape: str, dtype: str) -> dict[str, Any]:
     jit = grouped_kernel.grouped_matmul_kernel.fn
     flops = 2.0 * m * n * k
     rows = []
-    configs = grouped_kernel.grouped_matmul_kernel.configs + extra_configs()
+    listed = grouped_kernel.grouped_matmul_kernel.configs
+    configs = listed + [c for c in extra_configs() if label(c) not in {label(k) for k in listed}]
     for config in configs:
         bm, bn = config.kwargs["BLOCK_SIZE_M"], config.kwargs["BLOCK_SIZE_N"]
         grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
@@ -78,7 +79,7 @@ def sweep(shape: str, dtype: str) -> dict[str, Any]:
             error = ((c.float() - ref).norm() / ref.norm()).item()
             ms = median_ms(launch)
             rows.append({"config": label(config), "ms": ms, "tflops": flops / ms / 1e9, "rel_error": error,
-                         "extra": config in configs[len(grouped_kernel.grouped_matmul_kernel.configs):]})
+                         "extra": config not in listed})
         except Exception as failure:  # out of shared memory and the like
             rows.append({"config": label(config), "error": f"{type(failure).__name__}: {failure}"[:200]})
     backend = gemmzoo.get_backend("triton-grouped")
@@ -98,24 +99,53 @@ def sweep(shape: str, dtype: str) -> dict[str, Any]:
     return result
 
 
-def host_overhead() -> dict[str, float]:
-    """Microseconds of host time per call on a 64^3 fp16 problem (no sync between calls)."""
+def host_overhead(profile_to: Path | None = None) -> dict[str, float]:
+    """Microseconds of host time per call on a 64^3 fp16 problem (no sync between calls): the
+    backends, and the grouped kernel through the autotuner without gemmzoo's wrapper."""
+    import cProfile
+    import pstats
+
     import torch
+    import triton
+    from gemmzoo_triton import grouped_kernel
 
     import gemmzoo
 
     a = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    c = torch.empty_like(a)
+
+    def via_autotuner() -> None:
+        grouped_kernel.grouped_matmul_kernel[lambda meta: (triton.cdiv(64, meta["BLOCK_SIZE_M"]) ** 2,)](
+            a, a, c, 64, 64, 64, 64, 1, 64, 1, 64, 1, PRECISION="tf32", ACTIVATION="")
+
+    backends = {name: gemmzoo.get_backend(name) for name in ("triton-grouped", "triton-tiled", "torch")}
+    calls = {name: (lambda b=backend: b.matmul(a, a)) for name, backend in backends.items()}
+    calls["grouped kernel via triton.autotune"] = via_autotuner
+    via_autotuner()
+    best = grouped_kernel.grouped_matmul_kernel.best_config.all_kwargs()
+    direct_grid = (triton.cdiv(64, best["BLOCK_SIZE_M"]) * triton.cdiv(64, best["BLOCK_SIZE_N"]),)
+    calls["grouped kernel direct"] = lambda: grouped_kernel.grouped_matmul_kernel.fn[direct_grid](
+        a, a, c, 64, 64, 64, 64, 1, 64, 1, 64, 1, PRECISION="tf32", ACTIVATION="", **best)
+    from gemmzoo_triton import tiled_kernel
+
+    calls["tiled kernel direct"] = lambda: tiled_kernel.tiled_matmul_kernel[(1, 1)](
+        a, a, c, 64, 64, 64, 64, 1, 64, 1, 64, 1, PRECISION="tf32", TILE_M=64, TILE_N=64, TILE_K=32)
     out = {}
-    for name in ("triton-grouped", "triton-tiled", "torch"):
-        backend = gemmzoo.get_backend(name)
-        backend.matmul(a, a)
+    for name, call in calls.items():
+        call()
         torch.cuda.synchronize()
         started = time.perf_counter()
         for _ in range(2000):
-            backend.matmul(a, a)
+            call()
         out[name] = (time.perf_counter() - started) / 2000 * 1e6
         torch.cuda.synchronize()
     print("host us per call:", {k: round(v, 1) for k, v in out.items()}, flush=True)
+    if profile_to is not None:
+        profiler = cProfile.Profile()
+        profiler.runcall(lambda: [via_autotuner() for _ in range(2000)])
+        torch.cuda.synchronize()
+        with profile_to.open("w") as stream:
+            pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(25)
     return out
 
 
@@ -124,9 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--shapes", nargs="+", default=SHAPES)
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    parser.add_argument("--host-only", action="store_true", help="only the host time per call")
     args = parser.parse_args(argv)
-    record: dict[str, Any] = {"host_us": host_overhead(), "problems": []}
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    host_us = host_overhead(args.out_dir / "autotuner_profile.txt")
+    record: dict[str, Any] = {"host_us": host_us, "problems": []}
+    if args.host_only:
+        (args.out_dir / "grouped_configs.json").write_text(json.dumps(record, indent=1))
+        return 0
     for shape in args.shapes:
         for dtype in args.dtypes:
             record["problems"].append(sweep(shape, dtype))

@@ -87,8 +87,8 @@ class TritonGroupedBackend(TritonBackend):
     ``matmul(a, b, activation=None)`` fuses ``"leaky_relu"`` (slope 0.01) or ``"relu"`` into the
     epilogue, applied to the fp32 accumulator before the rounding to C's dtype. Autotuning runs
     once per (M, N, K, dtype, precision) in a process; on Triton >= 3.4 its results are also kept
-    in Triton's cache directory across processes. Under the interpreter there is one config and
-    no tuning.
+    in Triton's cache directory across processes. Later calls launch the picked config directly.
+    Under the interpreter there is one config and no tuning.
     """
 
     name = "triton-grouped"
@@ -117,13 +117,20 @@ class TritonGroupedBackend(TritonBackend):
             def grid(meta: dict[str, Any]) -> tuple[int]:
                 return (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
 
-            kernel.grouped_matmul_kernel[grid](
+            args = (
                 x, y, c,
                 M, N, K,
                 x.stride(0), x.stride(1),
                 y.stride(0), y.stride(1),
                 c.stride(0), c.stride(1),
-                PRECISION=precision,
-                ACTIVATION=activation or "",
             )
+            options = {"PRECISION": precision, "ACTIVATION": activation or ""}
+            key = (M, N, K, precision, str(x.dtype))
+            config = kernel.PICKED.get(key)
+            if config is None:  # a new problem: triton.autotune times the configs and keeps the best
+                kernel.grouped_matmul_kernel[grid](*args, **options)
+                kernel.PICKED[key] = kernel.grouped_matmul_kernel.best_config
+            else:  # a seen problem: its config, launched without the autotuner's per-call cost
+                config_kwargs = config.all_kwargs()
+                kernel.grouped_matmul_kernel.fn[grid(config_kwargs)](*args, **options, **config_kwargs)
         return self.result(c, a)
