@@ -107,8 +107,9 @@ def _autotune_options() -> dict[str, Any]:
 
 
 #: The config the autotuner picked for each problem this process has seen, by the autotuner's
-#: key. Later calls launch it straight through the kernel: the autotuner's own per-call path
-#: cost ~70 us of host time on the H100's host (Triton 3.6), more than a whole 2048^3 product.
+#: key. Later calls launch it straight through the kernel: the autotuner's per-call path adds
+#: ~15 us of host time (43 against 28 us a launch on the H100's host, Triton 3.6), and host time
+#: shows in the timings of products under ~100 us (docs/results/2026-11-21-h100-triton.md).
 PICKED: dict[tuple[Any, ...], triton.Config] = {}
 
 
