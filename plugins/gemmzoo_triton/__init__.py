@@ -1,0 +1,22 @@
+"""gemmzoo's bundled Triton plugin: ``triton-naive``, ``triton-tiled`` and ``triton-grouped``.
+
+They run on CUDA GPUs, or on the CPU under Triton's interpreter (``TRITON_INTERPRET=1``). Importing
+this package and building the backends imports neither triton nor torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gemmzoo import hookimpl
+from gemmzoo_triton.backends import TritonGroupedBackend, TritonNaiveBackend, TritonTiledBackend
+
+__all__ = ["TritonGroupedBackend", "TritonNaiveBackend", "TritonTiledBackend", "gemmzoo_register_backends"]
+
+
+@hookimpl
+def gemmzoo_register_backends(register: Callable[[object], None]) -> None:
+    """Register the three Triton backends, from the plainest kernel to the tuned one."""
+    register(TritonNaiveBackend())
+    register(TritonTiledBackend())
+    register(TritonGroupedBackend())

@@ -1,0 +1,136 @@
+"""The three Triton backends. Each ``matmul`` is a wrapper in the tutorial's shape: (1) check the
+operands, (2) allocate C, (3) launch the kernel. The kernel modules are imported inside
+``matmul``, so neither triton nor torch loads before a backend is used.
+"""
+
+# ruff: noqa: N806 - M, N, K as the tutorial writes them
+
+from __future__ import annotations
+
+from typing import Any
+
+from gemmzoo_triton.common import ACTIVATIONS, TritonBackend
+
+
+class TritonNaiveBackend(TritonBackend):
+    """``triton-naive``: one program per 32x32 block of C, one rank-1 update per k, no ``tl.dot``.
+
+    Readable, not fast: the baseline the tiled kernels are measured against. Its tf32 mode rounds
+    the operands to TF32 in the kernel and multiplies them in fp32, as the tensor cores would.
+    """
+
+    name = "triton-naive"
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        import torch
+        import triton
+
+        from gemmzoo_triton import naive_kernel as kernel
+
+        # (1) check the operands
+        M, N, K = self.check_operands(a, b)
+        x, y, precision = self.operands(a, b)
+        # (2) allocate the output
+        c = torch.empty((M, N), device=x.device, dtype=x.dtype)
+        # (3) launch: a 2-D grid, one program per block of C
+        if not self.empty_result(c, K):
+            grid = (triton.cdiv(M, kernel.BLOCK_M), triton.cdiv(N, kernel.BLOCK_N))
+            kernel.naive_matmul_kernel[grid](
+                x, y, c,
+                M, N, K,
+                x.stride(0), x.stride(1),
+                y.stride(0), y.stride(1),
+                c.stride(0), c.stride(1),
+                TF32=precision == "tf32" and x.dtype == torch.float32,
+                BLOCK_M=kernel.BLOCK_M,
+                BLOCK_N=kernel.BLOCK_N,
+            )
+        return self.result(c, a)
+
+
+class TritonTiledBackend(TritonBackend):
+    """``triton-tiled``: the course notebook's kernel, 64x64 tiles of C, K in steps of 32, ``tl.dot``."""
+
+    name = "triton-tiled"
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        import torch
+        import triton
+
+        from gemmzoo_triton import tiled_kernel as kernel
+
+        # (1) check the operands
+        M, N, K = self.check_operands(a, b)
+        x, y, precision = self.operands(a, b)
+        # (2) allocate the output
+        c = torch.empty((M, N), device=x.device, dtype=x.dtype)
+        # (3) launch: a 2-D grid, one program per output tile
+        if not self.empty_result(c, K):
+            grid = (triton.cdiv(M, kernel.TILE_M), triton.cdiv(N, kernel.TILE_N))
+            kernel.tiled_matmul_kernel[grid](
+                x, y, c,
+                M, N, K,
+                x.stride(0), x.stride(1),
+                y.stride(0), y.stride(1),
+                c.stride(0), c.stride(1),
+                PRECISION=precision,
+                TILE_M=kernel.TILE_M,
+                TILE_N=kernel.TILE_N,
+                TILE_K=kernel.TILE_K,
+            )
+        return self.result(c, a)
+
+
+class TritonGroupedBackend(TritonBackend):
+    """``triton-grouped``: the tutorial's autotuned kernel with grouped program order.
+
+    ``matmul(a, b, activation=None)`` fuses ``"leaky_relu"`` (slope 0.01) or ``"relu"`` into the
+    epilogue, applied to the fp32 accumulator before the rounding to C's dtype. Autotuning runs
+    once per (M, N, K, dtype, precision) in a process; on Triton >= 3.4 its results are also kept
+    in Triton's cache directory across processes. Later calls launch the picked config directly.
+    Under the interpreter there is one config and no tuning.
+    """
+
+    name = "triton-grouped"
+    activations = ACTIVATIONS
+
+    def matmul(self, a: Any, b: Any, activation: str | None = None) -> Any:
+        import torch
+        import triton
+
+        from gemmzoo_triton import grouped_kernel as kernel
+
+        # (1) check the operands and the activation
+        M, N, K = self.check_operands(a, b)
+        if activation is not None and activation not in ACTIVATIONS:
+            raise self.input_error(
+                "matmul",
+                f"unknown activation {activation!r}; known: {', '.join(ACTIVATIONS)} (or None)",
+                A=a.shape, B=b.shape,
+            )
+        x, y, precision = self.operands(a, b)
+        # (2) allocate the output
+        c = torch.empty((M, N), device=x.device, dtype=x.dtype)
+        # (3) launch: a 1-D grid whose size depends on the config the autotuner picks
+        if not self.empty_result(c, K):  # every activation offered maps 0 to 0
+
+            def grid(meta: dict[str, Any]) -> tuple[int]:
+                return (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
+
+            args = (
+                x, y, c,
+                M, N, K,
+                x.stride(0), x.stride(1),
+                y.stride(0), y.stride(1),
+                c.stride(0), c.stride(1),
+            )
+            options = {"PRECISION": precision, "ACTIVATION": activation or ""}
+            key = (M, N, K, precision, str(x.dtype))
+            config = kernel.PICKED.get(key)
+            if config is None:  # a new problem: triton.autotune times the configs and keeps the best
+                kernel.grouped_matmul_kernel[grid](*args, **options)
+                kernel.PICKED[key] = kernel.grouped_matmul_kernel.best_config
+            else:  # a seen problem: its config, launched without the autotuner's per-call cost
+                config_kwargs = config.all_kwargs()
+                kernel.grouped_matmul_kernel.fn[grid(config_kwargs)](*args, **options, **config_kwargs)
+        return self.result(c, a)

@@ -1,0 +1,187 @@
+"""triton-grouped's kernel: Triton's matmul tutorial, with K masked and a fused activation.
+
+A 1-D grid whose program ids are ordered in groups of GROUP_SIZE_M rows of tiles, so that the
+tiles running at once share rows of A and columns of B in L2; ``triton.autotune`` picks the block
+shapes per problem. Imported only when the backend runs: ``triton.jit`` reads TRITON_INTERPRET
+when a kernel is decorated, and the config list depends on it.
+"""
+
+# ruff: noqa: N803 - kernel arguments are named as in the tutorial: M, N, K and upper-case constexprs
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from gemmzoo_triton.common import interpreter_mode
+
+
+def _config(bm: int, bn: int, bk: int, stages: int, warps: int) -> triton.Config:
+    blocks = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8}
+    return triton.Config(blocks, num_stages=stages, num_warps=warps)
+
+
+#: The tutorial's ten configs (BLOCK_SIZE_K 32).
+TUTORIAL_CONFIGS = [
+    _config(128, 256, 32, 3, 8),
+    _config(256, 128, 32, 3, 8),
+    _config(256, 64, 32, 4, 4),
+    _config(64, 256, 32, 4, 4),
+    _config(128, 128, 32, 4, 4),
+    _config(128, 64, 32, 4, 4),
+    _config(64, 128, 32, 4, 4),
+    _config(128, 32, 32, 4, 4),
+    _config(64, 32, 32, 5, 2),
+    _config(32, 64, 32, 5, 2),
+]
+
+#: Configs with BLOCK_SIZE_K 64 for Hopper (measured on the H100: they close most of the gap
+#: the tutorial's configs leave to cuBLAS at 4096^3; see docs/results).
+HOPPER_CONFIGS = [
+    _config(128, 256, 64, 3, 8),
+    _config(256, 128, 64, 3, 8),
+    _config(128, 128, 64, 4, 4),
+    _config(128, 256, 64, 4, 8),
+    _config(64, 256, 64, 4, 4),
+    _config(128, 128, 64, 3, 8),
+]
+
+#: Found by benchmarks/grouped_configs.py on the H100: the best configs at 1024^3 (~195 TFLOPS
+#: against 180 for the best above), and a near-tie for the best at 4096^3 and 8192^3.
+EXTRA_CONFIGS = [
+    _config(64, 128, 64, 4, 4),
+    _config(128, 64, 64, 4, 4),
+    _config(128, 256, 32, 4, 8),
+]
+
+#: Under the interpreter: one config, so nothing is benchmarked (it would take minutes).
+INTERPRETER_CONFIGS = [_config(64, 64, 32, 1, 4)]
+
+#: Problems with M*N*K at most this (256^3) run the smallest config without autotuning: they take
+#: microseconds, and tuning them would compile and time every config for each new shape.
+SMALL_PROBLEM = 2**24
+
+
+#: Shared memory a program may use on Hopper (227 KiB).
+SHARED_MEMORY = 227 * 1024
+
+#: IEEE fp32 runs on the FMA units, where tiles over this many elements of C only spill.
+FMA_TILE = 128 * 64
+
+
+def prune_configs(
+    configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any
+) -> list[triton.Config]:
+    """Drop configs that cannot pay off for this problem before they are compiled and timed.
+
+    Small problems get the smallest config alone. Otherwise dropped: blocks much taller (wider)
+    than M (N), whose extra rows (columns) are masked-off work; pipelines whose stages overflow
+    shared memory for this element size; and, for IEEE fp32, tiles too large for the FMA units.
+    """
+    m, n, k = named_args["M"], named_args["N"], named_args["K"]
+    size = named_args["a_ptr"].element_size()
+    by_area = sorted(configs, key=lambda c: c.kwargs["BLOCK_SIZE_M"] * c.kwargs["BLOCK_SIZE_N"])
+    if m * n * k <= SMALL_PROBLEM:
+        return by_area[:1]
+    m_cap, n_cap = max(64, triton.next_power_of_2(m)), max(64, triton.next_power_of_2(n))
+
+    def fits(config: triton.Config) -> bool:
+        bm, bn, bk = (config.kwargs[f"BLOCK_SIZE_{d}"] for d in "MNK")
+        if bm > m_cap or bn > n_cap:
+            return False
+        if config.num_stages * (bm + bn) * bk * size > SHARED_MEMORY:
+            return False
+        return kwargs.get("PRECISION") != "ieee" or size != 4 or bm * bn <= FMA_TILE
+
+    return [c for c in configs if fits(c)] or by_area[:1]
+
+
+def _autotune_options() -> dict[str, Any]:
+    """``cache_results=True`` where this Triton has it (3.4 and later): tuning results on disk."""
+    if "cache_results" in inspect.signature(triton.autotune).parameters:
+        return {"cache_results": True}
+    return {}
+
+
+#: The config the autotuner picked for each problem this process has seen, by the autotuner's
+#: key. Later calls launch it straight through the kernel: the autotuner's per-call path adds
+#: ~15 us of host time (43 against 28 us a launch on the H100's host, Triton 3.6), and host time
+#: shows in the timings of products under ~100 us (docs/results/2026-11-21-h100-triton.md).
+PICKED: dict[tuple[Any, ...], triton.Config] = {}
+
+
+@triton.jit
+def leaky_relu(x):
+    """max(x, 0.01 x), with NaN kept."""
+    return tl.where(x >= 0, x, 0.01 * x)
+
+
+@triton.jit
+def relu(x):
+    """max(x, 0), with NaN kept."""
+    return tl.where(x < 0, 0.0, x)
+
+
+@triton.autotune(
+    configs=INTERPRETER_CONFIGS if interpreter_mode() else TUTORIAL_CONFIGS + HOPPER_CONFIGS + EXTRA_CONFIGS,
+    key=["M", "N", "K", "PRECISION"],  # Triton adds the operands' dtypes to the key
+    prune_configs_by={"early_config_prune": prune_configs},
+    **_autotune_options(),
+)
+@triton.jit
+def grouped_matmul_kernel(
+    a_ptr, b_ptr, c_ptr,
+    M, N, K,
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
+    PRECISION: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,
+):
+    """C = ACTIVATION(A @ B) for the tile of C that this program's grouped id maps to."""
+    # Map the 1-D program id to a tile of C, GROUP_SIZE_M rows of tiles at a time, column-major
+    # inside a group, so that programs running together reuse the same A rows and B columns.
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    num_pid_in_group = GROUP_SIZE_M * num_pid_n
+    first_pid_m = (pid // num_pid_in_group) * GROUP_SIZE_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
+    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    # Rows and columns past M and N wrap around (modulo) to rows that exist, so their loads need
+    # no mask; the store below drops them. K has no such slack: its tail is masked to zeros.
+    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+
+    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        k_left = K - k * BLOCK_SIZE_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        accumulator = tl.dot(a, b, accumulator, input_precision=PRECISION)
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+
+    # The epilogue runs on the fp32 accumulator, before the one rounding to C's dtype.
+    if ACTIVATION == "leaky_relu":
+        accumulator = leaky_relu(accumulator)
+    elif ACTIVATION == "relu":
+        accumulator = relu(accumulator)
+    c = accumulator.to(c_ptr.dtype.element_ty)
+
+    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
+    tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))

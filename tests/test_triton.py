@@ -1,0 +1,172 @@
+"""The Triton backends beyond the shared suite: the fused epilogue, errors, availability, imports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gemmzoo
+from gemmzoo import GemmInputError
+from gemmzoo.conformance import error_bound
+
+TRITON_BACKENDS = ("triton-naive", "triton-tiled", "triton-grouped")
+
+
+def available(name: str):
+    backend = gemmzoo.get_backend(name)
+    reason = backend.unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"{name} unavailable: {reason}")
+    return backend
+
+
+def reference(a: np.ndarray, b: np.ndarray, k: int, dtype: str):
+    """The float64 product and its per-element error bound."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64
+    return ref, error_bound(dtype, k, ref, np.abs(a64) @ np.abs(b64))
+
+
+ACTIVATIONS = {"leaky_relu": lambda x: np.where(x >= 0, x, 0.01 * x), "relu": lambda x: np.maximum(x, 0.0)}
+
+
+def run_python(code: str, env: dict[str, str]) -> str:
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("activation", ["leaky_relu", "relu"])
+@pytest.mark.parametrize("layout", ["NN", "TN"])
+def test_fused_activation_matches_float64_reference(activation, layout):
+    backend = available("triton-grouped")
+    rng = np.random.default_rng(11)
+    m, n, k = 45, 70, 53
+    for dtype in sorted(backend.dtypes):
+        a_values, b_values = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        a = (backend.from_numpy(np.ascontiguousarray(a_values.T), dtype).T if layout[0] == "T"
+             else backend.from_numpy(a_values, dtype))
+        b = backend.from_numpy(b_values, dtype)
+        a_host, b_host = backend.to_numpy(a), backend.to_numpy(b)
+        c = backend.to_numpy(backend.matmul(a, b, activation=activation))
+        product, bound = reference(a_host, b_host, k, dtype)
+        ref = ACTIVATIONS[activation](product)  # both shrink errors: |f(x) - f(y)| <= |x - y|
+        assert c.shape == (m, n)
+        error = np.abs(c.astype(np.float64) - ref)
+        assert np.all(error <= bound), f"{dtype}: {int((error > bound).sum())} elements outside the bound"
+        negative = product < -bound
+        assert negative.any() and np.all(c[negative] < 0 if activation == "leaky_relu" else c[negative] == 0)
+
+
+def test_no_activation_equals_plain_matmul():
+    backend = available("triton-grouped")
+    rng = np.random.default_rng(5)
+    a = backend.from_numpy(rng.standard_normal((33, 21)), "float32")
+    b = backend.from_numpy(rng.standard_normal((21, 40)), "float32")
+    plain = backend.to_numpy(backend.matmul(a, b))
+    assert np.array_equal(backend.to_numpy(backend.matmul(a, b, activation=None)), plain)
+    fused = backend.to_numpy(backend.matmul(a, b, activation="leaky_relu"))
+    assert np.array_equal(fused, np.where(plain >= 0, plain, fused))  # positives untouched
+    assert np.any(fused != plain)
+
+
+def test_unknown_activation_is_a_clear_error():
+    backend = available("triton-grouped")
+    rng = np.random.default_rng(3)
+    a = backend.from_numpy(rng.standard_normal((4, 6)), "float32")
+    b = backend.from_numpy(rng.standard_normal((6, 5)), "float32")
+    with pytest.raises(GemmInputError) as raised:
+        backend.matmul(a, b, activation="gelu")
+    message = str(raised.value)
+    assert "triton-grouped" in message and "'gelu'" in message and "leaky_relu" in message
+    assert "(4, 6)" in message and "(6, 5)" in message
+
+
+def test_unavailable_without_gpu_or_interpreter_says_why():
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # hides any GPU from torch in the child
+    code = (
+        "import gemmzoo\n"
+        "for name in ('triton-naive', 'triton-tiled', 'triton-grouped'):\n"
+        "    print(gemmzoo.get_backend(name).unavailable_reason())\n"
+    )
+    reasons = run_python(code, env).splitlines()
+    assert len(reasons) == 3
+    for reason in reasons:
+        assert "no CUDA GPU" in reason and "TRITON_INTERPRET=1" in reason, reason
+
+
+def test_import_and_construction_load_neither_torch_nor_triton():
+    code = (
+        "import sys, gemmzoo_triton\n"
+        "from gemmzoo_triton import TritonGroupedBackend, TritonNaiveBackend, TritonTiledBackend\n"
+        "backends = [cls() for cls in (TritonNaiveBackend, TritonTiledBackend, TritonGroupedBackend)]\n"
+        "print([(b.name, b.device, sorted(b.dtypes)) for b in backends])\n"
+        "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n"
+    )
+    lines = run_python(code, dict(os.environ)).splitlines()
+    assert lines[-1] == "[]", lines
+
+
+def test_interpreter_mode_runs_on_the_cpu_with_the_dtypes_it_computes():
+    code = (
+        "import gemmzoo\n"
+        "b = gemmzoo.get_backend('triton-tiled')\n"
+        "print(b.device, ','.join(sorted(b.dtypes)), b.unavailable_reason())\n"
+    )
+    on_interpreter = run_python(code, {**os.environ, "TRITON_INTERPRET": "1"})
+    assert on_interpreter == "cpu float16,float32 None"
+    without = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    assert run_python(code, without).split()[:2] == ["cuda", "bfloat16,float16,float32,tf32"]
+
+
+# On a GPU ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", TRITON_BACKENDS)
+def test_tuned_sizes_on_gpu(name):
+    """A problem large enough that triton-grouped autotunes, with ragged M, N and K and a
+    transposed B: every element against the float64 bound, for every declared dtype."""
+    backend = available(name)
+    rng = np.random.default_rng(17)
+    m, n, k = 300, 520, 777
+    for dtype in sorted(backend.dtypes):
+        a_values, b_values = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        a = backend.from_numpy(a_values, dtype)
+        b = backend.from_numpy(np.ascontiguousarray(b_values.T), dtype).T
+        ref, bound = reference(backend.to_numpy(a), backend.to_numpy(b), k, dtype)
+        c = backend.to_numpy(backend.matmul(a, b))
+        error = np.abs(c.astype(np.float64) - ref)
+        assert np.all(error <= bound), f"{dtype}: {int((error > bound).sum())} elements outside the bound"
+
+
+@pytest.mark.gpu
+def test_autotuning_runs_once_per_key():
+    backend = available("triton-grouped")
+    from gemmzoo_triton import grouped_kernel
+
+    rng = np.random.default_rng(2)
+    a = backend.from_numpy(rng.standard_normal((512, 384)), "float16")
+    b = backend.from_numpy(rng.standard_normal((384, 640)), "float16")
+    first = backend.to_numpy(backend.matmul(a, b))
+    tuned = dict(grouped_kernel.grouped_matmul_kernel.cache)
+    assert tuned, "no autotuning result was kept"
+    assert (512, 640, 384, "tf32", "torch.float16") in grouped_kernel.PICKED
+    second = backend.to_numpy(backend.matmul(a, b))
+    assert grouped_kernel.grouped_matmul_kernel.cache == tuned
+    assert np.array_equal(first, second)
+
+
+@pytest.mark.gpu
+def test_operands_on_the_wrong_device_are_a_clear_error():
+    backend = available("triton-tiled")
+    import torch
+
+    a, b = torch.randn(8, 4), torch.randn(4, 6)
+    with pytest.raises(GemmInputError, match=r"triton-tiled.*A is on cpu"):
+        backend.matmul(a, b)
