@@ -24,27 +24,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-FALLBACK_SHAPES = {
-    "square": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096)],
-    "llm": [(16, 4096, 4096), (16, 14336, 4096), (128, 11008, 4096), (4096, 4096, 128)],
-    "odd": [(1000, 1000, 1000), (4097, 4097, 4097), (3000, 1000, 999), (127, 4099, 511)],
-}
+GRIDS = ("square", "llm", "odd")
 MAX_MNK = 4097**3  # the float64 host check of larger shapes costs more than the whole budget
 
 
 def grid_points(dtype: str, max_mnk: float) -> list[Any]:
-    from gemmzoo import grids
-    from gemmzoo.grids import GridPoint
+    """The square, llm and odd grids' shapes, taken in turn from each, so that a time cap on
+    tuning still leaves a mix of all three."""
+    import itertools
 
-    get_grid = getattr(grids, "get_grid", None)
-    points: list[Any] = []
-    for name, fallback in FALLBACK_SHAPES.items():
-        try:
-            named = get_grid(name) if get_grid else None
-        except Exception:
-            named = None
-        shapes = sorted({(p.m, p.n, p.k) for p in named}) if named else fallback
-        points += [GridPoint(m, n, k, dtype) for m, n, k in shapes if m * n * k <= max_mnk]
+    from gemmzoo.grids import GridPoint, get_grid
+
+    per_grid = [sorted({(p.m, p.n, p.k) for p in get_grid(name)}) for name in GRIDS]
+    mixed = [shape for group in itertools.zip_longest(*per_grid) for shape in group if shape]
+    points = [GridPoint(m, n, k, dtype) for m, n, k in mixed if m * n * k <= max_mnk]
     return list(dict.fromkeys(points))
 
 
