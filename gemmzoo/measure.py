@@ -172,10 +172,12 @@ def _torch_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-#: GPU clock cycles to spin after each flush (about 100 µs on an H100 at 1.98 GHz). The host
+#: GPU clock cycles to spin before each flush (about 100 µs on an H100 at 1.98 GHz). The host
 #: prepares the next launch meanwhile, so a backend whose Python launch path takes longer than the
 #: flush (triton-grouped's took about 70 µs on the H100, the flush about 85) does not leave the GPU
-#: idle between the start event and its kernel, which would count launch time as GEMM time.
+#: idle between the start event and its kernel, which would count launch time as GEMM time. The
+#: spin comes before the flush so that, as in ``triton.testing.do_bench``, the GEMM follows the
+#: flush directly.
 HOST_SLACK_CYCLES = 200_000
 
 
@@ -185,7 +187,7 @@ class CudaEvents:
     Events come from torch when it is installed, else from CuPy; both record on the current
     stream, which is where the bundled backends launch their work. The flush writes a buffer
     larger than the L2 cache, as ``triton.testing.do_bench`` does, so no operand stays cached
-    from the previous call; with torch it is followed by a short spin on the GPU
+    from the previous call; with torch it is preceded by a short spin on the GPU
     (:data:`HOST_SLACK_CYCLES`) that gives the host time to launch the GEMM before the start event
     is reached.
     """
@@ -198,8 +200,8 @@ class CudaEvents:
             self._flush_buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
             def flush() -> None:
-                self._flush_buffer.zero_()
                 torch.cuda._sleep(HOST_SLACK_CYCLES)
+                self._flush_buffer.zero_()
 
             self.flush = flush
             self.synchronize = torch.cuda.synchronize
