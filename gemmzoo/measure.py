@@ -172,13 +172,14 @@ def _torch_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-#: GPU clock cycles to spin before each flush (about 100 µs on an H100 at 1.98 GHz). The host
-#: prepares the next launch meanwhile, so a backend whose Python launch path takes longer than the
-#: flush (triton-grouped's took about 70 µs on the H100, the flush about 85) does not leave the GPU
-#: idle between the start event and its kernel, which would count launch time as GEMM time. The
-#: spin comes before the flush so that, as in ``triton.testing.do_bench``, the GEMM follows the
-#: flush directly.
-HOST_SLACK_CYCLES = 200_000
+#: A launch path (host time of one call) up to this long is covered by the flush itself, which
+#: takes about 85 µs on an H100. A longer one (triton-grouped's took about 70 µs, enough to leave
+#: gaps now and then) gets a spin on the GPU before the next flush, twice its length, so the GPU
+#: is not idle between the start event and the kernel (which would count launch time as GEMM
+#: time). The spin comes before the flush so that, as in ``triton.testing.do_bench``, the GEMM
+#: follows the flush directly, and fast launch paths get none, keeping do_bench's duty cycle.
+LAUNCH_COVERED_S = 30e-6
+GPU_CYCLES_PER_S = 2e9  # a Hopper's boost clock, near enough to size the spin
 
 
 class CudaEvents:
@@ -187,10 +188,11 @@ class CudaEvents:
     Events come from torch when it is installed, else from CuPy; both record on the current
     stream, which is where the bundled backends launch their work. The flush writes a buffer
     larger than the L2 cache, as ``triton.testing.do_bench`` does, so no operand stays cached
-    from the previous call; with torch it is preceded by a short spin on the GPU
-    (:data:`HOST_SLACK_CYCLES`) that gives the host time to launch the GEMM before the start event
-    is reached.
+    from the previous call. With torch, a backend whose launch path is slow gets a short spin on
+    the GPU before each flush (see :data:`LAUNCH_COVERED_S`), sized by :meth:`note_launch`.
     """
+
+    slack_cycles = 0
 
     def __init__(self) -> None:
         if _torch_cuda():
@@ -200,7 +202,8 @@ class CudaEvents:
             self._flush_buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
             def flush() -> None:
-                torch.cuda._sleep(HOST_SLACK_CYCLES)
+                if self.slack_cycles:
+                    torch.cuda._sleep(self.slack_cycles)
                 self._flush_buffer.zero_()
 
             self.flush = flush
@@ -215,6 +218,10 @@ class CudaEvents:
             self.synchronize = cupy.cuda.Device().synchronize
             self._elapsed_ms = lambda start, end: cupy.cuda.get_elapsed_time(start, end)
 
+    def note_launch(self, host_s: float) -> None:
+        """Size the spin before the next flush from the host time the last call took."""
+        self.slack_cycles = int(2 * host_s * GPU_CYCLES_PER_S) if host_s > LAUNCH_COVERED_S else 0
+
     def pair(self) -> tuple[Any, Any]:
         """A fresh (start, end) pair of timing events; each has ``record()``."""
         return self._new_event(), self._new_event()
@@ -222,6 +229,12 @@ class CudaEvents:
     def elapsed_s(self, start: Any, end: Any) -> float:
         """Seconds of device time between two recorded events (both completed)."""
         return self._elapsed_ms(start, end) / 1e3
+
+
+def _note_launch(events: Any, host_s: float) -> None:
+    note = getattr(events, "note_launch", None)  # event sources made for tests may lack it
+    if note is not None:
+        note(host_s)
 
 
 class CudaEventTimer:
@@ -239,7 +252,9 @@ class CudaEventTimer:
                 self.events.flush()
             start, end = self.events.pair()
             start.record()
+            launched = time.perf_counter()
             call()
+            _note_launch(self.events, time.perf_counter() - launched)
             end.record()
             pairs.append((start, end))
         self.events.synchronize()
@@ -293,7 +308,9 @@ class DeviceClock:
                 events.flush()
             start, end = events.pair()
             start.record()
+            launched = time.perf_counter()
             result = call()
+            _note_launch(events, time.perf_counter() - launched)
             end.record()
             self._pending.append((start, end))
             return result

@@ -215,3 +215,28 @@ def test_benchmark_params_carry_group_and_device_clock():
     assert "no such GPU here" in by_id["missing-unavailable"].marks[0].kwargs["reason"]
     assert by_id["4x5x6-float32-NN-fake-cuda"].values == ("fake-cuda", "4x5x6-float32-NN")
     assert point_from_id("4x5x6-float16-TN") == points[1]
+
+
+def test_slow_launch_paths_get_a_gpu_spin_before_the_next_flush():
+    from types import SimpleNamespace
+
+    from gemmzoo.measure import GPU_CYCLES_PER_S, LAUNCH_COVERED_S, CudaEvents, DeviceClock
+
+    events = SimpleNamespace(slack_cycles=0)
+    CudaEvents.note_launch(events, LAUNCH_COVERED_S / 2)  # covered by the flush: no spin
+    assert events.slack_cycles == 0
+    CudaEvents.note_launch(events, 70e-6)
+    assert events.slack_cycles == int(2 * 70e-6 * GPU_CYCLES_PER_S)
+
+    class NotingEvents(FakeEvents):
+        def __init__(self):
+            super().__init__()
+            self.noted = []
+
+        def note_launch(self, host_s):
+            self.noted.append(host_s)
+
+    noting = NotingEvents()
+    clock = DeviceClock(noting)
+    clock.wrap(lambda: noting.run(0.002))()
+    assert len(noting.noted) == 1 and noting.noted[0] >= 0
