@@ -81,16 +81,14 @@ def _native(backend: Any, x: np.ndarray, dtype: str, layout: str, rng: np.random
 
 
 def _prime_allocator(backend: Any, m: int, n: int, dtype: str) -> None:
-    """Compute and free an all-NaN M×N result, so a caching allocator hands back NaN-filled
-    memory for the next C and an element the backend fails to write stays NaN."""
+    """Make and free an all-NaN M×N array of C's dtype on the backend, so that an allocator that
+    reuses memory (torch's and CuPy's caching allocators, malloc) hands it back for the next C
+    and an element the backend fails to write stays NaN. The array comes from ``from_numpy``, not
+    from ``matmul``, so a backend that leaves elements unwritten cannot leave them unpoisoned."""
     if m * n == 0:
         return
-    with np.errstate(invalid="ignore"):
-        poison = backend.matmul(
-            backend.from_numpy(np.full((m, 1), np.nan), dtype),
-            backend.from_numpy(np.ones((1, n)), dtype),
-        )
-        backend.synchronize()
+    poison = backend.from_numpy(np.full((m, n), np.nan), dtype)
+    backend.synchronize()
     del poison
 
 
