@@ -27,6 +27,18 @@ import numpy as np
 from gemmzoo.dtypes import dtype_info
 
 
+def reference(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 product ``A·B`` and the product of absolute values ``|A|·|B|``; non-finite
+    entries count as 0 in the latter, which scales the bound of the finite elements only."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+
+    def finite_abs(x: np.ndarray) -> np.ndarray:
+        return np.abs(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        return a64 @ b64, finite_abs(a64) @ finite_abs(b64)
+
+
 def error_bound(dtype: str, k: int, reference: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     """The per-element bound on ``|C - reference|`` for ``dtype`` and inner dimension ``k``."""
     info = dtype_info(dtype)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from gemmzoo.backend import dtype_name
-from gemmzoo.conformance.bounds import error_bound, must_be_exact
+from gemmzoo.conformance.bounds import error_bound, must_be_exact, reference
 from gemmzoo.conformance.cases import Case, conformance_cases
 from gemmzoo.dtypes import DTYPES, host_dtype
 
@@ -94,15 +94,11 @@ def _prime_allocator(backend: Any, m: int, n: int, dtype: str) -> None:
 
 def _reference(a: np.ndarray, b: np.ndarray, exact_ieee: bool) -> tuple[np.ndarray, np.ndarray]:
     """The float64 product and the product of absolute values."""
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref, magnitude = reference(a, b)
     if exact_ieee:  # elementwise products and a plain sum: IEEE NaN/Inf rules, no BLAS shortcuts
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             ref = (a64[:, :, None] * b64[None, :, :]).sum(axis=1)
-    else:
-        ref = a64 @ b64
-    magnitude = np.abs(np.nan_to_num(a64, nan=0.0, posinf=0.0, neginf=0.0)) @ np.abs(
-        np.nan_to_num(b64, nan=0.0, posinf=0.0, neginf=0.0)
-    )
     return ref, magnitude
 
 

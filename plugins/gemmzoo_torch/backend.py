@@ -7,17 +7,8 @@ import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from gemmzoo import Backend, TF32Array
-
-_TORCH_DTYPE_NAMES = {
-    "float16": "float16",
-    "bfloat16": "bfloat16",
-    "float32": "float32",
-    "tf32": "float32",
-    "float64": "float64",
-}
+from gemmzoo.torch_tensors import TorchTensors
 
 
 def torch_missing_reason() -> str | None:
@@ -55,7 +46,7 @@ def cuda_matmul_precision(tf32: bool) -> Iterator[None]:
         ) = saved
 
 
-class TorchCpuBackend(Backend):
+class TorchCpuBackend(TorchTensors, Backend):
     """``torch.matmul`` on CPU tensors."""
 
     name = "torch-cpu"
@@ -64,26 +55,6 @@ class TorchCpuBackend(Backend):
 
     def unavailable_reason(self) -> str | None:
         return torch_missing_reason()
-
-    def _torch_device(self) -> str:
-        return "cpu"
-
-    def from_numpy(self, x: np.ndarray, dtype: str) -> Any:
-        import torch
-
-        self.check_dtype(dtype, np.shape(x))
-        host = torch.from_numpy(np.array(x, copy=True))
-        tensor = host.to(device=self._torch_device(), dtype=getattr(torch, _TORCH_DTYPE_NAMES[dtype]))
-        return TF32Array(tensor) if dtype == "tf32" else tensor
-
-    def to_numpy(self, y: Any) -> np.ndarray:
-        import torch
-
-        tensor = y.data if isinstance(y, TF32Array) else y
-        tensor = tensor.detach()
-        if tensor.dtype in (torch.float16, torch.bfloat16):
-            tensor = tensor.float()
-        return tensor.cpu().numpy().copy()
 
     def matmul(self, a: Any, b: Any) -> Any:
         import torch
@@ -109,9 +80,6 @@ class TorchBackend(TorchCpuBackend):
             build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
             return f"no CUDA device visible to torch {torch.__version__} ({build})"
         return None
-
-    def _torch_device(self) -> str:
-        return "cuda"
 
     def matmul(self, a: Any, b: Any) -> Any:
         import torch

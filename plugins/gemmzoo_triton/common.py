@@ -9,10 +9,9 @@ import importlib.util
 import os
 from typing import Any
 
-import numpy as np
-
 from gemmzoo import Backend, TF32Array
 from gemmzoo.backend import dtype_name
+from gemmzoo.torch_tensors import TorchTensors
 
 #: The oldest Triton with ``tl.dot(..., input_precision=...)`` (it replaced ``allow_tf32``); the
 #: keyword has the same name and values ("ieee", "tf32") in Triton 3.6 and 3.9.
@@ -23,9 +22,6 @@ ACTIVATIONS = ("leaky_relu", "relu")
 
 #: Offsets into each matrix are 32-bit in the kernels.
 MAX_OFFSET = 2**31 - 1
-
-_TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "tf32": "float32"}
-
 
 def interpreter_mode() -> bool:
     """Whether Triton runs kernels under its CPU interpreter (``TRITON_INTERPRET=1``)."""
@@ -67,7 +63,7 @@ def triton_unavailable_reason() -> str | None:
     return None
 
 
-class TritonBackend(Backend):
+class TritonBackend(TorchTensors, Backend):
     """Base of the Triton backends: torch tensors in, torch tensors out, one kernel per backend.
 
     ``device`` is ``"cuda"``, or ``"cpu"`` under Triton's interpreter (``TRITON_INTERPRET=1``),
@@ -85,22 +81,6 @@ class TritonBackend(Backend):
 
     def unavailable_reason(self) -> str | None:
         return triton_unavailable_reason()
-
-    def from_numpy(self, x: np.ndarray, dtype: str) -> Any:
-        import torch
-
-        self.check_dtype(dtype, np.shape(x))
-        host = torch.from_numpy(np.array(x, copy=True))
-        tensor = host.to(device=self.device, dtype=getattr(torch, _TORCH_DTYPES[dtype]))
-        return TF32Array(tensor) if dtype == "tf32" else tensor
-
-    def to_numpy(self, y: Any) -> np.ndarray:
-        import torch
-
-        tensor = (y.data if isinstance(y, TF32Array) else y).detach()
-        if tensor.dtype in (torch.float16, torch.bfloat16):
-            tensor = tensor.float()
-        return tensor.cpu().numpy().copy()
 
     def synchronize(self) -> None:
         if self.device == "cuda":

@@ -1,0 +1,47 @@
+"""``from_numpy``/``to_numpy`` for backends whose native arrays are torch tensors.
+
+A mixin for :class:`gemmzoo.Backend` subclasses: tensors live on ``self.device`` ("cpu" or
+"cuda"), the ``tf32`` mode wraps float32 tensors in :class:`gemmzoo.TF32Array`, and 16-bit results
+come back to the host as float32. torch is imported inside the methods only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gemmzoo.backend import TF32Array
+
+_TORCH_DTYPES = {
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "float32": "float32",
+    "tf32": "float32",
+    "float64": "float64",
+}
+
+
+class TorchTensors:
+    """Conversions between NumPy arrays and torch tensors on the backend's device."""
+
+    device: str
+    check_dtype: Any  # provided by gemmzoo.Backend
+
+    def from_numpy(self, x: np.ndarray, dtype: str) -> Any:
+        """``x`` as a tensor of ``dtype`` on ``self.device`` (a :class:`TF32Array` for tf32)."""
+        import torch
+
+        self.check_dtype(dtype, np.shape(x))
+        host = torch.from_numpy(np.array(x, copy=True))
+        tensor = host.to(device=self.device, dtype=getattr(torch, _TORCH_DTYPES[dtype]))
+        return TF32Array(tensor) if dtype == "tf32" else tensor
+
+    def to_numpy(self, y: Any) -> np.ndarray:
+        """A host copy of ``y``; float16 and bfloat16 come back as float32."""
+        import torch
+
+        tensor = (y.data if isinstance(y, TF32Array) else y).detach()
+        if tensor.dtype in (torch.float16, torch.bfloat16):
+            tensor = tensor.float()
+        return tensor.cpu().numpy().copy()
