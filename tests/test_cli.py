@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
-from fake_distributions import run_gemmzoo
+from fake_distributions import run_gemmzoo, write_distribution
 
 import gemmzoo
 
@@ -18,13 +20,17 @@ def test_list_shows_cpu_backends_available_and_cuda_torch_with_a_reason(nowhere)
     assert result.returncode == 0, result.stderr
     rows = {line.split("\t")[0]: line.split("\t") for line in result.stdout.splitlines()}
     assert rows["numpy"][1:4] == ["cpu", "float16,float32,float64", "yes"]
-    assert rows["torch-cpu"][3] == "yes"
+    if importlib.util.find_spec("torch") is None:
+        assert rows["torch-cpu"][3].startswith("no: torch is not installed")
+    else:
+        assert rows["torch-cpu"][3] == "yes"
     if rows["torch"][3] != "yes":  # on a GPU machine it is available
-        assert rows["torch"][3].startswith("no: ") and "CUDA" in rows["torch"][3]
+        assert rows["torch"][3] == f"no: {gemmzoo.get_backend('torch').unavailable_reason()}"
     assert rows["numpy"][4] == "numpy (gemmzoo 0.1.0)"
 
 
 def test_check_passes_for_conforming_backends(nowhere):
+    pytest.importorskip("torch")
     result = run_gemmzoo(nowhere, "check", "numpy", "torch-cpu")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("conforms") == 2
@@ -36,10 +42,38 @@ def test_check_of_an_unavailable_backend_fails_with_its_reason(nowhere):
         pytest.skip("torch (cuBLAS) is available here")
     result = run_gemmzoo(nowhere, "check", "numpy", "torch")
     assert result.returncode == 1
-    assert "unavailable" in result.stdout and "CUDA" in result.stdout
+    assert "unavailable" in result.stdout and reason in " ".join(result.stdout.split())
 
 
 def test_check_of_an_unknown_backend_lists_the_known_ones(nowhere):
     result = run_gemmzoo(nowhere, "check", "no-such")
     assert result.returncode == 2
     assert "no-such" in result.stdout and "numpy" in result.stdout
+
+
+def test_reasons_with_brackets_are_printed_as_text(tmp_path):
+    """Rich would read ``[cuda]`` in a reason as markup and drop it."""
+    write_distribution(tmp_path, "bracket-dist", "1.0", {"bracket": "bracket_mod"}, {"bracket_mod": """
+        import gemmzoo
+        from gemmzoo_numpy import NumpyBackend
+
+        class NeedsExtra(NumpyBackend):
+            name = "needs-extra"
+
+            def unavailable_reason(self):
+                return "install libfoo[cuda] first"
+
+        @gemmzoo.hookimpl
+        def gemmzoo_register_backends(register):
+            register(NeedsExtra())
+    """})
+    cache = tmp_path / "cache"
+    best = run_gemmzoo(tmp_path, "best", "8", "8", "8", "--device", "cpu",
+                       GEMMZOO_BACKENDS="numpy,needs-extra", GEMMZOO_CACHE_DIR=str(cache))
+    assert best.returncode == 0, best.stdout + best.stderr
+    assert "install libfoo[cuda] first" in best.stdout
+    check = run_gemmzoo(tmp_path, "check", "needs-extra")
+    assert check.returncode == 1 and "install libfoo[cuda] first" in check.stdout
+    bench = run_gemmzoo(tmp_path, "bench", "--backend", "numpy", "--backend", "needs-extra",
+                        "--shape", "8x8x8", "--budget", "0.01")
+    assert "install libfoo[cuda] first" in bench.stderr

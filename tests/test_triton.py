@@ -87,6 +87,8 @@ def test_unknown_activation_is_a_clear_error():
 
 
 def test_unavailable_without_gpu_or_interpreter_says_why():
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""  # hides any GPU from torch in the child
     code = (
@@ -113,6 +115,8 @@ def test_import_and_construction_load_neither_torch_nor_triton():
 
 
 def test_interpreter_mode_runs_on_the_cpu_with_the_dtypes_it_computes():
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
     code = (
         "import gemmzoo\n"
         "b = gemmzoo.get_backend('triton-tiled')\n"

@@ -6,6 +6,7 @@ import argparse
 import shlex
 import sys
 
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gemmzoo.bench import OK, WRONG, BenchResult, run_bench
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         chosen = registry.select(args.backend)
         points = points_from_arguments(args)
     except (UnknownBackendError, GridError) as error:
-        errors.print(f"[red]{error}[/]")
+        errors.print(str(error), style="red", markup=False)
         return 2
     backends = []
     for backend in chosen:
@@ -56,13 +57,13 @@ def run(args: argparse.Namespace) -> int:
         if reason is None:
             backends.append(backend)
         elif args.backend:  # named explicitly: say why it is left out
-            errors.print(f"[yellow]{backend.name} is unavailable: {reason}[/]")
+            errors.print(f"{backend.name} is unavailable: {reason}", style="yellow", markup=False)
     if not backends:
         errors.print("[red]no available backend to bench[/]")
         return 2
     if args.baseline and args.baseline not in {b.name for b in backends}:
-        errors.print(f"[red]baseline {args.baseline!r} is not among the benched backends: "
-                     f"{', '.join(b.name for b in backends)}[/]")
+        errors.print(f"baseline {args.baseline!r} is not among the benched backends: "
+                     f"{', '.join(b.name for b in backends)}", style="red", markup=False)
         return 2
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(results_table(results, args.baseline))
     for result in results:
         if result.status not in (OK, "unsupported"):
-            console.print(f"[red]{result.status.upper()}[/] {result.detail}", soft_wrap=True)
+            console.print(f"[red]{result.status.upper()}[/] {escape(result.detail)}", soft_wrap=True)
     command = "gemmzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.json:
         write_json(results, args.json, bench_environment(backends), command)

@@ -30,13 +30,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         choice = explain(shape, args.dtype, args.device, measure=False if args.no_measure else None)
     except (GemmError, ValueError) as error:
-        console.print(f"[red]{error}[/]")
+        console.print(str(error), style="red", markup=False)
         return 2
     flops = 2 * args.M * args.N * args.K
     console.print(f"[bold]{choice.backend.name}[/] for {args.M}x{args.N}x{args.K} {args.dtype} "
                   f"on {choice.device}", soft_wrap=True)
     basis = "x".join(map(str, choice.basis)) if choice.basis else "-"
-    console.print(f"  source: {choice.source}" + (f" ({choice.note})" if choice.note else ""), soft_wrap=True)
+    note = f" ({choice.note})" if choice.note else ""
+    console.print(f"  source: {choice.source}{note}", markup=False, soft_wrap=True)
     mine = choice.timing
     if mine is not None:
         exact = choice.basis == shape and mine.median_s > 0
@@ -59,5 +60,5 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  tie: no, the runner-up is {other.median_s / mine.median_s:.2f}x slower, "
                       "beyond measured noise")
     for name, why in choice.excluded.items():
-        console.print(f"  not a candidate: {name}: {why}", soft_wrap=True)
+        console.print(f"  not a candidate: {name}: {why}", markup=False, soft_wrap=True)
     return 0

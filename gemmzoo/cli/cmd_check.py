@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         chosen = registry.select(args.names)
     except UnknownBackendError as error:
-        console.print(f"[red]{error}[/]")
+        console.print(str(error), style="red", markup=False)
         return 2
     if not args.names:  # checking "everything" means everything usable here
         chosen = [b for b in chosen if b.unavailable_reason() is None]

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         points = points_from_arguments(args)
         chosen = get_registry().select(args.backend)
     except (GemmError, KeyError, ValueError) as error:
-        console.print(f"[red]{error}[/]")
+        console.print(str(error), style="red", markup=False)
         return 2
     if not points:
         console.print("[red]nothing to tune: the grid is empty[/]")
