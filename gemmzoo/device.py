@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import platform
 from importlib import metadata
 from typing import Any
@@ -55,21 +56,23 @@ def library_versions() -> dict[str, str]:
     return found
 
 
-def _cpu_name() -> str:
+def cpu_model() -> str:
+    """The processor's model name from /proc/cpuinfo (x86 and Arm spellings), else what
+    :mod:`platform` knows."""
     try:
-        with open("/proc/cpuinfo") as info:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
             for line in info:
-                if line.startswith("model name"):
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "cpu"
+    return platform.processor() or platform.machine() or "unknown"
 
 
-def _nvidia_driver() -> str | None:
+def nvidia_driver() -> str | None:
     """The kernel driver version (``570.86.15``) from /proc, without any CUDA library."""
     try:
-        with open("/proc/driver/nvidia/version") as text:
+        with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as text:
             for word in text.readline().split():
                 if word[:1].isdigit() and "." in word:
                     return word
@@ -90,31 +93,36 @@ def _cuda_driver_api() -> str | None:
     return f"{version.value // 1000}.{(version.value % 1000) // 10}"
 
 
-def _cuda_device_name() -> str:
-    """The current CUDA device's name from torch (if loaded or installed), else CuPy."""
-    try:
+def cuda_properties() -> dict[str, Any]:
+    """Name, compute capability and SM count of the current CUDA device, from torch (when it sees
+    a GPU) else CuPy; only a placeholder name when neither can tell."""
+    if importlib.util.find_spec("torch") is not None:
         import torch
 
         if torch.cuda.is_available():
-            return str(torch.cuda.get_device_name())
-    except ImportError:
-        pass
-    try:
-        import cupy
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            return {"name": props.name, "capability": f"{props.major}.{props.minor}",
+                    "sms": props.multi_processor_count}
+    if importlib.util.find_spec("cupy") is not None:
+        try:
+            import cupy
 
-        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-        name = props["name"]
-        return name.decode() if isinstance(name, bytes) else str(name)
-    except Exception:  # no CuPy, or no device it can see
-        return "unknown CUDA device"
+            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        except Exception:  # no usable device through CuPy either
+            pass
+        else:
+            name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+            return {"name": name, "capability": f"{props['major']}.{props['minor']}",
+                    "sms": props["multiProcessorCount"]}
+    return {"name": "unknown CUDA device"}
 
 
 @functools.lru_cache(maxsize=4)
 def device_info(device: str) -> dict[str, Any]:
     """``{"device_name", "driver", "cuda_driver", "libraries"}`` for ``"cpu"`` or ``"cuda"``."""
     if device == "cuda":
-        name = _cuda_device_name()
-        driver, cuda = _nvidia_driver(), _cuda_driver_api()
+        name = cuda_properties()["name"]
+        driver, cuda = nvidia_driver(), _cuda_driver_api()
     else:
-        name, driver, cuda = _cpu_name(), None, None
+        name, driver, cuda = cpu_model(), None, None
     return {"device_name": name, "driver": driver, "cuda_driver": cuda, "libraries": library_versions()}

@@ -14,6 +14,8 @@ import platform
 from importlib import metadata
 from typing import Any
 
+from gemmzoo.device import cpu_model, cuda_properties, nvidia_driver
+
 # Frameworks whose upgrade can change any backend's speed or results. Every installed one is part
 # of every backend's versions: a third-party backend may use any of them, and discarding a valid
 # row is cheap while trusting a stale one is wrong.
@@ -64,27 +66,11 @@ def library_versions(backend_name: str, registry: Any) -> str:
     return canonical(versions)
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
-            for line in info:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def _nvidia_driver() -> str:
-    """The kernel driver version from /proc, else CuPy's driver API number, else ``unknown``."""
-    try:
-        with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as info:
-            words = info.readline().split()
-        for word in words:
-            if word[:1].isdigit() and "." in word:
-                return word
-    except OSError:
-        pass
+def _driver() -> str:
+    """The kernel driver version, else CuPy's driver API number, else ``unknown``."""
+    found = nvidia_driver()
+    if found is not None:
+        return found
     if importlib.util.find_spec("cupy") is not None:
         try:
             import cupy
@@ -95,37 +81,13 @@ def _nvidia_driver() -> str:
     return "unknown"
 
 
-def _cuda_properties() -> dict[str, Any]:
-    """Name, compute capability and SM count of the current CUDA device, from torch or CuPy."""
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        if torch.cuda.is_available():
-            props = torch.cuda.get_device_properties(torch.cuda.current_device())
-            return {"name": props.name, "capability": f"{props.major}.{props.minor}",
-                    "sms": props.multi_processor_count}
-    if importlib.util.find_spec("cupy") is not None:
-        try:
-            import cupy
-
-            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-        except Exception:  # no usable device through CuPy either
-            pass
-        else:
-            name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-            return {"name": name, "capability": f"{props['major']}.{props['minor']}",
-                    "sms": props["multiProcessorCount"]}
-    # A third-party CUDA backend without torch or CuPy: the driver still tells machines apart.
-    return {"name": "unknown CUDA device"}
-
-
 @functools.lru_cache(maxsize=4)
 def device_fingerprint(device: str) -> str:
     """Canonical JSON describing the ``"cpu"`` (model, cores) or current ``"cuda"`` device
     (name, compute capability, SM count, driver)."""
     if device == "cpu":
-        return canonical({"kind": "cpu", "model": _cpu_model(), "cores": os.cpu_count() or 0,
+        return canonical({"kind": "cpu", "model": cpu_model(), "cores": os.cpu_count() or 0,
                           "machine": platform.machine()})
     if device == "cuda":
-        return canonical({"kind": "cuda", **_cuda_properties(), "driver": _nvidia_driver()})
+        return canonical({"kind": "cuda", **cuda_properties(), "driver": _driver()})
     raise ValueError(f"unknown device {device!r}; known: cpu, cuda")
