@@ -11,6 +11,7 @@ See docs/benchmarks.md.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -79,11 +80,22 @@ def _operand(backend: Any, x: np.ndarray, dtype: str, transposed: bool) -> Any:
     return backend.from_numpy(x, dtype)
 
 
+@functools.lru_cache(maxsize=1)
+def _host_operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random normal A (M×K) and B (K×N), read-only. The last pair is kept: the backends measured
+    one after another on a point get the same values without drawing them again."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    a.setflags(write=False)
+    b.setflags(write=False)
+    return a, b
+
+
 def prepare(backend: Any, point: GridPoint, seed: int = 0) -> Problem:
     """Random normal operands for ``point`` on ``backend``, laid out as ``point.layout`` says."""
-    rng = np.random.default_rng(seed)
-    a = _operand(backend, rng.standard_normal((point.m, point.k)), point.dtype, point.layout[0] == "T")
-    b = _operand(backend, rng.standard_normal((point.k, point.n)), point.dtype, point.layout[1] == "T")
+    a_values, b_values = _host_operands(point.m, point.n, point.k, seed)
+    a = _operand(backend, a_values, point.dtype, point.layout[0] == "T")
+    b = _operand(backend, b_values, point.dtype, point.layout[1] == "T")
     return Problem(backend, point, a, b, backend.to_numpy(a), backend.to_numpy(b))
 
 
