@@ -1,16 +1,17 @@
 """Where does a GEMM's device time drift? Per-call times in order, beside the GPU's clocks.
 
-For each CUDA backend on one cube (4096^3 float16 by default) this runs, one after another on
-the same operands, phases that time the GEMM in different ways, and keeps every sample in the
-order it was taken:
+For each CUDA backend on one cube (4096^3 float16 by default) this times the GEMM in several
+ways, on the same operands, and keeps every sample in the order it was taken. ``do_bench`` is
+``triton.testing.do_bench(return_mode="all")``; ``engine`` is gemmzoo's CUDA event batches
+(``gemmzoo.measure.CudaEventTimer``, ~20 ms a batch, L2 flushed before each call); ``clock`` is
+``gemmzoo.measure.DeviceClock`` with one GEMM and one sync per round (pytest's way).
 
-- ``do_bench``: ``triton.testing.do_bench(return_mode="all")`` (L2 flushed before each call, one
-  sync at the end), three times: straight after the correctness check, after the engine's
-  batches, and after the sync-per-round clock;
-- ``engine``: gemmzoo's CUDA event batches (``gemmzoo.measure.CudaEventTimer``), ~20 ms a batch;
-- ``engine-1batch``: one batch as long as do_bench's (no sync until the end);
-- ``clock``: ``gemmzoo.measure.DeviceClock`` with one GEMM and one sync per round (pytest's way);
-- ``*-after-idle``: the engine and do_bench again after 3 s of an idle GPU.
+- ``--plan isolated`` (default): each phase after ``--idle-s`` of idle GPU: do_bench with and
+  without its 50 ms warm-up, the engine, one engine batch as long as do_bench's, the same after
+  do_bench's warm-up (50 ms of calls without flushes), 1 s batches with and without flushes, and
+  the clock with and without that warm-up;
+- ``--plan order``: do_bench, engine, one batch, do_bench, clock, do_bench back to back, then the
+  engine and do_bench after idle (run 1 of docs/results/2026-11-21-timing-agreement.md).
 
 Meanwhile ``nvidia-smi`` logs SM clock, power, temperature and the clock-limit reasons every
 20 ms; each phase gets the mean of the log lines inside it. Writes OUTDIR/timing_probe.json
@@ -77,7 +78,7 @@ def summarise(samples_ms: list[float]) -> dict[str, Any]:
 
 
 def probe(backend: Any, point: Any, args: argparse.Namespace, record: Any) -> None:
-    """Every phase for one backend, on one set of operands."""
+    """The phases of ``args.plan`` for one backend, on one set of operands."""
     import triton.testing
 
     from gemmzoo.measure import CudaEventTimer, DeviceClock, check, prepare
@@ -88,13 +89,14 @@ def probe(backend: Any, point: Any, args: argparse.Namespace, record: Any) -> No
     def call() -> Any:
         return backend.matmul(problem.a, problem.b)
 
-    def do_bench() -> list[float]:
-        return triton.testing.do_bench(call, warmup=50, rep=args.rep_ms, return_mode="all")
-
     timer = CudaEventTimer()
     first_s = timer.batch(call, 1)[0]
     per_batch = max(1, int(0.02 / first_s))
     per_rep = max(1, int(args.rep_ms * 1e-3 / (first_s + 85e-6)))  # do_bench's count, near enough
+    per_second = max(1, int(1.0 / (first_s + 85e-6)))
+
+    def do_bench(warmup_ms: int = 50) -> list[float]:
+        return triton.testing.do_bench(call, warmup=warmup_ms, rep=args.rep_ms, return_mode="all")
 
     def engine() -> list[float]:
         samples: list[float] = []
@@ -102,8 +104,12 @@ def probe(backend: Any, point: Any, args: argparse.Namespace, record: Any) -> No
             samples += timer.batch(call, per_batch)
         return [s * 1e3 for s in samples]
 
-    def engine_one_batch() -> list[float]:
-        return [s * 1e3 for s in timer.batch(call, per_rep)]
+    def one_batch(count: int = per_rep, flush: bool = True) -> list[float]:
+        return [s * 1e3 for s in timer.batch(call, count, flush=flush)]
+
+    def warm_50ms() -> None:  # what do_bench does before its timed calls: 50 ms, no flushes
+        for _ in range(max(1, int(0.05 / first_s))):
+            call()
 
     def clock_rounds() -> list[float]:
         clock = DeviceClock()
@@ -115,16 +121,33 @@ def probe(backend: Any, point: Any, args: argparse.Namespace, record: Any) -> No
             samples.append((clock() - start) * 1e3)
         return samples
 
-    record(backend, "do_bench-1", do_bench)
-    record(backend, "engine", engine)
-    record(backend, "engine-1batch", engine_one_batch)
-    record(backend, "do_bench-2", do_bench)
-    record(backend, "clock", clock_rounds)
-    record(backend, "do_bench-3", do_bench)
-    time.sleep(args.idle_s)
-    record(backend, "engine-after-idle", engine)
-    time.sleep(args.idle_s)
-    record(backend, "do_bench-after-idle", do_bench)
+    if args.plan == "order":  # run 1: phases back to back, as a benchmark session runs them
+        record(backend, "do_bench-1", do_bench)
+        record(backend, "engine", engine)
+        record(backend, "engine-1batch", one_batch)
+        record(backend, "do_bench-2", do_bench)
+        record(backend, "clock", clock_rounds)
+        record(backend, "do_bench-3", do_bench)
+        time.sleep(args.idle_s)
+        record(backend, "engine-after-idle", engine)
+        time.sleep(args.idle_s)
+        record(backend, "do_bench-after-idle", do_bench)
+        return
+    # "isolated": each phase starts after idle_s of an idle GPU, so each starts from one state
+    phases = {
+        "do_bench": do_bench,
+        "do_bench-nowarmup": lambda: do_bench(0),
+        "engine": engine,
+        "engine-1batch": one_batch,
+        "warm50+engine-1batch": lambda: (warm_50ms(), one_batch())[1],
+        "engine-1s": lambda: one_batch(per_second),
+        "noflush-1s": lambda: one_batch(per_second, flush=False),
+        "clock": clock_rounds,
+        "warm50+clock": lambda: (warm_50ms(), clock_rounds())[1],
+    }
+    for name, run in phases.items():
+        time.sleep(args.idle_s)
+        record(backend, name, run)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--rep-ms", type=int, default=300, help="do_bench's rep (ms)")
     parser.add_argument("--idle-s", type=float, default=3.0)
+    parser.add_argument("--plan", choices=["order", "isolated"], default="isolated",
+                        help="order: phases back to back; isolated: each after idle-s of idle GPU")
     args = parser.parse_args(argv)
     args.outdir.mkdir(parents=True, exist_ok=True)
 
