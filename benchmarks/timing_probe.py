@@ -77,8 +77,9 @@ def summarise(samples_ms: list[float]) -> dict[str, Any]:
     return {"n": n, "median_ms": median, "q1_ms": q1, "q3_ms": q3, "decile_medians_ms": deciles}
 
 
-def probe(backend: Any, point: Any, args: argparse.Namespace, record: Any) -> None:
-    """The phases of ``args.plan`` for one backend, on one set of operands."""
+def probe(backend: Any, point: Any, args: argparse.Namespace, record: Any) -> dict[str, float]:
+    """The phases of ``args.plan`` for one backend, on one set of operands. Returns what the
+    engine's launch pacer saw: shortest launch, flush time and the spin it asked for (µs)."""
     import triton.testing
 
     from gemmzoo.measure import CudaEventTimer, DeviceClock, check, prepare
@@ -132,7 +133,7 @@ def probe(backend: Any, point: Any, args: argparse.Namespace, record: Any) -> No
         record(backend, "engine-after-idle", engine)
         time.sleep(args.idle_s)
         record(backend, "do_bench-after-idle", do_bench)
-        return
+        return pacer_state(timer.pacer)
     # "isolated": each phase starts after idle_s of an idle GPU, so each starts from one state
     phases = {
         "do_bench": do_bench,
@@ -148,6 +149,14 @@ def probe(backend: Any, point: Any, args: argparse.Namespace, record: Any) -> No
     for name, run in phases.items():
         time.sleep(args.idle_s)
         record(backend, name, run)
+    return pacer_state(timer.pacer)
+
+
+def pacer_state(pacer: Any) -> dict[str, float]:
+    state = {"launch_us": pacer.launch_s * 1e6, "flush_us": pacer.flush_s * 1e6,
+             "gemm_us": pacer.gemm_s * 1e6, "spin_us": pacer.spin_s() * 1e6}
+    print("pacer: " + ", ".join(f"{key} {value:.1f}" for key, value in state.items()), flush=True)
+    return state
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{backend.name:>15} {name:>22} median {phase['median_ms']:.4f} ms "
               f"deciles {' '.join(f'{d:.4f}' for d in phase['decile_medians_ms'])}", flush=True)
 
-    for backend in backends:
-        probe(backend, point, args, record)
+    pacers = {backend.name: probe(backend, point, args, record) for backend in backends}
 
     time.sleep(0.5)
     if smi is not None:
@@ -209,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
 
     report = {"device": info, "torch": torch.__version__, "triton": triton.__version__,
               "point": point.id, "command": " ".join([sys.executable, *sys.argv]),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "phases": phases}
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "pacers": pacers,
+              "phases": phases}
     (args.outdir / "timing_probe.json").write_text(json.dumps(report) + "\n")
     lines = [f"# Timing probe: {point.id} on {info['device_name']} (driver {info['driver']})", "",
              f"torch {torch.__version__}, triton {triton.__version__}; {report['date']}", "",
@@ -224,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{p.get('sm_mhz', nan):.0f} ({p.get('sm_mhz_min', nan):.0f}) | "
                      f"{p.get('watts', nan):.0f} | {p.get('temp_c', nan):.0f} | "
                      f"{' '.join(p.get('reasons', []))} |")
+    lines += ["", "Launch pacer (µs): " + "; ".join(
+        f"{name}: " + ", ".join(f"{k} {v:.1f}" for k, v in state.items()) for name, state in pacers.items())]
     (args.outdir / "timing_probe.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

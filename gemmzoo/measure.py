@@ -12,6 +12,7 @@ See docs/benchmarks.md.
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -183,14 +184,47 @@ def _torch_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-#: A launch path (host time of one call) up to this long is covered by the flush itself, which
-#: takes about 85 µs on an H100. A longer one (triton-grouped's took about 70 µs, enough to leave
-#: gaps now and then) gets a spin on the GPU before the next flush, twice its length, so the GPU
-#: is not idle between the start event and the kernel (which would count launch time as GEMM
-#: time). The spin comes before the flush so that, as in ``triton.testing.do_bench``, the GEMM
-#: follows the flush directly, and fast launch paths get none, keeping do_bench's duty cycle.
-LAUNCH_COVERED_S = 30e-6
-GPU_CYCLES_PER_S = 2e9  # a Hopper's boost clock, near enough to size the spin
+#: What a spin on the GPU is sized in: a Hopper's boost clock, near enough.
+GPU_CYCLES_PER_S = 2e9
+
+
+class LaunchPacer:
+    """How long the GPU should spin before the next flush, so that it never waits for the host
+    between a call's start event and its kernel.
+
+    For each timed call the host launches the flush, records the start event, runs the backend's
+    launch path and records the end event, while the GPU runs the previous flush and GEMM. If the
+    host is the slower, the GPU idles inside the events and launch time counts as GEMM time:
+    triton-grouped's ~70 µs Python path against a 29 µs GEMM at 2048³ read 0.55× of do_bench's
+    time on the H100. The spin asked for is twice the launch, less the flush and the GEMM that
+    keep the GPU busy anyway: none for fast launch paths and for long GEMMs, which then run back
+    to back with their flushes as in ``triton.testing.do_bench``. A longer spin would not be
+    harmless: idle gaps let the GPU run cooler, and a 4096³ GEMM run back to back draws enough
+    power that the H100 lowers its clock; timings with gaps read ~7% faster than do_bench
+    (docs/results/2026-11-21-timing-agreement.md).
+
+    The launch time is the shortest seen: a launch that found the launch queue full waited for
+    the GPU, and only looks longer. ``flush_s`` is the device time of one flush.
+    """
+
+    def __init__(self, flush_s: float) -> None:
+        self.flush_s = flush_s
+        self.launch_s = math.inf
+        self.gemm_s = 0.0
+
+    def note_launch(self, host_s: float) -> None:
+        """A call's host time (its launch path)."""
+        self.launch_s = min(self.launch_s, host_s)
+
+    def note_gemm(self, device_s: float) -> None:
+        """A call's device time."""
+        self.gemm_s = device_s
+
+    def spin_s(self) -> float:
+        """Seconds of GPU spin to put before the next flush (0 before any launch was seen)."""
+        if math.isinf(self.launch_s):
+            return 0.0
+        return max(0.0, 2 * self.launch_s - self.flush_s - self.gemm_s)
 
 
 class CudaEvents:
@@ -199,11 +233,10 @@ class CudaEvents:
     Events come from torch when it is installed, else from CuPy; both record on the current
     stream, which is where the bundled backends launch their work. The flush writes a buffer
     larger than the L2 cache, as ``triton.testing.do_bench`` does, so no operand stays cached
-    from the previous call. With torch, a backend whose launch path is slow gets a short spin on
-    the GPU before each flush (see :data:`LAUNCH_COVERED_S`), sized by :meth:`note_launch`.
+    from the previous call. With torch, ``flush(spin_s)`` first spins the GPU for ``spin_s``
+    (see :class:`LaunchPacer`); with CuPy alone there is no spin. ``flush_s`` is the device time
+    of one flush, measured once.
     """
-
-    slack_cycles = 0
 
     def __init__(self) -> None:
         if _torch_cuda():
@@ -212,9 +245,9 @@ class CudaEvents:
             self._new_event = lambda: torch.cuda.Event(enable_timing=True)
             self._flush_buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
-            def flush() -> None:
-                if self.slack_cycles:
-                    torch.cuda._sleep(self.slack_cycles)
+            def flush(spin_s: float = 0.0) -> None:
+                if spin_s > 0:
+                    torch.cuda._sleep(int(spin_s * GPU_CYCLES_PER_S))
                 self._flush_buffer.zero_()
 
             self.flush = flush
@@ -225,13 +258,21 @@ class CudaEvents:
 
             self._new_event = cupy.cuda.Event
             self._flush_buffer = cupy.empty(L2_FLUSH_BYTES // 4, dtype=cupy.int32)
-            self.flush = lambda: self._flush_buffer.fill(0)
+            self.flush = lambda spin_s=0.0: self._flush_buffer.fill(0)
             self.synchronize = cupy.cuda.Device().synchronize
             self._elapsed_ms = lambda start, end: cupy.cuda.get_elapsed_time(start, end)
+        self.flush_s = self._time_flush()
 
-    def note_launch(self, host_s: float) -> None:
-        """Size the spin before the next flush from the host time the last call took."""
-        self.slack_cycles = int(2 * host_s * GPU_CYCLES_PER_S) if host_s > LAUNCH_COVERED_S else 0
+    def _time_flush(self, count: int = 3) -> float:
+        pairs = []
+        for _ in range(count):
+            start, end = self.pair()
+            start.record()
+            self.flush()
+            end.record()
+            pairs.append((start, end))
+        self.synchronize()
+        return min(self.elapsed_s(start, end) for start, end in pairs)
 
     def pair(self) -> tuple[Any, Any]:
         """A fresh (start, end) pair of timing events; each has ``record()``."""
@@ -242,10 +283,8 @@ class CudaEvents:
         return self._elapsed_ms(start, end) / 1e3
 
 
-def _note_launch(events: Any, host_s: float) -> None:
-    note = getattr(events, "note_launch", None)  # event sources made for tests may lack it
-    if note is not None:
-        note(host_s)
+def _pacer(events: Any) -> LaunchPacer:
+    return LaunchPacer(getattr(events, "flush_s", 0.0))  # event sources made for tests may lack it
 
 
 class CudaEventTimer:
@@ -253,6 +292,7 @@ class CudaEventTimer:
 
     def __init__(self, events: Any = None) -> None:
         self.events = events if events is not None else CudaEvents()
+        self.pacer = _pacer(self.events)
 
     def batch(self, call: Callable[[], Any], count: int, flush: bool = True) -> list[float]:
         """Seconds of device time for each of ``count`` calls (L2 flushed before each, outside
@@ -260,16 +300,18 @@ class CudaEventTimer:
         pairs = []
         for _ in range(count):
             if flush:
-                self.events.flush()
+                self.events.flush(self.pacer.spin_s())
             start, end = self.events.pair()
             start.record()
             launched = time.perf_counter()
             call()
-            _note_launch(self.events, time.perf_counter() - launched)
+            self.pacer.note_launch(time.perf_counter() - launched)
             end.record()
             pairs.append((start, end))
         self.events.synchronize()
-        return [self.events.elapsed_s(start, end) for start, end in pairs]
+        samples = [self.events.elapsed_s(start, end) for start, end in pairs]
+        self.pacer.note_gemm(min(samples))
+        return samples
 
 
 class DeviceClock:
@@ -290,7 +332,7 @@ class DeviceClock:
 
     def __init__(self, events: Any = None) -> None:
         self._events = events
-        self._pending: list[tuple[Any, Any]] = []
+        self._pending: list[tuple[Any, Any, LaunchPacer]] = []
         self._total = 0.0
         self.syncs = 0
 
@@ -306,24 +348,31 @@ class DeviceClock:
             events = self.events
             events.synchronize()
             self.syncs += 1
-            self._total += sum(events.elapsed_s(start, end) for start, end in self._pending)
+            for start, end, pacer in self._pending:
+                elapsed = events.elapsed_s(start, end)
+                pacer.note_gemm(elapsed)
+                self._total += elapsed
             self._pending.clear()
         return self._total
 
     def wrap(self, call: Callable[[], Any], flush: bool = True) -> Callable[[], Any]:
-        """``call`` with an event pair around it (and the L2 flush before, outside the pair)."""
+        """``call`` with an event pair around it (and the L2 flush before, outside the pair, with
+        the spin its :class:`LaunchPacer` asks for)."""
+        pacer: LaunchPacer | None = None
 
         def timed() -> Any:
+            nonlocal pacer
             events = self.events
+            pacer = pacer or _pacer(events)
             if flush:
-                events.flush()
+                events.flush(pacer.spin_s())
             start, end = events.pair()
             start.record()
             launched = time.perf_counter()
             result = call()
-            _note_launch(events, time.perf_counter() - launched)
+            pacer.note_launch(time.perf_counter() - launched)
             end.record()
-            self._pending.append((start, end))
+            self._pending.append((start, end, pacer))
             return result
 
         return timed
@@ -332,10 +381,18 @@ class DeviceClock:
         return "DeviceClock()"
 
 
+#: Seconds of timed-but-discarded calls before the samples on a GPU (do_bench's warm-up is 25 ms
+#: by default, plus five calls to size its run).
+WARMUP_S = 0.05
+
+
 def _cuda_samples(call: Callable[[], Any], budget_s: float, max_samples: int,
                   events: Any = None) -> list[float]:
     timer = CudaEventTimer(events)
     first = timer.batch(call, 1)[0]
+    # Warm up as do_bench does, for about 50 ms of calls, samples discarded: a large GEMM's clock
+    # settles (under the power cap) in that time, and the samples should come from there.
+    timer.batch(call, max(1, int(WARMUP_S / max(first + timer.pacer.flush_s, 1e-6))))
     batch = max(1, min(max_samples, int(0.02 / max(first, 1e-6))))  # about 20 ms of GEMMs per batch
     samples: list[float] = []
     deadline = time.perf_counter() + budget_s

@@ -6,11 +6,12 @@ CPU backends are timed by pytest-benchmark as usual (its calibration, its timer)
 are timed with :data:`DEVICE_CLOCK`, a :class:`gemmzoo.measure.DeviceClock` given to
 pytest-benchmark as the test's timer: each GEMM is wrapped in a CUDA event pair (the L2 flush
 before it, outside the pair) and reading the clock synchronises once per round, so a round's
-duration is the device time of its GEMM. They run in ``benchmark.pedantic`` mode with rounds
-chosen here from ``--benchmark-max-time`` (a wall-clock budget, flush and sync included) and
-``--benchmark-min-rounds``: pytest-benchmark's own calibration would spin forever measuring the
-precision of a clock that only moves when a GEMM runs, and would count the round budget in
-device time, which for small shapes is a tiny part of the wall time.
+duration is the device time of its GEMMs. They run in ``benchmark.pedantic`` mode, rounds of
+about :data:`ROUND_S` of back-to-back calls, as many rounds as fit ``--benchmark-max-time`` (a
+wall-clock budget, flush and sync included), at least ``--benchmark-min-rounds``:
+pytest-benchmark's own calibration would spin forever measuring the precision of a clock that
+only moves when a GEMM runs, and would count the round budget in device time, which for small
+shapes is a tiny part of the wall time.
 
 Under pytest-xdist each worker benchmarks on its own GPU and sends its results to the controller,
 which hands them to pytest-benchmark there, so ``--benchmark-json``, ``--benchmark-save``,
@@ -39,6 +40,9 @@ DEVICE_CLOCK = DeviceClock()
 
 MAX_ROUNDS = 100_000
 WARMUP_ROUNDS = 5
+#: Wall time of one round of a CUDA benchmark. A round runs its GEMMs back to back, each with its
+#: flush, and synchronises once at the end, so the GPU works without gaps as in do_bench.
+ROUND_S = 0.02
 _WORKEROUTPUT_KEY = "gemmzoo_benchmarks"
 
 
@@ -77,19 +81,22 @@ def point_from_id(point_id: str) -> GridPoint:
     return GridPoint(m, n, k, dtype or "float32", layout or "NN")
 
 
-def _wall_per_round(target: Any, clock: DeviceClock, rounds: int = 3) -> float:
+def _wall_per_call(target: Any, clock: DeviceClock, calls: int = 3) -> float:
     start = time.perf_counter()
-    for _ in range(rounds):
+    for _ in range(calls):
         clock()
         target()
         clock()
-    return (time.perf_counter() - start) / rounds
+    return (time.perf_counter() - start) / calls
 
 
-def cuda_rounds(wall_per_round_s: float, max_time_s: float, min_rounds: int) -> int:
-    """Rounds that fit ``max_time_s`` of wall time, at least ``min_rounds``, at most MAX_ROUNDS."""
-    fitting = int(max_time_s / max(wall_per_round_s, 1e-9))
-    return max(min_rounds, min(MAX_ROUNDS, fitting))
+def cuda_rounds(wall_per_call_s: float, max_time_s: float, min_rounds: int) -> tuple[int, int]:
+    """(rounds, iterations per round): rounds of about ROUND_S of calls each, as many as fit
+    ``max_time_s`` of wall time, at least ``min_rounds``, at most MAX_ROUNDS."""
+    wall = max(wall_per_call_s, 1e-9)
+    iterations = max(1, int(ROUND_S / wall))
+    fitting = int(max_time_s / (wall * iterations))
+    return max(min_rounds, min(MAX_ROUNDS, fitting)), iterations
 
 
 def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
@@ -114,10 +121,12 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
         for _ in range(WARMUP_ROUNDS):
             target()
         clock()
-        rounds = cuda_rounds(_wall_per_round(target, clock), float(getattr(benchmark, "_max_time", 1.0)),
-                             int(getattr(benchmark, "_min_rounds", 5)))
-        benchmark.pedantic(target, rounds=rounds, iterations=1, warmup_rounds=WARMUP_ROUNDS)
-        timing = "device time from CUDA events around each GEMM; L2 flushed outside them; one sync per round"
+        rounds, iterations = cuda_rounds(_wall_per_call(target, clock),
+                                         float(getattr(benchmark, "_max_time", 1.0)),
+                                         int(getattr(benchmark, "_min_rounds", 5)))
+        benchmark.pedantic(target, rounds=rounds, iterations=iterations, warmup_rounds=WARMUP_ROUNDS)
+        timing = ("device time from CUDA events around each GEMM; L2 flushed outside them; "
+                  f"{iterations} GEMMs per round, one sync per round")
     else:
 
         def target() -> Any:

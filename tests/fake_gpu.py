@@ -34,13 +34,16 @@ class FakeEvents:
         self.flush_s = flush_s
         self.syncs = 0
         self.flushes = 0
+        self.spins: list[float] = []
 
     def pair(self) -> tuple[FakeEvent, FakeEvent]:
         return FakeEvent(self), FakeEvent(self)
 
-    def flush(self) -> None:
+    def flush(self, spin_s: float = 0.0) -> None:
+        """A spin of ``spin_s`` (when asked for), then the flush."""
         self.flushes += 1
-        self.now += self.flush_s
+        self.spins.append(spin_s)
+        self.now += spin_s + self.flush_s
 
     def synchronize(self) -> None:
         self.syncs += 1

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -108,9 +109,10 @@ def test_time_problem_cpu_path_is_wall_time():
 
 
 def test_cuda_rounds_fit_the_wall_budget():
-    assert cuda_rounds(0.001, 1.0, 5) == 1000
-    assert cuda_rounds(1.0, 1.0, 5) == 5  # at least min_rounds
-    assert cuda_rounds(1e-9, 1.0, 5) == 100_000  # capped
+    assert cuda_rounds(0.001, 1.0, 5) == (50, 20)  # 20 ms rounds of 20 calls
+    assert cuda_rounds(0.05, 1.0, 5) == (20, 1)  # a call longer than a round: one per round
+    assert cuda_rounds(1.0, 1.0, 5) == (5, 1)  # at least min_rounds
+    assert cuda_rounds(1e-9, 10_000.0, 5) == (100_000, 20_000_000)  # rounds capped
 
 
 def test_each_xdist_worker_gets_its_own_gpu():
@@ -156,8 +158,7 @@ CLOCK = DeviceClock(EVENTS)
 @pytest.mark.benchmark(timer=CLOCK, group="fake")
 def test_fake_gpu(benchmark):
     run_benchmark(benchmark, FakeCudaBackend(EVENTS, gemm_s=0.003), GridPoint(24, 16, 8), clock=CLOCK)
-    rounds = len(benchmark.stats.stats.data)
-    benchmark.extra_info["syncs_per_round"] = CLOCK.syncs / rounds
+    benchmark.extra_info["syncs"] = CLOCK.syncs
 
 @pytest.mark.benchmark(timer=CLOCK, group="fake")
 def test_wrong_fake_gpu(benchmark):
@@ -168,7 +169,8 @@ def test_wrong_fake_gpu(benchmark):
 
 def test_device_clock_inside_pytest_benchmark(tmp_path):
     """A real pytest-benchmark run on the pretend GPU: every sample is exactly the GEMM's device
-    time (not the flush, not the host time), one sync per round; a wrong backend fails."""
+    time (not the flush, not the host time), several GEMMs and one sync per round; a wrong backend
+    fails."""
     (tmp_path / "test_fake_bench.py").write_text(textwrap.dedent(FAKE_BENCH))
     out = tmp_path / "out.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
@@ -184,14 +186,14 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
     stats = bench["stats"]
     assert stats["data"] == pytest.approx([0.003] * len(stats["data"]), rel=1e-9)
     assert stats["median"] == pytest.approx(0.003, rel=1e-9) and stats["rounds"] >= 5
-    assert stats["iterations"] == 1
+    assert stats["iterations"] > 1  # the fake's calls take microseconds of wall: many to a 20 ms round
     assert "DeviceClock" in bench["options"]["timer"]
     info = bench["extra_info"]
     assert info["tflops"] == pytest.approx(2 * 24 * 16 * 8 / 0.003 / 1e12)
     assert info["m"] == 24 and info["n"] == 16 and info["k"] == 8 and info["layout"] == "NN"
     assert 0 <= info["error_ratio"] <= 1
-    # the rounds measured, plus warm-up and calibration reads: a little over one sync per round
-    assert 1 <= info["syncs_per_round"] < 1.2
+    # one sync per round measured, plus a fixed few for warm-up and calibration reads
+    assert stats["rounds"] <= info["syncs"] <= stats["rounds"] + 20
 
 
 def test_benchmark_params_carry_group_and_device_clock():
@@ -217,26 +219,39 @@ def test_benchmark_params_carry_group_and_device_clock():
     assert point_from_id("4x5x6-float16-TN") == points[1]
 
 
-def test_slow_launch_paths_get_a_gpu_spin_before_the_next_flush():
-    from types import SimpleNamespace
+def test_the_pacer_asks_for_a_spin_only_when_the_launch_outlasts_the_flush_and_gemm():
+    from gemmzoo.measure import LaunchPacer
 
-    from gemmzoo.measure import GPU_CYCLES_PER_S, LAUNCH_COVERED_S, CudaEvents, DeviceClock
+    pacer = LaunchPacer(flush_s=85e-6)
+    assert pacer.spin_s() == 0.0  # nothing launched yet
+    pacer.note_launch(20e-6)  # a fast launch path: the flush covers it
+    assert pacer.spin_s() == 0.0
+    slow = LaunchPacer(flush_s=85e-6)
+    slow.note_launch(300e-6)  # a launch that waited for a full queue ...
+    slow.note_launch(70e-6)  # ... counts as its shortest
+    slow.note_gemm(29e-6)
+    assert slow.spin_s() == pytest.approx(2 * 70e-6 - 85e-6 - 29e-6)
+    slow.note_gemm(200e-6)  # a long GEMM keeps the GPU busy itself
+    assert slow.spin_s() == 0.0
 
-    events = SimpleNamespace(slack_cycles=0)
-    CudaEvents.note_launch(events, LAUNCH_COVERED_S / 2)  # covered by the flush: no spin
-    assert events.slack_cycles == 0
-    CudaEvents.note_launch(events, 70e-6)
-    assert events.slack_cycles == int(2 * 70e-6 * GPU_CYCLES_PER_S)
 
-    class NotingEvents(FakeEvents):
-        def __init__(self):
-            super().__init__()
-            self.noted = []
+def test_slow_launch_paths_get_a_gpu_spin_before_the_flush_outside_the_events():
+    events = FakeEvents(flush_s=0.001)
 
-        def note_launch(self, host_s):
-            self.noted.append(host_s)
+    def slow_launch():
+        time.sleep(0.005)  # host time of the launch path, far over flush + GEMM
+        events.run(0.002)
 
-    noting = NotingEvents()
-    clock = DeviceClock(noting)
-    clock.wrap(lambda: noting.run(0.002))()
-    assert len(noting.noted) == 1 and noting.noted[0] >= 0
+    clock = DeviceClock(events)
+    target = clock.wrap(slow_launch)
+    start = clock()
+    for _ in range(3):
+        target()
+    total = clock() - start
+    assert events.spins[0] == 0.0  # nothing known before the first launch
+    assert all(spin >= 2 * 0.005 - 0.001 - 0.002 for spin in events.spins[1:])
+    assert total == pytest.approx(3 * 0.002)  # spins, like flushes, are outside the events
+
+    timer = CudaEventTimer(FakeEvents(flush_s=0.001))
+    fast = timer.batch(lambda: timer.events.run(0.002), 4)
+    assert fast == pytest.approx([0.002] * 4) and timer.events.spins == [0.0] * 4
