@@ -160,7 +160,7 @@ def test_autotuning_runs_once_per_key():
     first = backend.to_numpy(backend.matmul(a, b))
     tuned = dict(grouped_kernel.grouped_matmul_kernel.cache)
     assert tuned, "no autotuning result was kept"
-    assert (512, 640, 384, "tf32", "torch.float16") in grouped_kernel.PICKED
+    assert ("grouped_matmul_kernel", 512, 640, 384, "tf32", "torch.float16") in grouped_kernel.PICKED
     second = backend.to_numpy(backend.matmul(a, b))
     assert grouped_kernel.grouped_matmul_kernel.cache == tuned
     assert np.array_equal(first, second)

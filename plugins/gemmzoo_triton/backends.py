@@ -96,7 +96,6 @@ class TritonGroupedBackend(TritonBackend):
 
     def matmul(self, a: Any, b: Any, activation: str | None = None) -> Any:
         import torch
-        import triton
 
         from gemmzoo_triton import grouped_kernel as kernel
 
@@ -113,24 +112,5 @@ class TritonGroupedBackend(TritonBackend):
         c = torch.empty((M, N), device=x.device, dtype=x.dtype)
         # (3) launch: a 1-D grid whose size depends on the config the autotuner picks
         if not self.empty_result(c, K):  # every activation offered maps 0 to 0
-
-            def grid(meta: dict[str, Any]) -> tuple[int]:
-                return (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
-
-            args = (
-                x, y, c,
-                M, N, K,
-                x.stride(0), x.stride(1),
-                y.stride(0), y.stride(1),
-                c.stride(0), c.stride(1),
-            )
-            options = {"PRECISION": precision, "ACTIVATION": activation or ""}
-            key = (M, N, K, precision, str(x.dtype))
-            config = kernel.PICKED.get(key)
-            if config is None:  # a new problem: triton.autotune times the configs and keeps the best
-                kernel.grouped_matmul_kernel[grid](*args, **options)
-                kernel.PICKED[key] = kernel.grouped_matmul_kernel.best_config
-            else:  # a seen problem: its config, launched without the autotuner's per-call cost
-                config_kwargs = config.all_kwargs()
-                kernel.grouped_matmul_kernel.fn[grid(config_kwargs)](*args, **options, **config_kwargs)
+            kernel.launch(x, y, c, precision, activation)
         return self.result(c, a)
