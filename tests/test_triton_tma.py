@@ -6,7 +6,9 @@ host-side tensor descriptors work there), or on a CUDA GPU with TMA (Hopper on).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from test_triton import ACTIVATIONS, available, reference
 
 from gemmzoo_triton import common
 
@@ -14,6 +16,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 LAYOUTS = ("NN", "TN", "NT", "TT")  # A then B: N as stored, T a column-major view of a stored transpose
+KERNELS = {"tiles": "tma_matmul_kernel", "persistent": "tma_persistent_matmul_kernel"}  # by variant
 
 
 def operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: str = "cpu", seed: int = 0):
@@ -82,3 +85,89 @@ def test_cpu_tensors_and_the_interpreter_never_take_the_tma_path(monkeypatch):
     assert not eligible(64, 128, 256)  # CPU tensors
     monkeypatch.setattr(common, "interpreter_mode", lambda: True)
     assert not common.tma_device(torch.device("cuda", 0))  # decided without asking CUDA
+
+
+# The kernels ------------------------------------------------------------------------------------
+
+
+def kernel_dtypes(backend) -> list[tuple[str, torch.dtype]]:
+    """(the bound's dtype name, the tensors' dtype) for the 16-bit dtypes the mode computes, and
+    float32 in "tf32" precision (which the interpreter computes in IEEE fp32, within tf32's bound)."""
+    sixteen_bit = [("float16", torch.float16), ("bfloat16", torch.bfloat16)]
+    declared = [(name, dtype) for name, dtype in sixteen_bit if name in backend.dtypes]
+    return [*declared, ("tf32", torch.float32)]
+
+
+def tma_backend():
+    """triton-grouped, where its TMA kernels can run: the interpreter, or a GPU with TMA."""
+    backend = available("triton-grouped")
+    if backend.device == "cuda" and not common.tma_device(torch.device("cuda", 0)):
+        pytest.skip("the GPU has no TMA (capability < 9.0) or Triton < 3.4")
+    return backend
+
+
+def check_product(c, x, y, dtype_name: str, activation: str | None) -> None:
+    """Every element of ``c`` within the float64 reference's bound; a negative one activated."""
+    a_host, b_host = (t.double().cpu().numpy() for t in (x, y))
+    product, bound = reference(a_host, b_host, x.shape[1], dtype_name)
+    expected = ACTIVATIONS[activation](product) if activation else product
+    got = c.double().cpu().numpy()
+    assert not np.isnan(got).any(), "elements left unwritten"
+    error = np.abs(got - expected)
+    assert np.all(error <= bound), f"{int((error > bound).sum())} elements outside the bound"
+    negative = product < -bound
+    if activation:
+        activated = got[negative] < 0 if activation == "leaky_relu" else got[negative] == 0
+        assert negative.any() and np.all(activated)
+
+
+def run_tma(x, y, variant: str, activation: str | None, precision: str = "tf32"):
+    from gemmzoo_triton import grouped_tma_kernel
+
+    c = torch.full((x.shape[0], y.shape[1]), float("nan"), device=x.device, dtype=x.dtype)
+    config = grouped_tma_kernel.launch(x, y, c, precision, activation, variant=variant, sms=3)
+    return c, config
+
+
+@pytest.mark.parametrize("activation", [None, "leaky_relu"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("variant", ["tiles", "persistent"])
+def test_tma_kernels_match_float64_reference(tma_gpu, variant, layout, activation):
+    """Ragged M, N and K (no multiple of the interpreter's 16x32x16 blocks), three programs for
+    the persistent kernel: every element against the float64 bound."""
+    backend = tma_backend()
+    m = 37 if layout[0] == "N" else 40  # a column-major A's transpose has rows of M elements
+    n, k = 72, 56
+    for seed, (name, dtype) in enumerate(kernel_dtypes(backend)):
+        x = operand(m, k, layout[0] == "T", dtype, backend.device, seed)
+        y = operand(k, n, layout[1] == "T", dtype, backend.device, seed + 100)
+        assert common.tma_eligible(x, y, torch.empty(m, n, dtype=dtype), "tf32")  # as the backend sends
+        c, _ = run_tma(x, y, variant, activation)
+        check_product(c, x, y, name, activation)
+
+
+@pytest.mark.parametrize("variant", ["tiles", "persistent"])
+def test_second_call_launches_the_picked_config_with_its_block_shapes(variant):
+    """The second call skips the autotuner, and so its pre_hook: the launch must set the
+    descriptors' block shapes itself (left at the 1x1 placeholder, the kernel would not build)."""
+    backend = tma_backend()
+    from gemmzoo_triton import grouped_kernel
+
+    x = operand(48, 40, True, torch.float16, backend.device, 1)
+    y = operand(40, 24, False, torch.float16, backend.device, 2)
+    first, config = run_tma(x, y, variant, "relu")
+    key = (KERNELS[variant], 48, 24, 40, "tf32", "torch.float16", True, False)
+    assert grouped_kernel.PICKED[key] is config
+    second, again = run_tma(x, y, variant, "relu")
+    assert again is config
+    assert torch.equal(first, second)
+    check_product(second, x, y, "float16", "relu")
+
+
+def test_unknown_variant_is_an_error():
+    tma_backend()
+    from gemmzoo_triton import grouped_tma_kernel
+
+    x = torch.zeros(16, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"'warp'.*persistent, tiles"):
+        grouped_tma_kernel.launch(x, x, x, "tf32", variant="warp")
