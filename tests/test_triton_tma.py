@@ -171,3 +171,81 @@ def test_unknown_variant_is_an_error():
     x = torch.zeros(16, 16, dtype=torch.float16)
     with pytest.raises(ValueError, match=r"'warp'.*persistent, tiles"):
         grouped_tma_kernel.launch(x, x, x, "tf32", variant="warp")
+
+
+@pytest.mark.parametrize("variant", ["tiles", "persistent"])
+def test_backend_launches_the_variant_it_is_set_to_when_eligible(monkeypatch, variant):
+    """The wiring: an eligible problem runs ``VARIANT``'s kernel, through the backend's checks (and
+    on a GPU its TF32Array handling); eligibility is forced, so that this runs under the
+    interpreter too, where tf32 is not declared."""
+    backend = tma_backend()
+    from gemmzoo_triton import backends, grouped_kernel, grouped_tma_kernel
+
+    monkeypatch.setattr(backends, "tma_eligible", lambda x, y, c, precision: True)
+    monkeypatch.setattr(grouped_tma_kernel, "VARIANT", variant)
+    monkeypatch.setattr(grouped_tma_kernel, "num_sms", lambda device: 2)
+    dtype = "tf32" if "tf32" in backend.dtypes else "float16"
+    rng = np.random.default_rng(8)
+    a = backend.from_numpy(rng.standard_normal((24, 32)), dtype)
+    b = backend.from_numpy(rng.standard_normal((32, 40)), dtype)
+    c = backend.matmul(a, b, activation="relu")
+    assert type(c) is type(a)  # a TF32Array in, a TF32Array out
+    check_product(c.data, a.data, b.data, dtype, "relu")  # .data: a TF32Array's tensor, a tensor's self
+    key = (KERNELS[variant], 24, 40, 32, "tf32", str(c.data.dtype), False, False)
+    assert key in grouped_kernel.PICKED
+
+
+def test_backend_uses_the_pointer_kernel_when_not_eligible(monkeypatch):
+    backend = tma_backend()
+    from gemmzoo_triton import backends, grouped_kernel
+
+    monkeypatch.setattr(backends, "tma_eligible", lambda x, y, c, precision: False)
+    rng = np.random.default_rng(9)
+    a = backend.from_numpy(rng.standard_normal((24, 32)), "float16")
+    b = backend.from_numpy(rng.standard_normal((32, 40)), "float16")
+    c = backend.matmul(a, b)
+    check_product(c, a, b, "float16", None)
+    assert ("grouped_matmul_kernel", 24, 40, 32, "tf32", "torch.float16") in grouped_kernel.PICKED
+
+
+# On a GPU ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["tiles", "persistent"])
+def test_tma_kernels_autotuned_on_gpu(variant):
+    """A problem large enough to autotune, ragged against every config's blocks, on the GPU's
+    SM count: every declared dtype as stored, and float16 with both operands transposed."""
+    backend = tma_backend()
+    m, n, k = 296, 520, 776
+    cases = [(name, dtype, "NN") for name, dtype in kernel_dtypes(backend)]
+    cases.append(("float16", torch.float16, "TT"))
+    for seed, (name, dtype, layout) in enumerate(cases):
+        x = operand(m, k, layout[0] == "T", dtype, "cuda", seed)
+        y = operand(k, n, layout[1] == "T", dtype, "cuda", seed + 100)
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        from gemmzoo_triton import grouped_tma_kernel
+
+        grouped_tma_kernel.launch(x, y, c, "tf32", variant=variant)
+        check_product(c, x, y, name, None)
+
+
+@pytest.mark.gpu
+def test_backend_picks_tma_only_for_eligible_problems_on_gpu():
+    backend = tma_backend()
+    from gemmzoo_triton import grouped_kernel, grouped_tma_kernel
+
+    tma = KERNELS[grouped_tma_kernel.VARIANT]
+    rng = np.random.default_rng(4)
+    for (m, n, k), dtype, key, kernel in [
+        ((256, 264, 136), "float16", ("tf32", "torch.float16"), tma),
+        ((257, 263, 135), "float16", ("tf32", "torch.float16"), "grouped_matmul_kernel"),  # unaligned rows
+        ((256, 264, 136), "float32", ("ieee", "torch.float32"), "grouped_matmul_kernel"),
+        ((256, 264, 136), "tf32", ("tf32", "torch.float32"), tma),
+    ]:
+        a = backend.from_numpy(rng.standard_normal((m, k)), dtype)
+        b = backend.from_numpy(rng.standard_normal((k, n)), dtype)
+        c = backend.matmul(a, b)
+        check_product(c.data, a.data, b.data, dtype, None)  # .data: a TF32Array's tensor, a tensor's self
+        ran = [picked[0] for picked in grouped_kernel.PICKED if picked[1:6] == (m, n, k, *key)]
+        assert ran == [kernel], (m, n, k, dtype, ran)
