@@ -71,6 +71,15 @@ def test_views_neither_row_nor_column_major_are_not_eligible(tma_gpu):
     assert common.tma_eligible(b[:, :64], b[:, :64], c, "tf32")  # a slice with aligned rows is fine
 
 
+def test_broadcast_views_are_not_eligible(tma_gpu):
+    row = torch.randn(1, 64, dtype=torch.float16)
+    b = torch.randn(64, 64, dtype=torch.float16)
+    c = torch.empty(64, 64, dtype=torch.float16)
+    assert not common.tma_eligible(row.expand(64, 64), b, c, "tf32")  # every row the same: stride 0
+    assert not common.tma_eligible(b, row.T.expand(64, 64), c, "tf32")  # column-major, stride 0
+    assert common.tma_eligible(row.expand(64, 64).contiguous(), b, c, "tf32")
+
+
 def test_misaligned_start_is_not_eligible(tma_gpu):
     storage = torch.randn(64 * 64 + 1, dtype=torch.float16)
     shifted = storage[1:].view(64, 64)  # starts 2 bytes into a 16-byte aligned allocation

@@ -191,14 +191,16 @@ def column_major(tensor: Any) -> bool:
 def _tma_readable(tensor: Any) -> bool:
     """Whether a tensor descriptor can cover ``tensor`` (or its transpose, when column-major):
     one dimension contiguous, the stride between rows a multiple of 16 bytes, the start 16-byte
-    aligned."""
+    aligned. Rows that overlap (a broadcast view's stride 0, say) are left to the pointer kernel
+    too: TMA is not relied on for them."""
     if tensor.stride(1) == 1:
-        row_stride = tensor.stride(0)
+        row_stride, row_length = tensor.stride(0), tensor.shape[1]
     elif tensor.stride(0) == 1:
-        row_stride = tensor.stride(1)
+        row_stride, row_length = tensor.stride(1), tensor.shape[0]
     else:
         return False
-    return (row_stride * tensor.element_size()) % 16 == 0 and tensor.data_ptr() % 16 == 0
+    aligned = (row_stride * tensor.element_size()) % 16 == 0 and tensor.data_ptr() % 16 == 0
+    return aligned and row_stride >= row_length
 
 
 def tma_eligible(x: Any, y: Any, c: Any, precision: str) -> bool:
