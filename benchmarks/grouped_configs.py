@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Time every triton-grouped config one by one (no autotuner), beside the autotuner's own pick.
+"""Time each config of triton-grouped's pointer kernel alone (no autotuner), beside the autotuner's pick.
 
     python benchmarks/grouped_configs.py OUT_DIR [--shapes 4096x4096x4096 ...] [--dtypes float16 ...]
 
 For each problem: every config of the kernel's list plus EXTRA_CONFIGS, launched directly and
 timed with ``triton.testing.do_bench`` (median, L2 flushed), each checked against torch; then the
-backend itself (autotuned) with the autotuner's pick and its timings; then the host time of one
-backend call on a tiny problem. Writes OUT_DIR/grouped_configs.json. Used to choose the configs
-in ``gemmzoo_triton.grouped_kernel``; not a pytest file.
+kernel through the backend's launch path (autotuned; ``grouped_kernel.launch``, since the backend
+itself takes its TMA kernels where it can) with the autotuner's pick and its timings; then the
+host time of one backend call on a tiny problem. Writes OUT_DIR/grouped_configs.json. Used to
+choose the configs in ``gemmzoo_triton.grouped_kernel``; not a pytest file.
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ def sweep(shape: str, dtype: str) -> dict[str, Any]:
     import torch
     import triton
 
-    import gemmzoo
     from gemmzoo_triton import grouped_kernel
 
     m, n, k = (int(v) for v in shape.split("x"))
@@ -82,13 +82,12 @@ def sweep(shape: str, dtype: str) -> dict[str, Any]:
                          "extra": config not in listed})
         except Exception as failure:  # out of shared memory and the like
             rows.append({"config": label(config), "error": f"{type(failure).__name__}: {failure}"[:200]})
-    backend = gemmzoo.get_backend("triton-grouped")
-    backend.matmul(a, b)
+    picked = grouped_kernel.launch(a, b, c, "tf32")
     tuner = grouped_kernel.grouped_matmul_kernel
     timings = {label(cfg): t for cfg, t in getattr(tuner, "configs_timings", {}).items()}
-    ms = median_ms(lambda: backend.matmul(a, b))
+    ms = median_ms(lambda: grouped_kernel.launch(a, b, c, "tf32"))
     cublas = median_ms(lambda: torch.matmul(a, b))
-    result = {"shape": shape, "dtype": dtype, "configs": rows, "autotuned": label(tuner.best_config),
+    result = {"shape": shape, "dtype": dtype, "configs": rows, "autotuned": label(picked),
               "autotuned_tflops": flops / ms / 1e9, "cublas_tflops": flops / cublas / 1e9,
               "autotuner_timings_ms": timings}
     best = max((r for r in rows if "tflops" in r), key=lambda r: r["tflops"])

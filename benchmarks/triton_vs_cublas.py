@@ -73,13 +73,17 @@ def relative_error(c: Any, ref: Any) -> float:
     return diff / max(ref.norm().item(), 1e-30)
 
 
-def grouped_config() -> str:
+def grouped_config(m: int, n: int, k: int, dtype: str) -> str:
+    """The kernel and config triton-grouped ran on this problem: its pointer kernel's, or a TMA
+    kernel's where the backend took that path."""
     from gemmzoo_triton import grouped_kernel
 
-    best = grouped_kernel.grouped_matmul_kernel.best_config
-    kw = best.kwargs
-    return (f"{kw['BLOCK_SIZE_M']}x{kw['BLOCK_SIZE_N']}x{kw['BLOCK_SIZE_K']} "
-            f"s{best.num_stages} w{best.num_warps}")
+    for key, config in grouped_kernel.PICKED.items():  # keys: (kernel, M, N, K, precision, dtype, ...)
+        if key[1:4] == (m, n, k) and key[5] == f"torch.{dtype}":
+            kw = config.kwargs
+            return (f"{key[0]} {kw['BLOCK_SIZE_M']}x{kw['BLOCK_SIZE_N']}x{kw['BLOCK_SIZE_K']} "
+                    f"s{config.num_stages} w{config.num_warps}")
+    return "?"
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -132,7 +136,7 @@ def measure(args: argparse.Namespace, env: dict[str, Any]) -> list[dict[str, Any
                 row["rel_error"] = relative_error(c, ref)
                 row["correct"] = bool(row["rel_error"] <= MAX_REL_ERROR[dtype] and torch.isfinite(c).all())
                 if backend.name == "triton-grouped":
-                    row["config"] = grouped_config()
+                    row["config"] = grouped_config(m, n, k, dtype)
                 row["round_ms"] = []
                 measured.append((backend, row))
             # Rounds interleave the backends, so that clock or thermal drift hits all alike.

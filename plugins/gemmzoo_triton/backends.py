@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gemmzoo_triton.common import ACTIVATIONS, TritonBackend
+from gemmzoo_triton.common import ACTIVATIONS, TritonBackend, tma_eligible
 
 
 class TritonNaiveBackend(TritonBackend):
@@ -82,13 +82,24 @@ class TritonTiledBackend(TritonBackend):
 
 
 class TritonGroupedBackend(TritonBackend):
-    """``triton-grouped``: the tutorial's autotuned kernel with grouped program order.
+    """``triton-grouped``: the tutorial's autotuned kernel with grouped program order; TMA on Hopper.
 
     ``matmul(a, b, activation=None)`` fuses ``"leaky_relu"`` (slope 0.01) or ``"relu"`` into the
-    epilogue, applied to the fp32 accumulator before the rounding to C's dtype. Autotuning runs
-    once per (M, N, K, dtype, precision) in a process; on Triton >= 3.4 its results are also kept
-    in Triton's cache directory across processes. Later calls launch the picked config directly.
-    Under the interpreter there is one config and no tuning.
+    epilogue, applied to the fp32 accumulator before the rounding to C's dtype.
+
+    Two kinds of kernel compute the product. Where :func:`~gemmzoo_triton.common.tma_eligible`
+    allows (a CUDA GPU of capability 9.0 or later, Triton >= 3.4, 16-bit or tf32 operands that
+    are row- or column-major with 16-byte aligned rows, and C's rows 16-byte aligned), a kernel of
+    :mod:`~gemmzoo_triton.grouped_tma_kernel` reads A and B through tensor descriptors: the
+    persistent one, or one program per tile, as its ``VARIANT`` says. Everywhere else, the
+    interpreter included, the tutorial's kernel reads them through pointers.
+
+    Each kernel autotunes once per problem in a process: per shape, dtype and precision, and for
+    TMA per transposed operand. On Triton >= 3.4 the pointer kernel's results are also kept in
+    Triton's cache directory across processes; the TMA kernels' are not, because Triton does not
+    cache the results of configs with a ``pre_hook``, which they need to set the descriptors'
+    block shapes. Later calls launch the picked config directly. Under the interpreter there is
+    one config and no tuning.
     """
 
     name = "triton-grouped"
@@ -96,7 +107,6 @@ class TritonGroupedBackend(TritonBackend):
 
     def matmul(self, a: Any, b: Any, activation: str | None = None) -> Any:
         import torch
-        import triton
 
         from gemmzoo_triton import grouped_kernel as kernel
 
@@ -111,26 +121,13 @@ class TritonGroupedBackend(TritonBackend):
         x, y, precision = self.operands(a, b)
         # (2) allocate the output
         c = torch.empty((M, N), device=x.device, dtype=x.dtype)
-        # (3) launch: a 1-D grid whose size depends on the config the autotuner picks
+        # (3) launch: TMA loads where the GPU and the operands allow them, pointer loads otherwise;
+        # the autotuner picks the config, and with it the grid, on a problem's first call
         if not self.empty_result(c, K):  # every activation offered maps 0 to 0
+            if tma_eligible(x, y, c, precision):
+                from gemmzoo_triton import grouped_tma_kernel
 
-            def grid(meta: dict[str, Any]) -> tuple[int]:
-                return (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
-
-            args = (
-                x, y, c,
-                M, N, K,
-                x.stride(0), x.stride(1),
-                y.stride(0), y.stride(1),
-                c.stride(0), c.stride(1),
-            )
-            options = {"PRECISION": precision, "ACTIVATION": activation or ""}
-            key = (M, N, K, precision, str(x.dtype))
-            config = kernel.PICKED.get(key)
-            if config is None:  # a new problem: triton.autotune times the configs and keeps the best
-                kernel.grouped_matmul_kernel[grid](*args, **options)
-                kernel.PICKED[key] = kernel.grouped_matmul_kernel.best_config
-            else:  # a seen problem: its config, launched without the autotuner's per-call cost
-                config_kwargs = config.all_kwargs()
-                kernel.grouped_matmul_kernel.fn[grid(config_kwargs)](*args, **options, **config_kwargs)
+                grouped_tma_kernel.launch(x, y, c, precision, activation)
+            else:
+                kernel.launch(x, y, c, precision, activation)
         return self.result(c, a)

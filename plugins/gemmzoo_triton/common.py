@@ -5,6 +5,7 @@ Nothing here imports torch or triton at module import; the functions that need t
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from typing import Any
@@ -22,6 +23,14 @@ ACTIVATIONS = ("leaky_relu", "relu")
 
 #: Offsets into each matrix are 32-bit in the kernels.
 MAX_OFFSET = 2**31 - 1
+
+#: The oldest Triton for triton-grouped's TMA kernels: host-side ``TensorDescriptor`` and
+#: ``tl.range(..., flatten=True)``.
+TMA_MIN_TRITON = (3, 4)
+
+#: The oldest CUDA capability with the tensor memory accelerator (Hopper).
+TMA_MIN_CAPABILITY = (9, 0)
+
 
 def interpreter_mode() -> bool:
     """Whether Triton runs kernels under its CPU interpreter (``TRITON_INTERPRET=1``)."""
@@ -41,15 +50,21 @@ def mode_dtypes() -> frozenset[str]:
     return frozenset({"float16", "bfloat16", "float32", "tf32"})
 
 
+def triton_version() -> tuple[int, ...]:
+    """The installed Triton's (major, minor) version."""
+    import triton
+
+    return tuple(int(part) for part in triton.__version__.split(".")[:2] if part.isdigit())
+
+
 def triton_unavailable_reason() -> str | None:
     """Why the Triton backends cannot run here, or ``None``."""
     for package in ("torch", "triton"):
         if importlib.util.find_spec(package) is None:
             return f"{package} is not installed (pip install 'gemmzoo[triton]')"
-    import triton
+    if triton_version() < MIN_TRITON:
+        import triton
 
-    version = tuple(int(part) for part in triton.__version__.split(".")[:2] if part.isdigit())
-    if version < MIN_TRITON:
         return f"triton {triton.__version__} is too old; gemmzoo needs triton >= 3.0"
     if interpreter_mode():
         return None
@@ -141,3 +156,68 @@ def _largest_offset(tensor: Any) -> int:
     if tensor.numel() == 0:
         return 0
     return sum((size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
+
+
+# triton-grouped's TMA path ---------------------------------------------------------------------
+
+
+@functools.cache
+def _tma_capable(device: Any) -> bool:
+    import torch
+
+    capability = torch.cuda.get_device_capability(device)
+    return capability >= TMA_MIN_CAPABILITY and triton_version() >= TMA_MIN_TRITON
+
+
+def tma_device(device: Any) -> bool:
+    """Whether triton-grouped's TMA kernels can run compiled on ``device`` (a ``torch.device``).
+
+    True for a CUDA device of capability 9.0 or later (Hopper on) with Triton >= 3.4. False under
+    the interpreter, where the backend stays on its pointer kernel (the TMA kernels run there
+    too, but only when called directly, as the tests do).
+    """
+    return not interpreter_mode() and device.type == "cuda" and _tma_capable(device)
+
+
+def column_major(tensor: Any) -> bool:
+    """Whether a 2-D tensor is read through its transpose: not row-major (``stride(1) != 1``).
+
+    For the operands :func:`tma_eligible` accepts, this means column-major (``stride(0) == 1``),
+    and the transpose is row-major.
+    """
+    return tensor.stride(1) != 1
+
+
+def _tma_readable(tensor: Any) -> bool:
+    """Whether a tensor descriptor can cover ``tensor`` (or its transpose, when column-major):
+    one dimension contiguous, the stride between rows a multiple of 16 bytes, the start 16-byte
+    aligned. Rows that overlap (a broadcast view's stride 0, say) are left to the pointer kernel
+    too: TMA is not relied on for them."""
+    if tensor.stride(1) == 1:
+        row_stride, row_length = tensor.stride(0), tensor.shape[1]
+    elif tensor.stride(0) == 1:
+        row_stride, row_length = tensor.stride(1), tensor.shape[0]
+    else:
+        return False
+    aligned = (row_stride * tensor.element_size()) % 16 == 0 and tensor.data_ptr() % 16 == 0
+    return aligned and row_stride >= row_length
+
+
+def tma_eligible(x: Any, y: Any, c: Any, precision: str) -> bool:
+    """Whether triton-grouped computes ``c = x @ y`` with its TMA kernels rather than its pointer kernel.
+
+    Needs a :func:`tma_device`; float16 or bfloat16 operands, or float32 ones in the "tf32"
+    precision (IEEE fp32 runs on the FMA units, where TMA loads gain nothing); A and B each
+    row-major or column-major, with rows 16-byte aligned as TMA requires (see
+    :func:`_tma_readable`); and C (contiguous) with rows of a multiple of 16 bytes.
+    """
+    import torch
+
+    if not tma_device(x.device):
+        return False
+    tf32 = x.dtype == torch.float32 and precision == "tf32"
+    if x.dtype not in (torch.float16, torch.bfloat16) and not tf32:
+        return False
+    if not (_tma_readable(x) and _tma_readable(y)):
+        return False
+    return c.is_contiguous() and (c.shape[1] * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0

@@ -6,7 +6,7 @@ shapes per problem. Imported only when the backend runs: ``triton.jit`` reads TR
 when a kernel is decorated, and the config list depends on it.
 """
 
-# ruff: noqa: N803 - kernel arguments are named as in the tutorial: M, N, K and upper-case constexprs
+# ruff: noqa: N803, N806 - named as in the tutorial: M, N, K and upper-case constexprs
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ import triton.language as tl
 from gemmzoo_triton.common import interpreter_mode
 
 
-def _config(bm: int, bn: int, bk: int, stages: int, warps: int) -> triton.Config:
-    blocks = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8}
-    return triton.Config(blocks, num_stages=stages, num_warps=warps)
+def _config(
+    bm: int, bn: int, bk: int, stages: int, warps: int, group: int = 8, pre_hook: Any = None
+) -> triton.Config:
+    blocks = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": group}
+    return triton.Config(blocks, num_stages=stages, num_warps=warps, pre_hook=pre_hook)
 
 
 #: The tutorial's ten configs (BLOCK_SIZE_K 32).
@@ -82,7 +84,7 @@ def prune_configs(
     shared memory for this element size; and, for IEEE fp32, tiles too large for the FMA units.
     """
     m, n, k = named_args["M"], named_args["N"], named_args["K"]
-    size = named_args["a_ptr"].element_size()
+    size = _element_size(named_args)
     by_area = sorted(configs, key=lambda c: c.kwargs["BLOCK_SIZE_M"] * c.kwargs["BLOCK_SIZE_N"])
     if m * n * k <= SMALL_PROBLEM:
         return by_area[:1]
@@ -99,6 +101,12 @@ def prune_configs(
     return [c for c in configs if fits(c)] or by_area[:1]
 
 
+def _element_size(named_args: dict[str, Any]) -> int:
+    """The bytes per element of A: the kernels' first argument, a tensor or a tensor descriptor."""
+    a = next(iter(named_args.values()))
+    return getattr(a, "base", a).element_size()
+
+
 def _autotune_options() -> dict[str, Any]:
     """``cache_results=True`` where this Triton has it (3.4 and later): tuning results on disk."""
     if "cache_results" in inspect.signature(triton.autotune).parameters:
@@ -106,10 +114,11 @@ def _autotune_options() -> dict[str, Any]:
     return {}
 
 
-#: The config the autotuner picked for each problem this process has seen, by the autotuner's
-#: key. Later calls launch it straight through the kernel: the autotuner's per-call path adds
-#: ~15 us of host time (43 against 28 us a launch on the H100's host, Triton 3.6), and host time
-#: shows in the timings of products under ~100 us (docs/results/2026-11-21-h100-triton.md).
+#: The config the autotuner picked for each problem this process has seen, by the kernel's name
+#: and the problem's key (see :func:`launch_tuned`). Later calls launch it straight through the
+#: kernel: the autotuner's per-call path adds ~15 us of host time (43 against 28 us a launch on
+#: the H100's host, Triton 3.6), and host time shows in the timings of products under ~100 us
+#: (docs/results/2026-11-21-h100-triton.md).
 PICKED: dict[tuple[Any, ...], triton.Config] = {}
 
 
@@ -185,3 +194,46 @@ def grouped_matmul_kernel(
     offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
     c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
     tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+def launch_tuned(
+    kernel: Any, grid: Any, args: tuple[Any, ...], options: dict[str, Any], key: tuple[Any, ...]
+) -> triton.Config:
+    """Launch an autotuned ``kernel`` on ``grid`` (a function of the config); return the config.
+
+    A problem's first call goes through the autotuner, which times the configs and keeps the
+    best; :data:`PICKED` remembers it under the kernel's name and ``key``, and later calls launch
+    it directly, without the autotuner's per-call cost. The autotuner runs a config's
+    ``pre_hook`` before its launches; a direct launch runs it here.
+    """
+    picked_key = (kernel.base_fn.__name__, *key)
+    config = PICKED.get(picked_key)
+    if config is None:
+        kernel[grid](*args, **options)
+        config = PICKED[picked_key] = kernel.best_config
+        return config
+    config_kwargs = config.all_kwargs()
+    if config.pre_hook is not None:
+        named_args = dict(zip(kernel.arg_names, args, strict=False))  # args: the leading ones
+        config.pre_hook({**named_args, **options, **config_kwargs})
+    kernel.fn[grid(config_kwargs)](*args, **options, **config_kwargs)
+    return config
+
+
+def launch(x: Any, y: Any, c: Any, precision: str, activation: str | None = None) -> triton.Config:
+    """Compute ``c = activation(x @ y)`` with the pointer kernel; return the config that ran."""
+    M, K = x.shape
+    N = y.shape[1]
+
+    def grid(meta: dict[str, Any]) -> tuple[int]:
+        return (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
+
+    args = (
+        x, y, c,
+        M, N, K,
+        x.stride(0), x.stride(1),
+        y.stride(0), y.stride(1),
+        c.stride(0), c.stride(1),
+    )
+    options = {"PRECISION": precision, "ACTIVATION": activation or ""}
+    return launch_tuned(grouped_matmul_kernel, grid, args, options, (M, N, K, precision, str(x.dtype)))

@@ -1,0 +1,247 @@
+"""triton-grouped's TMA kernels: tiles of A and B fetched by Hopper's tensor memory accelerator.
+
+The operands come as host-side tensor descriptors instead of pointers; the TMA unit copies whole
+tiles into shared memory, fills the parts past a matrix's edge with zeros and clips stores at
+C's edge, so nothing is masked. Two kernels, both in grouped_kernel's tile order and with its
+epilogue and config pruning:
+
+- ``tma_matmul_kernel``: one program per tile of C;
+- ``tma_persistent_matmul_kernel``: one program per SM (fewer for small problems), each looping
+  over tiles, so that the loads of a program's next tile overlap the epilogue of its last.
+
+A column-major operand is read through a descriptor over its transpose, which is row-major, and
+its tiles are transposed in the kernel (the ``A_T`` and ``B_T`` flags). Which operands and GPUs
+qualify is :func:`gemmzoo_triton.common.tma_eligible`'s decision. Imported only when the backend
+takes this path, like grouped_kernel (and for the same reason).
+"""
+
+# ruff: noqa: N803, N806 - named as in the tutorial: M, N, K and upper-case constexprs
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from gemmzoo_triton.common import column_major, interpreter_mode
+from gemmzoo_triton.grouped_kernel import (
+    _autotune_options,
+    _config,
+    launch_tuned,
+    leaky_relu,
+    prune_configs,
+    relu,
+)
+
+#: The kernel the backend launches: "persistent" or "tiles" (one program per tile). A module
+#: setting, so that benchmarks can switch it.
+VARIANT = "persistent"
+VARIANTS = ("persistent", "tiles")
+
+
+def set_block_shapes(nargs: dict[str, Any]) -> None:
+    """Give the descriptors the block shapes of the config about to run.
+
+    ``nargs`` maps the kernel's argument names, the config's included, to their values. Each
+    config's ``pre_hook``: the descriptors are made once per call, before a config is chosen.
+    """
+    bm, bn, bk = (nargs[f"BLOCK_SIZE_{d}"] for d in "MNK")
+    nargs["a_desc"].block_shape = [bk, bm] if nargs["A_T"] else [bm, bk]
+    nargs["b_desc"].block_shape = [bn, bk] if nargs["B_T"] else [bk, bn]
+    nargs["c_desc"].block_shape = [bm, bn]
+
+
+def _tma_config(bm: int, bn: int, bk: int, stages: int, warps: int, group: int = 8) -> triton.Config:
+    return _config(bm, bn, bk, stages, warps, group, pre_hook=set_block_shapes)
+
+
+#: For Hopper and 16-bit types; prune_configs drops the ones whose pipelines overflow shared
+#: memory for wider types. 64x64x64 fits every case, and is the pick for small problems.
+HOPPER_CONFIGS = [
+    _tma_config(128, 256, 64, 3, 8),
+    _tma_config(128, 256, 64, 4, 8),
+    _tma_config(256, 128, 64, 3, 8),
+    _tma_config(128, 128, 64, 4, 4),
+    _tma_config(128, 128, 64, 4, 8),
+    _tma_config(128, 128, 64, 3, 8),
+    _tma_config(64, 256, 64, 4, 4),
+    _tma_config(128, 256, 32, 4, 8),
+    _tma_config(128, 64, 64, 4, 4),
+    _tma_config(64, 128, 64, 4, 4),
+    _tma_config(64, 64, 64, 4, 4),
+]
+
+#: Under the interpreter: one config, so nothing is timed; small tiles and groups of two rows of
+#: tiles, so that small test problems still span several tiles and groups.
+INTERPRETER_CONFIGS = [_tma_config(16, 32, 16, 1, 4, group=2)]
+
+_CONFIGS = INTERPRETER_CONFIGS if interpreter_mode() else HOPPER_CONFIGS
+
+# Descriptors have no ``dtype`` for the autotuner to add to its key, hence DTYPE.
+_KEY = ["M", "N", "K", "PRECISION", "A_T", "B_T", "DTYPE"]
+
+
+@triton.jit
+def tile_position(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M: tl.constexpr):
+    """The (row, column) of C's tile number ``tile_id`` in grouped order: GROUP_SIZE_M rows of
+    tiles at a time, column-major inside a group, so that tiles computed together share rows of
+    A and columns of B in L2."""
+    tiles_in_group = GROUP_SIZE_M * num_pid_n
+    first_pid_m = (tile_id // tiles_in_group) * GROUP_SIZE_M
+    group_rows = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
+    in_group = tile_id % tiles_in_group
+    return first_pid_m + in_group % group_rows, in_group // group_rows
+
+
+@triton.jit
+def tile_product(
+    a_desc, b_desc, off_m, off_n, K,
+    PRECISION: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+):
+    """A[off_m:off_m + BLOCK_SIZE_M, :] @ B[:, off_n:off_n + BLOCK_SIZE_N] in fp32."""
+    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for off_k in range(0, K, BLOCK_SIZE_K):
+        if A_T:
+            a = a_desc.load([off_k, off_m]).T
+        else:
+            a = a_desc.load([off_m, off_k])
+        if B_T:
+            b = b_desc.load([off_n, off_k]).T
+        else:
+            b = b_desc.load([off_k, off_n])
+        accumulator = tl.dot(a, b, accumulator, input_precision=PRECISION)
+    return accumulator
+
+
+@triton.jit
+def store_tile(c_desc, accumulator, off_m, off_n, ACTIVATION: tl.constexpr):
+    """The epilogue: the activation on the fp32 accumulator, one rounding to C's dtype, the store."""
+    if ACTIVATION == "leaky_relu":
+        accumulator = leaky_relu(accumulator)
+    elif ACTIVATION == "relu":
+        accumulator = relu(accumulator)
+    c_desc.store([off_m, off_n], accumulator.to(c_desc.dtype))
+
+
+@triton.autotune(
+    configs=_CONFIGS,
+    key=_KEY,
+    prune_configs_by={"early_config_prune": prune_configs},
+    **_autotune_options(),
+)
+@triton.jit
+def tma_matmul_kernel(
+    a_desc, b_desc, c_desc,
+    M, N, K,
+    PRECISION: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    A_T: tl.constexpr,
+    B_T: tl.constexpr,
+    DTYPE: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,
+):
+    """C = ACTIVATION(A @ B) for the tile of C that this program's grouped id maps to."""
+    pid_m, pid_n = tile_position(
+        tl.program_id(axis=0), tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N), GROUP_SIZE_M
+    )
+    off_m, off_n = pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N
+    accumulator = tile_product(
+        a_desc, b_desc, off_m, off_n, K, PRECISION, A_T, B_T, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K
+    )
+    store_tile(c_desc, accumulator, off_m, off_n, ACTIVATION)
+
+
+@triton.autotune(
+    configs=_CONFIGS,
+    key=_KEY,
+    prune_configs_by={"early_config_prune": prune_configs},
+    **_autotune_options(),
+)
+@triton.jit
+def tma_persistent_matmul_kernel(
+    a_desc, b_desc, c_desc,
+    M, N, K,
+    PRECISION: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    A_T: tl.constexpr,
+    B_T: tl.constexpr,
+    DTYPE: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,
+):
+    """C = ACTIVATION(A @ B) for tiles ``program_id, program_id + NUM_SMS, ...`` of C."""
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    # The epilogue finds its tile from a counter of its own, as Triton's persistent tutorial
+    # does: a value used both before the K loop and in the epilogue trips up the software
+    # pipelining of the flattened loop on some targets.
+    epilogue_tile = tl.program_id(axis=0) - NUM_SMS
+    # flatten=True merges the K loop into this one, so that the pipeline runs on across tiles.
+    for tile_id in tl.range(tl.program_id(axis=0), num_pid_m * num_pid_n, NUM_SMS, flatten=True):
+        pid_m, pid_n = tile_position(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        accumulator = tile_product(
+            a_desc, b_desc, pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N, K,
+            PRECISION, A_T, B_T, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K,
+        )
+        epilogue_tile += NUM_SMS
+        pid_m, pid_n = tile_position(epilogue_tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        store_tile(c_desc, accumulator, pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N, ACTIVATION)
+
+
+@functools.cache
+def num_sms(device: Any) -> int:
+    """The number of SMs of a CUDA ``device``: the persistent kernel's program count."""
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _descriptor(tensor: Any, transposed: bool) -> TensorDescriptor:
+    """A descriptor over ``tensor`` (its transpose when ``transposed``), its block shape a
+    placeholder until :func:`set_block_shapes` runs."""
+    view = tensor.T if transposed else tensor
+    return TensorDescriptor(view, list(view.shape), list(view.stride()), [1, 1])
+
+
+def launch(
+    x: Any, y: Any, c: Any, precision: str, activation: str | None = None,
+    variant: str | None = None, sms: int | None = None,
+) -> triton.Config:
+    """Compute ``c = activation(x @ y)`` with a TMA kernel; return the config that ran.
+
+    The operands must pass :func:`gemmzoo_triton.common.tma_eligible`'s layout rules (its device
+    rule aside: under the interpreter this runs on CPU tensors). ``variant`` defaults to
+    :data:`VARIANT`; ``sms``, the persistent kernel's program count, to ``x``'s device's SMs.
+    """
+    variant = VARIANT if variant is None else variant
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown TMA kernel variant {variant!r}; known: {', '.join(VARIANTS)}")
+    M, K = x.shape
+    N = y.shape[1]
+    a_t, b_t = column_major(x), column_major(y)
+    args = (_descriptor(x, a_t), _descriptor(y, b_t), _descriptor(c, False), M, N, K)
+    options = {
+        "PRECISION": precision, "ACTIVATION": activation or "", "A_T": a_t, "B_T": b_t, "DTYPE": str(x.dtype),
+    }
+    key = (M, N, K, precision, str(x.dtype), a_t, b_t)
+
+    def tiles(meta: dict[str, Any]) -> int:
+        return triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"])
+
+    if variant == "tiles":
+        return launch_tuned(tma_matmul_kernel, lambda meta: (tiles(meta),), args, options, key)
+    programs = num_sms(x.device) if sms is None else sms
+    options["NUM_SMS"] = programs
+    return launch_tuned(
+        tma_persistent_matmul_kernel, lambda meta: (min(programs, tiles(meta)),), args, options, key
+    )

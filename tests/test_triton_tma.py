@@ -1,0 +1,261 @@
+"""triton-grouped's TMA path: which problems take it, and its two kernels against float64.
+
+The kernels run where the other Triton tests run: under the interpreter on CPU tensors (its
+host-side tensor descriptors work there), or on a CUDA GPU with TMA (Hopper on).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_triton import ACTIVATIONS, available, reference
+
+from gemmzoo_triton import common
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+LAYOUTS = ("NN", "TN", "NT", "TT")  # A then B: N as stored, T a column-major view of a stored transpose
+KERNELS = {"tiles": "tma_matmul_kernel", "persistent": "tma_persistent_matmul_kernel"}  # by variant
+
+
+def operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: str = "cpu", seed: int = 0):
+    """A random normal rows x cols tensor, row-major, or column-major when ``transposed``."""
+    values = torch.randn(rows, cols, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    stored = values.T.contiguous().T if transposed else values
+    return stored.to(device=device, dtype=dtype)
+
+
+# Eligibility ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tma_gpu(monkeypatch):
+    """Pretend every device is a GPU with TMA, so that the layout and dtype rules decide alone."""
+    monkeypatch.setattr(common, "tma_device", lambda device: True)
+
+
+def eligible(m: int, n: int, k: int, dtype=torch.float16, layout="NN", precision="tf32") -> bool:
+    x, y = operand(m, k, layout[0] == "T", dtype), operand(k, n, layout[1] == "T", dtype)
+    return common.tma_eligible(x, y, torch.empty(m, n, dtype=dtype), precision)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_row_and_column_major_16_bit_operands_are_eligible(tma_gpu, layout, dtype):
+    assert eligible(64, 128, 256, dtype, layout)
+    assert eligible(1000, 1000, 1000, dtype, layout)  # rows of 2000 bytes: a multiple of 16
+
+
+def test_float32_is_eligible_as_tf32_only(tma_gpu):
+    assert eligible(64, 128, 256, torch.float32, precision="tf32")
+    assert not eligible(64, 128, 256, torch.float32, precision="ieee")
+    assert not eligible(64, 128, 256, torch.float64, precision="ieee")
+
+
+def test_rows_not_16_byte_aligned_are_not_eligible(tma_gpu):
+    assert not eligible(4097, 4097, 4097)
+    assert not eligible(64, 128, 36)  # A's rows: 72 bytes
+    assert not eligible(36, 128, 64, layout="TN")  # rows of A's transpose: 72 bytes
+    assert eligible(64, 128, 36, torch.float32)  # 144 bytes
+    # C's rows alone: B, column-major, has rows of 128 bytes, C of 72
+    assert not eligible(64, 36, 64, layout="NT")
+    assert eligible(64, 40, 64, layout="NT")
+
+
+def test_views_neither_row_nor_column_major_are_not_eligible(tma_gpu):
+    b = torch.randn(64, 128, dtype=torch.float16)
+    c = torch.empty(64, 64, dtype=torch.float16)
+    every_other_column = torch.randn(64, 128, dtype=torch.float16)[:, ::2]
+    assert not common.tma_eligible(every_other_column, b[:, :64], c, "tf32")
+    assert common.tma_eligible(b[:, :64], b[:, :64], c, "tf32")  # a slice with aligned rows is fine
+
+
+def test_broadcast_views_are_not_eligible(tma_gpu):
+    row = torch.randn(1, 64, dtype=torch.float16)
+    b = torch.randn(64, 64, dtype=torch.float16)
+    c = torch.empty(64, 64, dtype=torch.float16)
+    assert not common.tma_eligible(row.expand(64, 64), b, c, "tf32")  # every row the same: stride 0
+    assert not common.tma_eligible(b, row.T.expand(64, 64), c, "tf32")  # column-major, stride 0
+    assert common.tma_eligible(row.expand(64, 64).contiguous(), b, c, "tf32")
+
+
+def test_misaligned_start_is_not_eligible(tma_gpu):
+    storage = torch.randn(64 * 64 + 1, dtype=torch.float16)
+    shifted = storage[1:].view(64, 64)  # starts 2 bytes into a 16-byte aligned allocation
+    aligned = storage[:-1].view(64, 64)
+    c = torch.empty(64, 64, dtype=torch.float16)
+    assert common.tma_eligible(aligned, aligned, c, "tf32")
+    assert not common.tma_eligible(shifted, aligned, c, "tf32")
+    assert not common.tma_eligible(aligned, shifted, c, "tf32")
+
+
+def test_cpu_tensors_and_the_interpreter_never_take_the_tma_path(monkeypatch):
+    assert not eligible(64, 128, 256)  # CPU tensors
+    monkeypatch.setattr(common, "interpreter_mode", lambda: True)
+    assert not common.tma_device(torch.device("cuda", 0))  # decided without asking CUDA
+
+
+# The kernels ------------------------------------------------------------------------------------
+
+
+def kernel_dtypes(backend) -> list[tuple[str, torch.dtype]]:
+    """(the bound's dtype name, the tensors' dtype) for the 16-bit dtypes the mode computes, and
+    float32 in "tf32" precision (which the interpreter computes in IEEE fp32, within tf32's bound)."""
+    sixteen_bit = [("float16", torch.float16), ("bfloat16", torch.bfloat16)]
+    declared = [(name, dtype) for name, dtype in sixteen_bit if name in backend.dtypes]
+    return [*declared, ("tf32", torch.float32)]
+
+
+def tma_backend():
+    """triton-grouped, where its TMA kernels can run: the interpreter, or a GPU with TMA."""
+    backend = available("triton-grouped")
+    if backend.device == "cuda" and not common.tma_device(torch.device("cuda", 0)):
+        pytest.skip("the GPU has no TMA (capability < 9.0) or Triton < 3.4")
+    return backend
+
+
+def check_product(c, x, y, dtype_name: str, activation: str | None) -> None:
+    """Every element of ``c`` within the float64 reference's bound; a negative one activated."""
+    a_host, b_host = (t.double().cpu().numpy() for t in (x, y))
+    product, bound = reference(a_host, b_host, x.shape[1], dtype_name)
+    expected = ACTIVATIONS[activation](product) if activation else product
+    got = c.double().cpu().numpy()
+    assert not np.isnan(got).any(), "elements left unwritten"
+    error = np.abs(got - expected)
+    assert np.all(error <= bound), f"{int((error > bound).sum())} elements outside the bound"
+    negative = product < -bound
+    if activation:
+        activated = got[negative] < 0 if activation == "leaky_relu" else got[negative] == 0
+        assert negative.any() and np.all(activated)
+
+
+def run_tma(x, y, variant: str, activation: str | None, precision: str = "tf32"):
+    from gemmzoo_triton import grouped_tma_kernel
+
+    c = torch.full((x.shape[0], y.shape[1]), float("nan"), device=x.device, dtype=x.dtype)
+    config = grouped_tma_kernel.launch(x, y, c, precision, activation, variant=variant, sms=3)
+    return c, config
+
+
+@pytest.mark.parametrize("activation", [None, "leaky_relu"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("variant", ["tiles", "persistent"])
+def test_tma_kernels_match_float64_reference(monkeypatch, variant, layout, activation):
+    """Ragged M, N and K (no multiple of the interpreter's 16x32x16 blocks), three programs for
+    the persistent kernel: every element against the float64 bound."""
+    backend = tma_backend()
+    monkeypatch.setattr(common, "tma_device", lambda device: True)  # for the CPU tensors' eligibility
+    m = 37 if layout[0] == "N" else 40  # a column-major A's transpose has rows of M elements
+    n, k = 72, 56
+    for seed, (name, dtype) in enumerate(kernel_dtypes(backend)):
+        x = operand(m, k, layout[0] == "T", dtype, backend.device, seed)
+        y = operand(k, n, layout[1] == "T", dtype, backend.device, seed + 100)
+        assert common.tma_eligible(x, y, torch.empty(m, n, dtype=dtype), "tf32")  # as the backend sends
+        c, _ = run_tma(x, y, variant, activation)
+        check_product(c, x, y, name, activation)
+
+
+@pytest.mark.parametrize("variant", ["tiles", "persistent"])
+def test_second_call_launches_the_picked_config_with_its_block_shapes(variant):
+    """The second call skips the autotuner, and so its pre_hook: the launch must set the
+    descriptors' block shapes itself (left at the 1x1 placeholder, the kernel would not build)."""
+    backend = tma_backend()
+    from gemmzoo_triton import grouped_kernel
+
+    x = operand(48, 40, True, torch.float16, backend.device, 1)
+    y = operand(40, 24, False, torch.float16, backend.device, 2)
+    first, config = run_tma(x, y, variant, "relu")
+    key = (KERNELS[variant], 48, 24, 40, "tf32", "torch.float16", True, False)
+    assert grouped_kernel.PICKED[key] is config
+    second, again = run_tma(x, y, variant, "relu")
+    assert again is config
+    assert torch.equal(first, second)
+    check_product(second, x, y, "float16", "relu")
+
+
+def test_unknown_variant_is_an_error():
+    tma_backend()
+    from gemmzoo_triton import grouped_tma_kernel
+
+    x = torch.zeros(16, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"'warp'.*persistent, tiles"):
+        grouped_tma_kernel.launch(x, x, x, "tf32", variant="warp")
+
+
+@pytest.mark.parametrize("variant", ["tiles", "persistent"])
+def test_backend_launches_the_variant_it_is_set_to_when_eligible(monkeypatch, variant):
+    """The wiring: an eligible problem runs ``VARIANT``'s kernel, through the backend's checks (and
+    on a GPU its TF32Array handling); eligibility is forced, so that this runs under the
+    interpreter too, where tf32 is not declared."""
+    backend = tma_backend()
+    from gemmzoo_triton import backends, grouped_kernel, grouped_tma_kernel
+
+    monkeypatch.setattr(backends, "tma_eligible", lambda x, y, c, precision: True)
+    monkeypatch.setattr(grouped_tma_kernel, "VARIANT", variant)
+    monkeypatch.setattr(grouped_tma_kernel, "num_sms", lambda device: 2)
+    dtype = "tf32" if "tf32" in backend.dtypes else "float16"
+    rng = np.random.default_rng(8)
+    a = backend.from_numpy(rng.standard_normal((24, 32)), dtype)
+    b = backend.from_numpy(rng.standard_normal((32, 40)), dtype)
+    c = backend.matmul(a, b, activation="relu")
+    assert type(c) is type(a)  # a TF32Array in, a TF32Array out
+    check_product(c.data, a.data, b.data, dtype, "relu")  # .data: a TF32Array's tensor, a tensor's self
+    key = (KERNELS[variant], 24, 40, 32, "tf32", str(c.data.dtype), False, False)
+    assert key in grouped_kernel.PICKED
+
+
+def test_backend_uses_the_pointer_kernel_when_not_eligible(monkeypatch):
+    backend = tma_backend()
+    from gemmzoo_triton import backends, grouped_kernel
+
+    monkeypatch.setattr(backends, "tma_eligible", lambda x, y, c, precision: False)
+    rng = np.random.default_rng(9)
+    a = backend.from_numpy(rng.standard_normal((24, 32)), "float16")
+    b = backend.from_numpy(rng.standard_normal((32, 40)), "float16")
+    c = backend.matmul(a, b)
+    check_product(c, a, b, "float16", None)
+    assert ("grouped_matmul_kernel", 24, 40, 32, "tf32", "torch.float16") in grouped_kernel.PICKED
+
+
+# On a GPU ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["tiles", "persistent"])
+def test_tma_kernels_autotuned_on_gpu(variant):
+    """A problem large enough to autotune, ragged against every config's blocks, on the GPU's
+    SM count: every declared dtype as stored, and float16 with both operands transposed."""
+    backend = tma_backend()
+    m, n, k = 296, 520, 776
+    cases = [(name, dtype, "NN") for name, dtype in kernel_dtypes(backend)]
+    cases.append(("float16", torch.float16, "TT"))
+    for seed, (name, dtype, layout) in enumerate(cases):
+        x = operand(m, k, layout[0] == "T", dtype, "cuda", seed)
+        y = operand(k, n, layout[1] == "T", dtype, "cuda", seed + 100)
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        from gemmzoo_triton import grouped_tma_kernel
+
+        grouped_tma_kernel.launch(x, y, c, "tf32", variant=variant)
+        check_product(c, x, y, name, None)
+
+
+@pytest.mark.gpu
+def test_backend_picks_tma_only_for_eligible_problems_on_gpu():
+    backend = tma_backend()
+    from gemmzoo_triton import grouped_kernel, grouped_tma_kernel
+
+    tma = KERNELS[grouped_tma_kernel.VARIANT]
+    rng = np.random.default_rng(4)
+    for (m, n, k), dtype, key, kernel in [
+        ((256, 264, 136), "float16", ("tf32", "torch.float16"), tma),
+        ((257, 263, 135), "float16", ("tf32", "torch.float16"), "grouped_matmul_kernel"),  # unaligned rows
+        ((256, 264, 136), "float32", ("ieee", "torch.float32"), "grouped_matmul_kernel"),
+        ((256, 264, 136), "tf32", ("tf32", "torch.float32"), tma),
+    ]:
+        a = backend.from_numpy(rng.standard_normal((m, k)), dtype)
+        b = backend.from_numpy(rng.standard_normal((k, n)), dtype)
+        c = backend.matmul(a, b)
+        check_product(c.data, a.data, b.data, dtype, None)  # .data: a TF32Array's tensor, a tensor's self
+        ran = [picked[0] for picked in grouped_kernel.PICKED if picked[1:6] == (m, n, k, *key)]
+        assert ran == [kernel], (m, n, k, dtype, ran)
