@@ -203,8 +203,9 @@ class LaunchPacer:
     power that the H100 lowers its clock; timings with gaps read ~7% faster than do_bench
     (docs/results/2026-11-21-timing-agreement.md).
 
-    The launch time is the shortest seen: a launch that found the launch queue full waited for
-    the GPU, and only looks longer. ``flush_s`` is the device time of one flush.
+    The launch and GEMM times are the shortest seen: a launch that found the launch queue full
+    waited for the GPU, and a GEMM whose events the GPU idled between (for want of a spin) only
+    look longer. ``flush_s`` is the device time of one flush.
     """
 
     def __init__(self, flush_s: float) -> None:
@@ -217,8 +218,8 @@ class LaunchPacer:
         self.launch_s = min(self.launch_s, host_s)
 
     def note_gemm(self, device_s: float) -> None:
-        """A call's device time."""
-        self.gemm_s = device_s
+        """A call's device time (the shortest counts: a sample the GPU idled in reads longer)."""
+        self.gemm_s = device_s if self.gemm_s == 0.0 else min(self.gemm_s, device_s)
 
     def spin_s(self) -> float:
         """Seconds of GPU spin to put before the next flush (0 before any launch was seen)."""

@@ -231,8 +231,12 @@ def test_the_pacer_asks_for_a_spin_only_when_the_launch_outlasts_the_flush_and_g
     slow.note_launch(70e-6)  # ... counts as its shortest
     slow.note_gemm(29e-6)
     assert slow.spin_s() == pytest.approx(2 * 70e-6 - 85e-6 - 29e-6)
-    slow.note_gemm(200e-6)  # a long GEMM keeps the GPU busy itself
-    assert slow.spin_s() == 0.0
+    slow.note_gemm(120e-6)  # a sample the GPU idled in (no spin yet) does not shrink the spin
+    assert slow.spin_s() == pytest.approx(2 * 70e-6 - 85e-6 - 29e-6)
+    long = LaunchPacer(flush_s=85e-6)
+    long.note_launch(70e-6)
+    long.note_gemm(200e-6)  # a long GEMM keeps the GPU busy itself
+    assert long.spin_s() == 0.0
 
 
 def test_slow_launch_paths_get_a_gpu_spin_before_the_flush_outside_the_events():
