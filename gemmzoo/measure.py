@@ -11,11 +11,13 @@ See docs/benchmarks.md.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -387,8 +389,27 @@ class DeviceClock:
 WARMUP_S = 0.05
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's garbage collector off inside, as ``timeit`` does. A full collection in a process
+    holding torch and Triton takes milliseconds; in the middle of a batch of short GEMMs it
+    stalls the host until the GPU has run dry, and the GPU then idles between some call's events."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _cuda_samples(call: Callable[[], Any], budget_s: float, max_samples: int,
                   events: Any = None) -> list[float]:
+    with gc_paused():
+        return _cuda_batches(call, budget_s, max_samples, events)
+
+
+def _cuda_batches(call: Callable[[], Any], budget_s: float, max_samples: int, events: Any) -> list[float]:
     timer = CudaEventTimer(events)
     first = timer.batch(call, 1)[0]
     # Warm up as do_bench does, for about 50 ms of calls, samples discarded: a large GEMM's clock

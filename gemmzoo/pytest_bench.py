@@ -33,7 +33,7 @@ import pytest
 
 from gemmzoo.device import device_info, peak_tflops
 from gemmzoo.grids import GridPoint, parse_point
-from gemmzoo.measure import DeviceClock, compare, prepare
+from gemmzoo.measure import DeviceClock, compare, gc_paused, prepare
 
 DEVICE_CLOCK = DeviceClock()
 """The process's device clock; every CUDA benchmark param names it as its timer."""
@@ -118,13 +118,14 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
         # The param's mark sets this already; a direct caller (or another plugin) may not have.
         benchmark._timer = clock
         target = clock.wrap(call)
-        for _ in range(WARMUP_ROUNDS):
-            target()
-        clock()
-        rounds, iterations = cuda_rounds(_wall_per_call(target, clock),
-                                         float(getattr(benchmark, "_max_time", 1.0)),
-                                         int(getattr(benchmark, "_min_rounds", 5)))
-        benchmark.pedantic(target, rounds=rounds, iterations=iterations, warmup_rounds=WARMUP_ROUNDS)
+        with gc_paused():
+            for _ in range(WARMUP_ROUNDS):
+                target()
+            clock()
+            rounds, iterations = cuda_rounds(_wall_per_call(target, clock),
+                                             float(getattr(benchmark, "_max_time", 1.0)),
+                                             int(getattr(benchmark, "_min_rounds", 5)))
+            benchmark.pedantic(target, rounds=rounds, iterations=iterations, warmup_rounds=WARMUP_ROUNDS)
         timing = ("device time from CUDA events around each GEMM; L2 flushed outside them; "
                   f"{iterations} GEMMs per round, one sync per round")
     else:

@@ -259,3 +259,30 @@ def test_slow_launch_paths_get_a_gpu_spin_before_the_flush_outside_the_events():
     timer = CudaEventTimer(FakeEvents(flush_s=0.001))
     fast = timer.batch(lambda: timer.events.run(0.002), 4)
     assert fast == pytest.approx([0.002] * 4) and timer.events.spins == [0.0] * 4
+
+
+def test_gc_is_paused_while_cuda_samples_are_taken_and_restored_after():
+    import gc
+
+    from gemmzoo.measure import gc_paused
+
+    seen = []
+
+    class GcWatchingBackend(FakeCudaBackend):
+        def matmul(self, a, b):
+            seen.append(gc.isenabled())
+            return super().matmul(a, b)
+
+    events = FakeEvents()
+    backend = GcWatchingBackend(events)
+    problem = prepare(backend, GridPoint(8, 8, 8))
+    assert gc.isenabled()
+    time_problem(problem, budget_s=0.0, warmup=0, events=events)
+    assert seen and not any(seen) and gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()

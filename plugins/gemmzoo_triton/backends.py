@@ -91,7 +91,7 @@ class TritonGroupedBackend(TritonBackend):
     allows (a CUDA GPU of capability 9.0 or later, Triton >= 3.4, 16-bit or tf32 operands that
     are row- or column-major with 16-byte aligned rows, and C's rows 16-byte aligned), a kernel of
     :mod:`~gemmzoo_triton.grouped_tma_kernel` reads A and B through tensor descriptors: the
-    persistent one, or one program per tile, as its ``VARIANT`` says. Everywhere else, the
+    one with a program per tile, or the persistent one, as its ``VARIANT`` says. Everywhere else, the
     interpreter included, the tutorial's kernel reads them through pointers.
 
     Each kernel autotunes once per problem in a process: per shape, dtype and precision, and for

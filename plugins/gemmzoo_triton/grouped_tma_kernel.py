@@ -36,9 +36,12 @@ from gemmzoo_triton.grouped_kernel import (
     relu,
 )
 
-#: The kernel the backend launches: "persistent" or "tiles" (one program per tile). A module
-#: setting, so that benchmarks can switch it.
-VARIANT = "persistent"
+#: The kernel the backend launches: "tiles" (one program per tile) or "persistent". A module
+#: setting, so that benchmarks can switch it. "tiles" because on the H100 the two ran within
+#: the rounds' noise of each other at 2048^3 to 8192^3, while the persistent kernel's launch
+#: took ~36 us more host time (86 against 50 us), enough to leave the GPU waiting for the host
+#: at 2048^3 (benchmarks/host_time.py, benchmarks/grouped_variants.py; docs/results).
+VARIANT = "tiles"
 VARIANTS = ("persistent", "tiles")
 
 
