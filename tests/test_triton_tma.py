@@ -31,8 +31,17 @@ def operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: 
 
 @pytest.fixture
 def tma_gpu(monkeypatch):
-    """Pretend every device is a GPU with TMA, so that the layout and dtype rules decide alone."""
+    """Pretend every device is a GPU with TMA and every problem large enough for it, so that the
+    layout and dtype rules decide alone."""
     monkeypatch.setattr(common, "tma_device", lambda device: True)
+    monkeypatch.setattr(common, "TMA_MIN_WORK", 0)
+
+
+def test_problems_up_to_the_minimum_work_stay_on_the_pointer_kernel(monkeypatch):
+    monkeypatch.setattr(common, "tma_device", lambda device: True)
+    monkeypatch.setattr(common, "TMA_MIN_WORK", 64 * 128 * 256)
+    assert not eligible(64, 128, 256)
+    assert eligible(64, 128, 264)
 
 
 def eligible(m: int, n: int, k: int, dtype=torch.float16, layout="NN", precision="tf32") -> bool:
@@ -146,6 +155,7 @@ def test_tma_kernels_match_float64_reference(monkeypatch, variant, layout, activ
     the persistent kernel: every element against the float64 bound."""
     backend = tma_backend()
     monkeypatch.setattr(common, "tma_device", lambda device: True)  # for the CPU tensors' eligibility
+    monkeypatch.setattr(common, "TMA_MIN_WORK", 0)  # and for their small size
     m = 37 if layout[0] == "N" else 40  # a column-major A's transpose has rows of M elements
     n, k = 72, 56
     for seed, (name, dtype) in enumerate(kernel_dtypes(backend)):
@@ -241,8 +251,9 @@ def test_tma_kernels_autotuned_on_gpu(variant):
 
 
 @pytest.mark.gpu
-def test_backend_picks_tma_only_for_eligible_problems_on_gpu():
+def test_backend_picks_tma_only_for_eligible_problems_on_gpu(monkeypatch):
     backend = tma_backend()
+    monkeypatch.setattr(common, "TMA_MIN_WORK", 0)  # small problems here, to test the other rules
     from gemmzoo_triton import grouped_kernel, grouped_tma_kernel
 
     tma = KERNELS[grouped_tma_kernel.VARIANT]
@@ -259,3 +270,18 @@ def test_backend_picks_tma_only_for_eligible_problems_on_gpu():
         check_product(c.data, a.data, b.data, dtype, None)  # .data: a TF32Array's tensor, a tensor's self
         ran = [picked[0] for picked in grouped_kernel.PICKED if picked[1:6] == (m, n, k, *key)]
         assert ran == [kernel], (m, n, k, dtype, ran)
+
+
+@pytest.mark.gpu
+def test_backend_takes_tma_only_above_the_minimum_work_on_gpu():
+    backend = tma_backend()
+    from gemmzoo_triton import grouped_kernel, grouped_tma_kernel
+
+    rng = np.random.default_rng(5)
+    for (m, n, k), kernel in [((2112, 2080, 2064), KERNELS[grouped_tma_kernel.VARIANT]),
+                              ((2048, 2048, 2048), "grouped_matmul_kernel")]:
+        a = backend.from_numpy(rng.standard_normal((m, k)), "float16")
+        b = backend.from_numpy(rng.standard_normal((k, n)), "float16")
+        check_product(backend.matmul(a, b), a, b, "float16", None)
+        ran = [picked[0] for picked in grouped_kernel.PICKED if picked[1:4] == (m, n, k)]
+        assert ran == [kernel], (m, n, k, ran)

@@ -40,6 +40,7 @@ REPEAT_SHAPE = (67, 71, 73)
 GPU_SHAPES: tuple[tuple[int, int, int], ...] = (
     (1031, 1029, 4097),
     (16, 2048, 8192),
+    (2112, 2080, 2064),  # 16-byte aligned rows and over 2048^3: triton-grouped's TMA path, with tails
 )
 
 

@@ -31,6 +31,13 @@ TMA_MIN_TRITON = (3, 4)
 #: The oldest CUDA capability with the tensor memory accelerator (Hopper).
 TMA_MIN_CAPABILITY = (9, 0)
 
+#: triton-grouped takes its TMA path only for problems with more than this many multiply-adds
+#: (M·N·K). On the H100 the TMA kernel beat the pointer kernel above it (4096^3 bf16: 0.96-0.99x
+#: cuBLAS against 0.90x) and tied with it at 2048^3, while its launch costs ~25 us more host time
+#: (descriptors, their tensor maps), which at 2048^3 and below is as long as the GEMM and flush
+#: together: the GPU then waits for the host (docs/results/2026-11-21-h100-triton.md).
+TMA_MIN_WORK = 2048**3
+
 
 def interpreter_mode() -> bool:
     """Whether Triton runs kernels under its CPU interpreter (``TRITON_INTERPRET=1``)."""
@@ -206,14 +213,15 @@ def _tma_readable(tensor: Any) -> bool:
 def tma_eligible(x: Any, y: Any, c: Any, precision: str) -> bool:
     """Whether triton-grouped computes ``c = x @ y`` with its TMA kernels rather than its pointer kernel.
 
-    Needs a :func:`tma_device`; float16 or bfloat16 operands, or float32 ones in the "tf32"
-    precision (IEEE fp32 runs on the FMA units, where TMA loads gain nothing); A and B each
-    row-major or column-major, with rows 16-byte aligned as TMA requires (see
-    :func:`_tma_readable`); and C (contiguous) with rows of a multiple of 16 bytes.
+    Needs a :func:`tma_device`; a problem of more than :data:`TMA_MIN_WORK` multiply-adds;
+    float16 or bfloat16 operands, or float32 ones in the "tf32" precision (IEEE fp32 runs on the
+    FMA units, where TMA loads gain nothing); A and B each row-major or column-major, with rows
+    16-byte aligned as TMA requires (see :func:`_tma_readable`); and C (contiguous) with rows of
+    a multiple of 16 bytes.
     """
     import torch
 
-    if not tma_device(x.device):
+    if x.shape[0] * x.shape[1] * y.shape[1] <= TMA_MIN_WORK or not tma_device(x.device):
         return False
     tf32 = x.dtype == torch.float32 and precision == "tf32"
     if x.dtype not in (torch.float16, torch.bfloat16) and not tf32:
