@@ -16,7 +16,7 @@ from fake_gpu import FakeCudaBackend, FakeEvents
 
 from gemmzoo.device import device_info, peak_key, peak_tflops
 from gemmzoo.grids import GridPoint
-from gemmzoo.measure import CudaEventTimer, DeviceClock, Problem, prepare, time_problem
+from gemmzoo.measure import HEAD_START_S, CudaEventTimer, DeviceClock, Problem, prepare, time_problem
 from gemmzoo.pytest_bench import assign_worker_gpu, cuda_rounds
 
 TESTS = Path(__file__).parent
@@ -252,13 +252,18 @@ def test_slow_launch_paths_get_a_gpu_spin_before_the_flush_outside_the_events():
     for _ in range(3):
         target()
     total = clock() - start
-    assert events.spins[0] == 0.0  # nothing known before the first launch
+    # nothing known before the first launch: only the head start after the (first) clock read
+    assert events.spins[0] == HEAD_START_S
     assert all(spin >= 2 * 0.005 - 0.001 - 0.002 for spin in events.spins[1:])
     assert total == pytest.approx(3 * 0.002)  # spins, like flushes, are outside the events
 
     timer = CudaEventTimer(FakeEvents(flush_s=0.001))
     fast = timer.batch(lambda: timer.events.run(0.002), 4)
-    assert fast == pytest.approx([0.002] * 4) and timer.events.spins == [0.0] * 4
+    assert fast == pytest.approx([0.002] * 4)
+    assert timer.events.spins == [HEAD_START_S, 0.0, 0.0, 0.0]  # a head start, then no spins
+    clock()
+    target()
+    assert events.spins[-1] >= HEAD_START_S  # after each read of the clock
 
 
 def test_gc_is_paused_while_cuda_samples_are_taken_and_restored_after():
