@@ -189,10 +189,12 @@ def _torch_cuda() -> bool:
 #: What a spin on the GPU is sized in: a Hopper's boost clock, near enough.
 GPU_CYCLES_PER_S = 2e9
 
-#: A spin before the first flush after a synchronisation, when the GPU's queue is empty: the
-#: host gets this much of a lead before the first calls of a round or batch. Without it, rounds
-#: of ~130 calls of a 29 µs GEMM (2048^3) read 10-15% over do_bench for backends with 50-80 µs
-#: launch paths, while batches five times longer did not: a fixed cost per round.
+#: A spin before the first flush after a synchronisation, when the GPU's queue is empty, for
+#: GEMMs shorter than the flush: the host gets this much of a lead before the first calls of a
+#: round or batch. Without it, rounds of ~130 calls of a 29 µs GEMM (2048^3) read 10-15% over
+#: do_bench for backends with 50-80 µs launch paths, while batches five times longer did not: a
+#: fixed cost per round. Longer GEMMs give the host its lead by themselves, and there the spin
+#: only cooled the GPU: rounds of a 4096^3 GEMM read 6-7% under do_bench with it.
 HEAD_START_S = 1e-3
 
 
@@ -229,11 +231,14 @@ class LaunchPacer:
         """A call's device time (the shortest counts: a sample the GPU idled in reads longer)."""
         self.gemm_s = device_s if self.gemm_s == 0.0 else min(self.gemm_s, device_s)
 
-    def spin_s(self) -> float:
-        """Seconds of GPU spin to put before the next flush (0 before any launch was seen)."""
+    def spin_s(self, drained: bool = False) -> float:
+        """Seconds of GPU spin to put before the next flush (0 before any launch was seen), plus
+        :data:`HEAD_START_S` when the GPU's queue is ``drained`` and the GEMM is shorter than the
+        flush (or not yet timed)."""
+        head_start = HEAD_START_S if drained and self.gemm_s < self.flush_s else 0.0
         if math.isinf(self.launch_s):
-            return 0.0
-        return max(0.0, 2 * self.launch_s - self.flush_s - self.gemm_s)
+            return head_start
+        return head_start + max(0.0, 2 * self.launch_s - self.flush_s - self.gemm_s)
 
 
 class CudaEvents:
@@ -309,7 +314,7 @@ class CudaEventTimer:
         pairs = []
         for index in range(count):
             if flush:
-                self.events.flush(self.pacer.spin_s() + (HEAD_START_S if index == 0 else 0.0))
+                self.events.flush(self.pacer.spin_s(drained=index == 0))
             start, end = self.events.pair()
             start.record()
             launched = time.perf_counter()
@@ -377,7 +382,7 @@ class DeviceClock:
             events = self.events
             pacer = pacer or _pacer(events)
             if flush:
-                events.flush(pacer.spin_s() + (HEAD_START_S if self._drained else 0.0))
+                events.flush(pacer.spin_s(drained=self._drained))
                 self._drained = False
             start, end = events.pair()
             start.record()

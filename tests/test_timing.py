@@ -237,6 +237,11 @@ def test_the_pacer_asks_for_a_spin_only_when_the_launch_outlasts_the_flush_and_g
     long.note_launch(70e-6)
     long.note_gemm(200e-6)  # a long GEMM keeps the GPU busy itself
     assert long.spin_s() == 0.0
+    # after a synchronisation: a head start for GEMMs shorter than the flush (or not yet timed)
+    assert long.spin_s(drained=True) == 0.0
+    assert pacer.spin_s(drained=True) == HEAD_START_S
+    pacer.note_gemm(29e-6)
+    assert pacer.spin_s(drained=True) == HEAD_START_S and pacer.spin_s() == 0.0
 
 
 def test_slow_launch_paths_get_a_gpu_spin_before_the_flush_outside_the_events():
@@ -261,9 +266,14 @@ def test_slow_launch_paths_get_a_gpu_spin_before_the_flush_outside_the_events():
     fast = timer.batch(lambda: timer.events.run(0.002), 4)
     assert fast == pytest.approx([0.002] * 4)
     assert timer.events.spins == [HEAD_START_S, 0.0, 0.0, 0.0]  # a head start, then no spins
-    clock()
-    target()
-    assert events.spins[-1] >= HEAD_START_S  # after each read of the clock
+    short = FakeEvents(flush_s=0.004)
+    short_clock = DeviceClock(short)
+    short_target = short_clock.wrap(lambda: short.run(0.002))  # shorter than the flush
+    for _ in range(2):
+        short_clock()
+        short_target()
+        short_target()
+    assert short.spins == [HEAD_START_S, 0.0] * 2  # a head start after each read of the clock
 
 
 def test_gc_is_paused_while_cuda_samples_are_taken_and_restored_after():
