@@ -206,8 +206,9 @@ class LaunchPacer:
     launch path and records the end event, while the GPU runs the previous flush and GEMM. If the
     host is the slower, the GPU idles inside the events and launch time counts as GEMM time:
     triton-grouped's ~70 µs Python path against a 29 µs GEMM at 2048³ read 0.55× of do_bench's
-    time on the H100. The spin asked for is twice the launch, less the flush and the GEMM that
-    keep the GPU busy anyway: none for fast launch paths and for long GEMMs, which then run back
+    time on the H100. ``note_launch`` takes the host time of that whole timed call (flush,
+    events, launch path); the spin asked for is twice it, less the flush and the GEMM that keep
+    the GPU busy anyway: none for fast launch paths and for long GEMMs, which then run back
     to back with their flushes as in ``triton.testing.do_bench``. A longer spin would not be
     harmless: idle gaps let the GPU run cooler, and a 4096³ GEMM run back to back draws enough
     power that the H100 lowers its clock; timings with gaps read ~7% faster than do_bench
@@ -224,7 +225,7 @@ class LaunchPacer:
         self.gemm_s = 0.0
 
     def note_launch(self, host_s: float) -> None:
-        """A call's host time (its launch path)."""
+        """A timed call's host time: flush, events and the backend's launch path."""
         self.launch_s = min(self.launch_s, host_s)
 
     def note_gemm(self, device_s: float) -> None:
@@ -313,14 +314,14 @@ class CudaEventTimer:
         its events)."""
         pairs = []
         for index in range(count):
+            began = time.perf_counter()
             if flush:
                 self.events.flush(self.pacer.spin_s(drained=index == 0))
             start, end = self.events.pair()
             start.record()
-            launched = time.perf_counter()
             call()
-            self.pacer.note_launch(time.perf_counter() - launched)
             end.record()
+            self.pacer.note_launch(time.perf_counter() - began)
             pairs.append((start, end))
         self.events.synchronize()
         samples = [self.events.elapsed_s(start, end) for start, end in pairs]
@@ -381,15 +382,15 @@ class DeviceClock:
             nonlocal pacer
             events = self.events
             pacer = pacer or _pacer(events)
+            began = time.perf_counter()
             if flush:
                 events.flush(pacer.spin_s(drained=self._drained))
                 self._drained = False
             start, end = events.pair()
             start.record()
-            launched = time.perf_counter()
             result = call()
-            pacer.note_launch(time.perf_counter() - launched)
             end.record()
+            pacer.note_launch(time.perf_counter() - began)
             self._pending.append((start, end, pacer))
             return result
 
