@@ -88,8 +88,9 @@ class TritonGroupedBackend(TritonBackend):
     epilogue, applied to the fp32 accumulator before the rounding to C's dtype.
 
     Two kinds of kernel compute the product. Where :func:`~gemmzoo_triton.common.tma_eligible`
-    allows (a CUDA GPU of capability 9.0 or later, Triton >= 3.4, 16-bit or tf32 operands that
-    are row- or column-major with 16-byte aligned rows, and C's rows 16-byte aligned), a kernel of
+    allows (a CUDA GPU of capability 9.0 or later, Triton >= 3.4, more than 2048^3 multiply-adds,
+    float16 or bfloat16 operands that are row- or column-major with 16-byte aligned rows, and C's
+    rows 16-byte aligned), a kernel of
     :mod:`~gemmzoo_triton.grouped_tma_kernel` reads A and B through tensor descriptors: the
     one with a program per tile, or the persistent one, as its ``VARIANT`` says. Everywhere else, the
     interpreter included, the tutorial's kernel reads them through pointers.

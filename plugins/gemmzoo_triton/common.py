@@ -214,17 +214,18 @@ def tma_eligible(x: Any, y: Any, c: Any, precision: str) -> bool:
     """Whether triton-grouped computes ``c = x @ y`` with its TMA kernels rather than its pointer kernel.
 
     Needs a :func:`tma_device`; a problem of more than :data:`TMA_MIN_WORK` multiply-adds;
-    float16 or bfloat16 operands, or float32 ones in the "tf32" precision (IEEE fp32 runs on the
-    FMA units, where TMA loads gain nothing); A and B each row-major or column-major, with rows
-    16-byte aligned as TMA requires (see :func:`_tma_readable`); and C (contiguous) with rows of
-    a multiple of 16 bytes.
+    float16 or bfloat16 operands; A and B each row-major or column-major, with rows 16-byte
+    aligned as TMA requires (see :func:`_tma_readable`); and C (contiguous) with rows of a
+    multiple of 16 bytes. float32 stays on the pointer kernel: in IEEE precision its dot runs on
+    the FMA units, where TMA loads gain nothing, and in tf32 the TMA kernel was slower on the H100
+    (4096^3: 112 against 140 TFLOPS; Hopper's tf32 tensor-core instruction wants both operands
+    K-major in shared memory, and a row-major B is not).
     """
     import torch
 
     if x.shape[0] * x.shape[1] * y.shape[1] <= TMA_MIN_WORK or not tma_device(x.device):
         return False
-    tf32 = x.dtype == torch.float32 and precision == "tf32"
-    if x.dtype not in (torch.float16, torch.bfloat16) and not tf32:
+    if x.dtype not in (torch.float16, torch.bfloat16):
         return False
     if not (_tma_readable(x) and _tma_readable(y)):
         return False
