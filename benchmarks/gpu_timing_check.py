@@ -54,7 +54,7 @@ def _pytest_medians(backends: list[str], points: list[Any], out: Path) -> dict[t
 def _clock_median(backend: Any, problem: Any, rounds: int) -> float:
     """The device clock driven as pytest-benchmark drives it in gemmzoo (rounds of ~20 ms)."""
     from gemmzoo.measure import DeviceClock
-    from gemmzoo.pytest_bench import ROUND_S
+    from gemmzoo.pytest_bench import cuda_rounds
 
     clock = DeviceClock()
     target = clock.wrap(lambda: backend.matmul(problem.a, problem.b))
@@ -62,7 +62,7 @@ def _clock_median(backend: Any, problem: Any, rounds: int) -> float:
     for _ in range(5):
         target()
     clock()
-    iterations = max(1, int(ROUND_S / max((time.perf_counter() - start) / 5, 1e-6)))
+    _, iterations = cuda_rounds((time.perf_counter() - start) / 5, max_time_s=1.0, min_rounds=1)
     for _ in range(5 * iterations):  # warm-up rounds
         target()
     clock()

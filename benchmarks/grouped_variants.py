@@ -22,7 +22,6 @@ Not a pytest file; run after ``python3 -m pip install --no-deps --no-build-isola
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from grouped_configs import label
-from triton_vs_cublas import MAX_REL_ERROR, environment, relative_error
+from triton_vs_cublas import MAX_REL_ERROR, environment, relative_error, write_results
 
 SHAPES = ["2048x2048x2048", "4096x4096x4096", "8192x8192x8192"]
 DTYPES = ["float16", "bfloat16"]
@@ -201,13 +200,8 @@ def markdown(rows: list[dict[str, Any]], env: dict[str, Any], names: list[str]) 
 
 
 def save(args: argparse.Namespace, env: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    """Write the JSON and markdown results (after every problem, so that a cut-off run keeps them)."""
-    text = markdown(rows, env, args.variants)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    record = {"environment": env, "rows": rows}
-    (args.out_dir / "grouped_variants.json").write_text(json.dumps(record, indent=1))
-    (args.out_dir / "grouped_variants.md").write_text(text)
-    return text
+    """Write the JSON and markdown results."""
+    return write_results(args.out_dir, "grouped_variants", env, rows, markdown(rows, env, args.variants))
 
 
 def main(argv: list[str] | None = None) -> int:

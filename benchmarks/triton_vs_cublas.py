@@ -95,15 +95,21 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
             row["vs_cublas"] = row["tflops"] / cublas["tflops"]
 
 
-def save(args: argparse.Namespace, env: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    """Write the JSON and markdown results (after every problem, so a cut-off run keeps them)."""
-    add_ratios(rows)
-    text = markdown(rows, env, args.backends)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    record = {"environment": env, "rows": rows}
-    (args.out_dir / "triton_vs_cublas.json").write_text(json.dumps(record, indent=1))
-    (args.out_dir / "triton_vs_cublas.md").write_text(text)
+def write_results(out_dir: Path, name: str, env: dict[str, Any], rows: list[dict[str, Any]],
+                  text: str) -> str:
+    """Write OUT_DIR/NAME.json (environment and rows) and OUT_DIR/NAME.md (``text``); return ``text``.
+
+    Called after every problem, so that a cut-off run keeps what it measured."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+    (out_dir / f"{name}.md").write_text(text)
     return text
+
+
+def save(args: argparse.Namespace, env: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """Write the JSON and markdown results."""
+    add_ratios(rows)
+    return write_results(args.out_dir, "triton_vs_cublas", env, rows, markdown(rows, env, args.backends))
 
 
 def measure(args: argparse.Namespace, env: dict[str, Any]) -> list[dict[str, Any]]:

@@ -86,6 +86,14 @@ _CONFIGS = INTERPRETER_CONFIGS if interpreter_mode() else HOPPER_CONFIGS
 # Descriptors have no ``dtype`` for the autotuner to add to its key, hence DTYPE.
 _KEY = ["M", "N", "K", "PRECISION", "A_T", "B_T", "DTYPE"]
 
+#: The autotuning both TMA kernels get (each its own autotuner, with the same configs and key).
+_autotuned = triton.autotune(
+    configs=_CONFIGS,
+    key=_KEY,
+    prune_configs_by={"early_config_prune": prune_configs},
+    **_autotune_options(),
+)
+
 
 @triton.jit
 def tile_position(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M: tl.constexpr):
@@ -130,12 +138,7 @@ def store_tile(c_desc, accumulator, off_m, off_n, ACTIVATION: tl.constexpr):
     c_desc.store([off_m, off_n], accumulator.to(c_desc.dtype))
 
 
-@triton.autotune(
-    configs=_CONFIGS,
-    key=_KEY,
-    prune_configs_by={"early_config_prune": prune_configs},
-    **_autotune_options(),
-)
+@_autotuned
 @triton.jit
 def tma_matmul_kernel(
     a_desc, b_desc, c_desc,
@@ -161,12 +164,7 @@ def tma_matmul_kernel(
     store_tile(c_desc, accumulator, off_m, off_n, ACTIVATION)
 
 
-@triton.autotune(
-    configs=_CONFIGS,
-    key=_KEY,
-    prune_configs_by={"early_config_prune": prune_configs},
-    **_autotune_options(),
-)
+@_autotuned
 @triton.jit
 def tma_persistent_matmul_kernel(
     a_desc, b_desc, c_desc,
