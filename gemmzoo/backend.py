@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -72,6 +73,10 @@ class Backend:
     name: str = ""
     device: str = "cpu"
     dtypes: frozenset[str] = frozenset()
+    #: False for a backend that exists to be compared against (a teaching baseline such as
+    #: ``triton-naive``): ``best_backend`` and ``gemmzoo.matmul`` consider it only when it is named
+    #: (``backend=``, ``GEMMZOO_BACKENDS``). Benchmarks and the conformance suite run it as usual.
+    selectable: bool = True
 
     def unavailable_reason(self) -> str | None:
         """``None`` when usable here; otherwise one line saying why not."""
@@ -92,6 +97,26 @@ class Backend:
     def synchronize(self) -> None:
         """Return when this backend's queued work is done."""
         return None
+
+    def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+        """Decide once what every product of operands like ``a`` and ``b`` needs; return ``run``.
+
+        ``run(a, b)`` computes ``C = A @ B`` exactly as :meth:`matmul` does, doing only what must
+        happen per call. Operands are *like* ``a`` and ``b`` when they have the same native array
+        type, shapes, strides, dtype (mode) and device: callers (``gemmzoo.matmul``, the
+        benchmarks, the conformance suite) make a plan once per such problem and call it with
+        operands of that problem only. The values and the addresses of the operands may differ
+        from call to call, so whatever depends on them (an alignment, say) is checked by ``run``.
+
+        Bad input raises here, with the same clear error :meth:`matmul` gives. A plan must not
+        keep ``a`` or ``b`` alive.
+
+        This default checks the operands and returns :meth:`matmul`, so a backend that implements
+        only the contract's members has a plan too; override it to move per-problem work (checks,
+        dtype decisions, precision switches, launch grids) out of the per-call path.
+        """
+        self.check_operands(a, b)
+        return self.matmul
 
     # Helpers for implementations -------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from typing import Any
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmError
 from gemmzoo.grids import GridPoint
-from gemmzoo.registry import get_registry
+from gemmzoo.registry import env_list, get_registry
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import Record
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
@@ -157,6 +157,7 @@ def default_device(selected: list[Any]) -> str:
 
 
 def _candidates(dtype: str, device: str | None) -> tuple[list[Any], str, dict[str, str]]:
+    named = set(env_list("GEMMZOO_BACKENDS"))
     selected = get_registry().select(None)
     device = device or default_device(selected)
     if device not in ("cpu", "cuda"):
@@ -165,6 +166,9 @@ def _candidates(dtype: str, device: str | None) -> tuple[list[Any], str, dict[st
     candidates = []
     for backend in selected:
         if backend.device != device or dtype not in backend.dtypes:
+            continue
+        if not getattr(backend, "selectable", True) and backend.name not in named:
+            excluded[backend.name] = "a baseline for comparison: a candidate only when named"
             continue
         reason = state.unavailable_reason(backend)
         if reason is None:

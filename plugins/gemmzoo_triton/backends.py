@@ -20,6 +20,7 @@ class TritonNaiveBackend(TritonBackend):
     """
 
     name = "triton-naive"
+    selectable = False  # a baseline to compare against: best_backend considers it only when named
 
     def matmul(self, a: Any, b: Any) -> Any:
         import torch
