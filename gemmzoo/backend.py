@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -53,12 +54,24 @@ class TF32Array:
         return f"TF32Array({self.data!r})"
 
 
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
 def dtype_name(x: Any) -> str:
     """The gemmzoo dtype name of a native array (``"float16"``, ``"tf32"``, ...), or its own name."""
     if isinstance(x, TF32Array):
         return "tf32"
-    text = str(getattr(x, "dtype", type(x).__name__))
-    return text.removeprefix("torch.")
+    dtype = getattr(x, "dtype", None)
+    try:
+        return _DTYPE_NAMES[dtype]
+    except (KeyError, TypeError):  # not seen yet, or an unhashable dtype object
+        pass
+    name = type(x).__name__ if dtype is None else str(dtype).removeprefix("torch.")
+    if dtype is not None:
+        # str() of a dtype costs microseconds; a process meets few dtype objects
+        with contextlib.suppress(TypeError):
+            _DTYPE_NAMES[dtype] = name
+    return name
 
 
 class Backend:
@@ -142,7 +155,12 @@ class Backend:
 
         Both must be 2-D, agree on K, share one dtype, and that dtype must be declared.
         """
-        a_shape, b_shape = tuple(a.shape), tuple(b.shape)
+        a_shape, b_shape = a.shape, b.shape
+        if len(a_shape) == 2 and len(b_shape) == 2 and a_shape[1] == b_shape[0]:
+            a_dtype = dtype_name(a)
+            if a_dtype in self.dtypes and dtype_name(b) == a_dtype:
+                return a_shape[0], b_shape[1], a_shape[1]
+        a_shape, b_shape = tuple(a_shape), tuple(b_shape)
 
         def fail(problem: str) -> GemmInputError:
             return self.input_error("matmul", problem, A=a_shape, B=b_shape)
@@ -154,9 +172,7 @@ class Backend:
             raise fail(f"A is {a_dtype} but B is {b_dtype}; both must have one dtype")
         if a_dtype not in self.dtypes:
             raise fail(f"dtype {a_dtype} is not supported; supported: {', '.join(sorted(self.dtypes))}")
-        if a_shape[1] != b_shape[0]:
-            raise fail(f"inner dimensions differ (A has K={a_shape[1]}, B has K={b_shape[0]})")
-        return a_shape[0], b_shape[1], a_shape[1]
+        raise fail(f"inner dimensions differ (A has K={a_shape[1]}, B has K={b_shape[0]})")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.device}>"

@@ -6,6 +6,12 @@ result cross over through DLPack (``torch.from_numpy`` / ``.numpy()`` between Nu
 the CPU), which shares memory instead of copying. A backend on another device than the caller's
 (only when named explicitly) receives host copies through ``from_numpy``, and its result is
 copied back. Autograd is not involved: torch inputs are detached.
+
+The work of a call is done once per *problem* (array types, shapes, strides, dtypes, devices): a
+plan is made then (:func:`make_plan`) and kept, and later calls go straight through it. Which
+backend a problem gets is decided without measuring (:func:`gemmzoo.tuning.select.plan_choice`),
+so a new shape never stalls a program; shapes met without a stored measurement are recorded for
+``gemmzoo tune --recorded``.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ import numpy as np
 from gemmzoo.backend import TF32Array, shape_text
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
+from gemmzoo.tuning import state
+from gemmzoo.tuning.select import environment_key, plan_choice
 
 _KINDS: dict[type, str] = {}
-_DTYPE_NAMES: dict[Any, str] = {}
+_DTYPE_NAMES: dict[Any, str | None] = {}
 _NATIVE: dict[tuple[int, str], str | None] = {}
 _LIBRARIES = ("numpy", "torch", "cupy")
 
@@ -143,33 +151,97 @@ def _from_host(h: np.ndarray, kind: str, like: Any) -> Any:
     return torch.from_numpy(np.ascontiguousarray(h)).to(device=like.device, dtype=like.dtype)
 
 
-def _resolve(backend: Any, m: int, n: int, k: int, dtype: str, device: str) -> Any:
-    from gemmzoo.tuning import state
+def _numpy_key(a: Any, b: Any) -> tuple[Any, ...]:
+    return a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype
 
-    if backend is None:
-        from gemmzoo.tuning.select import best_backend
 
-        return best_backend((m, n, k), dtype, device)
-    if isinstance(backend, str):
-        from gemmzoo.registry import get_registry
+def _torch_key(a: Any, b: Any) -> tuple[Any, ...]:
+    return (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
+            a.requires_grad, b.requires_grad)
 
-        backend = get_registry().get(backend)
-    reason = state.unavailable_reason(backend)
-    if reason is not None:
-        raise BackendUnavailableError(f"{backend.name}: unavailable: {reason}")
-    if dtype not in backend.dtypes:
-        raise GemmInputError(f"{backend.name}: gemmzoo.matmul of A {(m, k)}, B {(k, n)}: dtype {dtype} "
-                             f"is not supported; supported: {', '.join(sorted(backend.dtypes))}")
-    return backend
+
+def _cupy_key(a: Any, b: Any) -> tuple[Any, ...]:
+    return a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device.id, b.device.id
+
+
+def _tf32_key(a: Any, b: Any) -> tuple[Any, ...]:
+    inner, other = a.data, b.data
+    return type(inner), type(other), _KEYS[type(inner)](inner, other)
+
+
+_KEY_OF_KIND = {"numpy": _numpy_key, "torch": _torch_key, "cupy": _cupy_key}
+_KEYS: dict[type, Callable[[Any, Any], tuple[Any, ...]]] = {TF32Array: _tf32_key}
+"""What identifies a problem, by the type of A: everything a plan was made for (see
+:meth:`gemmzoo.Backend.prepare`) — shapes, strides, dtypes, devices, and for torch whether
+autograd is on. The array types themselves are part of every key."""
+
+MAX_PLANS = 4096
+"""Plans kept per process; past that the cache starts again (a program that meets thousands of
+problems pays the planning again, never unbounded memory)."""
+
+_PLANS = state.plans
+
+
+def _learn_key(array_type: type) -> None:
+    kind = array_kind(array_type)
+    if kind is not None:
+        _KEYS[array_type] = _KEY_OF_KIND[kind]
 
 
 def matmul(a: Any, b: Any, backend: Any = None) -> Any:
     """``C = A·B`` for 2-D NumPy, CuPy or torch arrays of one type, device and dtype.
 
-    ``backend`` is a backend name, a :class:`~gemmzoo.Backend`, or ``None`` for
-    ``best_backend((M, N, K), dtype, device)`` with the caller's dtype (``float32`` means IEEE
-    fp32; wrap both operands in :class:`~gemmzoo.TF32Array` for ``tf32``) and the caller's device.
+    ``backend`` is a backend name, a :class:`~gemmzoo.Backend`, or ``None`` for the backend
+    ``best_backend`` stores for this problem on this machine (without measuring: see
+    :func:`gemmzoo.tuning.select.plan_choice`), with the caller's dtype (``float32`` means IEEE
+    fp32; wrap both operands in :class:`~gemmzoo.TF32Array` for ``tf32``), device and layout.
     The result has the caller's array type, device and dtype.
+
+    The first call for a problem makes a plan: every check, the choice of backend, the
+    conversions and the backend's own :meth:`~gemmzoo.Backend.prepare`. Later calls with operands
+    of the same problem call that plan directly; anything else gets a plan of its own, or the
+    error that names what is wrong.
+    """
+    try:
+        key = (type(a), type(b), backend, _KEYS[type(a)](a, b))
+        if backend is None:
+            key += environment_key()
+        plan = _PLANS[key]
+    except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
+        return _plan_and_call(a, b, backend)
+    return plan(a, b)
+
+
+def _plan_and_call(a: Any, b: Any, backend: Any) -> Any:
+    if type(a) not in _KEYS:
+        _learn_key(type(a))
+    plan = make_plan(a, b, backend)
+    try:
+        key = (type(a), type(b), backend, _KEYS[type(a)](a, b))
+        if backend is None:
+            key += environment_key()
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    except Exception:  # an unhashable backend object: correct, only not cached
+        pass
+    return plan(a, b)
+
+
+def _layout(a: Any, b: Any, kind: str) -> str:
+    """``"N"`` or ``"T"`` for A, then B: T when the operand is stored column by column."""
+    def letter(x: Any) -> str:
+        strides = x.stride() if kind == "torch" else x.strides
+        return "T" if strides[0] < strides[1] else "N"
+
+    return letter(a) + letter(b)
+
+
+def make_plan(a: Any, b: Any, backend: Any = None) -> Callable[[Any, Any], Any]:
+    """The plan ``gemmzoo.matmul`` keeps for operands like ``a`` and ``b``: a function of (A, B).
+
+    Raises :class:`~gemmzoo.GemmInputError` for operands ``gemmzoo.matmul`` cannot take, naming
+    the shapes and what is wrong.
     """
     tf32 = type(a) is TF32Array
     if tf32 or type(b) is TF32Array:
@@ -192,28 +264,77 @@ def matmul(a: Any, b: Any, backend: Any = None) -> Any:
     if len(a_shape) != 2 or len(b_shape) != 2:
         raise _input_error("A and B must be 2-D", a, b)
     m, k = a_shape
+    n = b_shape[1]
     if b_shape[0] != k:
         raise _input_error(f"inner dimensions differ (A has K={k}, B has K={b_shape[0]})", a, b)
     device = device_of(a, kind)
-    if kind == "torch":
-        if device_of(b, kind) != device:
-            raise _input_error(f"A is on {a.device} and B on {b.device}", a, b)
-        if a.requires_grad or b.requires_grad:
-            a, b = a.detach(), b.detach()
-    chosen = _resolve(backend, m, b_shape[1], k, dtype, device)
+    if kind == "torch" and a.device != b.device:
+        raise _input_error(f"A is on {a.device} and B on {b.device}", a, b)
+    if kind == "cupy" and a.device.id != b.device.id:
+        raise _input_error(f"A is on CUDA device {a.device.id} and B on {b.device.id}", a, b)
+    detach = kind == "torch" and (a.requires_grad or b.requires_grad)
+    if detach:
+        a, b = a.detach(), b.detach()
+    chosen = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind))
     target = native_kind(chosen, dtype) if chosen.device == device else None
     if target is not None:
         try:
             a_native, b_native = _convert(a, kind, target), _convert(b, kind, target)
         except Exception:  # no zero-copy route (negative strides, a dtype DLPack lacks): copy instead
             target = None
-    if target is not None:
+    if target is None:  # another device, or arrays gemmzoo cannot exchange: host copies both ways
+        return _host_plan(chosen, a, b, kind, dtype, tf32, detach)
+    wrap = TF32Array if tf32 else _same
+    run = chosen.prepare(wrap(a_native), wrap(b_native))
+    if target == kind and not detach:
+        return run  # the caller's own arrays are the backend's: nothing between them
+
+    def plan(a: Any, b: Any) -> Any:
         if tf32:
-            a_native, b_native = TF32Array(a_native), TF32Array(b_native)
-        c = chosen.matmul(a_native, b_native)
+            a, b = a.data, b.data
+        if detach:
+            a, b = a.detach(), b.detach()
+        c = run(wrap(_convert(a, kind, target)), wrap(_convert(b, kind, target)))
         c = _convert(c.data if tf32 else c, target, kind)
-    else:  # another device, or arrays gemmzoo cannot exchange: host copies both ways
-        c = chosen.to_numpy(chosen.matmul(chosen.from_numpy(_to_host(a, kind), dtype),
-                                          chosen.from_numpy(_to_host(b, kind), dtype)))
+        return TF32Array(c) if tf32 else c
+
+    return plan
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str, tf32: bool,
+               detach: bool) -> Callable[[Any, Any], Any]:
+    run = chosen.prepare(chosen.from_numpy(_to_host(a, kind), dtype),
+                         chosen.from_numpy(_to_host(b, kind), dtype))
+
+    def plan(a: Any, b: Any) -> Any:
+        if tf32:
+            a, b = a.data, b.data
+        if detach:
+            a, b = a.detach(), b.detach()
+        c = chosen.to_numpy(run(chosen.from_numpy(_to_host(a, kind), dtype),
+                                chosen.from_numpy(_to_host(b, kind), dtype)))
         c = _from_host(c, kind, a)
-    return TF32Array(c) if tf32 else c
+        return TF32Array(c) if tf32 else c
+
+    return plan
+
+
+def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str, layout: str) -> Any:
+    if backend is None:
+        return plan_choice(shape, dtype, device, layout)
+    if isinstance(backend, str):
+        from gemmzoo.registry import get_registry
+
+        backend = get_registry().get(backend)
+    reason = state.unavailable_reason(backend)
+    if reason is not None:
+        raise BackendUnavailableError(f"{backend.name}: unavailable: {reason}")
+    if dtype not in backend.dtypes:
+        m, n, k = shape
+        raise GemmInputError(f"{backend.name}: gemmzoo.matmul of A {(m, k)}, B {(k, n)}: dtype {dtype} "
+                             f"is not supported; supported: {', '.join(sorted(backend.dtypes))}")
+    return backend

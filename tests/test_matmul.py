@@ -7,9 +7,12 @@ import numpy as np
 import pytest
 
 import gemmzoo
+from gemmzoo.cli import main
 from gemmzoo.conformance.bounds import error_bound
 from gemmzoo.errors import GemmInputError
-from gemmzoo.tuning import state
+from gemmzoo.grids import GridPoint
+from gemmzoo.tuning import explain, state
+from gemmzoo.tuning.fingerprint import device_fingerprint
 
 torch = pytest.importorskip("torch")
 
@@ -79,15 +82,22 @@ def test_views_and_autograd_tensors():
 
 
 def _spy_on(monkeypatch, backend) -> dict:
-    seen: dict = {}
-    original = type(backend).matmul
+    """What the plans ``backend.prepare`` makes receive and return, call by call."""
+    seen: dict = {"calls": 0}
+    original = type(backend).prepare
 
     def spy(self, a, b):
-        seen["a"], seen["b"] = a, b
-        seen["c"] = original(self, a, b)
-        return seen["c"]
+        run = original(self, a, b)
 
-    monkeypatch.setattr(type(backend), "matmul", spy)
+        def watched(a, b):
+            seen["a"], seen["b"] = a, b
+            seen["c"] = run(a, b)
+            seen["calls"] += 1
+            return seen["c"]
+
+        return watched
+
+    monkeypatch.setattr(type(backend), "prepare", spy)
     return seen
 
 
@@ -106,14 +116,36 @@ def test_same_device_operands_are_shared_not_copied(monkeypatch):
     assert_close(c.numpy(), a, b, "float32")
 
 
-def test_best_backend_is_used_and_remembered():
-    a, b = (x.astype(np.float32) for x in operands(16, 16, 16, 5))
-    gemmzoo.matmul(a, b)
-    stored = state.store().count()
-    assert stored >= 2  # numpy and torch-cpu were measured for this shape
+def recorded() -> list:
+    return state.store().recorded(device_fingerprint("cpu"))
+
+
+def test_a_new_shape_is_answered_unmeasured_recorded_and_tuned_offline(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    a, b = (x.astype(np.float32) for x in operands(16, 24, 8, 5))
     for _ in range(3):
         assert_close(gemmzoo.matmul(a, b), a, b, "float32")
-    assert state.store().count() == stored
+    assert state.store().count() == 0  # nothing was measured inside gemmzoo.matmul
+    assert recorded() == [(GridPoint(16, 24, 8, "float32", "NN"), 1)]  # one plan, recorded once
+    at = np.ascontiguousarray(a.T).T  # A stored column by column: layout TN
+    assert_close(gemmzoo.matmul(at, b), at, b, "float32")
+    assert {p.layout for p, _ in recorded()} == {"NN", "TN"}
+
+    assert main(["tune", "--recorded", "--budget", "0.01"]) == 0
+    assert "16x24x8 float32 cpu" in capsys.readouterr().out
+    assert recorded() == [] and state.store().count() >= 4  # numpy and torch-cpu, twice
+    assert explain((16, 24, 8), "float32", "cpu", measure=False).source == "database"
+    assert_close(gemmzoo.matmul(a, b), a, b, "float32")
+    assert recorded() == []  # answered from its own measurements: nothing to record
+    assert main(["tune", "--recorded"]) == 0
+    assert "nothing recorded" in capsys.readouterr().out
+
+
+def test_recording_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("GEMMZOO_RECORD", "0")
+    a, b = (x.astype(np.float32) for x in operands(5, 7, 9, 8))
+    assert_close(gemmzoo.matmul(a, b), a, b, "float32")
+    assert recorded() == [] and state.store().count() == 0
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_point_arguments(parser, "tune")
     parser.add_argument("--no-verify", action="store_true",
                         help="skip each measurement's check against the float64 reference")
+    parser.add_argument("--recorded", action="store_true",
+                        help="tune the problems gemmzoo.matmul met and answered without measurements "
+                             "of their own (recorded in the tuning database), instead of a grid")
+
+
+def recorded_points() -> dict[str, list[GridPoint]]:
+    """The recorded problems of each of this machine's devices (``"cpu"``, ``"cuda"``)."""
+    from gemmzoo.tuning import state
+    from gemmzoo.tuning.fingerprint import device_fingerprint
+
+    store = state.store()
+    found: dict[str, list[GridPoint]] = {}
+    for device in ("cpu", "cuda"):
+        try:
+            fingerprint = device_fingerprint(device)
+        except Exception:  # no such device here
+            continue
+        points = [point for point, _seen in store.recorded(fingerprint)]
+        if points:
+            found[device] = points
+    return found
 
 
 def _time(seconds: float) -> str:
@@ -64,15 +85,24 @@ def run(args: argparse.Namespace) -> int:
     from gemmzoo.tuning.tune import tune
 
     try:
-        points = points_from_arguments(args)
         chosen = get_registry().select(args.backend)
+        if args.recorded:  # each device's problems, with that device's backends
+            plan = [(points, names) for device, points in recorded_points().items()
+                    if (names := [b.name for b in chosen if b.device == device])]
+        else:
+            plan = [(points_from_arguments(args), [b.name for b in chosen])]
     except (GemmError, KeyError, ValueError) as error:
         console.print(str(error), style="red", markup=False)
         return 2
+    points = [p for group, _names in plan for p in group]
+    if not points and args.recorded:
+        console.print("nothing recorded: gemmzoo.matmul has met no problem without a measurement")
+        return 0
     if not points:
         console.print("[red]nothing to tune: the grid is empty[/]")
         return 2
-    total = sum(1 for p in points for b in chosen if p.dtype in b.dtypes)
+    total = sum(1 for group, names in plan for p in group for b in chosen
+                if b.name in names and p.dtype in b.dtypes)
     skipped: dict[tuple[Any, str], list[str]] = {}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
@@ -83,10 +113,16 @@ def run(args: argparse.Namespace) -> int:
                 skipped.setdefault((point, backend.device), []).append(backend.name)
             progress.update(task, advance=1, description=f"{backend.name} {point.id}")
 
-        records = tune(points, [b.name for b in chosen], budget_s=args.budget, verify=not args.no_verify,
-                       on_step=step)
+        records = [record for group, names in plan
+                   for record in tune(group, names, budget_s=args.budget, verify=not args.no_verify,
+                                      on_step=step)]
     console.print(_summary(records, skipped))
     store = state.store()
+    if args.recorded:  # measured now: no longer unmeasured
+        for record in records:
+            if record.status == "ok":
+                store.forget_recorded(record.device, [GridPoint(record.m, record.n, record.k, record.dtype,
+                                                                record.layout)])
     where = store.path if store.persistent else "memory only (see the warning above)"
     console.print(f"stored {len(records)} measurements in {where}")
     return 0 if records else 1

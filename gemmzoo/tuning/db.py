@@ -31,6 +31,8 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from typing import TypeVar
 
+from gemmzoo.grids import GridPoint
+
 SCHEMA_VERSION = 1
 DB_NAME = "tuning.sqlite3"
 BUSY_TIMEOUT_S = 30.0
@@ -69,6 +71,22 @@ CREATE TABLE conformance (
     created REAL NOT NULL
 );
 CREATE INDEX conformance_lookup ON conformance (device, backend, dtype);
+"""
+
+# Added beside schema version 1 without a version change: older gemmzoo releases ignore it.
+_RECORDED_TABLE = """
+CREATE TABLE IF NOT EXISTS recorded (
+    device TEXT NOT NULL,
+    m INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    k INTEGER NOT NULL,
+    dtype TEXT NOT NULL,
+    layout TEXT NOT NULL,
+    seen INTEGER NOT NULL,
+    first REAL NOT NULL,
+    last REAL NOT NULL,
+    PRIMARY KEY (device, m, n, k, dtype, layout)
+)
 """
 
 
@@ -218,6 +236,7 @@ class TuningStore:
         with self._transaction():
             (version,) = self._db.execute("PRAGMA user_version").fetchone()
             if version == SCHEMA_VERSION:
+                self._db.execute(_RECORDED_TABLE)
                 return
             if version > SCHEMA_VERSION:
                 raise _NewerSchemaError(f"schema version {version}, this gemmzoo knows {SCHEMA_VERSION}")
@@ -228,6 +247,7 @@ class TuningStore:
             # one statement at a time: executescript() would COMMIT the open transaction
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 self._db.execute(statement)
+            self._db.execute(_RECORDED_TABLE)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @contextlib.contextmanager
@@ -277,6 +297,31 @@ class TuningStore:
     def count(self) -> int:
         """How many measurements the database holds."""
         return int(self._read("SELECT count(*) FROM measurements", ())[0][0])
+
+    # Problems met by gemmzoo.matmul without measurements of their own ----------------------
+
+    def record_problem(self, device: str, point: GridPoint) -> None:
+        """Note that ``point`` was met on ``device`` (a fingerprint) and answered unmeasured."""
+        now = time.time()
+        self._write(
+            "INSERT INTO recorded (device, m, n, k, dtype, layout, seen, first, last) "
+            "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?) ON CONFLICT (device, m, n, k, dtype, layout) "
+            "DO UPDATE SET seen = seen + 1, last = excluded.last",
+            [(device, point.m, point.n, point.k, point.dtype, point.layout, now, now)])
+
+    def recorded(self, device: str) -> list[tuple[GridPoint, int]]:
+        """The problems recorded on ``device``, most often met first, with how often."""
+        rows = self._read("SELECT m, n, k, dtype, layout, seen FROM recorded WHERE device = ? "
+                          "ORDER BY seen DESC, first", (device,))
+        return [(GridPoint(int(m), int(n), int(k), str(d), str(lay)), int(seen))  # type: ignore[call-overload]
+                for m, n, k, d, lay, seen in rows]
+
+    def forget_recorded(self, device: str, points: Iterable[GridPoint]) -> None:
+        """Drop recorded problems (they have been measured)."""
+        rows = [(device, p.m, p.n, p.k, p.dtype, p.layout) for p in points]
+        if rows:
+            self._write("DELETE FROM recorded WHERE device = ? AND m = ? AND n = ? AND k = ? "
+                        "AND dtype = ? AND layout = ?", rows)
 
     # Conformance ----------------------------------------------------------------------------
 

@@ -26,6 +26,11 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
 
 ``device=None`` means ``"cuda"`` when any selected CUDA backend is available, else ``"cpu"``.
 Answers are kept in memory per process: a repeated call is a dictionary lookup.
+
+``gemmzoo.matmul`` asks :func:`plan_choice`, which never measures (step 3 is skipped) and records
+the problems it had to answer from another shape or the default, for ``gemmzoo tune --recorded``.
+Backends whose ``selectable`` is false (baselines such as ``triton-naive``) are candidates only
+when ``GEMMZOO_BACKENDS`` names them.
 """
 
 from __future__ import annotations
@@ -101,12 +106,14 @@ _RAW_ENVIRON = getattr(os.environ, "_data", None)
 if os.name == "posix" and isinstance(_RAW_ENVIRON, dict):
     _RAW_NAMES = tuple(os.fsencode(name) for name in _ENV_NAMES)
 
-    def _environment() -> tuple[Any, ...]:
+    def environment_key() -> tuple[Any, ...]:
+        """The values of the variables that change an answer (a key part, read cheaply)."""
         get = _RAW_ENVIRON.get
         return get(_RAW_NAMES[0]), get(_RAW_NAMES[1]), get(_RAW_NAMES[2])
 else:
 
-    def _environment() -> tuple[Any, ...]:
+    def environment_key() -> tuple[Any, ...]:
+        """The values of the variables that change an answer (a key part)."""
         return tuple(os.environ.get(name) for name in _ENV_NAMES)
 
 
@@ -266,22 +273,50 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
 
 
 def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, *,
-                 measure: bool | None = None) -> Any:
+                 measure: bool | None = None, layout: str = "NN") -> Any:
     """The fastest available backend that passed conformance for ``dtype``, for ``shape = (M, N, K)``.
 
     ``device=None`` picks ``"cuda"`` when a CUDA backend is available, else ``"cpu"``. On an exact
     miss the candidates are measured now (about 0.3 s of timing, plus making the inputs, any JIT
     compilation, and the first time on a device the conformance suite of each candidate) unless
-    ``measure=False`` or ``GEMMZOO_TUNE=0``; then the nearest measured shape answers. See
-    :mod:`gemmzoo.tuning.select` for the whole rule. Repeated calls are answered from memory.
+    ``measure=False`` or ``GEMMZOO_TUNE=0``; then the nearest measured shape answers. ``layout``
+    is BLAS-style, N or T for A then B. See :mod:`gemmzoo.tuning.select` for the whole rule.
+    Repeated calls are answered from memory.
     """
-    key = (shape, dtype, device, measure, *_environment())
+    key = (shape, dtype, device, measure, layout, *environment_key())
     try:
         return state.answers[key].backend
     except KeyError:
         pass
     except TypeError:  # an unhashable shape such as a list
-        return best_backend(tuple(shape), dtype, device, measure=measure)
-    choice = explain(shape, dtype, device, measure=measure)
+        return best_backend(tuple(shape), dtype, device, measure=measure, layout=layout)
+    choice = explain(shape, dtype, device, measure=measure, layout=layout)
     state.answers[key] = choice
+    return choice.backend
+
+
+def recording_enabled() -> bool:
+    """False only when ``GEMMZOO_RECORD`` is 0/false/no/off."""
+    return os.environ.get("GEMMZOO_RECORD", "").strip().lower() not in _OFF_WORDS
+
+
+def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN") -> Any:
+    """The backend ``gemmzoo.matmul`` uses for a problem: ``best_backend``'s answer, never measured.
+
+    A dispatch layer must not stall a program the first time it meets a shape, so this answers
+    from what is stored: this exact problem's measurements, else the nearest measured shape, else
+    the default order (see the module docstring). A problem answered without measurements of its
+    own is recorded in the tuning database (unless ``GEMMZOO_RECORD=0``), and
+    ``gemmzoo tune --recorded`` measures the recorded problems ahead of the next run — the
+    record-then-tune-offline model of PyTorch's TunableOp.
+    """
+    key = ("plan", shape, dtype, device, layout, *environment_key())
+    try:
+        return state.answers[key].backend
+    except KeyError:
+        pass
+    choice = explain(shape, dtype, device, measure=False, layout=layout)
+    state.answers[key] = choice
+    if choice.source != "database" and min(shape) > 0 and recording_enabled():
+        state.store().record_problem(device_fingerprint(choice.device), GridPoint(*shape, dtype, layout))
     return choice.backend

@@ -14,6 +14,10 @@ lock = threading.RLock()
 answers: dict[tuple[Any, ...], Any] = {}
 """``best_backend`` answers by (shape, dtype, device, measure, relevant environment)."""
 
+plans: dict[tuple[Any, ...], Any] = {}
+"""``gemmzoo.matmul``'s plans by problem (see :mod:`gemmzoo.dispatch`); they embed answers, so
+they are dropped with them."""
+
 verdicts: dict[tuple[str, str, str, str], bool] = {}
 """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
 
@@ -45,14 +49,16 @@ def unavailable_reason(backend: Any) -> str | None:
 
 
 def forget_answers() -> None:
-    """Drop cached answers (new measurements were stored)."""
+    """Drop cached answers and the plans built on them (new measurements were stored)."""
     answers.clear()
+    plans.clear()
 
 
 def reset() -> None:
     """Forget everything: answers, verdicts, availability, and close the databases."""
     with lock:
         answers.clear()
+        plans.clear()
         verdicts.clear()
         availability.clear()
         for (pid, _directory), opened in _stores.items():

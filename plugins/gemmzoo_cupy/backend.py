@@ -1,6 +1,7 @@
 """``cupy.matmul`` on a CUDA GPU (cuBLAS underneath).
 
-Precision is set per call on the cuBLAS handle CuPy uses for this thread, and restored after:
+Precision is set per call on the cuBLAS handle CuPy uses for this thread, only where it differs,
+and restored after:
 
 - float16 and bfloat16 forbid cuBLAS's reduced-precision (16-bit) split-K reductions, so the sum
   over K is fp32 from end to end (at 4097³ fp16 they put the error 1.5× over the fp32-accumulation
@@ -14,15 +15,16 @@ bfloat16 needs ``ml_dtypes`` (CuPy's bfloat16 dtype comes from it); without it, 
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from gemmzoo import Backend, TF32Array
+from gemmzoo.backend import dtype_name
 
 # cuBLAS math modes (cublas_api.h); CuPy exports the same numbers under these names.
 _DEFAULT_MATH = 0
@@ -42,18 +44,35 @@ def _host_dtype(dtype: str) -> Any:
     return {"float16": np.float16, "float32": np.float32, "tf32": np.float32, "float64": np.float64}[dtype]
 
 
-@contextlib.contextmanager
-def _math_mode(mode: int) -> Iterator[None]:
-    """Set this thread's cuBLAS handle to ``mode`` for the duration, then restore it."""
+def _runner(mode: int, tf32: bool) -> Callable[[Any, Any], Any]:
+    """``run(a, b)``: ``cupy.matmul`` with this thread's cuBLAS handle in ``mode`` for the call.
+
+    The handle is per thread, so no lock is needed; it is written only when its mode differs, and
+    the caller's mode is restored after the launch.
+    """
+    import cupy
     from cupy.cuda import cublas, device
 
-    handle = device.get_cublas_handle()
-    saved = cublas.getMathMode(handle)
-    cublas.setMathMode(handle, mode)
-    try:
-        yield
-    finally:
-        cublas.setMathMode(handle, saved)
+    matmul, get_handle, get_mode, set_mode = cupy.matmul, device.get_cublas_handle, cublas.getMathMode, \
+        cublas.setMathMode
+
+    def launch(a: Any, b: Any) -> Any:
+        if tf32:
+            return TF32Array(matmul(a.data, b.data))
+        return matmul(a, b)
+
+    def run(a: Any, b: Any) -> Any:
+        handle = get_handle()
+        saved = get_mode(handle)
+        if saved == mode:
+            return launch(a, b)
+        set_mode(handle, mode)
+        try:
+            return launch(a, b)
+        finally:
+            set_mode(handle, saved)
+
+    return run
 
 
 class CupyBackend(Backend):
@@ -62,8 +81,12 @@ class CupyBackend(Backend):
     name = "cupy"
     device = "cuda"
 
-    @property
+    def __init__(self) -> None:
+        self._runs: dict[str, Callable[[Any, Any], Any]] = {}
+
+    @functools.cached_property
     def dtypes(self) -> frozenset[str]:  # type: ignore[override]
+        """Decided on first use (``CUPY_TF32``, ``ml_dtypes``), then fixed for the process."""
         declared = {"float16", "float64"}
         if not _tf32_forced():
             declared |= {"float32", "tf32"}
@@ -97,16 +120,27 @@ class CupyBackend(Backend):
         host = cupy.asnumpy(y.data if isinstance(y, TF32Array) else y)
         return host.astype(np.float32) if host.dtype.itemsize == 2 else host
 
-    def matmul(self, a: Any, b: Any) -> Any:
-        import cupy
+    def _run(self, dtype: str) -> Callable[[Any, Any], Any]:
+        try:
+            return self._runs[dtype]
+        except KeyError:
+            if dtype == "tf32":
+                mode = _TF32_TENSOR_OP_MATH
+            elif dtype in ("float16", "bfloat16"):
+                mode = _DISALLOW_REDUCED_PRECISION_REDUCTION
+            else:
+                mode = _DEFAULT_MATH
+            run = self._runs[dtype] = _runner(mode, dtype == "tf32")
+            return run
 
+    def matmul(self, a: Any, b: Any) -> Any:
         self.check_operands(a, b)
-        if isinstance(a, TF32Array):
-            with _math_mode(_TF32_TENSOR_OP_MATH):
-                return TF32Array(cupy.matmul(a.data, b.data))
-        mode = _DISALLOW_REDUCED_PRECISION_REDUCTION if a.dtype.itemsize == 2 else _DEFAULT_MATH
-        with _math_mode(mode):
-            return cupy.matmul(a, b)
+        return self._run(dtype_name(a))(a, b)
+
+    def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+        """The dtype's launcher: the math mode is checked per call and set only when it differs."""
+        self.check_operands(a, b)
+        return self._run(dtype_name(a))
 
     def synchronize(self) -> None:
         import cupy

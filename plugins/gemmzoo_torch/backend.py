@@ -1,14 +1,19 @@
-"""torch.matmul on the CPU and on CUDA (cuBLAS), with TF32 as a per-call mode on CUDA."""
+"""torch.matmul on the CPU and on CUDA (cuBLAS), with TF32 as a per-call mode on CUDA.
+
+On CUDA the cuBLAS precision switches each dtype needs are held only while gemmzoo's product
+launches, under one lock: see :mod:`gemmzoo_torch.precision`.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
-from gemmzoo import Backend, TF32Array
+from gemmzoo import Backend
+from gemmzoo.backend import dtype_name
 from gemmzoo.torch_tensors import TorchTensors
+from gemmzoo_torch.precision import runner
 
 
 def torch_missing_reason() -> str | None:
@@ -16,34 +21,6 @@ def torch_missing_reason() -> str | None:
     if importlib.util.find_spec("torch") is None:
         return "torch is not installed (pip install 'gemmzoo[torch]')"
     return None
-
-
-@contextlib.contextmanager
-def cuda_matmul_precision(tf32: bool) -> Iterator[None]:
-    """Set cuBLAS to TF32 (or IEEE fp32) math, with fp32 reductions for 16-bit types, then restore.
-
-    torch's global switches would otherwise leak between calls and between backends; this keeps
-    them as the caller had them.
-    """
-    import torch
-
-    settings = torch.backends.cuda.matmul
-    saved = (
-        settings.allow_tf32,
-        settings.allow_fp16_reduced_precision_reduction,
-        settings.allow_bf16_reduced_precision_reduction,
-    )
-    settings.allow_tf32 = tf32
-    settings.allow_fp16_reduced_precision_reduction = False
-    settings.allow_bf16_reduced_precision_reduction = False
-    try:
-        yield
-    finally:
-        (
-            settings.allow_tf32,
-            settings.allow_fp16_reduced_precision_reduction,
-            settings.allow_bf16_reduced_precision_reduction,
-        ) = saved
 
 
 class TorchCpuBackend(TorchTensors, Backend):
@@ -61,6 +38,13 @@ class TorchCpuBackend(TorchTensors, Backend):
 
         self.check_operands(a, b)
         return torch.matmul(a, b)
+
+    def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+        """``torch.matmul`` itself: nothing is left to do per call."""
+        import torch
+
+        self.check_operands(a, b)
+        return torch.matmul
 
 
 class TorchBackend(TorchCpuBackend):
@@ -81,15 +65,25 @@ class TorchBackend(TorchCpuBackend):
             return f"no CUDA device visible to torch {torch.__version__} ({build})"
         return None
 
-    def matmul(self, a: Any, b: Any) -> Any:
-        import torch
+    def __init__(self) -> None:
+        self._runs: dict[str, Callable[[Any, Any], Any]] = {}
 
+    def _run(self, dtype: str) -> Callable[[Any, Any], Any]:
+        """The launcher for ``dtype`` (see :mod:`gemmzoo_torch.precision`), built once."""
+        try:
+            return self._runs[dtype]
+        except KeyError:
+            run = self._runs[dtype] = runner(dtype)
+            return run
+
+    def matmul(self, a: Any, b: Any) -> Any:
         self.check_operands(a, b)
-        tf32 = isinstance(a, TF32Array)
-        with cuda_matmul_precision(tf32):
-            if tf32:
-                return TF32Array(torch.matmul(a.data, b.data))
-            return torch.matmul(a, b)
+        return self._run(dtype_name(a))(a, b)
+
+    def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+        """The dtype's launcher: the precision switches are checked, and set only when they differ."""
+        self.check_operands(a, b)
+        return self._run(dtype_name(a))
 
     def synchronize(self) -> None:
         import torch
