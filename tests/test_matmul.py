@@ -198,3 +198,53 @@ def test_tf32_arrays_need_a_tf32_backend():
         gemmzoo.matmul(gemmzoo.TF32Array(a), gemmzoo.TF32Array(b))
     with pytest.raises(GemmInputError, match="both operands in TF32Array"):
         gemmzoo.matmul(gemmzoo.TF32Array(a), b)
+
+
+def test_bad_input_after_a_plan_is_still_a_clear_error():
+    good = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
+    for backend in (None, "numpy", "torch-cpu"):
+        gemmzoo.matmul(*good, backend)  # a plan for the good problem exists now
+        with pytest.raises(GemmInputError, match=r"A \(3, 4\), B \(5, 5\).*inner"):
+            gemmzoo.matmul(good[0], np.ones((5, 5), np.float32), backend)
+        with pytest.raises(GemmInputError, match=r"float32 and B is float64"):
+            gemmzoo.matmul(good[0], good[1].astype(np.float64), backend)
+        with pytest.raises(GemmInputError, match=r"A \(1, 3, 4\), B \(4, 5\).*2-D"):
+            gemmzoo.matmul(good[0][None], good[1], backend)
+        with pytest.raises(GemmInputError, match="A is ndarray and B is Tensor"):
+            gemmzoo.matmul(good[0], torch.from_numpy(good[1]), backend)
+    ta, tb = torch.ones(3, 4), torch.ones(4, 5)
+    gemmzoo.matmul(ta, tb)
+    with pytest.raises(GemmInputError, match="A is on cpu and B on meta"):
+        gemmzoo.matmul(ta, tb.to("meta"))
+
+
+def test_a_plan_is_never_reused_for_operands_that_differ(monkeypatch):
+    backend = gemmzoo.get_backend("torch-cpu")
+    prepared = []
+    original = type(backend).prepare
+
+    def counting(self, a, b):
+        prepared.append((a.stride(), b.stride(), a.dtype))
+        return original(self, a, b)
+
+    monkeypatch.setattr(type(backend), "prepare", counting)
+    a64, b64 = operands(12, 10, 14, 9)
+    a, b = torch.from_numpy(a64).float(), torch.from_numpy(b64).float()
+    variants = [
+        (a, b),
+        (a, b),  # the same problem: the plan is reused
+        (a.T.contiguous().T, b),  # same shape, A stored column by column
+        (a, b.T.contiguous().T),
+        (a.double(), b.double()),
+        (a.clone().requires_grad_(), b),
+        (a64.astype(np.float32), b64.astype(np.float32)),  # another array library
+    ]
+    for x, y in variants:
+        c = gemmzoo.matmul(x, y, "torch-cpu")
+        assert type(c) is type(x) and c.shape == (12, 10)
+        if isinstance(c, torch.Tensor):
+            assert not c.requires_grad
+            c, x, y = (t.detach().numpy() for t in (c, x, y))
+        assert_close(c, x, y, str(x.dtype))
+    assert len(prepared) == len(variants) - 1  # one plan per distinct problem
+    assert len(set(prepared)) == 4  # A's strides, B's strides and the dtype each made a new one
