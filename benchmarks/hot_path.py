@@ -106,6 +106,7 @@ def cuda_groups(calls: int, rounds: int) -> list[dict[str, Any]]:
             ("torch backend .matmul", torch_backend.matmul, a, b),
             ("torch backend plan (prepare)", torch_backend.prepare(a, b), a, b),
             ("gemmzoo.matmul (no backend named)", gemmzoo.matmul, a, b),
+            ("gemmzoo.matmul(a, b, 'torch')", lambda x, y: gemmzoo.matmul(x, y, "torch"), a, b),
         ], torch.cuda.synchronize, calls, rounds,
             {"torch backend .matmul": 1.10, "torch backend plan (prepare)": 1.10,
              "gemmzoo.matmul (no backend named)": 1.15}))

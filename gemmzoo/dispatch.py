@@ -203,10 +203,10 @@ def matmul(a: Any, b: Any, backend: Any = None) -> Any:
     error that names what is wrong.
     """
     try:
-        key = (type(a), type(b), backend, _KEYS[type(a)](a, b))
         if backend is None:
-            key += environment_key()
-        plan = _PLANS[key]
+            plan = _PLANS[type(a), type(b), _KEYS[type(a)](a, b), environment_key()]
+        else:
+            plan = _PLANS[type(a), type(b), _KEYS[type(a)](a, b), backend]
     except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
         return _plan_and_call(a, b, backend)
     return plan(a, b)
@@ -217,9 +217,7 @@ def _plan_and_call(a: Any, b: Any, backend: Any) -> Any:
         _learn_key(type(a))
     plan = make_plan(a, b, backend)
     try:
-        key = (type(a), type(b), backend, _KEYS[type(a)](a, b))
-        if backend is None:
-            key += environment_key()
+        key = (type(a), type(b), _KEYS[type(a)](a, b), environment_key() if backend is None else backend)
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()
         _PLANS[key] = plan

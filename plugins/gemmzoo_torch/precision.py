@@ -30,15 +30,20 @@ _NEEDS: dict[str, tuple[tuple[str, bool], ...]] = {
 }
 
 
-def _reader(settings: Any, attribute: str) -> Callable[[], bool] | None:
-    """A function that reads one switch as a bool, or None where this torch lacks the switch.
+# A switch: (read its raw value, write it, the value gemmzoo needs, whether the raw value is a pair).
+_Switch = tuple[Callable[[], Any], Callable[..., Any], bool, bool]
 
-    Reading ``torch.backends.cuda.matmul.<name>`` goes through a Python ``__getattr__`` that costs
-    about as much as the rest of a small product's host work; torch's own C accessor behind it
-    (``torch._C._get_cublas_<name>``) answers in a tenth of the time. It is not public, so it is
-    used only when present and the public attribute is the fallback. Newer torch releases return
-    a pair for the 16-bit switches (reduced precision allowed, split-K allowed): the first says
-    what the public attribute says.
+
+def _switch(settings: Any, attribute: str, wanted: bool) -> _Switch | None:
+    """The switch ``attribute`` of ``torch.backends.cuda.matmul``, or None where this torch lacks it.
+
+    Reading or writing ``torch.backends.cuda.matmul.<name>`` goes through a Python
+    ``__getattr__``/``__setattr__`` that together cost about as much as the rest of a small
+    product's host work; torch's own C accessors behind them (``torch._C._get_cublas_<name>`` and
+    ``_set_cublas_<name>``) take a tenth of the time. They are not public, so they are used only
+    when present and when writing back the value just read works; otherwise the public attribute
+    is used. Newer torch releases keep a pair for the 16-bit switches (reduced precision allowed,
+    split-K allowed), whose first half is what the public attribute says.
     """
     import torch
 
@@ -46,16 +51,22 @@ def _reader(settings: Any, attribute: str) -> Callable[[], bool] | None:
         getattr(settings, attribute)
     except AttributeError:
         return None
-    fast = getattr(torch._C, f"_get_cublas_{attribute}", None)
-    if fast is None:
-        return lambda: bool(getattr(settings, attribute))
-    try:
-        probe = fast()
-    except Exception:  # an accessor whose signature changed: use the public attribute
-        return lambda: bool(getattr(settings, attribute))
-    if isinstance(probe, tuple):
-        return lambda: bool(fast()[0])
-    return fast
+    get = getattr(torch._C, f"_get_cublas_{attribute}", None)
+    put = getattr(torch._C, f"_set_cublas_{attribute}", None)
+    if get is not None and put is not None:
+        try:
+            raw = get()
+            pair = isinstance(raw, tuple)
+            if pair:
+                put(*raw)
+            else:
+                put(raw)
+            if get() == raw:
+                return get, put, wanted, pair
+        except Exception:  # accessors whose signatures changed: use the public attribute
+            pass
+    return (lambda: getattr(settings, attribute), lambda value: setattr(settings, attribute, value),
+            wanted, False)
 
 
 def runner(dtype: str) -> Callable[[Any, Any], Any]:
@@ -69,48 +80,38 @@ def runner(dtype: str) -> Callable[[Any, Any], Any]:
 
     settings = torch.backends.cuda.matmul
     matmul = torch.matmul
-    needs = []
-    for attribute, wanted in _NEEDS[dtype]:
-        read = _reader(settings, attribute)
-        if read is not None:
-            needs.append((attribute, wanted, read))
+    switches = tuple(found for attribute, wanted in _NEEDS[dtype]
+                     if (found := _switch(settings, attribute, wanted)) is not None)
 
     def launch_tf32(a: Any, b: Any) -> Any:
         return TF32Array(matmul(a.data, b.data))
 
     launch = launch_tf32 if dtype == "tf32" else matmul
-
-    if not needs:
+    if not switches:
         return launch
 
-    def set_launch_restore(a: Any, b: Any) -> Any:
-        saved = [(attribute, getattr(settings, attribute)) for attribute, _wanted, _read in needs]
-        try:
-            for attribute, wanted, _read in needs:
-                setattr(settings, attribute, wanted)
-            return launch(a, b)
-        finally:
-            for attribute, value in saved:
-                setattr(settings, attribute, value)
-
-    if len(needs) == 1:
-        ((_attribute, wanted, read),) = needs
-
-        def run(a: Any, b: Any) -> Any:
-            with lock:
-                if read() == wanted:
-                    return launch(a, b)
-                return set_launch_restore(a, b)
-
-        return run
-
-    checks = tuple((read, wanted) for _attribute, wanted, read in needs)
-
-    def run_checked(a: Any, b: Any) -> Any:
+    def run(a: Any, b: Any) -> Any:
         with lock:
-            for read, wanted in checks:
-                if read() != wanted:
-                    return set_launch_restore(a, b)
-            return launch(a, b)
+            changed = None
+            for get, put, wanted, pair in switches:
+                raw = get()
+                if (raw[0] if pair else raw) != wanted:
+                    if changed is None:
+                        changed = []
+                    changed.append((put, raw, pair))
+                    if pair:  # keep the second half (split-K allowed) as the caller had it
+                        put(wanted, raw[1])
+                    else:
+                        put(wanted)
+            if changed is None:
+                return launch(a, b)
+            try:
+                return launch(a, b)
+            finally:
+                for put, raw, pair in changed:
+                    if pair:
+                        put(*raw)
+                    else:
+                        put(raw)
 
-    return run_checked
+    return run
