@@ -273,7 +273,7 @@ def make_plan(a: Any, b: Any, backend: Any = None) -> Callable[[Any, Any], Any]:
     detach = kind == "torch" and (a.requires_grad or b.requires_grad)
     if detach:
         a, b = a.detach(), b.detach()
-    chosen = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind))
+    chosen = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind), kind)
     target = native_kind(chosen, dtype) if chosen.device == device else None
     if target is not None:
         try:
@@ -321,9 +321,10 @@ def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str, tf32: bool,
     return plan
 
 
-def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str, layout: str) -> Any:
+def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str, layout: str,
+             kind: str) -> Any:
     if backend is None:
-        return plan_choice(shape, dtype, device, layout)
+        return plan_choice(shape, dtype, device, layout, kind, lambda b: native_kind(b, dtype) == kind)
     if isinstance(backend, str):
         from gemmzoo.registry import get_registry
 

@@ -248,3 +248,20 @@ def test_a_plan_is_never_reused_for_operands_that_differ(monkeypatch):
         assert_close(c, x, y, str(x.dtype))
     assert len(prepared) == len(variants) - 1  # one plan per distinct problem
     assert len(set(prepared)) == 4  # A's strides, B's strides and the dtype each made a new one
+
+
+def test_with_nothing_measured_the_callers_own_library_comes_first(monkeypatch):
+    a64, b64 = operands(6, 5, 4, 10)
+    a, b = torch.from_numpy(a64).float(), torch.from_numpy(b64).float()
+    backend = gemmzoo.get_backend("torch-cpu")
+    calls = []
+    original = type(backend).prepare
+
+    def counting(self, x, y):
+        calls.append(type(x))
+        return original(self, x, y)
+
+    monkeypatch.setattr(type(backend), "prepare", counting)
+    c = gemmzoo.matmul(a, b)
+    assert calls == [torch.Tensor]  # torch tensors went to torch-cpu, not across to NumPy
+    assert_close(c.numpy(), a.numpy(), b.numpy(), "float32")

@@ -16,7 +16,8 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    the *nearest measured shape*: the smallest Euclidean distance between
    ``(ln M, ln N, ln K)`` vectors (sizes below 1 count as 1), equal distances going to the smaller
    ``(M, N, K)``. With nothing measured at all, the answer is the first candidate in
-   :data:`DEFAULT_ORDER`, then by name (and it says it is an unmeasured default).
+   :data:`DEFAULT_ORDER`, then by name (and it says it is an unmeasured default); ``gemmzoo.matmul``
+   puts the backends that compute on the caller's own array library first.
 5. The fastest median wins, but every candidate within measured noise of the fastest ties with it:
    its median is at most ``max((IQR + fastest's IQR) / 2, TIE_FLOOR * fastest median)`` above
    the fastest's (the bands median ± IQR/2 overlap; run-to-run drift is about 1% even when
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,8 +217,13 @@ def _nearest(store: Any, fingerprint: str, dtype: str, layout: str, versions: di
 
 
 def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
-            measure: bool | None = None, layout: str = "NN") -> Choice:
-    """Answer ``best_backend``'s question the slow way, and say why (no in-memory cache)."""
+            measure: bool | None = None, layout: str = "NN",
+            native: Callable[[Any], bool] | None = None) -> Choice:
+    """Answer ``best_backend``'s question the slow way, and say why (no in-memory cache).
+
+    ``native(backend)`` says whether a backend computes on the caller's own arrays; when nothing
+    is measured, such backends come first in the default order (no conversions for nothing).
+    """
     m, n, k = shape = _shape(shape)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
@@ -265,7 +272,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 source = "nearest shape"
                 note = f"nothing measured at {m}x{n}x{k}; nearest measured shape {'x'.join(map(str, basis))}"
         if not timings:
-            pick = min(conforming, key=lambda b: preference(b.name))
+            pick = min(conforming, key=lambda b: (native is not None and not native(b), preference(b.name)))
             note = "nothing measured on this device; unmeasured default (conformance not checked)"
             return Choice(pick, shape, dtype, device, "default", None, (), (pick.name,), note, excluded)
         winner, ranking, tied = rank(timings)
@@ -300,7 +307,8 @@ def recording_enabled() -> bool:
     return os.environ.get("GEMMZOO_RECORD", "").strip().lower() not in _OFF_WORDS
 
 
-def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN") -> Any:
+def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN",
+                library: str | None = None, native: Callable[[Any], bool] | None = None) -> Any:
     """The backend ``gemmzoo.matmul`` uses for a problem: ``best_backend``'s answer, never measured.
 
     A dispatch layer must not stall a program the first time it meets a shape, so this answers
@@ -308,14 +316,15 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
     the default order (see the module docstring). A problem answered without measurements of its
     own is recorded in the tuning database (unless ``GEMMZOO_RECORD=0``), and
     ``gemmzoo tune --recorded`` measures the recorded problems ahead of the next run — the
-    record-then-tune-offline model of PyTorch's TunableOp.
+    record-then-tune-offline model of PyTorch's TunableOp. ``library`` names the caller's array
+    library and ``native(backend)`` says whether a backend computes on it (see :func:`explain`).
     """
-    key = ("plan", shape, dtype, device, layout, *environment_key())
+    key = ("plan", shape, dtype, device, layout, library, *environment_key())
     try:
         return state.answers[key].backend
     except KeyError:
         pass
-    choice = explain(shape, dtype, device, measure=False, layout=layout)
+    choice = explain(shape, dtype, device, measure=False, layout=layout, native=native)
     state.answers[key] = choice
     if choice.source != "database" and min(shape) > 0 and recording_enabled():
         state.store().record_problem(device_fingerprint(choice.device), GridPoint(*shape, dtype, layout))
