@@ -90,6 +90,11 @@ class Backend:
     #: ``triton-naive``): ``best_backend`` and ``gemmzoo.matmul`` consider it only when it is named
     #: (``backend=``, ``GEMMZOO_BACKENDS``). Benchmarks and the conformance suite run it as usual.
     selectable: bool = True
+    #: How close to the exact product the result is promised to be (``gemmzoo.accuracy``):
+    #: ``"componentwise"`` (every classical GEMM) or the weaker ``"normwise"`` (Strassen-like
+    #: algorithms). The conformance suite checks the declared class's bound, and ``best_backend``
+    #: and ``gemmzoo.matmul`` pick a normwise backend only for a caller who accepts that class.
+    accuracy: str = "componentwise"
 
     def unavailable_reason(self) -> str | None:
         """``None`` when usable here; otherwise one line saying why not."""

@@ -23,7 +23,14 @@ class UnknownBackendError(GemmError, KeyError):
 
 
 class PluginError(GemmError):
-    """A plugin failed to load or register, and GEMMZOO_STRICT_PLUGINS asks for an error."""
+    """A plugin failed to load or register, and GEMMZOO_STRICT_PLUGINS asks for an error.
+
+    ``traceback`` is the text of the plugin's exception's traceback when it raised one.
+    """
+
+    def __init__(self, message: str, *, traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.traceback = traceback
 
 
 class PluginWarning(UserWarning):

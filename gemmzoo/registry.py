@@ -2,13 +2,19 @@
 
 Each entry point is loaded in isolation: one that fails to import, whose hook raises, or whose
 backends are malformed becomes a :class:`PluginWarning` (a :class:`PluginError` when
-``GEMMZOO_STRICT_PLUGINS`` is set) and the others keep working.
+``GEMMZOO_STRICT_PLUGINS`` is set) and the others keep working. Messages name the plugin (entry
+point and distribution) and the plugin's own file and line; warnings are issued at that line.
+
+Backend names of gemmzoo's own distribution are reserved: its entry points load first, and a
+backend of any other distribution that claims one of their names is refused. Between two other
+distributions the first by entry-point name keeps the name.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import warnings
 from collections.abc import Iterable, Sequence
@@ -19,16 +25,27 @@ from typing import Any
 import pluggy
 
 from gemmzoo import hookspecs
-from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import PluginError, PluginWarning, UnknownBackendError
+from gemmzoo.plugin_source import (
+    Location,
+    defined_at,
+    format_location,
+    format_traceback,
+    module_roots,
+    plugin_roots,
+    raised_at,
+)
+from gemmzoo.validation import backend_problem, describe_backend
 
 ENTRY_POINT_GROUP = "gemmzoo"
-_NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-_BACKEND_MEMBERS = (
-    "name", "device", "dtypes", "unavailable_reason", "from_numpy", "to_numpy", "matmul",
-    "synchronize",
-)
+#: The distribution whose backend names are reserved.
+OWN_DISTRIBUTION = "gemmzoo"
 _FALSE_WORDS = {"", "0", "false", "no", "off"}
+
+
+def _normalized(name: str) -> str:
+    """A distribution name as packaging compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,11 @@ class PluginInfo:
     distribution: str | None = None
     version: str | None = None
 
+    @property
+    def own(self) -> bool:
+        """Whether the plugin belongs to gemmzoo's own distribution (its names are reserved)."""
+        return self.distribution is not None and _normalized(self.distribution) == OWN_DISTRIBUTION
+
     def describe(self) -> str:
         """``'numpy' (gemmzoo 0.1.0)``: the plugin as messages name it."""
         dist = f" ({self.distribution} {self.version})" if self.distribution else ""
@@ -48,10 +70,14 @@ class PluginInfo:
 
 @dataclass(frozen=True)
 class PluginFailure:
-    """A plugin, or one of its backends, that could not be loaded; ``error`` is one line."""
+    """A plugin, or one of its backends, that could not be loaded; ``error`` is one line,
+    ``location`` the plugin's file and line it points at, ``traceback`` the exception's
+    traceback when one was raised."""
 
     plugin: PluginInfo
     error: str
+    location: Location | None = None
+    traceback: str | None = None
 
 
 def env_list(variable: str) -> list[str]:
@@ -69,11 +95,25 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def _at(location: Location | None, verb: str = "raised") -> str:
+    return f" ({verb} at {format_location(location)})" if location else ""
+
+
+def _entry_point_info(entry_point: metadata.EntryPoint) -> PluginInfo:
+    dist = getattr(entry_point, "dist", None)
+    return PluginInfo(
+        name=entry_point.name,
+        target=entry_point.value,
+        distribution=dist.metadata["Name"] if dist is not None else None,
+        version=dist.version if dist is not None else None,
+    )
+
+
 class Registry:
     """The backends registered by plugins, in registration order.
 
-    Plugins are taken in the order of their entry-point names, so the order of backends is
-    stable across runs.
+    gemmzoo's own entry points load first, then the others, each group in the order of the
+    entry-point names, so the order of backends is stable across runs.
     """
 
     def __init__(self, *, strict: bool | None = None) -> None:
@@ -91,22 +131,20 @@ class Registry:
     def load_entry_points(self, disabled: Iterable[str] | None = None) -> None:
         """Load every entry point of the ``gemmzoo`` group except the ``disabled`` names."""
         skip = set(env_list("GEMMZOO_DISABLE_PLUGINS") if disabled is None else disabled)
-        found = metadata.entry_points(group=ENTRY_POINT_GROUP)
-        for entry_point in sorted(found, key=lambda ep: (ep.name, ep.value)):
-            dist = getattr(entry_point, "dist", None)
-            info = PluginInfo(
-                name=entry_point.name,
-                target=entry_point.value,
-                distribution=dist.metadata["Name"] if dist is not None else None,
-                version=dist.version if dist is not None else None,
-            )
+        found = [(_entry_point_info(ep), ep) for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
+        # gemmzoo's own plugins first, whatever their names: their backend names are then taken
+        # before any other distribution's plugin can claim them.
+        found.sort(key=lambda item: (not item[0].own, item[0].name, item[0].target))
+        for info, entry_point in found:
             if info.name in skip:
                 self.disabled.append(info.name)
                 continue
             try:
                 plugin = entry_point.load()
             except Exception as error:  # a broken plugin must not take the others down
-                self._fail(info, f"failed to import {info.target}: {_one_line(error)}")
+                location = raised_at(error, module_roots(entry_point.module))
+                self._fail(info, f"failed to import {info.target}: {_one_line(error)}{_at(location)}",
+                           location, format_traceback(error), error)
                 continue
             self.register_plugin(plugin, info)
 
@@ -118,45 +156,70 @@ class Registry:
         try:
             self.plugin_manager.register(plugin, name=info.name)
         except Exception as error:
-            self._fail(info, f"could not be registered: {_one_line(error)}")
+            location = defined_at(plugin)
+            self._fail(info, f"could not be registered: {_one_line(error)}{_at(location, 'defined')}",
+                       location, format_traceback(error), error)
             return
         self.plugins.append(info)
-        pending: list[Any] = []
+        pending: list[tuple[Any, Location]] = []
+
+        def register(backend: Any) -> None:
+            caller = sys._getframe(1)  # the plugin's line that registered it, for messages
+            pending.append((backend, (caller.f_code.co_filename, caller.f_lineno)))
+
         hook = self.plugin_manager.hook.gemmzoo_register_backends
         for impl in hook.get_hookimpls():
             if impl.plugin is not plugin:
                 continue
             try:
-                impl.function(**{arg: pending.append for arg in impl.argnames})
+                impl.function(**{arg: register for arg in impl.argnames})
             except Exception as error:
-                self._fail(info, f"gemmzoo_register_backends raised {_one_line(error)}")
+                location = raised_at(error, plugin_roots(plugin))
+                self._fail(info, f"gemmzoo_register_backends raised {_one_line(error)}{_at(location)}",
+                           location, format_traceback(error), error)
                 return
-        for backend in pending:
-            self._add_backend(backend, info)
+        for backend, location in pending:
+            self._add_backend(backend, info, location)
 
-    def _add_backend(self, backend: Any, info: PluginInfo) -> None:
-        problem = _backend_problem(backend)
+    def _add_backend(self, backend: Any, info: PluginInfo, location: Location) -> None:
+        problem = backend_problem(backend)
         if problem:
-            self._fail(info, f"registered an invalid backend {backend!r}: {problem}")
+            self._fail(info, f"registered an invalid backend ({describe_backend(backend)}): {problem}"
+                             f"{_at(location, 'registered')}", location)
             return
-        if backend.name in self._backends:
-            first = self._providers[backend.name]
-            self._fail(
-                info,
-                f"backend name '{backend.name}' is registered by plugin {first.describe()} "
-                f"and again by plugin {info.describe()}; keeping the one from {first.describe()}",
-            )
+        name = backend.name
+        first = self._providers.get(name)
+        if first is not None and info.own and not first.own:
+            # Only in-process registration can get here (entry points load gemmzoo's own first):
+            # the reserved name goes to gemmzoo, and the other plugin's backend is refused.
+            del self._backends[name], self._providers[name]
+            self._fail(first, self._reserved(name, first, info))
+            first = None
+        if first is not None:
+            if first.own and not info.own:
+                message = self._reserved(name, info, first)
+            else:
+                message = (f"backend name '{name}' refused for plugin {info.describe()}: plugin "
+                           f"{first.describe()} registered it first (plugins load in entry-point "
+                           "name order)")
+            self._fail(info, message + _at(location, "registered"), location)
             return
-        self._backends[backend.name] = backend
-        self._providers[backend.name] = info
+        self._backends[name] = backend
+        self._providers[name] = info
 
-    def _fail(self, info: PluginInfo, error: str) -> None:
-        failure = PluginFailure(info, error)
+    @staticmethod
+    def _reserved(name: str, refused: PluginInfo, owner: PluginInfo) -> str:
+        return (f"backend name '{name}' refused for plugin {refused.describe()}: the name is "
+                f"reserved by gemmzoo's own plugin {owner.describe()}")
+
+    def _fail(self, info: PluginInfo, error: str, location: Location | None = None,
+              trace: str | None = None, cause: BaseException | None = None) -> None:
+        failure = PluginFailure(info, error, location, trace)
         message = f"gemmzoo plugin {info.describe()}: {error}"
         if self.strict:
-            raise PluginError(message)
+            raise PluginError(message, traceback=trace) from cause
         self.failures.append(failure)
-        warnings.warn(message, PluginWarning, stacklevel=3)
+        _warn_at(message, location, info)
 
     # Queries ---------------------------------------------------------------------------------
 
@@ -189,18 +252,11 @@ class Registry:
         return [self.get(name) for name in dict.fromkeys(chosen)]
 
 
-def _backend_problem(backend: Any) -> str | None:
-    missing = [member for member in _BACKEND_MEMBERS if not hasattr(backend, member)]
-    if missing:
-        return f"missing {', '.join(missing)}"
-    if not isinstance(backend.name, str) or not _NAME_PATTERN.match(backend.name):
-        return f"name {backend.name!r} is not lowercase kebab-case"
-    if backend.device not in ("cpu", "cuda"):
-        return f"device {backend.device!r} is neither 'cpu' nor 'cuda'"
-    unknown = set(backend.dtypes) - set(DTYPES)
-    if unknown:
-        return f"unknown dtypes {sorted(unknown)}; known: {', '.join(DTYPES)}"
-    return None
+def _warn_at(message: str, location: Location | None, info: PluginInfo) -> None:
+    """Issue a :class:`PluginWarning` at the plugin's file and line, not at gemmzoo's."""
+    if location is None:  # nothing of the plugin's own could be found (say, its module is missing)
+        location = (f"<gemmzoo plugin {info.describe()}>", 0)
+    warnings.warn_explicit(message, PluginWarning, location[0], location[1])
 
 
 _lock = threading.Lock()

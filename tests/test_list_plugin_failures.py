@@ -40,9 +40,10 @@ BROKEN = {
         """, "gemmzoo_register_backends raised RuntimeError: licence server [lic-7] unreachable"),
     "bad-name": ("gemmzoo-badname", "0.0.1", BACKEND_MODULE.format(name="Bad_Name"),
                  "name 'Bad_Name' is not lowercase kebab-case"),
-    # sorts after the bundled "numpy" entry point, so it is the second to claim the name
+    # another distribution claiming a name of gemmzoo's own (tests/test_plugin_names.py has more)
     "yet-another-numpy": ("gemmzoo-copycat", "2.0", BACKEND_MODULE.format(name="numpy"),
-                          "backend name 'numpy' is registered by plugin 'numpy' (gemmzoo "),
+                          "backend name 'numpy' refused for plugin 'yet-another-numpy' (gemmzoo-copycat "
+                          "2.0): the name is reserved by gemmzoo's own plugin 'numpy' (gemmzoo "),
 }
 
 
