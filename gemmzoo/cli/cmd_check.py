@@ -41,8 +41,12 @@ def run(args: argparse.Namespace) -> int:
         summary.add_column(column)
     all_passed = True
     for backend in chosen:
-        dtypes = [d for d in DTYPES if d in backend.dtypes and (not args.dtype or d in args.dtype)]
-        total = len(input_checks(backend)) + sum(len(conformance_cases(d, backend.device)) for d in dtypes)
+        try:
+            dtypes = [d for d in DTYPES if d in backend.dtypes and (not args.dtype or d in args.dtype)]
+            cases = sum(len(conformance_cases(d, backend.device)) for d in dtypes)
+            total = len(input_checks(backend)) + cases
+        except Exception:  # a malformed backend: check_backend reports what is wrong with it
+            dtypes, total = [], None
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"checking {backend.name}", total=total)
             report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t))

@@ -14,6 +14,7 @@ from gemmzoo.backend import dtype_name
 from gemmzoo.conformance.bounds import error_bound, must_be_exact, reference
 from gemmzoo.conformance.cases import Case, conformance_cases
 from gemmzoo.dtypes import DTYPES, host_dtype
+from gemmzoo.validation import backend_problem
 
 
 @dataclass(frozen=True)
@@ -156,10 +157,13 @@ def run_case(backend: Any, case: Case) -> CheckResult:
         detail = _run_case(backend, case)
     except _CheckError as failure:
         return CheckResult(backend.name, case.id, False, str(failure))
-    except Exception as error:  # the backend itself broke
-        frames = traceback.format_exception_only(type(error), error)
-        return CheckResult(backend.name, case.id, False, "raised " + "".join(frames).strip())
+    except Exception as error:  # the backend broke, or is malformed: a failed check either way
+        return CheckResult(backend.name, case.id, False, "raised " + _exception_text(error))
     return CheckResult(backend.name, case.id, True, detail)
+
+
+def _exception_text(error: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(error), error)).strip()
 
 
 def _run_case(backend: Any, case: Case) -> str:
@@ -244,6 +248,13 @@ def input_checks(backend: Any) -> list[str]:
 
 def run_input_check(backend: Any, check: str) -> CheckResult:
     """Run one bad-input check: the backend must raise an error naming itself and the shapes."""
+    try:
+        return _run_input_check(backend, check)
+    except Exception as error:  # a malformed backend fails the check; it never crashes the suite
+        return CheckResult(backend.name, f"bad-input-{check}", False, "raised " + _exception_text(error))
+
+
+def _run_input_check(backend: Any, check: str) -> CheckResult:
     rng = np.random.default_rng(7)
     dtype = "float32" if "float32" in backend.dtypes else sorted(backend.dtypes)[0]
 
@@ -283,24 +294,47 @@ def check_backend(
     dtypes: Iterable[str] | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
 ) -> ConformanceReport:
-    """Run the whole suite on one backend (or only some of its dtypes)."""
-    report = ConformanceReport(backend.name)
-    reason = backend.unavailable_reason()
+    """Run the whole suite on one backend (or only some of its dtypes).
+
+    Nothing a backend does stops the suite: a malformed backend (see
+    :func:`gemmzoo.validation.backend_problem`) fails a ``backend-members`` check, and a check that
+    raises is a failed check with the exception's message.
+    """
+    name = getattr(backend, "name", None)
+    report = ConformanceReport(name if isinstance(name, str) else repr(name))
+
+    def record(result: CheckResult) -> None:
+        report.results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    problem = backend_problem(backend)
+    if problem is not None:
+        record(CheckResult(report.backend, "backend-members", False, problem))
+        return report
+    try:
+        reason = backend.unavailable_reason()
+    except Exception as error:
+        record(CheckResult(report.backend, "unavailable-reason", False,
+                           "unavailable_reason() raised " + _exception_text(error)))
+        return report
     if reason is not None:
         report.unavailable = reason
         return report
     chosen = [d for d in DTYPES if d in backend.dtypes and (dtypes is None or d in set(dtypes))]
-    checks: list[Callable[[], CheckResult]] = [
-        (lambda name=name: run_input_check(backend, name)) for name in input_checks(backend)
+    checks: list[tuple[str, Callable[[], CheckResult]]] = [
+        (f"bad-input-{check}", lambda check=check: run_input_check(backend, check))
+        for check in input_checks(backend)
     ]
     checks += [
-        (lambda case=case: run_case(backend, case))
+        (case.id, lambda case=case: run_case(backend, case))
         for d in chosen
         for case in conformance_cases(d, backend.device)
     ]
-    for check in checks:
-        result = check()
-        report.results.append(result)
-        if on_result is not None:
-            on_result(result)
+    for label, check in checks:
+        try:
+            result = check()
+        except Exception as error:  # run_case and run_input_check catch; this is the last guard
+            result = CheckResult(report.backend, label, False, "raised " + _exception_text(error))
+        record(result)
     return report
