@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except GemmError as error:
+        trace = getattr(error, "traceback", None)  # a plugin's own traceback (strict plugins)
+        if trace:
+            errors.print(trace, markup=False, soft_wrap=True)
         errors.print(f"gemmzoo {args.command}: {error}", markup=False, style="red", soft_wrap=True)
         return 2
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
@@ -18,6 +20,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="tab-separated lines instead of a table: one per backend (name, device, dtypes, available, "
              "plugin), then FAILED and DISABLED lines for plugins",
     )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="also print the traceback of each plugin that raised (to stderr with --plain)",
+    )
+
+
+def _print_tracebacks(registry: Any, plain: bool) -> None:
+    for failure in registry.failures:
+        if failure.traceback:
+            header = f"traceback of plugin {failure.plugin.describe()}:"
+            if plain:
+                print(f"{header}\n{failure.traceback}\n", file=sys.stderr)
+            else:
+                console.print(header, style="red", markup=False)
+                console.print(failure.traceback, markup=False, soft_wrap=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"FAILED\t{failure.plugin.describe()}\t{failure.error}")
         for name in registry.disabled:
             print(f"DISABLED\t{name}\tGEMMZOO_DISABLE_PLUGINS")
+        if args.verbose:
+            _print_tracebacks(registry, plain=True)
         return 0
     table = Table(title="gemmzoo backends")
     for column in ("backend", "device", "dtypes", "available", "plugin (distribution)"):
@@ -55,4 +74,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(failed)
     if registry.disabled:
         console.print(f"disabled by GEMMZOO_DISABLE_PLUGINS: {', '.join(registry.disabled)}")
+    if args.verbose:
+        _print_tracebacks(registry, plain=False)
+    elif any(failure.traceback for failure in registry.failures):
+        console.print("gemmzoo list -v prints the tracebacks", style="dim")
     return 0
