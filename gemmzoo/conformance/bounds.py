@@ -16,6 +16,13 @@ instead and would let fp16 accumulation or a dropped term of the K sum pass at l
 
 When every integer in the problem is exactly representable (small-integer inputs whose sums stay
 within the result's ``exact_integers``), the bound is zero: the result must be exact.
+
+That is the bound of the ``componentwise`` accuracy class (:mod:`gemmzoo.accuracy`). The
+``normwise`` class replaces ``(|A||B|)ij`` by one figure for the whole matrix,
+``NORMWISE_FACTOR · max_i ‖A(i,:)‖₂ · max_j ‖B(:,j)‖₂`` (of the finite values): by Cauchy–Schwarz
+at least ``(|A||B|)ij`` for every element, so a componentwise backend meets it too. The factor
+leaves room for an algorithm that sums a few products of combined blocks per element (one level
+of Strassen adds up to four).
 """
 
 from __future__ import annotations
@@ -24,19 +31,22 @@ import math
 
 import numpy as np
 
+from gemmzoo.accuracy import NORMWISE
 from gemmzoo.dtypes import dtype_info
+
+NORMWISE_FACTOR = 4.0
+
+
+def _finite_abs(x: np.ndarray) -> np.ndarray:
+    return np.abs(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0))
 
 
 def reference(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The float64 product ``A·B`` and the product of absolute values ``|A|·|B|``; non-finite
     entries count as 0 in the latter, which scales the bound of the finite elements only."""
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-
-    def finite_abs(x: np.ndarray) -> np.ndarray:
-        return np.abs(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))
-
     with np.errstate(invalid="ignore", over="ignore"):
-        return a64 @ b64, finite_abs(a64) @ finite_abs(b64)
+        return a64 @ b64, _finite_abs(a64) @ _finite_abs(b64)
 
 
 def error_bound(dtype: str, k: int, reference: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
@@ -55,3 +65,21 @@ def must_be_exact(dtype: str, a: np.ndarray, b: np.ndarray, magnitude: np.ndarra
     largest = float(magnitude.max(initial=0.0))
     accumulator_exact = 2.0**24 if info.accumulate_roundoff >= 2.0**-24 else 2.0**53
     return integral and largest <= min(info.exact_integers, accumulator_exact)
+
+
+def normwise_magnitude(a: np.ndarray, b: np.ndarray) -> float:
+    """``max_i ‖A(i,:)‖₂ · max_j ‖B(:,j)‖₂`` over the finite values: the normwise class's scale."""
+    rows = float(np.sqrt(np.square(_finite_abs(a)).sum(axis=1)).max(initial=0.0))
+    cols = float(np.sqrt(np.square(_finite_abs(b)).sum(axis=0)).max(initial=0.0))
+    return rows * cols
+
+
+def class_bound(accuracy: str, dtype: str, a: np.ndarray, b: np.ndarray, ref: np.ndarray,
+                magnitude: np.ndarray) -> np.ndarray:
+    """The per-element bound on ``|C - ref|`` for a backend of accuracy class ``accuracy``, from
+    the host operands ``a`` and ``b`` and :func:`reference`'s ``ref`` and ``magnitude``."""
+    if must_be_exact(dtype, a, b, magnitude):
+        return np.zeros_like(ref)
+    if accuracy == NORMWISE:
+        magnitude = np.full_like(magnitude, NORMWISE_FACTOR * normwise_magnitude(a, b))
+    return error_bound(dtype, a.shape[1], ref, magnitude)

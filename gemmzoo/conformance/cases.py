@@ -32,6 +32,10 @@ EDGE_SHAPES: tuple[tuple[int, int, int], ...] = (
 OPERAND_LAYOUTS = ("N", "T", "S")
 LAYOUT_SHAPE = (37, 43, 53)
 INTEGER_SHAPE = (37, 29, 33)
+#: Shapes of the cases whose rows and columns span orders of magnitude: even sizes (fast
+#: algorithms that split the matrices in halves take their fast path) and odd ones.
+SCALED_SHAPES = ((64, 48, 80), (37, 29, 41))
+CANCEL_SHAPE = (48, 40, 64)
 NONFINITE_SHAPE = (12, 10, 9)
 REPEAT_SHAPE = (67, 71, 73)
 
@@ -46,8 +50,8 @@ GPU_SHAPES: tuple[tuple[int, int, int], ...] = (
 
 @dataclass(frozen=True)
 class Case:
-    """One problem: ``kind`` of values ("random", "integers", "nonfinite", "repeat"), shape,
-    dtype and layout."""
+    """One problem: ``kind`` of values ("random", "integers", "nonfinite", "repeat", "scaled",
+    "cancel"), shape, dtype and layout."""
 
     kind: str
     m: int
@@ -83,5 +87,18 @@ def conformance_cases(dtype: str, device: str = "cpu") -> list[Case]:
         Case("nonfinite", *NONFINITE_SHAPE, dtype),
         Case("nonfinite", *NONFINITE_SHAPE, dtype, "ST"),
         Case("repeat", *REPEAT_SHAPE, dtype),
+        Case("scaled", *SCALED_SHAPES[0], dtype),
+        Case("scaled", *SCALED_SHAPES[1], dtype, "TN"),
+        Case("cancel", *CANCEL_SHAPE, dtype),
     ]
     return cases
+
+
+#: How far (in powers of ten, either way) the scaled cases scale each row and column, per dtype:
+#: as wide as the dtype's range allows with no overflow in C (float16's 65504 is the tightest).
+_SCALE_DECADES = {"float16": 0.5, "bfloat16": 3.0, "float32": 4.0, "tf32": 4.0, "float64": 8.0}
+
+
+def scale_decades(dtype: str) -> float:
+    """The half-width, in decades, of the row and column scales of the ``scaled`` cases."""
+    return _SCALE_DECADES.get(dtype, 1.0)

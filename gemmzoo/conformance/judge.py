@@ -1,0 +1,124 @@
+"""Judging one result C = A·B: the one judge of the conformance suite and of the benchmarks.
+
+A result is right when it is a new native array of the operands' type, of shape (M, N) and of
+their dtype, ``to_numpy`` gives the host dtype, NaN and ±Inf fall where the float64 reference
+has them, and every finite element is within the bound of the backend's accuracy class
+(:func:`gemmzoo.conformance.bounds.class_bound`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gemmzoo.accuracy import accuracy_of
+from gemmzoo.backend import dtype_name
+from gemmzoo.conformance.bounds import class_bound, reference
+from gemmzoo.dtypes import host_dtype
+
+
+class CheckFailedError(Exception):
+    """A conformance check that did not hold; the message says which and where."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A result that passed: ``error_ratio`` is the largest ``|error| / bound`` (at most 1),
+    ``rel_error`` ``‖C - R‖ / ‖R‖`` over the finite elements, ``host`` C on the host."""
+
+    error_ratio: float
+    rel_error: float
+    max_abs_error: float
+    detail: str
+    host: np.ndarray = field(repr=False, compare=False)
+
+
+def reference_product(a: np.ndarray, b: np.ndarray,
+                      exact_ieee: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 product and the product of absolute values. With ``exact_ieee`` the product is
+    elementwise products and a plain sum: IEEE NaN/Inf rules, no BLAS shortcuts."""
+    ref, magnitude = reference(a, b)
+    if exact_ieee:
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            ref = (a64[:, :, None] * b64[None, :, :]).sum(axis=1)
+    return ref, magnitude
+
+
+def check_native_result(backend: Any, shape: tuple[int, int], dtype: str, a: Any, c: Any) -> np.ndarray:
+    """Check C's type, shape and dtype against operand ``a``; return C on the host."""
+    if type(c) is not type(a):
+        raise CheckFailedError(f"C is a {type(c).__name__}, the operands are {type(a).__name__}")
+    if tuple(c.shape) != shape:
+        raise CheckFailedError(f"C has shape {tuple(c.shape)}, expected {shape}")
+    if dtype_name(c) != dtype_name(a):
+        raise CheckFailedError(f"C has dtype {dtype_name(c)}, the operands {dtype_name(a)}")
+    host = backend.to_numpy(c)
+    if not isinstance(host, np.ndarray) or host.dtype != host_dtype(dtype) or host.shape != shape:
+        got = f"{host.dtype} {host.shape}" if isinstance(host, np.ndarray) else type(host).__name__
+        raise CheckFailedError(f"to_numpy(C) gave {got}, expected {host_dtype(dtype)} {shape}")
+    return host
+
+
+def compare_elements(c: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> tuple[float, np.ndarray]:
+    """Raise :class:`CheckFailedError` unless C matches the reference's NaN and Inf pattern and every
+    finite element is within ``bound``; return the largest ``|error| / bound`` and the errors."""
+    nan_c, nan_r = np.isnan(c), np.isnan(ref)
+    if not np.array_equal(nan_c, nan_r):
+        where = tuple(int(i) for i in np.argwhere(nan_c != nan_r)[0])
+        raise CheckFailedError(
+            f"NaN pattern differs at {int((nan_c != nan_r).sum())} of {c.size} elements; "
+            f"first at {where}: C={c[where]!r}, expected {ref[where]!r}"
+        )
+    inf_c, inf_r = np.isinf(c), np.isinf(ref)
+    same_inf = np.array_equal(inf_c, inf_r) and np.array_equal(np.sign(c[inf_c]), np.sign(ref[inf_r]))
+    if not same_inf:
+        wrong = (inf_c != inf_r) | (inf_c & (np.sign(c) != np.sign(ref)))
+        where = tuple(int(i) for i in np.argwhere(wrong)[0])
+        raise CheckFailedError(
+            f"Inf pattern differs; first at {where}: C={c[where]!r}, expected {ref[where]!r}")
+    finite = np.isfinite(ref)
+    error = np.zeros_like(ref)
+    error[finite] = np.abs(c[finite].astype(np.float64) - ref[finite])
+    over = error > bound
+    if over.any():
+        where = tuple(int(i) for i in np.argwhere(over)[0])
+        raise CheckFailedError(
+            f"{int(over.sum())} of {c.size} elements outside the error bound; first at {where}: "
+            f"C={float(c[where])!r}, expected {float(ref[where])!r}, |error|={float(error[where]):.3e} "
+            f"> bound {float(bound[where]):.3e}"
+        )
+    ratio = float(np.max(error / np.maximum(bound, np.finfo(np.float64).tiny), initial=0.0))
+    return ratio, error
+
+
+def judge_result(
+    backend: Any,
+    dtype: str,
+    a: Any,
+    c: Any,
+    a_host: np.ndarray,
+    b_host: np.ndarray,
+    *,
+    reference: tuple[np.ndarray, np.ndarray] | None = None,
+    exact_ieee: bool = False,
+) -> Verdict:
+    """Judge ``c``, the backend's product of native ``a`` (and B), whose host values (exactly the
+    values the backend received) are ``a_host`` and ``b_host``. ``reference`` is the
+    ``(A·B, |A|·|B|)`` pair when the caller has it already. Raises :class:`CheckFailedError` with
+    what is wrong; returns a :class:`Verdict`."""
+    shape = (a_host.shape[0], b_host.shape[1])
+    c_host = check_native_result(backend, shape, dtype, a, c)
+    ref, magnitude = reference if reference is not None else reference_product(a_host, b_host, exact_ieee)
+    accuracy = accuracy_of(backend)
+    bound = class_bound(accuracy, dtype, a_host, b_host, ref, magnitude)
+    ratio, error = compare_elements(c_host, ref, bound)
+    finite = np.isfinite(ref)
+    ref_norm = float(np.linalg.norm(ref[finite]))
+    error_norm = float(np.linalg.norm(error))
+    rel = error_norm / ref_norm if ref_norm > 0 else error_norm
+    named = "" if accuracy == "componentwise" else f" ({accuracy} bound)"
+    detail = f"max error {ratio:.3g} of the bound{named}"
+    return Verdict(ratio, rel, float(error.max(initial=0.0)), detail, c_host)
