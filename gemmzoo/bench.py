@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gemmzoo.accuracy import accuracy_of
 from gemmzoo.device import device_info, peak_tflops
 from gemmzoo.grids import GridPoint
 from gemmzoo.measure import Measurement, WrongResultError, measure
@@ -29,6 +30,8 @@ class BenchResult:
     measurement: Measurement | None = None
     detail: str = ""
     peak_tflops: float | None = None
+    #: The backend's accuracy class (:mod:`gemmzoo.accuracy`), whose bound judged the result.
+    accuracy: str = "componentwise"
 
     @property
     def tflops(self) -> float | None:
@@ -47,7 +50,8 @@ class BenchResult:
         return {
             "backend": self.backend, "device": self.device, "point": self.point.id,
             "m": self.point.m, "n": self.point.n, "k": self.point.k,
-            "dtype": self.point.dtype, "layout": self.point.layout, "status": self.status,
+            "dtype": self.point.dtype, "layout": self.point.layout, "accuracy": self.accuracy,
+            "status": self.status,
             "median_s": timing.median_s if timing else None,
             "q1_s": timing.q1_s if timing else None,
             "q3_s": timing.q3_s if timing else None,
@@ -64,18 +68,19 @@ class BenchResult:
 
 def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2) -> BenchResult:
     """Check and time ``backend`` on ``point``; failures become a status, not an exception."""
+    accuracy = str(accuracy_of(backend))
     if point.dtype not in backend.dtypes:
         return BenchResult(backend.name, backend.device, point, UNSUPPORTED,
-                           detail=f"{backend.name} does not compute {point.dtype}")
+                           detail=f"{backend.name} does not compute {point.dtype}", accuracy=accuracy)
     try:
         result = measure(backend, point, budget_s=budget_s)
     except WrongResultError as error:
-        return BenchResult(backend.name, backend.device, point, WRONG, detail=str(error))
+        return BenchResult(backend.name, backend.device, point, WRONG, detail=str(error), accuracy=accuracy)
     except Exception as error:  # a crashing backend must not end the whole run
         detail = f"{type(error).__name__}: {error}"
-        return BenchResult(backend.name, backend.device, point, ERROR, detail=detail)
+        return BenchResult(backend.name, backend.device, point, ERROR, detail=detail, accuracy=accuracy)
     peak = peak_tflops(device_info(backend.device)["device_name"], point.dtype)
-    return BenchResult(backend.name, backend.device, point, OK, result, peak_tflops=peak)
+    return BenchResult(backend.name, backend.device, point, OK, result, peak_tflops=peak, accuracy=accuracy)
 
 
 def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float = 0.2,

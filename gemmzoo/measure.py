@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from gemmzoo.conformance.bounds import error_bound, reference
+from gemmzoo.conformance.bounds import reference
+from gemmzoo.conformance.judge import CheckFailedError, judge_result
 from gemmzoo.errors import GemmError
 from gemmzoo.grids import GridPoint
 
@@ -132,37 +133,26 @@ def _reference(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def compare(problem: Problem) -> CheckResult:
-    """Run the GEMM once and compare every element with the float64 reference.
+    """Run the GEMM once and judge it as the conformance suite does
+    (:func:`gemmzoo.conformance.judge.judge_result`): C's type, shape and dtype, ``to_numpy``'s
+    dtype, NaN and Inf where the float64 reference has them, and every element within the bound
+    of the backend's accuracy class.
 
-    Raises :class:`WrongResultError` when any element is outside the conformance bound, is not
-    finite, or the result has the wrong shape.
+    Raises :class:`WrongResultError` saying what is wrong when any of that fails.
     """
     point, backend = problem.point, problem.backend
-    c = backend.to_numpy(backend.matmul(problem.a, problem.b))
-    if c.shape != (point.m, point.n):
-        raise WrongResultError(
-            f"{backend.name}: {point.id}: C has shape {c.shape}, expected {(point.m, point.n)}"
-        )
-    ref, magnitude = _reference(problem.a_host, problem.b_host)
-    bound = error_bound(point.dtype, point.k, ref, magnitude)
-    error = np.abs(c.astype(np.float64) - ref)
-    ratio = error / bound
-    if not np.all(np.isfinite(c)) or np.any(ratio > 1):
-        worst = float(np.nanmax(ratio)) if np.any(np.isfinite(ratio)) else float("nan")
-        raise WrongResultError(
-            f"{backend.name}: {point.id}: result outside the error bound (worst |error|/bound = {worst:.3g})"
-        )
-    ref_norm = float(np.linalg.norm(ref))
-    rel = float(np.linalg.norm(error)) / ref_norm if ref_norm > 0 else float(np.linalg.norm(error))
-    return CheckResult(float(ratio.max(initial=0.0)), rel, float(error.max(initial=0.0)))
+    c = backend.matmul(problem.a, problem.b)
+    try:
+        verdict = judge_result(backend, point.dtype, problem.a, c, problem.a_host, problem.b_host,
+                               reference=_reference(problem.a_host, problem.b_host))
+    except CheckFailedError as failure:
+        raise WrongResultError(f"{backend.name}: {point.id}: {failure}") from None
+    return CheckResult(verdict.error_ratio, verdict.rel_error, verdict.max_abs_error)
 
 
 def check(problem: Problem) -> float:
-    """Run the GEMM once and compare every element with the float64 reference.
-
-    Returns the largest ``|error| / bound`` (at most 1); raises :class:`WrongResultError` when
-    any element is outside the conformance bound or the result has the wrong shape.
-    """
+    """Run the GEMM once and judge it (see :func:`compare`); returns the largest
+    ``|error| / bound`` (at most 1), or raises :class:`WrongResultError`."""
     return compare(problem).error_ratio
 
 

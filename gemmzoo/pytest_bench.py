@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from gemmzoo.accuracy import accuracy_of
 from gemmzoo.device import device_info, peak_tflops
 from gemmzoo.grids import GridPoint, parse_point
 from gemmzoo.measure import DeviceClock, compare, gc_paused, prepare
@@ -160,6 +161,7 @@ def extra_info(backend: Any, point: GridPoint, error_ratio: float, rel_error: fl
     return {
         "backend": backend.name,
         "m": point.m, "n": point.n, "k": point.k, "dtype": point.dtype, "layout": point.layout,
+        "accuracy": str(accuracy_of(backend)),
         "flops": point.flops,
         "tflops": tflops,
         "gflops": tflops * 1e3 if tflops is not None else None,

@@ -16,8 +16,9 @@ from gemmzoo.bench import OK, UNSUPPORTED, WRONG, BenchResult
 from gemmzoo.grids import GridPoint
 
 CSV_FIELDS = (
-    "backend", "device", "point", "m", "n", "k", "dtype", "layout", "status", "median_s", "q1_s", "q3_s",
-    "samples", "tflops", "peak_tflops", "peak_percent", "error_ratio", "rel_error", "method", "detail",
+    "backend", "device", "point", "m", "n", "k", "dtype", "layout", "accuracy", "status", "median_s", "q1_s",
+    "q3_s", "samples", "tflops", "peak_tflops", "peak_percent", "error_ratio", "rel_error", "method",
+    "detail",
 )
 
 
@@ -55,13 +56,18 @@ def results_table(results: Sequence[BenchResult], baseline: str | None = None,
                   title: str = "gemmzoo bench: TFLOPS (median)") -> Table:
     """One row per point, one TFLOPS column per backend, the winner, and ratios to ``baseline``."""
     backends = _backends(results)
-    table = Table(title=title, caption=f"xR = speed relative to {baseline}*; bold green = winner"
-                  if baseline else "bold green = winner")
+    accuracy = {r.backend: r.accuracy for r in results}
+    caption = f"xR = speed relative to {baseline}*; " if baseline else ""
+    caption += "bold green = winner; accuracy class componentwise unless the column says (normwise)"
+    table = Table(title=title, caption=caption)
     table.add_column("MxNxK", justify="right", no_wrap=True)
     table.add_column("dtype", no_wrap=True)
     table.add_column("layout", no_wrap=True)
     for name in backends:
-        table.add_column(name + ("*" if name == baseline else ""), justify="right", no_wrap=True)
+        label = name + ("*" if name == baseline else "")
+        if accuracy[name] != "componentwise":
+            label += f" ({accuracy[name]})"
+        table.add_column(label, justify="right", no_wrap=True)
     table.add_column("winner")
     has_peak = any(r.peak_percent is not None for r in results)
     if has_peak:

@@ -85,9 +85,9 @@ def test_plain_lists_each_failure_in_one_line_with_its_distribution(site):
     for plugin, error in expected.items():
         assert error in failed[plugin], (plugin, failed[plugin])
     gemmzoo_version = metadata.version("gemmzoo")
-    rows = {fields[0]: fields for fields in (line.split("\t") for line in lines) if len(fields) == 5}
+    rows = {fields[0]: fields for fields in (line.split("\t") for line in lines) if len(fields) == 6}
     assert rows["fake-fine"] == ["fake-fine", "cuda", "float32", "no: needs gemmzoo-fine[cuda] and a GPU",
-                                 "fine (gemmzoo-fine 1.0)"]
+                                 "fine (gemmzoo-fine 1.0)", "componentwise"]
     assert rows["numpy"][1] == "cpu" and rows["numpy"][3] == "yes"
     assert rows["numpy"][4] == f"numpy (gemmzoo {gemmzoo_version})"
     assert "DISABLED\ttorch\tGEMMZOO_DISABLE_PLUGINS" in lines

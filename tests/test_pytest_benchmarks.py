@@ -14,7 +14,8 @@ from gemmzoo.grids import get_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRA_INFO = {"backend", "m", "n", "k", "dtype", "layout", "tflops", "gflops", "peak_tflops", "peak_percent",
-              "error_ratio", "rel_error", "device_name", "driver", "cuda_driver", "libraries", "timing"}
+              "error_ratio", "rel_error", "device_name", "driver", "cuda_driver", "libraries", "timing",
+              "accuracy"}
 
 
 def _run(tmp_path, *extra):
@@ -44,7 +45,7 @@ def _check(data, names):
         assert info["tflops"] > 0 and 0 <= info["error_ratio"] <= 1
         median = bench["stats"]["median"]
         assert info["tflops"] == pytest.approx(2 * info["m"] * info["n"] * info["k"] / median / 1e12)
-        assert info["libraries"]["numpy"]
+        assert info["libraries"]["numpy"] and info["accuracy"] == "componentwise"
 
 
 def test_pytest_benchmarks_smoke_grid(tmp_path):

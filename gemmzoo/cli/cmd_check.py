@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
+from gemmzoo.accuracy import accuracy_of
 from gemmzoo.cli.console import console
 from gemmzoo.conformance import check_backend, conformance_cases, input_checks
 from gemmzoo.dtypes import DTYPES
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     summary = Table(title="gemmzoo conformance")
-    for column in ("backend", "dtypes", "checks", "failed", "result"):
+    for column in ("backend", "dtypes", "accuracy", "checks", "failed", "result"):
         summary.add_column(column)
     all_passed = True
     for backend in chosen:
@@ -53,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         if report.unavailable is not None:
             all_passed = False
             reason = escape(report.unavailable)
-            summary.add_row(backend.name, "-", "0", "-", f"[yellow]unavailable: {reason}[/]")
+            summary.add_row(backend.name, "-", str(accuracy_of(backend)), "0", "-",
+                            f"[yellow]unavailable: {reason}[/]")
             continue
         all_passed &= report.passed
         for result in report.results:
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                 detail = escape(result.detail)  # it quotes errors and values: brackets are text
                 console.print(f"{mark} {backend.name} {result.check}: {detail}", soft_wrap=True)
         verdict = "[green]conforms[/]" if report.passed else "[red]does not conform[/]"
-        summary.add_row(backend.name, ",".join(dtypes), str(len(report.results)),
-                        str(len(report.failures)), verdict)
+        summary.add_row(backend.name, ",".join(dtypes), escape(str(accuracy_of(backend))),
+                        str(len(report.results)), str(len(report.failures)), verdict)
     console.print(summary)
     return 0 if all_passed else 1

@@ -9,6 +9,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from gemmzoo.accuracy import accuracy_of
 from gemmzoo.cli.console import console
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.registry import get_registry
@@ -18,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plain", action="store_true",
         help="tab-separated lines instead of a table: one per backend (name, device, dtypes, available, "
-             "plugin), then FAILED and DISABLED lines for plugins",
+             "plugin, accuracy class), then FAILED and DISABLED lines for plugins",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true",
@@ -46,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         dist = f"{provider.distribution} {provider.version}" if provider.distribution else "-"
         dtypes = ",".join(d for d in DTYPES if d in backend.dtypes)
         available = "yes" if reason is None else "no: " + " ".join(reason.split())  # one line, no tabs
-        rows.append((backend.name, backend.device, dtypes, available, f"{provider.name} ({dist})"))
+        rows.append((backend.name, backend.device, dtypes, available, f"{provider.name} ({dist})",
+                     str(accuracy_of(backend))))
     if args.plain:  # print, not rich: rich expands tabs and reads brackets as markup
         for row in rows:
             print("\t".join(row))
@@ -58,12 +60,12 @@ def run(args: argparse.Namespace) -> int:
             _print_tracebacks(registry, plain=True)
         return 0
     table = Table(title="gemmzoo backends")
-    for column in ("backend", "device", "dtypes", "available", "plugin (distribution)"):
+    for column in ("backend", "device", "dtypes", "accuracy", "available", "plugin (distribution)"):
         table.add_column(column, overflow="fold")
-    for name, device, dtypes, available, plugin in rows:
+    for name, device, dtypes, available, plugin, accuracy in rows:
         style = "green" if available == "yes" else "yellow"
         # Reasons and errors are plugins' text: "pip install x[cuda]" must not be read as markup.
-        table.add_row(name, device, dtypes, f"[{style}]{escape(available)}[/]", escape(plugin))
+        table.add_row(name, device, dtypes, accuracy, f"[{style}]{escape(available)}[/]", escape(plugin))
     console.print(table)
     if registry.failures:
         failed = Table(title="plugins that failed to load", title_style="red")
