@@ -188,7 +188,7 @@ def _learn_key(array_type: type) -> None:
         _KEYS[array_type] = _KEY_OF_KIND[kind]
 
 
-def matmul(a: Any, b: Any, backend: Any = None) -> Any:
+def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwise") -> Any:
     """``C = A·B`` for 2-D NumPy, CuPy or torch arrays of one type, device and dtype.
 
     ``backend`` is a backend name, a :class:`~gemmzoo.Backend`, or ``None`` for the backend
@@ -201,23 +201,28 @@ def matmul(a: Any, b: Any, backend: Any = None) -> Any:
     conversions and the backend's own :meth:`~gemmzoo.Backend.prepare`. Later calls with operands
     of the same problem call that plan directly; anything else gets a plan of its own, or the
     error that names what is wrong.
+
+    ``accuracy="normwise"`` lets the choice fall on a backend of the normwise accuracy class
+    (:mod:`gemmzoo.accuracy`); a backend named in ``backend`` is used whatever its class.
     """
     try:
         if backend is None:
-            plan = _PLANS[type(a), type(b), _KEYS[type(a)](a, b), environment_key()]
+            plan = _PLANS[type(a), type(b), _KEYS[type(a)](a, b), environment_key(), accuracy]
         else:
             plan = _PLANS[type(a), type(b), _KEYS[type(a)](a, b), backend]
     except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
-        return _plan_and_call(a, b, backend)
+        return _plan_and_call(a, b, backend, accuracy)
     return plan(a, b)
 
 
-def _plan_and_call(a: Any, b: Any, backend: Any) -> Any:
+def _plan_and_call(a: Any, b: Any, backend: Any, accuracy: str = "componentwise") -> Any:
     if type(a) not in _KEYS:
         _learn_key(type(a))
-    plan = make_plan(a, b, backend)
+    plan = make_plan(a, b, backend, accuracy)
     try:
-        key = (type(a), type(b), _KEYS[type(a)](a, b), environment_key() if backend is None else backend)
+        problem = _KEYS[type(a)](a, b)
+        key = ((type(a), type(b), problem, environment_key(), accuracy) if backend is None
+               else (type(a), type(b), problem, backend))
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()
         _PLANS[key] = plan
@@ -235,7 +240,8 @@ def _layout(a: Any, b: Any, kind: str) -> str:
     return letter(a) + letter(b)
 
 
-def make_plan(a: Any, b: Any, backend: Any = None) -> Callable[[Any, Any], Any]:
+def make_plan(a: Any, b: Any, backend: Any = None,
+              accuracy: str = "componentwise") -> Callable[[Any, Any], Any]:
     """The plan ``gemmzoo.matmul`` keeps for operands like ``a`` and ``b``: a function of (A, B).
 
     Raises :class:`~gemmzoo.GemmInputError` for operands ``gemmzoo.matmul`` cannot take, naming
@@ -273,7 +279,7 @@ def make_plan(a: Any, b: Any, backend: Any = None) -> Callable[[Any, Any], Any]:
     detach = kind == "torch" and (a.requires_grad or b.requires_grad)
     if detach:
         a, b = a.detach(), b.detach()
-    chosen = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind), kind)
+    chosen = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind), kind, accuracy)
     target = native_kind(chosen, dtype) if chosen.device == device else None
     if target is not None:
         try:
@@ -322,9 +328,10 @@ def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str, tf32: bool,
 
 
 def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str, layout: str,
-             kind: str) -> Any:
+             kind: str, accuracy: str = "componentwise") -> Any:
     if backend is None:
-        return plan_choice(shape, dtype, device, layout, kind, lambda b: native_kind(b, dtype) == kind)
+        return plan_choice(shape, dtype, device, layout, kind, lambda b: native_kind(b, dtype) == kind,
+                           accuracy)
     if isinstance(backend, str):
         from gemmzoo.registry import get_registry
 

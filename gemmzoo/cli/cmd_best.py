@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from gemmzoo.accuracy import ACCURACY_CLASSES, COMPONENTWISE, accuracy_of
 from gemmzoo.cli.console import console
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import GemmError
@@ -15,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="default float32 (IEEE)")
     parser.add_argument("--device", choices=("cpu", "cuda"),
                         help="default: cuda when a CUDA backend is available, else cpu")
+    parser.add_argument("--accuracy", choices=ACCURACY_CLASSES, default=COMPONENTWISE,
+                        help="the weakest accuracy class to accept (default componentwise: normwise "
+                             "backends are left out)")
     parser.add_argument("--no-measure", action="store_true",
                         help="never measure now; answer from the nearest measured shape instead")
 
@@ -28,13 +32,16 @@ def run(args: argparse.Namespace) -> int:
 
     shape = (args.M, args.N, args.K)
     try:
-        choice = explain(shape, args.dtype, args.device, measure=False if args.no_measure else None)
+        choice = explain(shape, args.dtype, args.device, measure=False if args.no_measure else None,
+                         accuracy=args.accuracy)
     except (GemmError, ValueError) as error:
         console.print(str(error), style="red", markup=False)
         return 2
     flops = 2 * args.M * args.N * args.K
     console.print(f"[bold]{choice.backend.name}[/] for {args.M}x{args.N}x{args.K} {args.dtype} "
                   f"on {choice.device}", soft_wrap=True)
+    console.print(f"  accuracy: {accuracy_of(choice.backend)} (accepted: {args.accuracy}"
+                  f"{' or stronger' if args.accuracy != COMPONENTWISE else ''})", markup=False)
     basis = "x".join(map(str, choice.basis)) if choice.basis else "-"
     note = f" ({choice.note})" if choice.note else ""
     console.print(f"  source: {choice.source}{note}", markup=False, soft_wrap=True)

@@ -3,8 +3,9 @@
 How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
 
 1. Candidates: registered backends (narrowed by ``GEMMZOO_BACKENDS``) on that device that
-   declare ``dtype``, are available, and have passed conformance for ``dtype`` (see
-   :mod:`gemmzoo.tuning.tune`).
+   declare ``dtype``, are available, are of an accuracy class the caller accepts (``accuracy``:
+   componentwise only by default, see :mod:`gemmzoo.accuracy`), and have passed conformance for
+   ``dtype`` (see :mod:`gemmzoo.tuning.tune`).
 2. The latest stored measurement of each candidate for exactly this shape, this device
    fingerprint and the candidate's current library versions. Rows from another device or other
    versions are never used.
@@ -42,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gemmzoo.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmError
 from gemmzoo.grids import GridPoint
@@ -165,7 +167,8 @@ def default_device(selected: list[Any]) -> str:
     return "cuda" if cuda else "cpu"
 
 
-def _candidates(dtype: str, device: str | None) -> tuple[list[Any], str, dict[str, str]]:
+def _candidates(dtype: str, device: str | None,
+                accuracy: str = COMPONENTWISE) -> tuple[list[Any], str, dict[str, str]]:
     named = set(env_list("GEMMZOO_BACKENDS"))
     selected = get_registry().select(None)
     device = device or default_device(selected)
@@ -178,6 +181,9 @@ def _candidates(dtype: str, device: str | None) -> tuple[list[Any], str, dict[st
             continue
         if not getattr(backend, "selectable", True) and backend.name not in named:
             excluded[backend.name] = "a baseline for comparison: a candidate only when named"
+            continue
+        if not accepts(accuracy, accuracy_of(backend)):
+            excluded[backend.name] = f"{accuracy_of(backend)} accuracy, not accepted (accuracy={accuracy!r})"
             continue
         reason = state.unavailable_reason(backend)
         if reason is None:
@@ -218,7 +224,7 @@ def _nearest(store: Any, fingerprint: str, dtype: str, layout: str, versions: di
 
 def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             measure: bool | None = None, layout: str = "NN",
-            native: Callable[[Any], bool] | None = None) -> Choice:
+            native: Callable[[Any], bool] | None = None, accuracy: str = COMPONENTWISE) -> Choice:
     """Answer ``best_backend``'s question the slow way, and say why (no in-memory cache).
 
     ``native(backend)`` says whether a backend computes on the caller's own arrays; when nothing
@@ -229,7 +235,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
     measuring = measuring_enabled(measure)
     with state.lock:
-        candidates, device, excluded = _candidates(dtype, device)
+        candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
         store = state.store()
         conforming = []
         for backend in candidates:
@@ -280,7 +286,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
 
 
 def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, *,
-                 measure: bool | None = None, layout: str = "NN") -> Any:
+                 measure: bool | None = None, layout: str = "NN", accuracy: str = COMPONENTWISE) -> Any:
     """The fastest available backend that passed conformance for ``dtype``, for ``shape = (M, N, K)``.
 
     ``device=None`` picks ``"cuda"`` when a CUDA backend is available, else ``"cpu"``. On an exact
@@ -288,16 +294,17 @@ def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, 
     compilation, and the first time on a device the conformance suite of each candidate) unless
     ``measure=False`` or ``GEMMZOO_TUNE=0``; then the nearest measured shape answers. ``layout``
     is BLAS-style, N or T for A then B. See :mod:`gemmzoo.tuning.select` for the whole rule.
-    Repeated calls are answered from memory.
+    Repeated calls are answered from memory. A backend of the normwise accuracy class is a
+    candidate only with ``accuracy="normwise"``.
     """
-    key = (shape, dtype, device, measure, layout, *environment_key())
+    key = (shape, dtype, device, measure, layout, accuracy, *environment_key())
     try:
         return state.answers[key].backend
     except KeyError:
         pass
     except TypeError:  # an unhashable shape such as a list
-        return best_backend(tuple(shape), dtype, device, measure=measure, layout=layout)
-    choice = explain(shape, dtype, device, measure=measure, layout=layout)
+        return best_backend(tuple(shape), dtype, device, measure=measure, layout=layout, accuracy=accuracy)
+    choice = explain(shape, dtype, device, measure=measure, layout=layout, accuracy=accuracy)
     state.answers[key] = choice
     return choice.backend
 
@@ -308,7 +315,8 @@ def recording_enabled() -> bool:
 
 
 def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN",
-                library: str | None = None, native: Callable[[Any], bool] | None = None) -> Any:
+                library: str | None = None, native: Callable[[Any], bool] | None = None,
+                accuracy: str = COMPONENTWISE) -> Any:
     """The backend ``gemmzoo.matmul`` uses for a problem: ``best_backend``'s answer, never measured.
 
     A dispatch layer must not stall a program the first time it meets a shape, so this answers
@@ -319,12 +327,12 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
     record-then-tune-offline model of PyTorch's TunableOp. ``library`` names the caller's array
     library and ``native(backend)`` says whether a backend computes on it (see :func:`explain`).
     """
-    key = ("plan", shape, dtype, device, layout, library, *environment_key())
+    key = ("plan", shape, dtype, device, layout, library, accuracy, *environment_key())
     try:
         return state.answers[key].backend
     except KeyError:
         pass
-    choice = explain(shape, dtype, device, measure=False, layout=layout, native=native)
+    choice = explain(shape, dtype, device, measure=False, layout=layout, native=native, accuracy=accuracy)
     state.answers[key] = choice
     if choice.source != "database" and min(shape) > 0 and recording_enabled():
         state.store().record_problem(device_fingerprint(choice.device), GridPoint(*shape, dtype, layout))

@@ -1,0 +1,111 @@
+"""best_backend and gemmzoo.matmul pick a normwise backend only for a caller who accepts it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import strassen_plugin
+from fake_distributions import run_gemmzoo, write_distribution
+from tuning_fakes import DelayedBackend, registry_with
+
+import gemmzoo
+from gemmzoo import registry as registry_module
+from gemmzoo.errors import BackendUnavailableError
+from gemmzoo.tuning import explain, state
+
+
+class CountingBackend(DelayedBackend):
+    """A DelayedBackend that counts its products, to tell which one gemmzoo.matmul used."""
+
+    def __init__(self, name: str, delay_s: float = 0.0, accuracy: str = "componentwise") -> None:
+        super().__init__(name, delay_s)
+        self.accuracy = accuracy
+        self.calls = 0
+
+    def matmul(self, a, b):
+        self.calls += 1
+        return super().matmul(a, b)
+
+
+@pytest.fixture
+def backends(tmp_path, monkeypatch):
+    """A fast normwise backend and a slower componentwise one, alone in the registry."""
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
+    monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
+    fast = CountingBackend("fast-normwise", accuracy="normwise")
+    slow = CountingBackend("slow-componentwise", 0.003)
+    monkeypatch.setattr(registry_module, "_registry", registry_with(fast, slow))
+    state.reset()
+    yield fast, slow
+    state.reset()
+
+
+def test_best_backend_leaves_normwise_out_unless_accepted(backends):
+    fast, slow = backends
+
+    assert gemmzoo.best_backend((48, 40, 32)) is slow
+    assert gemmzoo.best_backend((48, 40, 32), accuracy="normwise") is fast
+    assert gemmzoo.best_backend((48, 40, 32)) is slow  # the cached answers do not mix
+    choice = explain((48, 40, 32))
+    assert choice.excluded["fast-normwise"] == "normwise accuracy, not accepted (accuracy='componentwise')"
+
+
+def test_matmul_uses_a_normwise_backend_only_when_accepted(backends):
+    fast, slow = backends
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((48, 32)).astype(np.float32), rng.standard_normal((32, 40)).astype(np.float32)
+    gemmzoo.best_backend((48, 40, 32), accuracy="normwise")  # measure first, so the counts below are matmul's
+    fast.calls = slow.calls = 0
+
+    c = gemmzoo.matmul(a, b)
+    assert (slow.calls, fast.calls) == (1, 0)
+    c_normwise = gemmzoo.matmul(a, b, accuracy="normwise")
+    assert (slow.calls, fast.calls) == (1, 1)
+    gemmzoo.matmul(a, b, backend="fast-normwise")  # named: used whatever its class
+    assert fast.calls == 2
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(c_normwise, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_only_normwise_backends_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
+    monkeypatch.setattr(registry_module, "_registry",
+                        registry_with(CountingBackend("only-normwise", accuracy="normwise")))
+    state.reset()
+    try:
+        with pytest.raises(BackendUnavailableError, match="only-normwise: normwise accuracy, not accepted"):
+            gemmzoo.best_backend((8, 8, 8))
+        with pytest.raises(ValueError, match="unknown accuracy class 'exact'"):
+            gemmzoo.best_backend((8, 8, 8), accuracy="exact")
+    finally:
+        state.reset()
+
+
+def test_gemmzoo_best_shows_the_class_and_takes_accuracy(tmp_path):
+    source = Path(strassen_plugin.__file__).read_text() + '\nStrassenBackend.accuracy = "normwise"\n'
+    write_distribution(tmp_path, "gemmzoo-strassen", "1.0", {"strassen": "gemmzoo_strassen"},
+                       {"gemmzoo_strassen": source})
+    env = {"GEMMZOO_BACKENDS": "strassen-one-level,numpy", "GEMMZOO_CACHE_DIR": str(tmp_path / "cache")}
+
+    default = run_gemmzoo(tmp_path, "best", "64", "48", "80", "--device", "cpu", **env)
+    assert default.returncode == 0, default.stdout + default.stderr
+    assert default.stdout.startswith("numpy for 64x48x80 float32 on cpu")
+    assert "accuracy: componentwise (accepted: componentwise)" in default.stdout
+    assert ("not a candidate: strassen-one-level: normwise accuracy, not accepted (accuracy='componentwise')"
+            in default.stdout)
+
+    lenient = run_gemmzoo(tmp_path, "best", "64", "48", "80", "--device", "cpu", "--accuracy", "normwise",
+                          **env)
+    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
+    assert "(accepted: normwise or stronger)" in lenient.stdout
+    assert "not a candidate: strassen-one-level" not in lenient.stdout
+    chosen = lenient.stdout.split()[0]
+    assert chosen in ("numpy", "strassen-one-level")
+    assert f"accuracy: {'normwise' if chosen == 'strassen-one-level' else 'componentwise'}" in lenient.stdout
+    other = "numpy" if chosen == "strassen-one-level" else "strassen-one-level"
+    assert f"runner-up: {other}," in lenient.stdout  # both were measured
