@@ -23,7 +23,6 @@ import glob
 import json
 import os
 import re
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,11 +128,12 @@ _BUILTIN_GRIDS = (
 
 def _plugin_grids() -> list[Grid]:
     """Grids registered by plugins through ``gemmzoo_register_grids``; a failing plugin warns."""
-    from gemmzoo.errors import PluginWarning
-    from gemmzoo.registry import get_registry
+    from gemmzoo.plugin_source import plugin_roots, raised_at
+    from gemmzoo.registry import get_registry, warn_at_plugin
 
     found: list[Grid] = []
-    hook = get_registry().plugin_manager.hook.gemmzoo_register_grids
+    registry = get_registry()
+    hook = registry.plugin_manager.hook.gemmzoo_register_grids
 
     for impl in hook.get_hookimpls():
         pending: list[Grid] = []
@@ -145,8 +145,11 @@ def _plugin_grids() -> list[Grid]:
         try:
             impl.function(**{arg: register for arg in impl.argnames})
         except Exception as error:  # one broken plugin must not hide the other grids
-            warnings.warn(f"gemmzoo plugin {impl.plugin_name!r}: gemmzoo_register_grids raised "
-                          f"{type(error).__name__}: {error}", PluginWarning, stacklevel=2)
+            info = registry.plugin_info(impl.plugin_name)
+            location = raised_at(error, plugin_roots(impl.plugin))
+            at = f" (raised at {location[0]}:{location[1]})" if location else ""
+            warn_at_plugin(f"gemmzoo plugin {info.describe()}: gemmzoo_register_grids raised "
+                           f"{type(error).__name__}: {error}{at}", location, info)
             continue
         found += pending
     return found

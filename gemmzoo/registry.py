@@ -219,7 +219,7 @@ class Registry:
         if self.strict:
             raise PluginError(message, traceback=trace) from cause
         self.failures.append(failure)
-        _warn_at(message, location, info)
+        warn_at_plugin(message, location, info)
 
     # Queries ---------------------------------------------------------------------------------
 
@@ -239,6 +239,12 @@ class Registry:
             known = ", ".join(self._backends) or "none"
             raise UnknownBackendError(f"unknown backend {name!r}; registered: {known}") from None
 
+    def plugin_info(self, plugin_name: str) -> PluginInfo:
+        """The :class:`PluginInfo` of the plugin registered as ``plugin_name`` (its entry-point
+        name), or a bare one when no such plugin was registered here."""
+        found = [info for info in self.plugins if info.name == plugin_name]
+        return found[-1] if found else PluginInfo(plugin_name, plugin_name)
+
     def provider(self, name: str) -> PluginInfo:
         """The plugin that registered backend ``name``."""
         self.get(name)
@@ -252,7 +258,7 @@ class Registry:
         return [self.get(name) for name in dict.fromkeys(chosen)]
 
 
-def _warn_at(message: str, location: Location | None, info: PluginInfo) -> None:
+def warn_at_plugin(message: str, location: Location | None, info: PluginInfo) -> None:
     """Issue a :class:`PluginWarning` at the plugin's file and line, not at gemmzoo's."""
     if location is None:  # nothing of the plugin's own could be found (say, its module is missing)
         location = (f"<gemmzoo plugin {info.describe()}>", 0)

@@ -99,3 +99,24 @@ def test_strict_mode_prints_the_traceback_and_the_located_error(site):
     assert result.stderr.rstrip().endswith(
         "gemmzoo list: gemmzoo plugin 'caller' (gemmzoo-caller 0.3): failed to import gemmzoo_caller: "
         f"KeyError: 'float32' (raised at {caller}:4)")
+
+
+def test_a_grid_hook_that_raises_warns_at_the_plugins_line(tmp_path):
+    write_distribution(tmp_path, "gemmzoo-grids", "0.4", {"grids": "gemmzoo_grids"}, {"gemmzoo_grids": """\
+        import gemmzoo
+
+
+        @gemmzoo.hookimpl
+        def gemmzoo_register_grids(register):
+            register("fine-grid", [(8, 8, 8)])
+            register("bad-grid", [(8, 8)])  # line 7: not (M, N, K)
+    """})
+
+    result = run_gemmzoo(tmp_path, "bench", "--list-grids")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    plugin = tmp_path / "gemmzoo_grids.py"
+    assert (f"{plugin}:7: PluginWarning: gemmzoo plugin 'grids' (gemmzoo-grids 0.4): gemmzoo_register_grids "
+            f"raised GridError") in result.stderr
+    assert f"(raised at {plugin}:7)" in result.stderr and "grids.py" not in result.stderr.replace(
+        "gemmzoo_grids.py", "")
