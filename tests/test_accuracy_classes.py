@@ -103,4 +103,17 @@ def test_gemmzoo_check_passes_the_installed_strassen_plugin_that_declares_normwi
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok strassen-honest float64-scaled-64x48x80-NN: max error" in result.stdout
     assert "(normwise bound)" in result.stdout
-    assert "conforms" in result.stdout
+    lines = result.stdout.splitlines()
+    summary = next(line for line in lines if "strassen-honest" in line and "conforms" in line)
+    assert "normwise" in summary  # the summary table's accuracy column
+
+
+def test_gemmzoo_list_shows_each_backends_class(site):
+    result = run_gemmzoo(site, "list", "--plain", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+
+    assert result.returncode == 0, result.stderr
+    rows = {fields[0]: fields for fields in (line.split("\t") for line in result.stdout.splitlines())}
+    assert rows["strassen-honest"][5] == "normwise"
+    assert rows["strassen-one-level"][5] == "componentwise" and rows["numpy"][5] == "componentwise"
+    table = run_gemmzoo(site, "list", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+    assert any("strassen-honest" in line and "normwise" in line for line in table.stdout.splitlines())

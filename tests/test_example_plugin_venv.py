@@ -96,7 +96,7 @@ def test_list_shows_the_plugin_and_its_distribution(venv):
     assert result.returncode == 0, result.stderr
     rows = {fields[0]: fields for fields in (line.split("\t") for line in result.stdout.splitlines())}
     assert rows["numpy-blocked"] == ["numpy-blocked", "cpu", "float32,float64", "yes",
-                                     "gemmzoo-blocked (gemmzoo-blocked 0.1.0)"]
+                                     "gemmzoo-blocked (gemmzoo-blocked 0.1.0)", "componentwise"]
     assert rows["numpy"][3] == "yes"
     # torch is not installed here: its backends are listed as unavailable, its plugin still loads
     assert rows["torch-cpu"][3].startswith("no: ") and rows["torch"][3].startswith("no: ")
