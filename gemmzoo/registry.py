@@ -122,6 +122,7 @@ class Registry:
         self.plugin_manager.add_hookspecs(hookspecs)
         self._backends: dict[str, Any] = {}
         self._providers: dict[str, PluginInfo] = {}
+        self._registered_at: dict[str, Location] = {}
         self.plugins: list[PluginInfo] = []
         self.failures: list[PluginFailure] = []
         self.disabled: list[str] = []
@@ -193,7 +194,8 @@ class Registry:
             # Only in-process registration can get here (entry points load gemmzoo's own first):
             # the reserved name goes to gemmzoo, and the other plugin's backend is refused.
             del self._backends[name], self._providers[name]
-            self._fail(first, self._reserved(name, first, info))
+            where = self._registered_at.pop(name)
+            self._fail(first, self._reserved(name, first, info) + _at(where, "registered"), where)
             first = None
         if first is not None:
             if first.own and not info.own:
@@ -206,6 +208,7 @@ class Registry:
             return
         self._backends[name] = backend
         self._providers[name] = info
+        self._registered_at[name] = location
 
     @staticmethod
     def _reserved(name: str, refused: PluginInfo, owner: PluginInfo) -> str:

@@ -129,3 +129,4 @@ def test_in_process_a_later_own_registration_still_wins():
     [failure] = registry.failures
     assert failure.plugin == third
     assert failure.error.startswith("backend name 'numpy' refused for plugin 'early' (someone-else 1.0)")
+    assert failure.location is not None and failure.location[0] == __file__  # _plugin's register line

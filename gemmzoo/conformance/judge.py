@@ -15,7 +15,8 @@ import numpy as np
 
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.backend import dtype_name
-from gemmzoo.conformance.bounds import class_bound, reference
+from gemmzoo.conformance.bounds import class_bound
+from gemmzoo.conformance.bounds import reference as float64_reference
 from gemmzoo.dtypes import host_dtype
 
 
@@ -39,7 +40,7 @@ def reference_product(a: np.ndarray, b: np.ndarray,
                       exact_ieee: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The float64 product and the product of absolute values. With ``exact_ieee`` the product is
     elementwise products and a plain sum: IEEE NaN/Inf rules, no BLAS shortcuts."""
-    ref, magnitude = reference(a, b)
+    ref, magnitude = float64_reference(a, b)
     if exact_ieee:
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):

@@ -1,4 +1,4 @@
-"""Running conformance cases against a backend and judging the results."""
+"""Running conformance cases against a backend; :mod:`gemmzoo.conformance.judge` judges each result."""
 
 from __future__ import annotations
 
@@ -42,9 +42,6 @@ class ConformanceReport:
     @property
     def failures(self) -> list[CheckResult]:
         return [r for r in self.results if not r.passed]
-
-
-_CheckError = CheckFailedError
 
 
 # Inputs ----------------------------------------------------------------------------------------
@@ -127,14 +124,11 @@ def _prime_allocator(backend: Any, m: int, n: int, dtype: str) -> None:
     del poison
 
 
-# Judging: gemmzoo.conformance.judge ---------------------------------------------------------
-
-
 def run_case(backend: Any, case: Case) -> CheckResult:
     """Run one conformance case; the result says what failed and where."""
     try:
         detail = _run_case(backend, case)
-    except _CheckError as failure:
+    except CheckFailedError as failure:
         return CheckResult(backend.name, case.id, False, str(failure))
     except Exception as error:  # the backend broke, or is malformed: a failed check either way
         return CheckResult(backend.name, case.id, False, "raised " + _exception_text(error))
@@ -161,7 +155,7 @@ def _run_case(backend: Any, case: Case) -> str:
         backend.synchronize()
     for label, operand, before in (("A", a, a_host), ("B", b, b_host)):
         if not np.array_equal(backend.to_numpy(operand), before, equal_nan=True):
-            raise _CheckError(f"{label} was changed by matmul")
+            raise CheckFailedError(f"{label} was changed by matmul")
     verdict = judge_result(backend, case.dtype, a, c, a_host, b_host, exact_ieee=case.kind == "nonfinite")
     detail, c_host = verdict.detail, verdict.host
     if case.kind == "repeat":
@@ -173,7 +167,7 @@ def _run_case(backend: Any, case: Case) -> str:
             if not np.array_equal(again, c_host, equal_nan=True):
                 differ = int((again != c_host).sum())
                 path = "matmul" if attempt == 2 else "the prepared plan"
-                raise _CheckError(f"call {attempt} ({path}) differs from call 1 in {differ} elements")
+                raise CheckFailedError(f"call {attempt} ({path}) differs from call 1 in {differ} elements")
         detail += "; 3 calls bitwise identical (plan, matmul, plan)"
     return detail
 
@@ -199,12 +193,13 @@ def _expect_clear_error(
     except Exception as error:
         message = str(error)
         if backend.name not in message:
-            raise _CheckError(f"{what}: the error does not name the backend: {message!r}") from None
+            raise CheckFailedError(f"{what}: the error does not name the backend: {message!r}") from None
         missing = [s for s in shapes if not _mentions_shape(message, s)]
         if missing:
-            raise _CheckError(f"{what}: the error does not name the shapes {missing}: {message!r}") from None
+            raise CheckFailedError(
+                f"{what}: the error does not name the shapes {missing}: {message!r}") from None
         return f"{type(error).__name__}: {message}"
-    raise _CheckError(f"{what}: no error was raised")
+    raise CheckFailedError(f"{what}: no error was raised")
 
 
 def input_checks(backend: Any) -> list[str]:
@@ -252,7 +247,7 @@ def _run_input_check(backend: Any, check: str) -> CheckResult:
     make, shapes = actions[check]
     try:
         details = [_expect_clear_error(backend, action, shapes, check) for action in make()]
-    except _CheckError as failure:
+    except CheckFailedError as failure:
         return CheckResult(backend.name, f"bad-input-{check}", False, str(failure))
     return CheckResult(backend.name, f"bad-input-{check}", True, details[0])
 
