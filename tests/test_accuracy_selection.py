@@ -14,6 +14,8 @@ import gemmzoo
 from gemmzoo import registry as registry_module
 from gemmzoo.errors import BackendUnavailableError
 from gemmzoo.tuning import explain, state
+from gemmzoo.tuning.fingerprint import device_fingerprint
+from gemmzoo.tuning.tune import verdict_versions
 
 
 class CountingBackend(DelayedBackend):
@@ -109,3 +111,17 @@ def test_gemmzoo_best_shows_the_class_and_takes_accuracy(tmp_path):
     assert f"accuracy: {'normwise' if chosen == 'strassen-one-level' else 'componentwise'}" in lenient.stdout
     other = "numpy" if chosen == "strassen-one-level" else "strassen-one-level"
     assert f"runner-up: {other}," in lenient.stdout  # both were measured
+
+
+def test_a_stored_verdict_is_not_reused_for_another_accuracy_class(backends):
+    fast, _ = backends
+    gemmzoo.best_backend((16, 8, 24), accuracy="normwise")
+    normwise_key = verdict_versions(fast)
+    stored = state.store().conformance(device_fingerprint("cpu"), normwise_key, fast.name, "float32")
+    assert stored is not None and stored.passed
+
+    fast.accuracy = "componentwise"  # the same backend, now claiming the stronger class
+
+    assert verdict_versions(fast) != normwise_key
+    assert state.store().conformance(device_fingerprint("cpu"), verdict_versions(fast), fast.name,
+                                     "float32") is None

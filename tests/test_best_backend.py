@@ -15,6 +15,7 @@ from gemmzoo.grids import GridPoint
 from gemmzoo.tuning import Record, explain, log_distance, state, tune
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
 from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR
+from gemmzoo.tuning.tune import verdict_versions
 
 FAST, SLOW = "fast-fake", "slow-fake"
 
@@ -81,7 +82,7 @@ def test_a_miss_is_measured_quickly_and_stored():
 def test_wrong_backend_never_chosen_even_when_fastest():
     choice = explain((8, 8, 8))
     assert choice.backend.name != "wrong-fake"
-    versions = library_versions("wrong-fake", registry_module.get_registry())
+    versions = verdict_versions(registry_module.get_registry().get("wrong-fake"))
     verdict = state.store().conformance(device_fingerprint("cpu"), versions, "wrong-fake", "float32")
     assert verdict is not None and not verdict.passed and verdict.failures > 0
 

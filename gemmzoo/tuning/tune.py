@@ -11,22 +11,37 @@ and never chosen.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from gemmzoo.accuracy import accuracy_of
 from gemmzoo.grids import GridPoint
 from gemmzoo.registry import get_registry
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import ConformanceRecord, Record, TuningStore
-from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
+from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
+
+#: The conformance suite's revision: part of a stored verdict's key, so a verdict from a suite
+#: with other cases or bounds is not reused. Bump it when the cases or the bounds change.
+SUITE_REVISION = 2
+
+
+def verdict_versions(backend: Any) -> str:
+    """What a conformance verdict depends on besides the device: the versions of
+    :func:`library_versions`, the suite's revision (:data:`SUITE_REVISION`) and the accuracy
+    class the backend declares (whose bound the suite checked)."""
+    versions = json.loads(library_versions(backend.name, get_registry()))
+    versions.update(suite=SUITE_REVISION, accuracy=str(accuracy_of(backend)))
+    return canonical(versions)
 
 
 def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bool = True) -> bool | None:
     """Whether ``backend`` passed conformance for ``dtype`` here; runs the suite when no verdict is
     stored and ``run`` is true, else answers ``None`` for "unknown"."""
     device = device_fingerprint(backend.device)
-    versions = library_versions(backend.name, get_registry())
+    versions = verdict_versions(backend)
     key = (device, versions, backend.name, dtype)
     if key in state.verdicts:
         return state.verdicts[key]
