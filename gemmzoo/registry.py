@@ -140,9 +140,10 @@ class Registry:
             if info.name in skip:
                 self.disabled.append(info.name)
                 continue
+            # A broken plugin must not take the others down; one that calls sys.exit() is broken too.
             try:
                 plugin = entry_point.load()
-            except Exception as error:  # a broken plugin must not take the others down
+            except (Exception, SystemExit) as error:
                 location = raised_at(error, module_roots(entry_point.module))
                 self._fail(info, f"failed to import {info.target}: {_one_line(error)}{_at(location)}",
                            location, format_traceback(error), error)
@@ -174,7 +175,7 @@ class Registry:
                 continue
             try:
                 impl.function(**{arg: register for arg in impl.argnames})
-            except Exception as error:
+            except (Exception, SystemExit) as error:
                 location = raised_at(error, plugin_roots(plugin))
                 self._fail(info, f"gemmzoo_register_backends raised {_one_line(error)}{_at(location)}",
                            location, format_traceback(error), error)

@@ -120,3 +120,15 @@ def test_a_grid_hook_that_raises_warns_at_the_plugins_line(tmp_path):
             f"raised GridError") in result.stderr
     assert f"(raised at {plugin}:7)" in result.stderr and "grids.py" not in result.stderr.replace(
         "gemmzoo_grids.py", "")
+
+
+def test_a_plugin_that_exits_at_import_fails_alone(tmp_path):
+    write_distribution(tmp_path, "gemmzoo-quitter", "0.1", {"quitter": "gemmzoo_quitter"},
+                       {"gemmzoo_quitter": "import sys\n\nsys.exit(3)\n"})
+
+    result = run_gemmzoo(tmp_path, "list", "--plain", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+
+    assert result.returncode == 0, result.stderr
+    assert (f"FAILED\t'quitter' (gemmzoo-quitter 0.1)\tfailed to import gemmzoo_quitter: SystemExit: 3 "
+            f"(raised at {tmp_path / 'gemmzoo_quitter.py'}:3)") in result.stdout.splitlines()
+    assert any(line.startswith("numpy\t") for line in result.stdout.splitlines())
