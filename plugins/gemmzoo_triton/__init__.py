@@ -10,8 +10,16 @@ from collections.abc import Callable
 
 from gemmzoo import hookimpl
 from gemmzoo_triton.backends import TritonGroupedBackend, TritonNaiveBackend, TritonTiledBackend
+from gemmzoo_triton.skinny import TritonDecodeBackend, TritonSplitKBackend
 
-__all__ = ["TritonGroupedBackend", "TritonNaiveBackend", "TritonTiledBackend", "gemmzoo_register_backends"]
+__all__ = [
+    "TritonDecodeBackend",
+    "TritonGroupedBackend",
+    "TritonNaiveBackend",
+    "TritonSplitKBackend",
+    "TritonTiledBackend",
+    "gemmzoo_register_backends",
+]
 
 
 @hookimpl
@@ -20,3 +28,5 @@ def gemmzoo_register_backends(register: Callable[[object], None]) -> None:
     register(TritonNaiveBackend())
     register(TritonTiledBackend())
     register(TritonGroupedBackend())
+    register(TritonSplitKBackend())
+    register(TritonDecodeBackend())

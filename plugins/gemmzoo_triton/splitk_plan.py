@@ -1,0 +1,222 @@
+"""How ``triton-splitk`` and ``triton-decode`` launch the split-K kernel for one problem.
+
+:func:`choose` picks the block shapes and the number of K splits from M, N, K, the element size
+and the GPU's multiprocessor count; :func:`bind` turns that choice into ``run(x, y) -> C`` with
+everything that does not change between calls (grid, strides, constexprs, the arrival counters)
+worked out once. Nothing here imports torch or triton at module import.
+"""
+
+# ruff: noqa: N803, N806 - M, N, K as the kernels name them
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+#: Shared memory the pipelined loads of one program may take (Hopper allows 227 KiB a block;
+#: the rest is left for the layout conversions Triton adds).
+STAGE_BUDGET = 160 * 1024
+
+#: Programs a multiprocessor runs at once at most, whatever the shared memory would allow.
+MAX_RESIDENT = 4
+
+#: A program's fixed cost (pipeline fill, epilogue), in units of one K step's time.
+PROGRAM_OVERHEAD_STEPS = 3.0
+
+#: The cost of the separate reduction's second launch, in K steps.
+SEPARATE_LAUNCH_STEPS = 6.0
+
+#: Fewest K steps a split gets: below it the fill and the partial tile's store dominate.
+MIN_STEPS = 2
+
+#: The splits a problem may use at most.
+MAX_SPLITS = 128
+
+#: Offsets stay 32-bit: the workspace (splits x M x N) must stay under this many elements.
+MAX_WORKSPACE = 2**31 - 1
+
+#: IEEE fp32 dots run on the FMA units, where larger tiles of C only spill registers.
+FMA_TILE = 128 * 64
+
+#: The multiprocessor count the interpreter pretends to have, so that small test problems split.
+INTERPRETER_SMS = 4
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """One launch of the split-K kernel: block shapes, pipeline depth, warps and the split."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    warps: int
+    splits: int = 1
+    k_per_split: int = 0
+    reduce: int = 0  # splitk_kernel.REDUCE_NONE / _SERIAL / _SEPARATE
+
+    @property
+    def label(self) -> str:
+        """``16x64x256 s4 w4 split 8 serial``: how results files name a config."""
+        reduce = ("direct", "serial", "separate")[self.reduce]
+        blocks = f"{self.block_m}x{self.block_n}x{self.block_k} s{self.stages} w{self.warps}"
+        return f"{blocks} split {self.splits} {reduce}"
+
+
+def _pow2(n: int, low: int, high: int) -> int:
+    """The power of two at or above ``n``, clamped to [low, high]."""
+    return max(low, min(high, 1 << max(0, n - 1).bit_length()))
+
+
+def _shared_bytes(bm: int, bn: int, bk: int, stages: int, elt: int) -> int:
+    return stages * (bm + bn) * bk * elt
+
+
+def decode_blocks(M: int, N: int, elt: int, fma: bool) -> SplitConfig:
+    """Blocks for streaming B when M is small: all of M in one block, narrow columns of B, long
+    K steps, four stages in flight. B is then read once; A's few rows are re-read from L2."""
+    bm = _pow2(M, 16, 64)
+    bn = _pow2(N, 16, 64)
+    stages = 4
+    bk = 512 // elt  # 256 for 16-bit types: 32 KB of B per stage at BLOCK_N 64
+    while bk > 32 and _shared_bytes(bm, bn, bk, stages, elt) > STAGE_BUDGET:
+        bk //= 2
+    if fma:
+        bk = min(bk, 64)
+    return SplitConfig(bm, bn, bk, stages, 4)
+
+
+def tile_blocks(M: int, N: int, elt: int, fma: bool) -> SplitConfig:
+    """Blocks for a product whose time is the tensor cores': square-ish tiles up to 128x128."""
+    bm = _pow2(M, 16, 128)
+    bn = _pow2(N, 16, 128)
+    if fma:
+        while bm * bn > FMA_TILE:
+            bm, bn = (bm // 2, bn) if bm >= bn else (bm, bn // 2)
+    bk = 128 // elt  # 64 for 16-bit types
+    stages = 4
+    while stages > 2 and _shared_bytes(bm, bn, bk, stages, elt) > STAGE_BUDGET:
+        stages -= 1
+    warps = 8 if bm * bn >= 128 * 128 else 4
+    return SplitConfig(bm, bn, bk, stages, warps)
+
+
+def resident(config: SplitConfig, elt: int) -> int:
+    """How many programs of ``config`` one multiprocessor holds at once (by shared memory)."""
+    shared = _shared_bytes(config.block_m, config.block_n, config.block_k, config.stages, elt)
+    return max(1, min(MAX_RESIDENT, (227 * 1024) // max(shared, 1)))
+
+
+def split_cost(config: SplitConfig, M: int, N: int, K: int, splits: int, slots: int, elt: int,
+               reduce: int) -> float:
+    """The time of a split, in K steps of one program: waves of programs, each its steps plus a
+    fixed overhead, plus the reduction (serial: the last program of a tile reads every partial
+    tile; separate: a second launch reads the workspace over every multiprocessor)."""
+    k_steps = math.ceil(K / config.block_k)
+    steps = math.ceil(k_steps / splits)
+    tiles = math.ceil(M / config.block_m) * math.ceil(N / config.block_n)
+    waves = math.ceil(tiles * splits / slots)
+    cost = waves * (steps + PROGRAM_OVERHEAD_STEPS)
+    if splits == 1:
+        return cost
+    step_bytes = (config.block_m + config.block_n) * config.block_k * elt
+    partial = 4 * config.block_m * config.block_n
+    if reduce == 1:
+        return cost + splits * partial / step_bytes
+    return cost + SEPARATE_LAUNCH_STEPS + splits * M * N * 4 / (slots * step_bytes)
+
+
+def with_splits(config: SplitConfig, M: int, N: int, K: int, splits: int, reduce: int) -> SplitConfig:
+    """``config`` splitting K ``splits`` ways (fewer when the K steps do not divide evenly: every
+    split gets the same whole number of steps but the last)."""
+    k_steps = max(1, math.ceil(K / config.block_k))
+    splits = max(1, min(splits, k_steps, MAX_WORKSPACE // max(M * N, 1)))
+    steps = math.ceil(k_steps / splits)
+    splits = math.ceil(k_steps / steps)
+    reduce = reduce if splits > 1 else 0
+    return replace(config, splits=splits, k_per_split=steps * config.block_k, reduce=reduce)
+
+
+def choose(M: int, N: int, K: int, elt: int, fma: bool, sms: int, decode: bool) -> SplitConfig:
+    """The config for C = A·B of M x N x K: decode blocks (``decode``) or tile blocks, and the
+    split and reduction with the least :func:`split_cost`; on a tie, fewer splits."""
+    base = decode_blocks(M, N, elt, fma) if decode else tile_blocks(M, N, elt, fma)
+    slots = sms * resident(base, elt)
+    k_steps = max(1, math.ceil(K / base.block_k))
+    most = max(1, min(MAX_SPLITS, k_steps // MIN_STEPS))
+    best: tuple[float, int, SplitConfig] | None = None
+    for splits in range(1, most + 1):
+        for reduce in ((0,) if splits == 1 else (1, 2)):
+            config = with_splits(base, M, N, K, splits, reduce)
+            if config.splits != splits:
+                continue
+            cost = split_cost(base, M, N, K, splits, slots, elt, reduce)
+            if best is None or cost < best[0] - 1e-9:
+                best = (cost, splits, config)
+    assert best is not None
+    return best[2]
+
+
+@functools.cache
+def multiprocessors(device_index: int | None) -> int:
+    """The SM count of a CUDA device (``None``: the interpreter's pretend count)."""
+    if device_index is None:
+        return INTERPRETER_SMS
+    import torch
+
+    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
+
+
+def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, Any], Any]:
+    """``run(x, y)``: C = x @ y with ``config``, for tensors shaped and strided like ``x`` and ``y``.
+
+    The plan owns the arrival counters of the serial reduction (zeroed once here; the kernel
+    leaves them zero), so one plan must not run on two streams at once; the workspace is
+    allocated per call from torch's caching allocator.
+    """
+    import torch
+    import triton
+
+    from gemmzoo_triton import splitk_kernel as kernel
+
+    M, K = x.shape
+    N = y.shape[1]
+    device, dtype = x.device, x.dtype
+    if M * N == 0 or K == 0:
+        def empty(x: Any, y: Any) -> Any:
+            return torch.zeros((M, N), device=device, dtype=dtype)
+
+        return empty
+
+    tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
+    grid = (tiles, config.splits)
+    counters = torch.zeros(tiles if config.reduce == 1 else 1, device=device, dtype=torch.int32)
+    strides = (x.stride(0), x.stride(1), y.stride(0), y.stride(1))
+    constants = {
+        "PRECISION": precision,
+        "BLOCK_M": config.block_m,
+        "BLOCK_N": config.block_n,
+        "BLOCK_K": config.block_k,
+        "EVEN_K": K % config.block_k == 0,
+        "EVEN_N": N % config.block_n == 0,
+        "REDUCE": config.reduce,
+        "num_stages": config.stages,
+        "num_warps": config.warps,
+    }
+    splits, k_per_split = config.splits, config.k_per_split
+    launch = kernel.splitk_kernel[grid]
+    reduce_block = 1024
+    reduce_grid = (triton.cdiv(M * N, reduce_block),)
+
+    def run(x: Any, y: Any) -> Any:
+        c = torch.empty((M, N), device=device, dtype=dtype)
+        ws = torch.empty((splits, M, N), device=device, dtype=torch.float32) if splits > 1 else c
+        launch(x, y, c, ws, counters, M, N, K, k_per_split, splits, *strides, N, 1, **constants)
+        if config.reduce == 2:
+            kernel.reduce_kernel[reduce_grid](ws, c, M, N, splits, N, 1, BLOCK=reduce_block, num_warps=4)
+        return c
+
+    return run
