@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from triton_vs_cublas import MAX_REL_ERROR, environment, median_ms, relative_error, write_results
+from triton_vs_cublas import MAX_REL_ERROR, environment, relative_error, write_results
 
 #: LLM projections: (N, K) of Llama-style attention, MLP up/gate and MLP down weights.
 PROJECTIONS = ((4096, 4096), (14336, 4096), (4096, 14336), (11008, 4096))
@@ -39,9 +39,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("out_dir", type=Path, help="directory for skinny.json and skinny.md")
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     parser.add_argument("--set", nargs="+", default=list(SETS), choices=list(SETS), dest="sets")
+    parser.add_argument("--rep", type=int, default=100, help="do_bench's rep (ms) for each timing")
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved timings per backend; the median counts")
     return parser.parse_args(argv)
+
+
+def median_ms(fn: Any, rep_ms: int = 100) -> float:
+    """The median of ``triton.testing.do_bench`` (L2 flushed before every call), in ms."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=max(5, rep_ms // 4), rep=rep_ms, return_mode="median"))
 
 
 def copy_bandwidth() -> float:
@@ -67,7 +75,7 @@ def operands(m: int, n: int, k: int, dtype: str, layout: str) -> tuple[Any, Any]
 
 
 def measure_problem(m: int, n: int, k: int, layout: str, dtype: str, copy_bw: float, rounds: int,
-                    backends: list[Any]) -> list[dict[str, Any]]:
+                    backends: list[Any], rep_ms: int) -> list[dict[str, Any]]:
     import torch
 
     a, b = operands(m, n, k, dtype, layout)
@@ -92,7 +100,7 @@ def measure_problem(m: int, n: int, k: int, layout: str, dtype: str, copy_bw: fl
         calls.append((run, row))
     for _ in range(rounds):  # interleaved, so that drift hits every backend alike
         for run, row in calls:
-            row["round_ms"].append(median_ms(lambda run=run: run(a, b)))
+            row["round_ms"].append(median_ms(lambda run=run: run(a, b), rep_ms))
     cublas_ms = statistics.median(rows[0]["round_ms"])
     for row in rows:
         row["ms"] = statistics.median(row["round_ms"])
@@ -155,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         for m, n, k, layout in SETS[set_name]:
             for dtype in args.dtypes:
                 copy_bw = env["copy_tb_s"] * 1e12
-                rows += measure_problem(m, n, k, layout, dtype, copy_bw, args.rounds, backends)
+                rows += measure_problem(m, n, k, layout, dtype, copy_bw, args.rounds, backends, args.rep)
                 write_results(args.out_dir, "skinny", env, rows, markdown(rows, env))
     bad = [r for r in rows if not (r["correct"] and r["repeatable"])]
     print(f"{len(rows)} rows; {len(bad)} wrong or not repeatable", flush=True)

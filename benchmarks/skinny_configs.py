@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from triton_vs_cublas import environment, median_ms, write_results
+from triton_vs_cublas import environment, write_results
 
 #: (M, N, K, dtype, B column-major, A transposed, decode blocks, splits, reduction): tails in every
 #: dimension, every dtype, both reductions, and one large split to give a race room to show.
@@ -43,11 +43,16 @@ CHECK_ERROR = {"float16": 2e-3, "bfloat16": 1e-2, "float32": 1e-5, "tf32": 2e-3}
 DECODE_SHAPES = [(m, n, k) for m in (1, 16, 64) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))]
 LONGK_SHAPES = [(s, s, k) for s in (16, 128, 512) for k in (16384, 65536)]
 #: (BLOCK_N, BLOCK_K, stages, warps) variants of the decode blocks.
-DECODE_VARIANTS = [(64, 256, 4, 4), (64, 128, 4, 4), (128, 128, 4, 4), (32, 256, 4, 4), (64, 128, 6, 4),
-                   (128, 256, 3, 8)]
+DECODE_VARIANTS = [(64, 256, 4, 4), (64, 128, 4, 4), (128, 128, 4, 4), (32, 256, 4, 4)]
 #: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps) variants of the tile blocks.
-LONGK_VARIANTS = [(128, 128, 64, 4, 8), (128, 128, 64, 3, 4), (64, 64, 64, 4, 4), (128, 64, 64, 4, 4),
-                  (64, 64, 128, 4, 4)]
+LONGK_VARIANTS = [(128, 128, 64, 4, 8), (128, 128, 64, 3, 4), (64, 64, 64, 4, 4)]
+
+
+def median_ms(fn: Any) -> float:
+    """A quick ``do_bench`` median (L2 flushed), in ms: the sweep times hundreds of variants."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median"))
 
 
 def tensors(m: int, n: int, k: int, dtype: str, b_col: bool, a_t: bool) -> tuple[Any, Any]:
@@ -103,7 +108,7 @@ def sweep_problem(m: int, n: int, k: int, decode: bool, sms: int) -> list[dict[s
         bases = [plan.SplitConfig(min(bm, max(16, m)), min(bn, max(16, n)), bk, st, w)
                  for bm, bn, bk, st, w in LONGK_VARIANTS]
     for base in bases:
-        for splits in (1, 2, 4, 8, 16, 32, 64):
+        for splits in (1, 2, 3, 4, 6, 8, 12, 16) if decode else (1, 2, 4, 8, 16, 32, 64):
             for reduce in ((1, 2) if not decode else (1,)):
                 config = plan.with_splits(base, m, n, k, splits, reduce)
                 configs.setdefault(config.label, config)
