@@ -7,7 +7,7 @@
 row- and column-major B, transposed A) in float16, bfloat16, float32 (IEEE) and tf32 against a
 float64 product, each three times (the calls must agree bitwise). ``--sweep`` times block-shape
 and split variants around what :func:`gemmzoo_triton.splitk_plan.choose` picks, on fp16 problems,
-with ``triton.testing.do_bench`` (L2 flushed, median) and cuBLAS alongside; it writes
+with :class:`skinny.CleanL2Timer` (L2 full of clean lines, median) and cuBLAS alongside; it writes
 OUT_DIR/skinny_configs.json and prints, per problem, the best variant against the chosen one.
 """
 
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from skinny import CleanL2Timer
 from triton_vs_cublas import environment, write_results
 
 #: (M, N, K, dtype, B column-major, A transposed, decode blocks, splits, reduction): tails in every
@@ -40,19 +41,17 @@ CHECK_CASES = [
 ]
 CHECK_ERROR = {"float16": 2e-3, "bfloat16": 1e-2, "float32": 1e-5, "tf32": 2e-3}
 
-DECODE_SHAPES = [(m, n, k) for m in (1, 16, 64) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))]
-LONGK_SHAPES = [(s, s, k) for s in (16, 128, 512) for k in (16384, 65536)]
+PROJECTIONS = ((4096, 4096), (14336, 4096), (4096, 14336), (11008, 4096))
+#: (M, N, K, B column-major)
+DECODE_SHAPES = [(m, n, k, False) for m in (1, 16, 64) for n, k in PROJECTIONS]
+DECODE_SHAPES += [(16, n, k, True) for n, k in PROJECTIONS[:2]]
+LONGK_SHAPES = [(s, s, k, False) for s in (16, 64, 128, 256, 512) for k in (16384, 65536)]
 #: (BLOCK_N, BLOCK_K, stages, warps) variants of the decode blocks.
-DECODE_VARIANTS = [(64, 256, 4, 4), (64, 128, 4, 4), (128, 128, 4, 4), (32, 256, 4, 4)]
-#: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps) variants of the tile blocks.
-LONGK_VARIANTS = [(128, 128, 64, 4, 8), (128, 128, 64, 3, 4), (64, 64, 64, 4, 4)]
-
-
-def median_ms(fn: Any) -> float:
-    """A quick ``do_bench`` median (L2 flushed), in ms: the sweep times hundreds of variants."""
-    import triton.testing
-
-    return float(triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median"))
+DECODE_VARIANTS = [(64, 256, 4, 4), (64, 128, 4, 4), (128, 128, 4, 4), (32, 256, 4, 4), (64, 128, 8, 4),
+                   (64, 256, 3, 8)]
+#: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps) variants of the tile blocks (M and N cap the first two).
+LONGK_VARIANTS = [(128, 128, 64, 4, 8), (128, 128, 64, 3, 4), (64, 64, 64, 4, 4), (64, 64, 128, 4, 4),
+                  (32, 32, 256, 4, 4)]
 
 
 def tensors(m: int, n: int, k: int, dtype: str, b_col: bool, a_t: bool) -> tuple[Any, Any]:
@@ -90,25 +89,29 @@ def check() -> int:
     return failures
 
 
-def sweep_problem(m: int, n: int, k: int, decode: bool, sms: int) -> list[dict[str, Any]]:
+def sweep_problem(m: int, n: int, k: int, b_col: bool, decode: bool, sms: int,
+                  timer: CleanL2Timer) -> list[dict[str, Any]]:
     import torch
 
     from gemmzoo_triton import splitk_plan as plan
 
-    a, b = tensors(m, n, k, "float16", False, False)
+    a, b = tensors(m, n, k, "float16", b_col, False)
     moved = (m * k + k * n + m * n) * 2
     chosen = plan.choose(m, n, k, 2, False, sms, decode)
-    rows = [{"shape": f"{m}x{n}x{k}", "variant": "cublas", "ms": median_ms(lambda: torch.matmul(a, b))}]
+    shape = f"{m}x{n}x{k}" + (" B col-major" if b_col else "")
+    median_ms = timer.median_ms
+    timer.warm()
+    rows = [{"shape": shape, "variant": "cublas", "ms": median_ms(lambda: torch.matmul(a, b))}]
     configs = {chosen.label: chosen}
     if decode:
         bm = chosen.block_m
         bases = [plan.SplitConfig(bm, bn, bk, st, w) for bn, bk, st, w in DECODE_VARIANTS
                  if st * (bm + bn) * bk * 2 <= 200 * 1024]
     else:
-        bases = [plan.SplitConfig(min(bm, max(16, m)), min(bn, max(16, n)), bk, st, w)
-                 for bm, bn, bk, st, w in LONGK_VARIANTS]
+        bases = list({plan.SplitConfig(min(bm, max(16, m)), min(bn, max(16, n)), bk, st, w): 0
+                      for bm, bn, bk, st, w in LONGK_VARIANTS})
     for base in bases:
-        for splits in (1, 2, 3, 4, 6, 8, 12, 16) if decode else (1, 2, 4, 8, 16, 32, 64):
+        for splits in (1, 2, 3, 4, 6, 8) if decode else (1, 2, 4, 8, 16, 32, 64, 128):
             for reduce in ((1, 2) if not decode else (1,)):
                 config = plan.with_splits(base, m, n, k, splits, reduce)
                 configs.setdefault(config.label, config)
@@ -117,11 +120,11 @@ def sweep_problem(m: int, n: int, k: int, decode: bool, sms: int) -> list[dict[s
         run = plan.bind(a, b, "tf32", config)
         err = ((run(a, b).float() - ref).norm() / ref.norm()).item()
         ms = median_ms(lambda run=run: run(a, b))
-        rows.append({"shape": f"{m}x{n}x{k}", "variant": label, "ms": ms, "err": err,
+        rows.append({"shape": shape, "variant": label, "ms": ms, "err": err,
                      "chosen": label == chosen.label, "tb_s": moved / ms / 1e9})
     best = min(rows[1:], key=lambda r: r["ms"])
     pick = next(r for r in rows if r.get("chosen"))
-    print(f"{m}x{n}x{k}: cublas {rows[0]['ms'] * 1e3:.1f} us ({moved / rows[0]['ms'] / 1e9:.2f} TB/s); "
+    print(f"{shape}: cublas {rows[0]['ms'] * 1e3:.1f} us ({moved / rows[0]['ms'] / 1e9:.2f} TB/s); "
           f"chosen {pick['variant']} {pick['ms'] * 1e3:.1f} us ({pick['tb_s']:.2f}); "
           f"best {best['variant']} {best['ms'] * 1e3:.1f} us ({best['tb_s']:.2f})", flush=True)
     for row in sorted(rows[1:], key=lambda r: r["ms"])[:5]:
@@ -143,10 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     failures = check() if args.check else 0
     rows: list[dict[str, Any]] = []
     sms = plan.multiprocessors(0)
+    timer = CleanL2Timer()
     started = time.time()
     for name in args.sweep:
-        for m, n, k in DECODE_SHAPES if name == "decode" else LONGK_SHAPES:
-            rows += sweep_problem(m, n, k, name == "decode", sms)
+        for m, n, k, b_col in DECODE_SHAPES if name == "decode" else LONGK_SHAPES:
+            rows += sweep_problem(m, n, k, b_col, name == "decode", sms, timer)
             write_results(args.out_dir, "skinny_configs", env, rows, "")
     print(f"sweep took {time.time() - started:.0f} s", flush=True)
     return 1 if failures else 0

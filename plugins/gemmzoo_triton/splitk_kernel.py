@@ -44,12 +44,14 @@ def splitk_kernel(
     EVEN_K: tl.constexpr,
     EVEN_N: tl.constexpr,
     REDUCE: tl.constexpr,
+    CHUNK: tl.constexpr,
 ):
     """One tile of C over one range of K; see the module docstring for the reduction.
 
     ``k_per_split`` is a multiple of BLOCK_K and every split's range is non-empty. ``EVEN_K``:
     K is a multiple of BLOCK_K, so no load needs a K mask; ``EVEN_N``: N is a multiple of
-    BLOCK_N, so B's loads need no column mask and stay as wide as the layout allows.
+    BLOCK_N, so B's loads need no column mask and stay as wide as the layout allows. The serial
+    reduction reads CHUNK partial tiles at a time, so that several loads are in flight.
     """
     tile = tl.program_id(0)
     split = tl.program_id(1)
@@ -95,22 +97,31 @@ def splitk_kernel(
             ticket = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
             if ticket == splits - 1:
                 total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for s in range(0, splits):
-                    # .cg reads L2, where the other SMs' stores landed, not a stale L1 line
-                    part = ws_ptr + s * plane + within
-                    total += tl.load(part, mask=c_mask, other=0.0, cache_modifier=".cg")
+                for first in range(0, splits, CHUNK):
+                    for j in tl.static_range(CHUNK):
+                        # .cg reads L2, where the other SMs' stores landed, not a stale L1 line
+                        part = ws_ptr + (first + j) * plane + within
+                        ok = c_mask & (within * 0 + first + j < splits)
+                        total += tl.load(part, mask=ok, other=0.0, cache_modifier=".cg")
                 tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=c_mask)
                 tl.store(count_ptr + tile, 0)
 
 
 @triton.jit
-def reduce_kernel(ws_ptr, c_ptr, M, N, splits, stride_cm, stride_cn, BLOCK: tl.constexpr):
-    """C = the sum over s = 0, 1, ... of the workspace's partial products, in that order."""
+def reduce_kernel(
+    ws_ptr, c_ptr, M, N, splits, stride_cm, stride_cn, BLOCK: tl.constexpr, CHUNK: tl.constexpr
+):
+    """C = the sum of the workspace's partial products: CHUNK splits at a time (all their loads
+    in flight at once), each chunk summed by a reduction tree fixed at compile time, and the
+    chunks' sums added in split order."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     plane = M * N  # the host keeps splits * M * N under 2**31
     ok = offs < plane
+    rows = tl.arange(0, CHUNK)
     total = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in range(0, splits):
-        total += tl.load(ws_ptr + s * plane + offs, mask=ok, other=0.0)
+    for first in range(0, splits, CHUNK):
+        s = first + rows
+        mask = (s[:, None] < splits) & ok[None, :]
+        total += tl.sum(tl.load(ws_ptr + s[:, None] * plane + offs[None, :], mask=mask, other=0.0), axis=0)
     c_ptrs = c_ptr + (offs // N) * stride_cm + (offs % N) * stride_cn
     tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=ok)

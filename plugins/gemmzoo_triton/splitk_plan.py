@@ -41,6 +41,9 @@ MAX_WORKSPACE = 2**31 - 1
 #: IEEE fp32 dots run on the FMA units, where larger tiles of C only spill registers.
 FMA_TILE = 128 * 64
 
+#: Splits the separate reduction loads at once.
+REDUCE_CHUNK = 8
+
 #: The multiprocessor count the interpreter pretends to have, so that small test problems split.
 INTERPRETER_SMS = 4
 
@@ -57,6 +60,12 @@ class SplitConfig:
     splits: int = 1
     k_per_split: int = 0
     reduce: int = 0  # splitk_kernel.REDUCE_NONE / _SERIAL / _SEPARATE
+
+    @property
+    def chunk(self) -> int:
+        """Partial tiles the serial reduction loads at once: as many as keep the registers they
+        take near those of the accumulator (8 for a 16x64 tile, 1 for 128x128)."""
+        return max(1, min(8, 16384 // (self.block_m * self.block_n)))
 
     @property
     def label(self) -> str:
@@ -207,8 +216,11 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
         "num_warps": config.warps,
     }
     splits, k_per_split = config.splits, config.k_per_split
+    constants["CHUNK"] = config.chunk
     launch = kernel.splitk_kernel[grid]
-    reduce_block = 1024
+    # enough programs to spread the reduction over every multiprocessor, two per SM at least
+    sms = multiprocessors(None if device.type == "cpu" else (device.index or 0))
+    reduce_block = max(64, min(1024, 1 << max(0, (M * N // (2 * sms)).bit_length() - 1)))
     reduce_grid = (triton.cdiv(M * N, reduce_block),)
 
     def run(x: Any, y: Any) -> Any:
@@ -216,7 +228,9 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
         ws = torch.empty((splits, M, N), device=device, dtype=torch.float32) if splits > 1 else c
         launch(x, y, c, ws, counters, M, N, K, k_per_split, splits, *strides, N, 1, **constants)
         if config.reduce == 2:
-            kernel.reduce_kernel[reduce_grid](ws, c, M, N, splits, N, 1, BLOCK=reduce_block, num_warps=4)
+            kernel.reduce_kernel[reduce_grid](
+                ws, c, M, N, splits, N, 1, BLOCK=reduce_block, CHUNK=REDUCE_CHUNK, num_warps=4
+            )
         return c
 
     return run
