@@ -110,7 +110,7 @@ def test_decode_choice_fills_the_gpu_and_splits_k_evenly(shape):
 def test_long_k_choice_splits_k_to_fill_the_gpu(size, k):
     config = plan.choose(size, size, k, 2, False, 132, decode=False)
     assert config.splits > 1 and config.reduce in (1, 2)
-    assert programs(config, size, size) >= 66
+    assert programs(config, size, size) >= 32
     assert config.k_per_split >= plan.MIN_STEPS * config.block_k
 
 

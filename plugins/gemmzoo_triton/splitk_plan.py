@@ -23,11 +23,26 @@ STAGE_BUDGET = 160 * 1024
 #: Programs a multiprocessor runs at once at most, whatever the shared memory would allow.
 MAX_RESIDENT = 4
 
-#: A program's fixed cost (pipeline fill, epilogue), in units of one K step's time.
-PROGRAM_OVERHEAD_STEPS = 3.0
+# The time model :func:`split_time` ranks splits with. Rough Hopper (H100) figures, fitted to
+# measured times of the kernel; only their ratios matter for the ranking.
 
-#: The cost of the separate reduction's second launch, in K steps.
-SEPARATE_LAUNCH_STEPS = 6.0
+#: Device memory bandwidth, bytes/s: the floor for reading A and B once.
+MEMORY_BW = 3.0e12
+
+#: What one multiprocessor's programs load per second from L2 at most (pipelined tile loads).
+SM_BW = 50e9
+
+#: What the multiprocessors together move through L2 per second (partial tiles, re-read tiles).
+L2_BW = 6e12
+
+#: A wave of programs' fixed cost (pipeline fill, epilogue), seconds.
+WAVE_S = 1.5e-6
+
+#: The separate reduction's second launch, seconds.
+LAUNCH_S = 2.5e-6
+
+#: One round trip to L2 for the serial reduction's dependent chunk loads, seconds.
+ROUND_TRIP_S = 0.7e-6
 
 #: Fewest K steps a split gets: below it the fill and the partial tile's store dominate.
 MIN_STEPS = 2
@@ -119,23 +134,35 @@ def resident(config: SplitConfig, elt: int) -> int:
     return max(1, min(MAX_RESIDENT, (227 * 1024) // max(shared, 1)))
 
 
-def split_cost(config: SplitConfig, M: int, N: int, K: int, splits: int, slots: int, elt: int,
+def split_time(config: SplitConfig, M: int, N: int, K: int, splits: int, sms: int, elt: int,
                reduce: int) -> float:
-    """The time of a split, in K steps of one program: waves of programs, each its steps plus a
-    fixed overhead, plus the reduction (serial: the last program of a tile reads every partial
-    tile; separate: a second launch reads the workspace over every multiprocessor)."""
-    k_steps = math.ceil(K / config.block_k)
-    steps = math.ceil(k_steps / splits)
+    """A rough time, in seconds, for ``config`` with K split ``splits`` ways.
+
+    The programs run in waves of ``sms * resident`` programs; in each, every multiprocessor loads
+    its programs' tiles of A and B at :data:`SM_BW` at most, and all of them together read memory
+    at :data:`MEMORY_BW` at most (A and B once). Each wave costs :data:`WAVE_S` more. Splitting
+    adds the partial tiles' trip through L2 and the reduction: in the serial mode the last
+    program of each tile reads its tile's partials, a chunk per L2 round trip; in the separate
+    mode a second launch reads them over every multiprocessor.
+    """
+    per = resident(config, elt)
     tiles = math.ceil(M / config.block_m) * math.ceil(N / config.block_n)
-    waves = math.ceil(tiles * splits / slots)
-    cost = waves * (steps + PROGRAM_OVERHEAD_STEPS)
+    programs = tiles * splits
+    waves = math.ceil(programs / (sms * per))
+    k_len = math.ceil(math.ceil(K / config.block_k) / splits) * config.block_k
+    program_bytes = (config.block_m + config.block_n) * k_len * elt
+    per_sm = min(per, math.ceil(programs / sms))  # programs an SM runs at once
+    loads = waves * per_sm * program_bytes / SM_BW
+    memory = (M * K + K * N) * elt / MEMORY_BW
+    seconds = max(loads, memory) + waves * WAVE_S
     if splits == 1:
-        return cost
-    step_bytes = (config.block_m + config.block_n) * config.block_k * elt
-    partial = 4 * config.block_m * config.block_n
+        return seconds
+    workspace = splits * M * N * 4
     if reduce == 1:
-        return cost + splits * partial / step_bytes
-    return cost + SEPARATE_LAUNCH_STEPS + splits * M * N * 4 / (slots * step_bytes)
+        partials = splits * config.block_m * config.block_n * 4
+        rounds = math.ceil(splits / config.chunk)
+        return seconds + workspace / L2_BW + partials / SM_BW + rounds * ROUND_TRIP_S
+    return seconds + LAUNCH_S + 2 * workspace / L2_BW
 
 
 def with_splits(config: SplitConfig, M: int, N: int, K: int, splits: int, reduce: int) -> SplitConfig:
@@ -149,24 +176,33 @@ def with_splits(config: SplitConfig, M: int, N: int, K: int, splits: int, reduce
     return replace(config, splits=splits, k_per_split=steps * config.block_k, reduce=reduce)
 
 
+def candidates(M: int, N: int, elt: int, fma: bool, decode: bool) -> list[SplitConfig]:
+    """The block shapes :func:`choose` weighs: the decode blocks, or the tile blocks and, for a
+    C too small to give every SM a 128x128 tile, 64x64 tiles too."""
+    if decode:
+        return [decode_blocks(M, N, elt, fma)]
+    tile = tile_blocks(M, N, elt, fma)
+    small = tile_blocks(min(M, 64), min(N, 64), elt, fma)
+    return [tile] if small == tile else [tile, small]
+
+
 def choose(M: int, N: int, K: int, elt: int, fma: bool, sms: int, decode: bool) -> SplitConfig:
-    """The config for C = A·B of M x N x K: decode blocks (``decode``) or tile blocks, and the
-    split and reduction with the least :func:`split_cost`; on a tie, fewer splits."""
-    base = decode_blocks(M, N, elt, fma) if decode else tile_blocks(M, N, elt, fma)
-    slots = sms * resident(base, elt)
-    k_steps = max(1, math.ceil(K / base.block_k))
-    most = max(1, min(MAX_SPLITS, k_steps // MIN_STEPS))
-    best: tuple[float, int, SplitConfig] | None = None
-    for splits in range(1, most + 1):
-        for reduce in ((0,) if splits == 1 else (1, 2)):
-            config = with_splits(base, M, N, K, splits, reduce)
-            if config.splits != splits:
-                continue
-            cost = split_cost(base, M, N, K, splits, slots, elt, reduce)
-            if best is None or cost < best[0] - 1e-9:
-                best = (cost, splits, config)
+    """The config for C = A·B of M x N x K: among :func:`candidates`, splits and reductions, the
+    one with the least :func:`split_time`; on a tie, the first found (fewer splits)."""
+    best: tuple[float, SplitConfig] | None = None
+    for base in candidates(M, N, elt, fma, decode):
+        k_steps = max(1, math.ceil(K / base.block_k))
+        most = max(1, min(MAX_SPLITS, k_steps // MIN_STEPS))
+        for splits in range(1, most + 1):
+            for reduce in ((0,) if splits == 1 else (1, 2)):
+                config = with_splits(base, M, N, K, splits, reduce)
+                if config.splits != splits:
+                    continue
+                seconds = split_time(base, M, N, K, splits, sms, elt, reduce)
+                if best is None or seconds < best[0] * (1 - 1e-6):
+                    best = (seconds, config)
     assert best is not None
-    return best[2]
+    return best[1]
 
 
 @functools.cache
