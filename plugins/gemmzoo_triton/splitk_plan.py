@@ -215,9 +215,11 @@ def _fits(config: SplitConfig, elt: int) -> bool:
     return _shared_bytes(config.block_m, config.block_n, config.block_k, config.stages, elt) <= STAGE_BUDGET
 
 
+@functools.lru_cache(maxsize=4096)
 def choose(M: int, N: int, K: int, elt: int, fma: bool, sms: int, decode: bool) -> SplitConfig:
     """The config for C = A·B of M x N x K: among :func:`candidates`, splits and reductions, the
-    one with the least :func:`split_time`; on a tie, the first found (fewer splits)."""
+    one with the least :func:`split_time`; on a tie, the first found (fewer splits). Remembered
+    per problem: weighing every split takes milliseconds of host time."""
     if M * N == 0 or K == 0:  # nothing to launch: bind fills C without the kernel
         return candidates(max(M, 1), max(N, 1), elt, fma, decode)[0]
     best: tuple[float, SplitConfig] | None = None
