@@ -4,6 +4,8 @@ every layout of B, bitwise repeatability, and the split heuristic's choices."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -123,3 +125,19 @@ def test_large_square_problem_does_not_split():
 def test_workspace_stays_within_32_bit_offsets():
     config = plan.with_splits(plan.tile_blocks(30000, 30000, 2, False), 30000, 30000, 1 << 20, 64, 1)
     assert config.splits == 2 and config.splits * 30000 * 30000 <= plan.MAX_WORKSPACE
+
+
+def test_import_and_construction_load_neither_torch_nor_triton():
+    code = (
+        "import sys\n"
+        "from gemmzoo_triton import TritonDecodeBackend, TritonSplitKBackend\n"
+        "from gemmzoo_triton import splitk_plan\n"
+        "backends = [TritonSplitKBackend(), TritonDecodeBackend()]\n"
+        "splitk_plan.choose(16, 4096, 4096, 2, False, 132, True)\n"
+        "print([b.name for b in backends])\n"
+        "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines == ["['triton-splitk', 'triton-decode']", "[]"], lines
