@@ -1,4 +1,5 @@
-"""gemmzoo's bundled Triton plugin: ``triton-naive``, ``triton-tiled`` and ``triton-grouped``.
+"""gemmzoo's bundled Triton plugin: ``triton-naive``, ``triton-tiled``, ``triton-grouped``, and
+``triton-splitk`` and ``triton-decode`` for skinny products (:mod:`gemmzoo_triton.skinny`).
 
 They run on CUDA GPUs, or on the CPU under Triton's interpreter (``TRITON_INTERPRET=1``). Importing
 this package and building the backends imports neither triton nor torch.
@@ -24,7 +25,7 @@ __all__ = [
 
 @hookimpl
 def gemmzoo_register_backends(register: Callable[[object], None]) -> None:
-    """Register the three Triton backends, from the plainest kernel to the tuned one."""
+    """Register the Triton backends, from the plainest kernel to the tuned one, then the skinny ones."""
     register(TritonNaiveBackend())
     register(TritonTiledBackend())
     register(TritonGroupedBackend())
