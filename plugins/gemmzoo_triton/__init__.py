@@ -13,14 +13,8 @@ from gemmzoo import hookimpl
 from gemmzoo_triton.backends import TritonGroupedBackend, TritonNaiveBackend, TritonTiledBackend
 from gemmzoo_triton.skinny import TritonDecodeBackend, TritonSplitKBackend
 
-__all__ = [
-    "TritonDecodeBackend",
-    "TritonGroupedBackend",
-    "TritonNaiveBackend",
-    "TritonSplitKBackend",
-    "TritonTiledBackend",
-    "gemmzoo_register_backends",
-]
+__all__ = ["TritonGroupedBackend", "TritonNaiveBackend", "TritonTiledBackend", "gemmzoo_register_backends"]
+__all__ += ["TritonDecodeBackend", "TritonSplitKBackend"]
 
 
 @hookimpl
