@@ -128,6 +128,98 @@ def test_interpreter_mode_runs_on_the_cpu_with_the_dtypes_it_computes():
     assert run_python(code, without).split()[:2] == ["cuda", "bfloat16,float16,float32,tf32"]
 
 
+# The fast path ------------------------------------------------------------------------------------
+
+
+def test_device_and_dtypes_are_decided_once_per_instance():
+    for name in TRITON_BACKENDS:
+        backend = gemmzoo.get_backend(name)
+        assert {"device", "dtypes"} <= set(vars(backend)), name  # attributes, not properties
+        assert backend.device in ("cpu", "cuda") and backend.dtypes
+
+
+@pytest.mark.parametrize("name", TRITON_BACKENDS)
+def test_prepared_plan_matches_matmul_on_new_operands_each_call(name):
+    """A plan made on one pair of operands, run on others like them (new values, new addresses,
+    a view whose start is not 16-byte aligned): every element against the float64 bound, and
+    bitwise equal to matmul."""
+    backend = available(name)
+    rng = np.random.default_rng(21)
+    m, n, k = 19, 45, 37
+    dtype = "float16"
+
+    def operands():
+        wide = backend.from_numpy(rng.standard_normal((m, k + 1)), dtype)
+        return wide[:, 1:], backend.from_numpy(rng.standard_normal((k, n)), dtype)  # A starts 2 bytes in
+
+    run = backend.prepare(*operands())
+    for _ in range(3):
+        a, b = operands()
+        c = run(a, b)
+        ref, bound = reference(backend.to_numpy(a), backend.to_numpy(b), k, dtype)
+        got = backend.to_numpy(c).astype(np.float64)
+        assert c.shape == (m, n) and np.all(np.abs(got - ref) <= bound)
+        assert np.array_equal(backend.to_numpy(backend.matmul(a, b)), backend.to_numpy(c))
+
+
+@pytest.mark.parametrize("name", TRITON_BACKENDS)
+@pytest.mark.parametrize(("m", "n", "k"), [(3, 4, 0), (0, 4, 5), (3, 0, 5)])
+def test_prepared_plan_of_an_empty_problem(name, m, n, k):
+    backend = available(name)
+    rng = np.random.default_rng(1)
+    a = backend.from_numpy(rng.standard_normal((m, k)), "float32")
+    b = backend.from_numpy(rng.standard_normal((k, n)), "float32")
+    c = backend.to_numpy(backend.prepare(a, b)(a, b))
+    assert c.shape == (m, n) and np.all(c == 0)
+
+
+def test_prepare_refuses_bad_input_with_a_clear_error():
+    backend = available("triton-grouped")
+    rng = np.random.default_rng(3)
+    a = backend.from_numpy(rng.standard_normal((4, 6)), "float32")
+    b = backend.from_numpy(rng.standard_normal((5, 5)), "float32")
+    with pytest.raises(GemmInputError, match=r"triton-grouped.*\(4, 6\).*\(5, 5\)"):
+        backend.prepare(a, b)
+    with pytest.raises(GemmInputError, match="'gelu'"):
+        backend.prepare(a, a.T, activation="gelu")
+
+
+# On a GPU ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_bound_launch_runs_the_compiled_kernel_per_alignment():
+    """After a plan's first calls, its launches skip triton.jit's launch path: one compiled kernel
+    per alignment of the operands' addresses, each giving the right product."""
+    backend = available("triton-tiled")
+    import torch
+
+    from gemmzoo_triton import launcher
+
+    launches = []
+    original = launcher.BoundLaunch.__call__
+
+    def counting(self, *args):
+        launches.append(self)
+        return original(self, *args)
+
+    rng = np.random.default_rng(6)
+    a_wide = backend.from_numpy(rng.standard_normal((64, 97)), "float16")
+    b = backend.from_numpy(rng.standard_normal((96, 80)), "float16")
+    aligned, shifted = a_wide[:, :96], a_wide[:, 1:]
+    try:
+        launcher.BoundLaunch.__call__ = counting
+        run = backend.prepare(aligned, b)
+        for a in (aligned, shifted, aligned, shifted):
+            c = run(a, b)
+            expected = (a.double() @ b.double()).to(torch.float16)
+            assert torch.allclose(c.double(), expected.double(), rtol=2e-2, atol=0.25)
+    finally:
+        launcher.BoundLaunch.__call__ = original
+    assert len({id(bound) for bound in launches}) == 1
+    assert set(launches[0]._compiled) == {(True, True, True), (False, True, True)}
+
+
 # On a GPU ----------------------------------------------------------------------------------------
 
 

@@ -177,7 +177,7 @@ def test_second_call_launches_the_picked_config_with_its_block_shapes(variant):
     x = operand(48, 40, True, torch.float16, backend.device, 1)
     y = operand(40, 24, False, torch.float16, backend.device, 2)
     first, config = run_tma(x, y, variant, "relu")
-    key = (KERNELS[variant], 48, 24, 40, "tf32", "torch.float16", True, False)
+    key = (KERNELS[variant], 48, 24, 40, "tf32", "torch.float16", True, False, False)
     assert grouped_kernel.PICKED[key] is config
     second, again = run_tma(x, y, variant, "relu")
     assert again is config
@@ -196,13 +196,13 @@ def test_unknown_variant_is_an_error():
 
 @pytest.mark.parametrize("variant", ["tiles", "persistent"])
 def test_backend_launches_the_variant_it_is_set_to_when_eligible(monkeypatch, variant):
-    """The wiring: an eligible problem runs ``VARIANT``'s kernel, through the backend's checks (and
-    on a GPU its TF32Array handling); eligibility is forced, so that this runs under the
-    interpreter too, where tf32 is not declared."""
+    """The wiring: a problem on the TMA route runs ``VARIANT``'s kernel, through the backend's
+    checks (and on a GPU its TF32Array handling); the route is forced, so that this runs under
+    the interpreter too, where tf32 is not declared."""
     backend = tma_backend()
-    from gemmzoo_triton import backends, grouped_kernel, grouped_tma_kernel
+    from gemmzoo_triton import grouped_kernel, grouped_plan, grouped_tma_kernel
 
-    monkeypatch.setattr(backends, "tma_eligible", lambda x, y, c, precision: True)
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "tma")
     monkeypatch.setattr(grouped_tma_kernel, "VARIANT", variant)
     monkeypatch.setattr(grouped_tma_kernel, "num_sms", lambda device: 2)
     dtype = "tf32" if "tf32" in backend.dtypes else "float16"
@@ -212,15 +212,15 @@ def test_backend_launches_the_variant_it_is_set_to_when_eligible(monkeypatch, va
     c = backend.matmul(a, b, activation="relu")
     assert type(c) is type(a)  # a TF32Array in, a TF32Array out
     check_product(c.data, a.data, b.data, dtype, "relu")  # .data: a TF32Array's tensor, a tensor's self
-    key = (KERNELS[variant], 24, 40, 32, "tf32", str(c.data.dtype), False, False)
+    key = (KERNELS[variant], 24, 40, 32, "tf32", str(c.data.dtype), False, False, False)
     assert key in grouped_kernel.PICKED
 
 
-def test_backend_uses_the_pointer_kernel_when_not_eligible(monkeypatch):
+def test_backend_uses_the_pointer_kernel_on_the_pointer_route(monkeypatch):
     backend = tma_backend()
-    from gemmzoo_triton import backends, grouped_kernel
+    from gemmzoo_triton import grouped_kernel, grouped_plan
 
-    monkeypatch.setattr(backends, "tma_eligible", lambda x, y, c, precision: False)
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "pointer")
     rng = np.random.default_rng(9)
     a = backend.from_numpy(rng.standard_normal((24, 32)), "float16")
     b = backend.from_numpy(rng.standard_normal((32, 40)), "float16")
@@ -286,3 +286,87 @@ def test_backend_takes_tma_only_above_the_minimum_work_on_gpu():
         check_product(backend.matmul(a, b), a, b, "float16", None)
         ran = [picked[0] for picked in grouped_kernel.PICKED if picked[1:4] == (m, n, k)]
         assert ran == [kernel], (m, n, k, ran)
+
+
+# The aligned route: copies with 16-byte aligned rows ----------------------------------------------
+
+
+def test_routes_by_layout_dtype_and_size(monkeypatch):
+    from gemmzoo_triton import grouped_plan
+
+    monkeypatch.setattr(common, "tma_device", lambda device: True)
+    monkeypatch.setattr(common, "TMA_MIN_WORK", 1000)
+    monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_WORK", 2000)
+    monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_SIDE", 8)
+
+    def route(m: int, n: int, k: int, dtype=torch.float16, layout="NN") -> str:
+        x, y = operand(m, k, layout[0] == "T", dtype), operand(k, n, layout[1] == "T", dtype)
+        return grouped_plan.route(x, y, "tf32")
+
+    assert route(16, 16, 16) == "tma"
+    assert route(16, 16, 16, torch.bfloat16, "TT") == "tma"
+    assert route(8, 8, 8) == "pointer"  # not over TMA_MIN_WORK
+    assert route(16, 16, 16, torch.float32) == "pointer"
+    assert route(17, 17, 17) == "aligned"  # rows of 34 bytes
+    assert route(16, 16, 17) == "aligned"  # A's rows only
+    assert route(16, 17, 16) == "aligned"  # B's and C's rows
+    assert route(16, 17, 16, layout="NT") == "aligned"  # B^T's rows aligned, C's are not
+    assert route(7, 17, 17) == "pointer"  # M under ALIGNED_MIN_SIDE
+    assert route(9, 9, 9) == "pointer"  # under ALIGNED_MIN_WORK
+    monkeypatch.setattr(common, "tma_device", lambda device: False)
+    assert route(17, 17, 17) == "pointer"
+
+
+@pytest.mark.parametrize("layout", ["row", "column", "strided"])
+def test_aligned_copy_keeps_values_and_aligns_rows(layout):
+    from gemmzoo_triton.aligned import aligned_copy
+
+    values = torch.randn(4 * 13, 2 * 11, generator=torch.Generator().manual_seed(3)).half()
+    tensor = {"row": values[:13, :11], "column": values[:11, :13].T, "strided": values[1::4, 1::2]}[layout]
+    copy = aligned_copy(tensor)
+    assert copy.shape == tensor.shape and torch.equal(copy, tensor)
+    assert common.tma_layout(copy) and copy.data_ptr() % 16 == 0
+    assert common.column_major(copy) == (layout == "column")
+
+
+@pytest.mark.parametrize("layout", ["NN", "TN", "NT", "SS"])
+@pytest.mark.parametrize("n", [40, 43])  # C's rows aligned (80 bytes) or not (86): pointer stores
+def test_aligned_route_matches_float64_reference(monkeypatch, layout, n):
+    """Odd K (A's rows never aligned), every layout and strided views, through the backend's
+    plan: three calls, every element within the bound and the calls bitwise identical."""
+    backend = tma_backend()
+    from gemmzoo_triton import grouped_plan
+
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "aligned")
+    monkeypatch.setattr(common, "tma_device", lambda device: True)
+    m, k = 37, 53
+    for seed, (name, dtype) in enumerate(kernel_dtypes(backend)[:-1]):  # the 16-bit types
+        x = strided_operand(m, k, layout[0], dtype, backend.device, seed)
+        y = strided_operand(k, n, layout[1], dtype, backend.device, seed + 50)
+        run = backend.prepare(x, y)
+        assert run.route == "aligned"
+        first = run(x, y)
+        check_product(first, x, y, name, None)
+        assert first.is_contiguous() and first.shape == (m, n)
+        assert torch.equal(run(x, y), first) and torch.equal(backend.matmul(x, y), first)
+
+
+def strided_operand(rows: int, cols: int, layout: str, dtype: torch.dtype, device: str, seed: int):
+    """``operand`` for N and T; S: a view of every other row and column of a larger tensor."""
+    if layout != "S":
+        return operand(rows, cols, layout == "T", dtype, device, seed)
+    return operand(2 * rows + 1, 2 * cols + 1, False, dtype, device, seed)[1::2, 1::2]
+
+
+def test_tma_kernel_stores_through_pointers_when_c_rows_are_unaligned():
+    backend = tma_backend()
+    from gemmzoo_triton import grouped_tma_kernel
+
+    x = operand(40, 48, False, torch.float16, backend.device, 4)
+    y = operand(48, 64, False, torch.float16, backend.device, 5)
+    wide = torch.full((40, 67), float("nan"), device=backend.device, dtype=torch.float16)
+    c = wide[:, 1:65]  # rows 134 bytes apart: no descriptor can cover them
+    assert grouped_tma_kernel.c_needs_pointers(c)
+    grouped_tma_kernel.launch(x, y, c, "tf32")
+    check_product(c, x, y, "float16", None)
+    assert torch.isnan(wide[:, 0]).all() and torch.isnan(wide[:, 65:]).all()  # nothing outside C

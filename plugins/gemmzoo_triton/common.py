@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from collections.abc import Callable
 from typing import Any
 
 from gemmzoo import Backend, TF32Array
@@ -93,13 +94,11 @@ class TritonBackend(TorchTensors, Backend):
     :func:`mode_dtypes` for why the interpreter declares fewer.
     """
 
-    @property  # type: ignore[override]
-    def device(self) -> str:  # the base class has a plain attribute; here it follows the mode
-        return "cpu" if interpreter_mode() else "cuda"
-
-    @property  # type: ignore[override]
-    def dtypes(self) -> frozenset[str]:
-        return mode_dtypes()
+    def __init__(self) -> None:
+        # Decided once: triton.jit reads TRITON_INTERPRET when it decorates the kernels, so the
+        # mode cannot change for a process's backends after they are first used anyway.
+        self.device = "cpu" if interpreter_mode() else "cuda"
+        self.dtypes = mode_dtypes()
 
     def unavailable_reason(self) -> str | None:
         return triton_unavailable_reason()
@@ -140,22 +139,55 @@ class TritonBackend(TorchTensors, Backend):
             )
         return x, y, "ieee" if dtype_name(a) == "float32" else "tf32"
 
-    def empty_result(self, c: Any, k: int) -> bool:
-        """Finish ``c`` without a launch when the problem is empty; True when that was done.
+    def plan(
+        self, a: Any, x: Any, y: Any, kernel: Any, grid: tuple[int, ...], constexprs: dict[str, Any]
+    ) -> Callable[[Any, Any], Any]:
+        """``run(a, b)`` for a one-kernel backend: allocate C, launch ``kernel`` on ``grid``.
 
-        An empty C needs no work; K == 0 makes C all zeros. Either way no grid is launched.
+        ``a`` is the caller's A (a :class:`TF32Array` or a tensor), ``x`` and ``y`` the tensors
+        behind A and B. The kernel takes (A, B, C, M, N, K, then the strides of A, B and C),
+        then ``constexprs``.
         """
-        if c.numel() == 0:
-            return True
-        if k == 0:
-            c.zero_()
-            return True
-        return False
+        m, k = x.shape
+        n = y.shape[1]
+        if m * n == 0 or k == 0:
+            return self.empty_plan(a, x, y)
+        import torch
+
+        from gemmzoo_triton.launcher import BoundLaunch
+
+        launch = BoundLaunch(kernel, grid, constexprs)
+        sizes = (m, n, k, x.stride(0), x.stride(1), y.stride(0), y.stride(1), n, 1)
+        empty, dtype, device = torch.empty, x.dtype, x.device
+        if isinstance(a, TF32Array):
+
+            def run_tf32(a: Any, b: Any) -> Any:
+                c = empty((m, n), dtype=dtype, device=device)
+                launch(a.data, b.data, c, *sizes)
+                return TF32Array(c)
+
+            return run_tf32
+
+        def run(a: Any, b: Any) -> Any:
+            c = empty((m, n), dtype=dtype, device=device)
+            launch(a, b, c, *sizes)
+            return c
+
+        return run
 
     @staticmethod
-    def result(c: Any, a: Any) -> Any:
-        """``c`` in the caller's mode: a :class:`TF32Array` when A was one."""
-        return TF32Array(c) if isinstance(a, TF32Array) else c
+    def empty_plan(a: Any, x: Any, y: Any) -> Callable[[Any, Any], Any]:
+        """``run(a, b)`` for a problem with no work: an empty C, or all zeros when K == 0."""
+        import torch
+
+        shape, dtype, device = (x.shape[0], y.shape[1]), x.dtype, x.device
+        wrap = isinstance(a, TF32Array)
+
+        def run(a: Any, b: Any) -> Any:
+            c = torch.zeros(shape, dtype=dtype, device=device)
+            return TF32Array(c) if wrap else c
+
+        return run
 
 
 def _largest_offset(tensor: Any) -> int:
@@ -195,19 +227,24 @@ def column_major(tensor: Any) -> bool:
     return tensor.stride(1) != 1
 
 
-def _tma_readable(tensor: Any) -> bool:
-    """Whether a tensor descriptor can cover ``tensor`` (or its transpose, when column-major):
-    one dimension contiguous, the stride between rows a multiple of 16 bytes, the start 16-byte
-    aligned. Rows that overlap (a broadcast view's stride 0, say) are left to the pointer kernel
-    too: TMA is not relied on for them."""
+def tma_layout(tensor: Any) -> bool:
+    """Whether ``tensor``'s strides let a tensor descriptor cover it (or its transpose, when
+    column-major): one dimension contiguous, the stride between rows a multiple of 16 bytes, no
+    overlapping rows. Its start address is the other condition (see :func:`_tma_readable`)."""
     if tensor.stride(1) == 1:
         row_stride, row_length = tensor.stride(0), tensor.shape[1]
     elif tensor.stride(0) == 1:
         row_stride, row_length = tensor.stride(1), tensor.shape[0]
     else:
         return False
-    aligned = (row_stride * tensor.element_size()) % 16 == 0 and tensor.data_ptr() % 16 == 0
-    return aligned and row_stride >= row_length
+    return (row_stride * tensor.element_size()) % 16 == 0 and row_stride >= row_length
+
+
+def _tma_readable(tensor: Any) -> bool:
+    """Whether a tensor descriptor can cover ``tensor``: :func:`tma_layout`, and its start
+    16-byte aligned. Rows that overlap (a broadcast view's stride 0, say) are left to the pointer
+    kernel too: TMA is not relied on for them."""
+    return tma_layout(tensor) and tensor.data_ptr() % 16 == 0
 
 
 def tma_eligible(x: Any, y: Any, c: Any, precision: str) -> bool:

@@ -11,6 +11,7 @@ when a kernel is decorated, and the config list depends on it.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import triton
@@ -237,3 +238,30 @@ def launch(x: Any, y: Any, c: Any, precision: str, activation: str | None = None
     )
     options = {"PRECISION": precision, "ACTIVATION": activation or ""}
     return launch_tuned(grouped_matmul_kernel, grid, args, options, (M, N, K, precision, str(x.dtype)))
+
+
+def pointer_key(x: Any, y: Any, precision: str) -> tuple[Any, ...]:
+    """The key :data:`PICKED` keeps the pointer kernel's config for ``x @ y`` under."""
+    return ("grouped_matmul_kernel", x.shape[0], y.shape[1], x.shape[1], precision, str(x.dtype))
+
+
+def bind(
+    x: Any, y: Any, precision: str, config: triton.Config, activation: str | None = None
+) -> Callable[[Any, Any, Any], None]:
+    """:func:`launch` with ``config``, bound for every problem like ``x @ y``: the returned
+    ``run(x, y, c)`` launches the compiled kernel on operands with these shapes and strides and a
+    contiguous C."""
+    from gemmzoo_triton.launcher import BoundLaunch
+
+    M, K = x.shape
+    N = y.shape[1]
+    blocks = config.all_kwargs()
+    tiles = triton.cdiv(M, blocks["BLOCK_SIZE_M"]) * triton.cdiv(N, blocks["BLOCK_SIZE_N"])
+    options = {"PRECISION": precision, "ACTIVATION": activation or ""}
+    launch_bound = BoundLaunch(grouped_matmul_kernel.fn, (tiles,), {**options, **blocks})
+    sizes = (M, N, K, x.stride(0), x.stride(1), y.stride(0), y.stride(1), N, 1)
+
+    def run(x: Any, y: Any, c: Any) -> None:
+        launch_bound(x, y, c, *sizes)
+
+    return run

@@ -20,6 +20,7 @@ takes this path, like grouped_kernel (and for the same reason).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import triton
@@ -28,6 +29,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from gemmzoo_triton.common import column_major, interpreter_mode
 from gemmzoo_triton.grouped_kernel import (
+    PICKED,
     _autotune_options,
     _config,
     launch_tuned,
@@ -35,6 +37,7 @@ from gemmzoo_triton.grouped_kernel import (
     prune_configs,
     relu,
 )
+from gemmzoo_triton.launcher import BoundLaunch
 
 #: The kernel the backend launches: "tiles" (one program per tile) or "persistent". A module
 #: setting, so that benchmarks can switch it. "tiles" because on the H100 the two ran within
@@ -54,7 +57,8 @@ def set_block_shapes(nargs: dict[str, Any]) -> None:
     bm, bn, bk = (nargs[f"BLOCK_SIZE_{d}"] for d in "MNK")
     nargs["a_desc"].block_shape = [bk, bm] if nargs["A_T"] else [bm, bk]
     nargs["b_desc"].block_shape = [bn, bk] if nargs["B_T"] else [bk, bn]
-    nargs["c_desc"].block_shape = [bm, bn]
+    if not nargs["C_PTR"]:
+        nargs["c_desc"].block_shape = [bm, bn]
 
 
 def _tma_config(bm: int, bn: int, bk: int, stages: int, warps: int, group: int = 8) -> triton.Config:
@@ -84,7 +88,7 @@ INTERPRETER_CONFIGS = [_tma_config(16, 32, 16, 1, 4, group=2)]
 _CONFIGS = INTERPRETER_CONFIGS if interpreter_mode() else HOPPER_CONFIGS
 
 # Descriptors have no ``dtype`` for the autotuner to add to its key, hence DTYPE.
-_KEY = ["M", "N", "K", "PRECISION", "A_T", "B_T", "DTYPE"]
+_KEY = ["M", "N", "K", "PRECISION", "A_T", "B_T", "DTYPE", "C_PTR"]
 
 #: The autotuning both TMA kernels get (each its own autotuner, with the same configs and key).
 _autotuned = triton.autotune(
@@ -129,25 +133,42 @@ def tile_product(
 
 
 @triton.jit
-def store_tile(c_desc, accumulator, off_m, off_n, ACTIVATION: tl.constexpr):
-    """The epilogue: the activation on the fp32 accumulator, one rounding to C's dtype, the store."""
+def store_tile(
+    c_desc, accumulator, off_m, off_n, M, N, stride_cm,
+    ACTIVATION: tl.constexpr, C_PTR: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+):
+    """The epilogue: the activation on the fp32 accumulator, one rounding to C's dtype, the store.
+
+    With ``C_PTR``, ``c_desc`` is C itself (rows ``stride_cm`` elements apart, columns adjacent)
+    and the tile is stored through masked pointers: for a C whose rows are not 16-byte aligned,
+    which no descriptor can cover.
+    """
     if ACTIVATION == "leaky_relu":
         accumulator = leaky_relu(accumulator)
     elif ACTIVATION == "relu":
         accumulator = relu(accumulator)
-    c_desc.store([off_m, off_n], accumulator.to(c_desc.dtype))
+    if C_PTR:
+        rows = off_m + tl.arange(0, BLOCK_SIZE_M)
+        cols = off_n + tl.arange(0, BLOCK_SIZE_N)
+        pointers = c_desc + rows[:, None] * stride_cm + cols[None, :]
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        tl.store(pointers, accumulator.to(c_desc.dtype.element_ty), mask=mask)
+    else:
+        c_desc.store([off_m, off_n], accumulator.to(c_desc.dtype))
 
 
 @_autotuned
 @triton.jit
 def tma_matmul_kernel(
     a_desc, b_desc, c_desc,
-    M, N, K,
+    M, N, K, stride_cm,
     PRECISION: tl.constexpr,
     ACTIVATION: tl.constexpr,
     A_T: tl.constexpr,
     B_T: tl.constexpr,
     DTYPE: tl.constexpr,
+    C_PTR: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
@@ -161,19 +182,22 @@ def tma_matmul_kernel(
     accumulator = tile_product(
         a_desc, b_desc, off_m, off_n, K, PRECISION, A_T, B_T, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K
     )
-    store_tile(c_desc, accumulator, off_m, off_n, ACTIVATION)
+    store_tile(
+        c_desc, accumulator, off_m, off_n, M, N, stride_cm, ACTIVATION, C_PTR, BLOCK_SIZE_M, BLOCK_SIZE_N
+    )
 
 
 @_autotuned
 @triton.jit
 def tma_persistent_matmul_kernel(
     a_desc, b_desc, c_desc,
-    M, N, K,
+    M, N, K, stride_cm,
     PRECISION: tl.constexpr,
     ACTIVATION: tl.constexpr,
     A_T: tl.constexpr,
     B_T: tl.constexpr,
     DTYPE: tl.constexpr,
+    C_PTR: tl.constexpr,
     NUM_SMS: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
@@ -196,7 +220,10 @@ def tma_persistent_matmul_kernel(
         )
         epilogue_tile += NUM_SMS
         pid_m, pid_n = tile_position(epilogue_tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
-        store_tile(c_desc, accumulator, pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N, ACTIVATION)
+        store_tile(
+            c_desc, accumulator, pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N, M, N, stride_cm,
+            ACTIVATION, C_PTR, BLOCK_SIZE_M, BLOCK_SIZE_N,
+        )
 
 
 @functools.cache
@@ -207,11 +234,42 @@ def num_sms(device: Any) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _descriptor(tensor: Any, transposed: bool) -> TensorDescriptor:
-    """A descriptor over ``tensor`` (its transpose when ``transposed``), its block shape a
-    placeholder until :func:`set_block_shapes` runs."""
+def _descriptor(tensor: Any, transposed: bool, block_shape: list[int] | None = None) -> TensorDescriptor:
+    """A descriptor over ``tensor`` (its transpose when ``transposed``); without ``block_shape``
+    its block shape is a placeholder until :func:`set_block_shapes` runs."""
     view = tensor.T if transposed else tensor
-    return TensorDescriptor(view, list(view.shape), list(view.stride()), [1, 1])
+    return TensorDescriptor(view, list(view.shape), list(view.stride()), block_shape or [1, 1])
+
+
+def c_needs_pointers(c: Any) -> bool:
+    """Whether C must be stored through pointers: its rows or start are not 16-byte aligned."""
+    return (c.stride(0) * c.element_size()) % 16 != 0 or c.data_ptr() % 16 != 0
+
+
+def _problem(
+    x: Any, y: Any, c: Any, precision: str, activation: str | None, variant: str | None, sms: int | None
+) -> tuple[Any, dict[str, Any], tuple[Any, ...], Any]:
+    """The kernel, its options, its tuning key and its grid (a function of the config)."""
+    variant = VARIANT if variant is None else variant
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown TMA kernel variant {variant!r}; known: {', '.join(VARIANTS)}")
+    M, K = x.shape
+    N = y.shape[1]
+    a_t, b_t, c_ptr = column_major(x), column_major(y), c_needs_pointers(c)
+    options = {
+        "PRECISION": precision, "ACTIVATION": activation or "", "A_T": a_t, "B_T": b_t, "DTYPE": str(x.dtype),
+        "C_PTR": c_ptr,
+    }
+    key = (M, N, K, precision, str(x.dtype), a_t, b_t, c_ptr)
+
+    def tiles(meta: dict[str, Any]) -> int:
+        return triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"])
+
+    if variant == "tiles":
+        return tma_matmul_kernel, options, key, lambda meta: (tiles(meta),)
+    programs = num_sms(x.device) if sms is None else sms
+    options["NUM_SMS"] = programs
+    return tma_persistent_matmul_kernel, options, key, lambda meta: (min(programs, tiles(meta)),)
 
 
 def launch(
@@ -220,29 +278,54 @@ def launch(
 ) -> triton.Config:
     """Compute ``c = activation(x @ y)`` with a TMA kernel; return the config that ran.
 
-    The operands must pass :func:`gemmzoo_triton.common.tma_eligible`'s layout rules (its device
-    rule aside: under the interpreter this runs on CPU tensors). ``variant`` defaults to
-    :data:`VARIANT`; ``sms``, the persistent kernel's program count, to ``x``'s device's SMs.
+    The operands must pass :func:`gemmzoo_triton.common.tma_eligible`'s rules for A and B (its
+    device rule aside: under the interpreter this runs on CPU tensors); C must be contiguous in
+    its columns, and is stored through pointers when its rows are not 16-byte aligned.
+    ``variant`` defaults to :data:`VARIANT`; ``sms``, the persistent kernel's program count, to
+    ``x``'s device's SMs.
     """
-    variant = VARIANT if variant is None else variant
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown TMA kernel variant {variant!r}; known: {', '.join(VARIANTS)}")
+    kernel, options, key, grid = _problem(x, y, c, precision, activation, variant, sms)
+    a_t, b_t = options["A_T"], options["B_T"]
+    c_arg = c if options["C_PTR"] else _descriptor(c, False)
+    M, K = x.shape
+    args = (_descriptor(x, a_t), _descriptor(y, b_t), c_arg, M, y.shape[1], K, c.stride(0))
+    return launch_tuned(kernel, grid, args, options, key)
+
+
+def picked(
+    x: Any, y: Any, c: Any, precision: str, activation: str | None = None,
+    variant: str | None = None, sms: int | None = None,
+) -> triton.Config | None:
+    """The config :func:`launch` has picked for a problem like this one, or None before its first call."""
+    kernel, _, key, _ = _problem(x, y, c, precision, activation, variant, sms)
+    return PICKED.get((kernel.base_fn.__name__, *key))
+
+
+def bind(
+    x: Any, y: Any, c: Any, precision: str, config: triton.Config, activation: str | None = None,
+    variant: str | None = None, sms: int | None = None,
+) -> Callable[[Any, Any, Any], None]:
+    """``launch(x, y, c, ...)`` with ``config``, bound for every problem like this one.
+
+    The returned ``run(x, y, c)`` makes the descriptors (their base addresses change from call
+    to call) and launches the compiled kernel; operands must have the layouts and C the row
+    alignment of the ones given here.
+    """
+    kernel, options, _, grid = _problem(x, y, c, precision, activation, variant, sms)
+    blocks = config.all_kwargs()
+    bm, bn, bk = (blocks[f"BLOCK_SIZE_{d}"] for d in "MNK")
+    a_t, b_t, c_ptr = options["A_T"], options["B_T"], options["C_PTR"]
+    launch_bound = BoundLaunch(kernel.fn, grid(blocks), {**options, **blocks})
     M, K = x.shape
     N = y.shape[1]
-    a_t, b_t = column_major(x), column_major(y)
-    args = (_descriptor(x, a_t), _descriptor(y, b_t), _descriptor(c, False), M, N, K)
-    options = {
-        "PRECISION": precision, "ACTIVATION": activation or "", "A_T": a_t, "B_T": b_t, "DTYPE": str(x.dtype),
-    }
-    key = (M, N, K, precision, str(x.dtype), a_t, b_t)
+    x_shape, y_shape = ([K, M] if a_t else [M, K]), ([N, K] if b_t else [K, N])
+    x_block, y_block = ([bk, bm] if a_t else [bm, bk]), ([bn, bk] if b_t else [bk, bn])
 
-    def tiles(meta: dict[str, Any]) -> int:
-        return triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"])
+    def run(x: Any, y: Any, c: Any) -> None:
+        xv, yv = (x.T if a_t else x), (y.T if b_t else y)
+        a_desc = TensorDescriptor(xv, x_shape, [xv.stride(0), 1], x_block)
+        b_desc = TensorDescriptor(yv, y_shape, [yv.stride(0), 1], y_block)
+        c_arg = c if c_ptr else TensorDescriptor(c, [M, N], [c.stride(0), 1], [bm, bn])
+        launch_bound(a_desc, b_desc, c_arg, M, N, K, c.stride(0))
 
-    if variant == "tiles":
-        return launch_tuned(tma_matmul_kernel, lambda meta: (tiles(meta),), args, options, key)
-    programs = num_sms(x.device) if sms is None else sms
-    options["NUM_SMS"] = programs
-    return launch_tuned(
-        tma_persistent_matmul_kernel, lambda meta: (min(programs, tiles(meta)),), args, options, key
-    )
+    return run

@@ -1,0 +1,107 @@
+"""triton-grouped's fast path: which kernel a problem takes, decided once, and its bound launch.
+
+Three routes:
+
+- ``pointer``: the tutorial's kernel (grouped_kernel), for everything the others do not take;
+- ``tma``: a TMA kernel (grouped_tma_kernel) on the operands as they are, where their rows are
+  16-byte aligned (see :func:`~gemmzoo_triton.common.tma_eligible`);
+- ``aligned``: the same TMA kernel on copies of the operands whose rows are not aligned
+  (:func:`~gemmzoo_triton.aligned.aligned_copy`), C stored through pointers when its own rows
+  are not aligned. cuBLAS is several times slower on such shapes (4097^3 fp16 on the H100: 131
+  TFLOPS against 734 at 4096^3), and so is the pointer kernel, whose loads cannot be vectorised.
+
+A plan's first call picks the config (autotuning when no earlier problem of this key did) and
+binds the launch; later calls allocate C, make any copies and descriptors their addresses need,
+and launch the compiled kernel.
+"""
+
+# ruff: noqa: N806 - M, N, K as the tutorial writes them
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gemmzoo import TF32Array
+from gemmzoo_triton import common
+from gemmzoo_triton.aligned import aligned_copy
+
+#: The aligned route copies A and/or B: (M·K + K·N) elements read and written once more, against
+#: 2·M·N·K flops. At the H100's ~3 TB/s copy and ~700 TFLOPS fp16 that is a fraction
+#: ~400 (1/M + 1/N) of the product's time for 2-byte types, so the copies pay where both M and N
+#: are large; the product must also be large enough that the copies' launches (host time) hide.
+ALIGNED_MIN_SIDE = 256
+ALIGNED_MIN_WORK = 1024**3
+
+
+def route(x: Any, y: Any, precision: str) -> str:
+    """``"pointer"``, ``"tma"`` or ``"aligned"``: the route for ``x @ y`` (layouts and sizes only)."""
+    import torch
+
+    M, K = x.shape
+    N = y.shape[1]
+    if not common.tma_device(x.device) or x.dtype not in (torch.float16, torch.bfloat16):
+        return "pointer"
+    if common.tma_layout(x) and common.tma_layout(y) and (N * x.element_size()) % 16 == 0:
+        return "tma" if M * N * K > common.TMA_MIN_WORK else "pointer"
+    if min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > ALIGNED_MIN_WORK:
+        return "aligned"
+    return "pointer"
+
+
+class GroupedPlan:
+    """``run(a, b)`` for one triton-grouped problem (M, N, K > 0): see the module's docstring."""
+
+    def __init__(self, x: Any, y: Any, precision: str, activation: str | None, wrap: bool) -> None:
+        self.route = route(x, y, precision)
+        self._precision = precision
+        self._activation = activation
+        self._wrap = wrap
+        self._shape = (x.shape[0], y.shape[1])
+        self._dtype = x.dtype
+        self._device = x.device
+        self._bound: Callable[[Any, Any, Any], None] | None = None
+        tma = self.route != "pointer"
+        self._copy_x = tma and not common.tma_layout(x)
+        self._copy_y = tma and not common.tma_layout(y)
+        self._tma = tma
+
+    def __call__(self, a: Any, b: Any) -> Any:
+        import torch
+
+        x, y = (a.data, b.data) if self._wrap else (a, b)
+        c = torch.empty(self._shape, dtype=self._dtype, device=self._device)
+        if self._tma:
+            # An operand whose rows (decided per problem) or start (per call: views can start
+            # anywhere) are not 16-byte aligned goes through an aligned copy: descriptors need both.
+            if self._copy_x or x.data_ptr() % 16:
+                x = aligned_copy(x)
+            if self._copy_y or y.data_ptr() % 16:
+                y = aligned_copy(y)
+        if self._bound is not None:
+            self._bound(x, y, c)
+        else:
+            self._first_call(x, y, c)
+        return TF32Array(c) if self._wrap else c
+
+    def _first_call(self, x: Any, y: Any, c: Any) -> None:
+        """Launch through the autotuner unless a config is known, then bind the launch."""
+        if self.route == "pointer":
+            from gemmzoo_triton import grouped_kernel as kernel
+
+            config = kernel.PICKED.get(kernel.pointer_key(x, y, self._precision))
+            if config is None:
+                config = kernel.launch(x, y, c, self._precision, self._activation)
+                self._bound = kernel.bind(x, y, self._precision, config, self._activation)
+                return
+            self._bound = kernel.bind(x, y, self._precision, config, self._activation)
+        else:
+            from gemmzoo_triton import grouped_tma_kernel as kernel
+
+            config = kernel.picked(x, y, c, self._precision, self._activation)
+            if config is None:
+                config = kernel.launch(x, y, c, self._precision, self._activation)
+                self._bound = kernel.bind(x, y, c, self._precision, config, self._activation)
+                return
+            self._bound = kernel.bind(x, y, c, self._precision, config, self._activation)
+        self._bound(x, y, c)

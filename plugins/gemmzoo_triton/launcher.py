@@ -1,0 +1,56 @@
+"""A kernel launch bound once per problem: the fast path's last step.
+
+``triton.jit``'s own launch path (``kernel[grid](...)``) binds the arguments to the signature,
+works out their specialization and looks the compiled kernel up in its cache on every call. For a
+problem whose shapes, strides, dtype and constexprs are fixed, all of that has one answer, except
+for what depends on the operands' addresses: Triton specializes a pointer on whether it is 16-byte
+aligned. :class:`BoundLaunch` therefore launches through ``triton.jit`` once per alignment
+pattern, keeps the compiled kernel it returns, and later launches that compiled kernel directly.
+
+Under Triton's interpreter there is no compiled kernel: every call takes ``triton.jit``'s path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gemmzoo_triton.common import interpreter_mode
+
+
+class BoundLaunch:
+    """``kernel[grid](*args, **constexprs)`` for one problem, with the binding done once.
+
+    ``kernel`` is a ``triton.jit`` function (not an autotuner: the config is already chosen and
+    is part of ``constexprs``, with its launch options such as ``num_warps``); ``grid`` a tuple
+    of one to three program counts. The kernel's parameters must be its run-time arguments first,
+    in the order callers pass them, then its constexprs, every one of which ``constexprs`` names.
+    """
+
+    __slots__ = ("_compiled", "_constexprs", "_grid", "_interpreted", "_kernel", "_tail")
+
+    def __init__(self, kernel: Any, grid: Sequence[int], constexprs: dict[str, Any]) -> None:
+        self._kernel = kernel
+        self._grid = (*grid, *(1,) * (3 - len(grid)))
+        self._constexprs = constexprs
+        # The compiled kernel takes every parameter in order, constexprs included; launch
+        # options such as num_warps are in ``constexprs`` too but are no parameters.
+        self._interpreted = interpreter_mode()
+        params = () if self._interpreted else kernel.params
+        self._tail = tuple(constexprs[param.name] for param in params if param.is_constexpr)
+        self._compiled: dict[tuple[bool, ...], Any] = {}
+
+    def __call__(self, *args: Any) -> None:
+        """Launch on ``args``: the run-time arguments (tensors, descriptors, integers)."""
+        if self._interpreted:
+            self._kernel[self._grid](*args, **self._constexprs)
+            return
+        aligned = tuple(arg.data_ptr() % 16 == 0 for arg in args if hasattr(arg, "data_ptr"))
+        runner = self._compiled.get(aligned)
+        if runner is not None:
+            runner(*args, *self._tail)
+            return
+        compiled = self._kernel[self._grid](*args, **self._constexprs)
+        compiled = compiled.result() if hasattr(compiled, "result") else compiled
+        if compiled is not None and hasattr(compiled, "__getitem__"):
+            self._compiled[aligned] = compiled[self._grid]
