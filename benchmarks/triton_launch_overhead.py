@@ -7,6 +7,7 @@ is bound; then, in interleaved rounds, the host time of one call is taken for:
 - ``jit launch``: the same kernel and config launched through ``triton.jit``
   (``kernel.fn[grid](..., **config)``) into a C allocated beforehand: what a Triton user writes;
 - ``compiled launch``: the compiled kernel's own launcher (``compiled[grid](...)``), the floor;
+- ``empty + compiled launch``: that, with C allocated in the call, as the plan must;
 - ``matmul`` (the backend's slow path) and ``torch.matmul``, for reference.
 
 Each sample is one call on an idle launch queue (synchronised before, not after), so it is the
@@ -76,6 +77,8 @@ def measure(backend: Any, size: int, dtype_name: str, samples: int) -> dict[str,
             "plan": lambda: run(a, b),
             "jit launch": lambda: kernel[(tiles,)](*launch_args, **options, **blocks),
             "compiled launch": lambda: runner(*launch_args, *tail),
+            "empty + compiled launch": lambda: runner(
+                a, b, torch.empty(size, size, device="cuda", dtype=dtype), *launch_args[3:], *tail),
             "matmul": lambda: backend.matmul(a, b),
             "torch.matmul": lambda: torch.matmul(a, b),
         },
@@ -87,10 +90,12 @@ def measure(backend: Any, size: int, dtype_name: str, samples: int) -> dict[str,
         "median_us": {name: value * 1e6 for name, value in medians.items()},
         "plan_over_jit_launch": medians["plan"] / medians["jit launch"],
         "plan_over_compiled_launch": medians["plan"] / medians["compiled launch"],
+        "plan_over_empty_and_compiled_launch": medians["plan"] / medians["empty + compiled launch"],
     }
     text = ", ".join(f"{name} {us:.1f}" for name, us in row["median_us"].items())
     print(f"{size}^3 {dtype_name}: {text} (µs); plan / jit launch {row['plan_over_jit_launch']:.2f}, "
-          f"plan / compiled launch {row['plan_over_compiled_launch']:.2f}; correct {ok}", flush=True)
+          f"plan / compiled launch {row['plan_over_compiled_launch']:.2f}, plan / (empty + compiled launch) "
+          f"{row['plan_over_empty_and_compiled_launch']:.2f}; correct {ok}", flush=True)
     return row
 
 

@@ -306,13 +306,15 @@ def test_routes_by_layout_dtype_and_size(monkeypatch):
     assert route(16, 16, 16) == "tma"
     assert route(16, 16, 16, torch.bfloat16, "TT") == "tma"
     assert route(8, 8, 8) == "pointer"  # not over TMA_MIN_WORK
-    assert route(16, 16, 16, torch.float32) == "pointer"
     assert route(17, 17, 17) == "aligned"  # rows of 34 bytes
     assert route(16, 16, 17) == "aligned"  # A's rows only
     assert route(16, 17, 16) == "aligned"  # B's and C's rows
     assert route(16, 17, 16, layout="NT") == "aligned"  # B^T's rows aligned, C's are not
     assert route(7, 17, 17) == "pointer"  # M under ALIGNED_MIN_SIDE
     assert route(9, 9, 9) == "pointer"  # under ALIGNED_MIN_WORK
+    x, y = operand(16, 16, False, torch.float32), operand(16, 16, False, torch.float32)
+    assert grouped_plan.route(x, y, "tf32") == "tf32"
+    assert grouped_plan.route(x, y, "ieee") == "pointer"
     monkeypatch.setattr(common, "tma_device", lambda device: False)
     assert route(17, 17, 17) == "pointer"
 
@@ -329,15 +331,20 @@ def test_aligned_copy_keeps_values_and_aligns_rows(layout):
     assert common.column_major(copy) == (layout == "column")
 
 
+@pytest.mark.parametrize("copier", ["triton", "torch"])
+@pytest.mark.parametrize("c_output", ["view", "pointers"])
 @pytest.mark.parametrize("layout", ["NN", "TN", "NT", "SS"])
-@pytest.mark.parametrize("n", [40, 43])  # C's rows aligned (80 bytes) or not (86): pointer stores
-def test_aligned_route_matches_float64_reference(monkeypatch, layout, n):
+@pytest.mark.parametrize("n", [40, 43])  # C's rows aligned (80 bytes) or not (86)
+def test_aligned_route_matches_float64_reference(monkeypatch, layout, n, c_output, copier):
     """Odd K (A's rows never aligned), every layout and strided views, through the backend's
-    plan: three calls, every element within the bound and the calls bitwise identical."""
+    plan: three calls, every element within the bound and the calls bitwise identical. C with
+    unaligned rows comes as a view of a padded buffer, or contiguous through pointer stores."""
     backend = tma_backend()
-    from gemmzoo_triton import grouped_plan
+    from gemmzoo_triton import aligned, grouped_plan
 
     monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "aligned")
+    monkeypatch.setattr(grouped_plan, "C_OUTPUT", c_output)
+    monkeypatch.setattr(aligned, "COPIER", copier)
     monkeypatch.setattr(common, "tma_device", lambda device: True)
     m, k = 37, 53
     for seed, (name, dtype) in enumerate(kernel_dtypes(backend)[:-1]):  # the 16-bit types
@@ -347,7 +354,9 @@ def test_aligned_route_matches_float64_reference(monkeypatch, layout, n):
         assert run.route == "aligned"
         first = run(x, y)
         check_product(first, x, y, name, None)
-        assert first.is_contiguous() and first.shape == (m, n)
+        assert first.shape == (m, n) and first.stride(1) == 1
+        assert first.is_contiguous() == (n == 40 or c_output == "pointers")
+        assert (first.stride(0) * first.element_size()) % 16 == 0 or c_output == "pointers"
         assert torch.equal(run(x, y), first) and torch.equal(backend.matmul(x, y), first)
 
 
@@ -370,3 +379,25 @@ def test_tma_kernel_stores_through_pointers_when_c_rows_are_unaligned():
     grouped_tma_kernel.launch(x, y, c, "tf32")
     check_product(c, x, y, "float16", None)
     assert torch.isnan(wide[:, 0]).all() and torch.isnan(wide[:, 65:]).all()  # nothing outside C
+
+
+@pytest.mark.parametrize("layout", ["NN", "TT", "SN"])
+def test_tf32_route_reads_a_row_major_and_b_column_major(monkeypatch, layout):
+    """The tf32 route copies A into row-major and B into column-major where they are not (under
+    the interpreter its dot is IEEE, within tf32's bound)."""
+    backend = tma_backend()
+    from gemmzoo_triton import grouped_kernel, grouped_plan
+
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "tf32")
+    m, n, k = 24, 36, 20
+    x = strided_operand(m, k, layout[0], torch.float32, backend.device, 1)
+    y = strided_operand(k, n, layout[1], torch.float32, backend.device, 2)
+    from gemmzoo import TF32Array
+
+    x_, y_ = (TF32Array(t) if "tf32" in backend.dtypes else t for t in (x, y))  # the GPU's tf32 mode
+    run = backend.prepare(x_, y_)
+    c = run(x_, y_)
+    check_product(getattr(c, "data", c), x, y, "tf32", None)
+    picked = grouped_kernel.PICKED
+    transposed = [key[6:8] for key in picked if key[0] == "tma_matmul_kernel" and key[1:4] == (m, n, k)]
+    assert transposed == [(False, True)], transposed

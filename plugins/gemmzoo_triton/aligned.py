@@ -18,21 +18,45 @@ def padded(length: int, element_size: int) -> int:
     return -(-length // per_unit) * per_unit
 
 
-def aligned_copy(tensor: Any) -> Any:
+#: How the copies are made: ``"triton"`` (copy_kernel) or ``"torch"`` (``Tensor.copy_``). A
+#: module setting, so that benchmarks can compare the two.
+COPIER = "triton"
+
+
+def aligned_copy(tensor: Any, column_major: bool | None = None) -> Any:
     """A copy of a 2-D ``tensor`` with 16-byte aligned rows (of the transpose, if column-major).
 
-    A column-major tensor (``stride(0) == 1``, as a transposed view has) stays column-major, so
-    that the copy does not transpose; any other layout becomes row-major.
+    ``column_major`` chooses the copy's layout; by default a column-major tensor
+    (``stride(0) == 1``, as a transposed view has) stays column-major, so that the copy does not
+    transpose, and any other layout becomes row-major.
     """
     import torch
 
     rows, cols = tensor.shape
     size = tensor.element_size()
-    if tensor.stride(0) == 1 and tensor.stride(1) != 1:
+    if column_major is None:
+        column_major = tensor.stride(0) == 1 and tensor.stride(1) != 1
+    if column_major:
         buffer = torch.empty((cols, padded(rows, size)), dtype=tensor.dtype, device=tensor.device)
-        view = buffer[:, :rows].T
+        view, target, source = buffer[:, :rows].T, buffer[:, :rows], tensor.T
     else:
         buffer = torch.empty((rows, padded(cols, size)), dtype=tensor.dtype, device=tensor.device)
-        view = buffer[:, :cols]
-    view.copy_(tensor)
+        view = target = buffer[:, :cols]
+        source = tensor
+    # copy_kernel walks the source along its rows; a transposing copy is torch's.
+    if COPIER == "triton" and source.numel() > 0 and source.stride(1) <= source.stride(0):
+        from gemmzoo_triton import copy_kernel
+
+        copy_kernel.copy(source, target)
+    else:
+        target.copy_(source)
     return view
+
+
+def aligned_empty(rows: int, cols: int, like: Any) -> Any:
+    """An uninitialised rows x cols tensor of ``like``'s dtype and device, a view of a buffer
+    whose rows are padded to 16 bytes: C for the aligned route, which TMA can store whole."""
+    import torch
+
+    buffer = torch.empty((rows, padded(cols, like.element_size())), dtype=like.dtype, device=like.device)
+    return buffer[:, :cols]

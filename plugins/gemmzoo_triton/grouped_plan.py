@@ -6,9 +6,12 @@ Three routes:
 - ``tma``: a TMA kernel (grouped_tma_kernel) on the operands as they are, where their rows are
   16-byte aligned (see :func:`~gemmzoo_triton.common.tma_eligible`);
 - ``aligned``: the same TMA kernel on copies of the operands whose rows are not aligned
-  (:func:`~gemmzoo_triton.aligned.aligned_copy`), C stored through pointers when its own rows
-  are not aligned. cuBLAS is several times slower on such shapes (4097^3 fp16 on the H100: 131
-  TFLOPS against 734 at 4096^3), and so is the pointer kernel, whose loads cannot be vectorised.
+  (:func:`~gemmzoo_triton.aligned.aligned_copy`); C with unaligned rows as :data:`C_OUTPUT`
+  says. cuBLAS is several times slower on such shapes (4097^3 fp16 on the H100: 131 TFLOPS
+  against 734 at 4096^3), and so is the pointer kernel, whose loads cannot be vectorised;
+- ``tf32``: large float32 problems in tf32, on the TMA kernel with A row-major and B
+  column-major (copied into that layout when they are not): Hopper's tf32 tensor-core
+  instruction reads both operands K-major, and the pointer kernel ran at 0.4x cuBLAS there.
 
 A plan's first call picks the config (autotuning when no earlier problem of this key did) and
 binds the launch; later calls allocate C, make any copies and descriptors their addresses need,
@@ -24,7 +27,7 @@ from typing import Any
 
 from gemmzoo import TF32Array
 from gemmzoo_triton import common
-from gemmzoo_triton.aligned import aligned_copy
+from gemmzoo_triton.aligned import aligned_copy, aligned_empty, padded
 
 #: The aligned route copies A and/or B: (M·K + K·N) elements read and written once more, against
 #: 2·M·N·K flops. At the H100's ~3 TB/s copy and ~700 TFLOPS fp16 that is a fraction
@@ -33,20 +36,45 @@ from gemmzoo_triton.aligned import aligned_copy
 ALIGNED_MIN_SIDE = 256
 ALIGNED_MIN_WORK = 1024**3
 
+#: How the TMA routes return a C whose rows are not 16-byte aligned (N·element size not a
+#: multiple of 16): ``"view"``, a view of a buffer with padded rows that the kernel stores whole
+#: through a descriptor, or ``"pointers"``, a contiguous C that the kernel stores through masked
+#: pointers. A module setting, so that benchmarks can compare the two.
+C_OUTPUT = "view"
+
 
 def route(x: Any, y: Any, precision: str) -> str:
-    """``"pointer"``, ``"tma"`` or ``"aligned"``: the route for ``x @ y`` (layouts and sizes only)."""
+    """``"pointer"``, ``"tma"``, ``"aligned"`` or ``"tf32"``: the route for ``x @ y`` (layouts and
+    sizes only)."""
     import torch
 
     M, K = x.shape
     N = y.shape[1]
-    if not common.tma_device(x.device) or x.dtype not in (torch.float16, torch.bfloat16):
+    if not common.tma_device(x.device) or max(M * padded_k(x), K * padded_k(y)) > common.MAX_OFFSET:
+        return "pointer"
+    if x.dtype == torch.float32:
+        large = min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > common.TMA_MIN_WORK
+        return "tf32" if precision == "tf32" and large else "pointer"
+    if x.dtype not in (torch.float16, torch.bfloat16):
         return "pointer"
     if common.tma_layout(x) and common.tma_layout(y) and (N * x.element_size()) % 16 == 0:
         return "tma" if M * N * K > common.TMA_MIN_WORK else "pointer"
     if min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > ALIGNED_MIN_WORK:
         return "aligned"
     return "pointer"
+
+
+def padded_k(tensor: Any) -> int:
+    """The longest row of ``tensor``'s aligned copy, row- or column-major (for the offset limit)."""
+    return padded(max(tensor.shape), tensor.element_size())
+
+
+def _needs_copy(tensor: Any, column_major: bool | None) -> bool:
+    """Whether ``tensor`` must be copied for a TMA route that wants it ``column_major`` (or
+    either way, when None): rows not 16-byte aligned, or the other layout."""
+    if not common.tma_layout(tensor):
+        return True
+    return column_major is not None and common.column_major(tensor) != column_major
 
 
 class GroupedPlan:
@@ -62,22 +90,29 @@ class GroupedPlan:
         self._device = x.device
         self._bound: Callable[[Any, Any, Any], None] | None = None
         tma = self.route != "pointer"
-        self._copy_x = tma and not common.tma_layout(x)
-        self._copy_y = tma and not common.tma_layout(y)
+        # Hopper's tf32 tensor-core instruction reads both operands K-major from shared memory:
+        # A row-major, B column-major. 16-bit types take either layout.
+        self._x_layout, self._y_layout = (False, True) if self.route == "tf32" else (None, None)
+        self._copy_x = tma and _needs_copy(x, self._x_layout)
+        self._copy_y = tma and _needs_copy(y, self._y_layout)
         self._tma = tma
+        self._c_view = tma and C_OUTPUT == "view" and (y.shape[1] * x.element_size()) % 16 != 0
 
     def __call__(self, a: Any, b: Any) -> Any:
         import torch
 
         x, y = (a.data, b.data) if self._wrap else (a, b)
-        c = torch.empty(self._shape, dtype=self._dtype, device=self._device)
+        if self._c_view:
+            c = aligned_empty(*self._shape, x)
+        else:
+            c = torch.empty(self._shape, dtype=self._dtype, device=self._device)
         if self._tma:
             # An operand whose rows (decided per problem) or start (per call: views can start
             # anywhere) are not 16-byte aligned goes through an aligned copy: descriptors need both.
             if self._copy_x or x.data_ptr() % 16:
-                x = aligned_copy(x)
+                x = aligned_copy(x, self._x_layout)
             if self._copy_y or y.data_ptr() % 16:
-                y = aligned_copy(y)
+                y = aligned_copy(y, self._y_layout)
         if self._bound is not None:
             self._bound(x, y, c)
         else:

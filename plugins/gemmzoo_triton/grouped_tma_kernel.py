@@ -65,8 +65,9 @@ def _tma_config(bm: int, bn: int, bk: int, stages: int, warps: int, group: int =
     return _config(bm, bn, bk, stages, warps, group, pre_hook=set_block_shapes)
 
 
-#: For Hopper and 16-bit types; prune_configs drops the ones whose pipelines overflow shared
-#: memory for wider types. 64x64x64 fits every case, and is the pick for small problems.
+#: For Hopper: 16-bit types, and float32 in tf32 (the last two); prune_configs drops the ones
+#: whose pipelines overflow shared memory for wider types. 64x64x64 fits every case, and is the
+#: pick for small problems.
 HOPPER_CONFIGS = [
     _tma_config(128, 256, 64, 3, 8),
     _tma_config(128, 256, 64, 4, 8),
@@ -79,6 +80,9 @@ HOPPER_CONFIGS = [
     _tma_config(128, 64, 64, 4, 4),
     _tma_config(64, 128, 64, 4, 4),
     _tma_config(64, 64, 64, 4, 4),
+    # float32 (tf32): K tiles of 32 keep three or four stages within shared memory
+    _tma_config(128, 128, 32, 3, 4),
+    _tma_config(128, 128, 32, 4, 8),
 ]
 
 #: Under the interpreter: one config, so nothing is timed; small tiles and groups of two rows of
@@ -315,7 +319,7 @@ def bind(
     blocks = config.all_kwargs()
     bm, bn, bk = (blocks[f"BLOCK_SIZE_{d}"] for d in "MNK")
     a_t, b_t, c_ptr = options["A_T"], options["B_T"], options["C_PTR"]
-    launch_bound = BoundLaunch(kernel.fn, grid(blocks), {**options, **blocks})
+    launch_bound = BoundLaunch(kernel.fn, grid(blocks), {**options, **blocks}, pointers=(2,) if c_ptr else ())
     M, K = x.shape
     N = y.shape[1]
     x_shape, y_shape = ([K, M] if a_t else [M, K]), ([N, K] if b_t else [K, N])

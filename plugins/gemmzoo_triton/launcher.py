@@ -25,12 +25,17 @@ class BoundLaunch:
     is part of ``constexprs``, with its launch options such as ``num_warps``); ``grid`` a tuple
     of one to three program counts. The kernel's parameters must be its run-time arguments first,
     in the order callers pass them, then its constexprs, every one of which ``constexprs`` names.
+    ``pointers`` are the positions of the run-time arguments that are tensors.
     """
 
-    __slots__ = ("_compiled", "_constexprs", "_grid", "_interpreted", "_kernel", "_tail")
+    __slots__ = ("_compiled", "_constexprs", "_grid", "_interpreted", "_kernel", "_pointers", "_tail")
 
-    def __init__(self, kernel: Any, grid: Sequence[int], constexprs: dict[str, Any]) -> None:
+    def __init__(
+        self, kernel: Any, grid: Sequence[int], constexprs: dict[str, Any],
+        pointers: Sequence[int] = (0, 1, 2),
+    ) -> None:
         self._kernel = kernel
+        self._pointers = tuple(pointers)
         self._grid = (*grid, *(1,) * (3 - len(grid)))
         self._constexprs = constexprs
         # The compiled kernel takes every parameter in order, constexprs included; launch
@@ -45,7 +50,7 @@ class BoundLaunch:
         if self._interpreted:
             self._kernel[self._grid](*args, **self._constexprs)
             return
-        aligned = tuple(arg.data_ptr() % 16 == 0 for arg in args if hasattr(arg, "data_ptr"))
+        aligned = tuple(args[i].data_ptr() % 16 == 0 for i in self._pointers)
         runner = self._compiled.get(aligned)
         if runner is not None:
             runner(*args, *self._tail)
