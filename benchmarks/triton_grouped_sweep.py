@@ -36,15 +36,16 @@ MISALIGNED = [
     ((2049, 2049, 2049), ("float16",)),
     ((1021, 2039, 4093), ("float16",)),
     ((2048, 11008, 4100), ("bfloat16",)),
-    ((1025, 1025, 1025), ("float16",)),
     ((512, 4097, 4096), ("float16",)),
     ((1031, 1029, 4097), ("float16",)),
+    ((1025, 1025, 1025), ("float16",)),
+    ((8191, 8191, 8191), ("bfloat16",)),
 ]
 
 ALIGNED = [
-    (1024, 1024, 1024), (1536, 1536, 1536), (2176, 2176, 2176), (3072, 3072, 3072),
-    (4096, 4096, 4096), (512, 4096, 4096), (512, 1024, 4096), (1024, 14336, 4096),
-    (2048, 4096, 11008), (4096, 12288, 4096),
+    (1024, 1024, 1024), (1536, 1536, 1536), (2048, 2048, 2048), (2176, 2176, 2176),
+    (3072, 3072, 3072), (4096, 4096, 4096), (512, 4096, 4096), (1024, 14336, 4096),
+    (2048, 4096, 11008),
 ]
 
 
@@ -98,18 +99,23 @@ def operands(shape: tuple[int, int, int], dtype: Any) -> tuple[Any, Any]:
 
 
 def measure_plan(sweep: Sweep, backend: Any, part: str, shape: tuple[int, int, int], dtype_name: str,
-                 route: str | None = None, cublas: float | None = None) -> float | None:
-    """cuBLAS (unless given) and triton-grouped's plan (its route forced when ``route``)."""
+                 route: str | None = None, cublas: float | None = None,
+                 settings: dict[str, str] | None = None) -> float | None:
+    """cuBLAS (unless given) and triton-grouped's plan (its route forced when ``route``; with
+    ``settings``, grouped_plan.C_OUTPUT and aligned.COPIER, for this plan)."""
     import torch
 
-    from gemmzoo_triton import grouped_plan
+    from gemmzoo_triton import aligned, grouped_plan
 
     a, b = operands(shape, getattr(torch, dtype_name))
     if cublas is None:
         cublas = tflops(shape, device_ms(lambda: torch.matmul(a, b)))
-    original = grouped_plan.route
+    original = grouped_plan.route, grouped_plan.C_OUTPUT, aligned.COPIER
     if route is not None:
         grouped_plan.route = lambda x, y, precision: route
+    if settings:
+        grouped_plan.C_OUTPUT = settings.get("C_OUTPUT", grouped_plan.C_OUTPUT)
+        aligned.COPIER = settings.get("COPIER", aligned.COPIER)
     try:
         start = time.monotonic()
         run = backend.prepare(a, b)
@@ -119,12 +125,13 @@ def measure_plan(sweep: Sweep, backend: Any, part: str, shape: tuple[int, int, i
         ours = tflops(shape, device_ms(lambda: run(a, b)))
         row = {
             "part": part, "shape": "x".join(map(str, shape)), "dtype": dtype_name,
-            "variant": f"plan:{run.route}" if hasattr(run, "route") else "plan",
+            "variant": (f"plan:{run.route}" if hasattr(run, "route") else "plan")
+            + (f" {settings}" if settings else ""),
             "tflops": ours, "cublas_tflops": cublas, "ratio": ours / cublas,
             "rel_error": error(c, a, b), "first_call_s": first_s, "config": picked_config(a, b, run),
         }
     finally:
-        grouped_plan.route = original
+        grouped_plan.route, grouped_plan.C_OUTPUT, aligned.COPIER = original
     sweep.record(row)
     return cublas
 
@@ -213,6 +220,16 @@ def guarded(sweep: Sweep, label: str, call: Callable[[], Any]) -> Any:
         return None
 
 
+def settings(sweep: Sweep, backend: Any) -> None:
+    """4097^3 float16 with each way of copying the operands and of returning C."""
+    cublas = None
+    for c_output in ("view", "pointers"):
+        for copier in ("triton", "torch"):
+            chosen = {"C_OUTPUT": c_output, "COPIER": copier}
+            cublas = guarded(sweep, f"settings {chosen}", lambda c=cublas, chosen=chosen: measure_plan(
+                sweep, backend, "settings", (4097, 4097, 4097), "float16", cublas=c, settings=chosen)) or cublas
+
+
 def misaligned(sweep: Sweep, backend: Any, pointer_too: bool) -> None:
     for shape, dtypes in MISALIGNED:
         for dtype_name in dtypes:
@@ -235,7 +252,7 @@ def aligned(sweep: Sweep, backend: Any, variants: list[str]) -> None:
                 sweep, "aligned", s, "float16", v, c))
 
 
-def precision(sweep: Sweep, backend: Any) -> None:
+def precision(sweep: Sweep, backend: Any, experiments: bool) -> None:
     import torch
 
     from gemmzoo import TF32Array
@@ -269,10 +286,14 @@ def precision(sweep: Sweep, backend: Any) -> None:
                           "config": picked_config(a, b, run)})
 
         guarded(sweep, f"plan {mode}", plan)
-        if mode == "float32":
+        if mode == "tf32":
+            b_columns = b.T.contiguous().T
+            guarded(sweep, "plan tf32 B column-major", lambda r=reference, bc=b_columns: plan(
+                TF32Array(a), TF32Array(bc), "tf32 (B column-major)", r))
+        if mode == "float32" and experiments:
             guarded(sweep, "pointer ieee wide", lambda r=reference: measure_pointer_ieee(
                 sweep, shape, r, 128 * 256))
-        if mode == "tf32":
+        if mode == "tf32" and experiments:
             fp32_configs = [
                 _config(bm, bn, bk, s, w, pre_hook=set_block_shapes)
                 for bm, bn, bk, s, w in ((128, 128, 32, 4, 8), (128, 256, 32, 3, 8), (256, 128, 32, 3, 8),
@@ -289,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", nargs="+", default=["misaligned", "aligned", "precision"])
     parser.add_argument("--budget", type=float, default=240.0)
     parser.add_argument("--pointer-too", action="store_true", help="misaligned: also the pointer route")
+    parser.add_argument("--experiments", action="store_true", help="precision: also the kernel experiments")
     parser.add_argument("--variants", nargs="*", default=["tiles", "persistent"], help="aligned: TMA kernels")
     args = parser.parse_args(argv)
     args.outdir.mkdir(parents=True, exist_ok=True)
@@ -302,9 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     sweep.record({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                   "triton": __import__("triton").__version__, "cuda": torch.version.cuda})
     for part in args.parts:
-        {"misaligned": lambda: misaligned(sweep, backend, args.pointer_too),
+        {"settings": lambda: settings(sweep, backend),
+         "misaligned": lambda: misaligned(sweep, backend, args.pointer_too),
          "aligned": lambda: aligned(sweep, backend, args.variants),
-         "precision": lambda: precision(sweep, backend)}[part]()
+         "precision": lambda: precision(sweep, backend, args.experiments)}[part]()
     print("\nshape dtype variant TFLOPS cuBLAS ratio error")
     for row in sweep.rows:
         if "ratio" in row:

@@ -53,6 +53,46 @@ def aligned_copy(tensor: Any, column_major: bool | None = None) -> Any:
     return view
 
 
+class AlignedCopy:
+    """:func:`aligned_copy` bound for every tensor like ``like`` (shape, strides, dtype, device):
+    the buffer's shape and the copy's launch are decided once."""
+
+    def __init__(self, like: Any, column_major: bool | None = None) -> None:
+        rows, cols = like.shape
+        size = like.element_size()
+        if column_major is None:
+            column_major = like.stride(0) == 1 and like.stride(1) != 1
+        self._column_major = column_major
+        self._rows, self._cols = (cols, rows) if column_major else (rows, cols)  # of what is copied
+        self._buffer_shape = (self._rows, padded(self._cols, size))
+        self._dtype, self._device = like.dtype, like.device
+        strides = like.stride()[::-1] if column_major else like.stride()
+        self._launch = None
+        if COPIER == "triton" and like.numel() > 0 and strides[1] <= strides[0]:
+            import triton
+
+            from gemmzoo_triton import copy_kernel
+            from gemmzoo_triton.launcher import BoundLaunch
+
+            blocks = copy_kernel.BLOCK_R, copy_kernel.BLOCK_C
+            grid = (triton.cdiv(self._rows, blocks[0]), triton.cdiv(self._cols, blocks[1]))
+            constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C}
+            self._launch = BoundLaunch(copy_kernel.copy_kernel, grid, constexprs, pointers=(0, 1))
+            self._sizes = (self._rows, self._cols, strides[0], strides[1], self._buffer_shape[1])
+
+    def __call__(self, tensor: Any) -> Any:
+        import torch
+
+        buffer = torch.empty(self._buffer_shape, dtype=self._dtype, device=self._device)
+        target = buffer[:, : self._cols]
+        source = tensor.T if self._column_major else tensor
+        if self._launch is not None:
+            self._launch(source, target, *self._sizes)
+        else:
+            target.copy_(source)
+        return target.T if self._column_major else target
+
+
 def aligned_empty(rows: int, cols: int, like: Any) -> Any:
     """An uninitialised rows x cols tensor of ``like``'s dtype and device, a view of a buffer
     whose rows are padded to 16 bytes: C for the aligned route, which TMA can store whole."""

@@ -27,14 +27,16 @@ from typing import Any
 
 from gemmzoo import TF32Array
 from gemmzoo_triton import common
-from gemmzoo_triton.aligned import aligned_copy, aligned_empty, padded
+from gemmzoo_triton.aligned import AlignedCopy, aligned_copy, aligned_empty, padded
 
 #: The aligned route copies A and/or B: (M·K + K·N) elements read and written once more, against
 #: 2·M·N·K flops. At the H100's ~3 TB/s copy and ~700 TFLOPS fp16 that is a fraction
 #: ~400 (1/M + 1/N) of the product's time for 2-byte types, so the copies pay where both M and N
 #: are large; the product must also be large enough that the copies' launches (host time) hide.
+#: On the H100 the route beat the pointer kernel 2-3x from ~4e9 multiply-adds up and lost to it
+#: at 1025^3 (~1e9).
 ALIGNED_MIN_SIDE = 256
-ALIGNED_MIN_WORK = 1024**3
+ALIGNED_MIN_WORK = 2 * 1024**3
 
 #: How the TMA routes return a C whose rows are not 16-byte aligned (N·element size not a
 #: multiple of 16): ``"view"``, a view of a buffer with padded rows that the kernel stores whole
@@ -93,8 +95,8 @@ class GroupedPlan:
         # Hopper's tf32 tensor-core instruction reads both operands K-major from shared memory:
         # A row-major, B column-major. 16-bit types take either layout.
         self._x_layout, self._y_layout = (False, True) if self.route == "tf32" else (None, None)
-        self._copy_x = tma and _needs_copy(x, self._x_layout)
-        self._copy_y = tma and _needs_copy(y, self._y_layout)
+        self._copy_x = AlignedCopy(x, self._x_layout) if tma and _needs_copy(x, self._x_layout) else None
+        self._copy_y = AlignedCopy(y, self._y_layout) if tma and _needs_copy(y, self._y_layout) else None
         self._tma = tma
         self._c_view = tma and C_OUTPUT == "view" and (y.shape[1] * x.element_size()) % 16 != 0
 
@@ -109,9 +111,13 @@ class GroupedPlan:
         if self._tma:
             # An operand whose rows (decided per problem) or start (per call: views can start
             # anywhere) are not 16-byte aligned goes through an aligned copy: descriptors need both.
-            if self._copy_x or x.data_ptr() % 16:
+            if self._copy_x is not None:
+                x = self._copy_x(x)
+            elif x.data_ptr() % 16:
                 x = aligned_copy(x, self._x_layout)
-            if self._copy_y or y.data_ptr() % 16:
+            if self._copy_y is not None:
+                y = self._copy_y(y)
+            elif y.data_ptr() % 16:
                 y = aligned_copy(y, self._y_layout)
         if self._bound is not None:
             self._bound(x, y, c)
