@@ -226,8 +226,9 @@ def settings(sweep: Sweep, backend: Any) -> None:
     for c_output in ("view", "pointers"):
         for copier in ("triton", "torch"):
             chosen = {"C_OUTPUT": c_output, "COPIER": copier}
-            cublas = guarded(sweep, f"settings {chosen}", lambda c=cublas, chosen=chosen: measure_plan(
-                sweep, backend, "settings", (4097, 4097, 4097), "float16", cublas=c, settings=chosen)) or cublas
+            measured = guarded(sweep, f"settings {chosen}", lambda c=cublas, chosen=chosen: measure_plan(
+                sweep, backend, "settings", (4097, 4097, 4097), "float16", cublas=c, settings=chosen))
+            cublas = measured or cublas
 
 
 def misaligned(sweep: Sweep, backend: Any, pointer_too: bool) -> None:

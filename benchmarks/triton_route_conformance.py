@@ -56,8 +56,8 @@ def main(argv: list[str]) -> int:
                     taken = ",".join(sorted(set(routes)))
                     results.append({"case": result.check, "route": taken, "passed": result.passed,
                                     "detail": result.detail})
-                    print(f"{'ok  ' if result.passed else 'FAIL'} {result.check} route={taken}: {result.detail}",
-                          flush=True)
+                    verdict = "ok  " if result.passed else "FAIL"
+                    print(f"{verdict} {result.check} route={taken}: {result.detail}", flush=True)
     finally:
         grouped_plan.route = original
     if len(argv) > 1:
