@@ -263,7 +263,8 @@ def test_backend_picks_tma_only_for_eligible_problems_on_gpu(monkeypatch):
         ((256, 264, 136), "float16", ("tf32", "torch.float16"), tma),
         ((257, 263, 135), "float16", ("tf32", "torch.float16"), "grouped_matmul_kernel"),  # unaligned rows
         ((256, 264, 136), "float32", ("ieee", "torch.float32"), "grouped_matmul_kernel"),
-        ((256, 264, 136), "tf32", ("tf32", "torch.float32"), "grouped_matmul_kernel"),
+        ((256, 264, 136), "tf32", ("tf32", "torch.float32"), tma),  # the tf32 route
+        ((255, 264, 136), "tf32", ("tf32", "torch.float32"), "grouped_matmul_kernel"),  # M < 256
     ]:
         a = backend.from_numpy(rng.standard_normal((m, k)), dtype)
         b = backend.from_numpy(rng.standard_normal((k, n)), dtype)
@@ -401,3 +402,24 @@ def test_tf32_route_reads_a_row_major_and_b_column_major(monkeypatch, layout):
     picked = grouped_kernel.PICKED
     transposed = [key[6:8] for key in picked if key[0] == "tma_matmul_kernel" and key[1:4] == (m, n, k)]
     assert transposed == [(False, True)], transposed
+
+
+def test_plan_binds_the_persistent_kernel_from_two_waves_of_tiles(monkeypatch):
+    """With the SM count patched to 1 (64) the problem's tiles (9 of 64x64 on a GPU, 45 of 16x32
+    under the interpreter) make two waves or more (less than two): the plan binds the persistent
+    kernel (the tile kernel) with the tuned config, and its result, first call included, comes
+    from the bound kernel."""
+    backend = tma_backend()
+    from gemmzoo_triton import grouped_plan, grouped_tma_kernel
+
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "tma")
+    monkeypatch.setattr(grouped_tma_kernel, "interpreter_mode", lambda: False)
+    x = operand(136, 48, False, torch.float16, backend.device, 7)
+    y = operand(48, 136, False, torch.float16, backend.device, 8)
+    for sms, variant in ((1, "persistent"), (64, "tiles")):
+        monkeypatch.setattr(grouped_tma_kernel, "num_sms", lambda device, sms=sms: sms)
+        run = backend.prepare(x, y)
+        first = run(x, y)
+        assert run._bound.variant == variant
+        check_product(first, x, y, "float16", None)
+        assert torch.equal(run(x, y), first)

@@ -126,15 +126,14 @@ class GroupedPlan:
         return TF32Array(c) if self._wrap else c
 
     def _first_call(self, x: Any, y: Any, c: Any) -> None:
-        """Launch through the autotuner unless a config is known, then bind the launch."""
+        """Pick the config (autotuning unless a problem of this key did), bind the launch and
+        run it: C always comes from the bound kernel, so that every call computes alike."""
         if self.route == "pointer":
             from gemmzoo_triton import grouped_kernel as kernel
 
             config = kernel.PICKED.get(kernel.pointer_key(x, y, self._precision))
             if config is None:
                 config = kernel.launch(x, y, c, self._precision, self._activation)
-                self._bound = kernel.bind(x, y, self._precision, config, self._activation)
-                return
             self._bound = kernel.bind(x, y, self._precision, config, self._activation)
         else:
             from gemmzoo_triton import grouped_tma_kernel as kernel
@@ -142,7 +141,6 @@ class GroupedPlan:
             config = kernel.picked(x, y, c, self._precision, self._activation)
             if config is None:
                 config = kernel.launch(x, y, c, self._precision, self._activation)
-                self._bound = kernel.bind(x, y, c, self._precision, config, self._activation)
-                return
-            self._bound = kernel.bind(x, y, c, self._precision, config, self._activation)
+            variant = kernel.bound_variant(x, y, config)
+            self._bound = kernel.bind(x, y, c, self._precision, config, self._activation, variant)
         self._bound(x, y, c)
