@@ -242,10 +242,11 @@ def misaligned(sweep: Sweep, backend: Any, pointer_too: bool) -> None:
                     sweep, backend, "misaligned", s, "float16", route="pointer", cublas=c))
 
 
-def aligned(sweep: Sweep, backend: Any, variants: list[str]) -> None:
-    for shape in ALIGNED:
-        label = f"aligned {shape}"
-        cublas = guarded(sweep, label, lambda s=shape: measure_plan(sweep, backend, "aligned", s, "float16"))
+def aligned(sweep: Sweep, backend: Any, variants: list[str], dtypes: list[str]) -> None:
+    for shape, dtype_name in [(shape, d) for d in dtypes for shape in ALIGNED]:
+        label = f"aligned {shape} {dtype_name}"
+        cublas = guarded(sweep, label, lambda s=shape, d=dtype_name: measure_plan(
+            sweep, backend, "aligned", s, d))
         if cublas is None:
             continue
         for variant in variants:
@@ -311,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", nargs="+", default=["misaligned", "aligned", "precision"])
     parser.add_argument("--budget", type=float, default=240.0)
     parser.add_argument("--pointer-too", action="store_true", help="misaligned: also the pointer route")
+    parser.add_argument("--aligned-dtypes", nargs="+", default=["float16"])
     parser.add_argument("--experiments", action="store_true", help="precision: also the kernel experiments")
     parser.add_argument("--variants", nargs="*", default=["tiles", "persistent"], help="aligned: TMA kernels")
     args = parser.parse_args(argv)
@@ -327,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     for part in args.parts:
         {"settings": lambda: settings(sweep, backend),
          "misaligned": lambda: misaligned(sweep, backend, args.pointer_too),
-         "aligned": lambda: aligned(sweep, backend, args.variants),
+         "aligned": lambda: aligned(sweep, backend, args.variants, args.aligned_dtypes),
          "precision": lambda: precision(sweep, backend, args.experiments)}[part]()
     print("\nshape dtype variant TFLOPS cuBLAS ratio error")
     for row in sweep.rows:
