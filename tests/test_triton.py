@@ -162,6 +162,23 @@ def test_prepared_plan_matches_matmul_on_new_operands_each_call(name):
         assert np.array_equal(backend.to_numpy(backend.matmul(a, b)), backend.to_numpy(c))
 
 
+def test_matmul_remembers_a_plan_per_problem():
+    backend = available("triton-tiled")
+    rng = np.random.default_rng(4)
+    backend._plans.clear()
+    a = backend.from_numpy(rng.standard_normal((9, 7)), "float16")
+    b = backend.from_numpy(rng.standard_normal((7, 5)), "float16")
+    first = backend.matmul(a, b)
+    assert len(backend._plans) == 1
+    plan = next(iter(backend._plans.values()))
+    a2 = backend.from_numpy(rng.standard_normal((9, 7)), "float16")  # new values, same problem
+    assert np.array_equal(backend.to_numpy(backend.matmul(a2, b)), backend.to_numpy(plan(a2, b)))
+    assert list(backend._plans.values()) == [plan]
+    other = backend.matmul(a.T, backend.from_numpy(rng.standard_normal((9, 3)), "float16"))
+    assert len(backend._plans) == 2 and other.shape == (7, 3)  # a transposed A: another problem
+    assert np.all(np.isfinite(backend.to_numpy(first)))
+
+
 @pytest.mark.parametrize("name", TRITON_BACKENDS)
 @pytest.mark.parametrize(("m", "n", "k"), [(3, 4, 0), (0, 4, 5), (3, 0, 5)])
 def test_prepared_plan_of_an_empty_problem(name, m, n, k):

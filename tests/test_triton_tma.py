@@ -26,6 +26,17 @@ def operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: 
     return stored.to(device=device, dtype=dtype)
 
 
+@pytest.fixture(autouse=True)
+def forget_plans():
+    """Each test's monkeypatched routes and settings apply to the plans it makes: matmul must
+    not reuse a plan an earlier test made for the same problem."""
+    import gemmzoo
+
+    gemmzoo.get_backend("triton-grouped")._plans.clear()
+    yield
+    gemmzoo.get_backend("triton-grouped")._plans.clear()
+
+
 # Eligibility ------------------------------------------------------------------------------------
 
 

@@ -42,7 +42,7 @@ class TritonNaiveBackend(TritonBackend):
         return self.plan(a, x, y, kernel.naive_matmul_kernel, grid, constexprs)
 
     def matmul(self, a: Any, b: Any) -> Any:
-        return self.prepare(a, b)(a, b)
+        return self.remembered_plan(a, b)(a, b)
 
 
 class TritonTiledBackend(TritonBackend):
@@ -65,7 +65,7 @@ class TritonTiledBackend(TritonBackend):
         return self.plan(a, x, y, kernel.tiled_matmul_kernel, grid, constexprs)
 
     def matmul(self, a: Any, b: Any) -> Any:
-        return self.prepare(a, b)(a, b)
+        return self.remembered_plan(a, b)(a, b)
 
 
 class TritonGroupedBackend(TritonBackend):
@@ -114,4 +114,6 @@ class TritonGroupedBackend(TritonBackend):
         return GroupedPlan(x, y, precision, activation, isinstance(a, TF32Array))
 
     def matmul(self, a: Any, b: Any, activation: str | None = None) -> Any:
+        if activation is None:
+            return self.remembered_plan(a, b)(a, b)
         return self.prepare(a, b, activation)(a, b)
