@@ -415,7 +415,7 @@ def test_tf32_route_reads_a_row_major_and_b_column_major(monkeypatch, layout):
     assert transposed == [(False, True)], transposed
 
 
-def test_plan_binds_the_persistent_kernel_from_two_waves_of_tiles(monkeypatch):
+def test_plan_binds_the_persistent_kernel_from_two_waves_of_tiles_when_set(monkeypatch):
     """With the SM count patched to 1 (64) the problem's tiles (9 of 64x64 on a GPU, 45 of 16x32
     under the interpreter) make two waves or more (less than two): the plan binds the persistent
     kernel (the tile kernel) with the tuned config, and its result, first call included, comes
@@ -425,6 +425,7 @@ def test_plan_binds_the_persistent_kernel_from_two_waves_of_tiles(monkeypatch):
 
     monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "tma")
     monkeypatch.setattr(grouped_tma_kernel, "interpreter_mode", lambda: False)
+    monkeypatch.setattr(grouped_tma_kernel, "PERSISTENT_MIN_WAVES", 2.0)
     x = operand(136, 48, False, torch.float16, backend.device, 7)
     y = operand(48, 136, False, torch.float16, backend.device, 8)
     for sms, variant in ((1, "persistent"), (64, "tiles")):
@@ -434,3 +435,8 @@ def test_plan_binds_the_persistent_kernel_from_two_waves_of_tiles(monkeypatch):
         assert run._bound.variant == variant
         check_product(first, x, y, "float16", None)
         assert torch.equal(run(x, y), first)
+    monkeypatch.setattr(grouped_tma_kernel, "PERSISTENT_MIN_WAVES", None)  # the default: off
+    monkeypatch.setattr(grouped_tma_kernel, "num_sms", lambda device: 1)
+    run = backend.prepare(x, y)
+    run(x, y)
+    assert run._bound.variant == "tiles"

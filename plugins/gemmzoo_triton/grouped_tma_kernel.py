@@ -47,12 +47,14 @@ from gemmzoo_triton.launcher import BoundLaunch
 VARIANT = "tiles"
 VARIANTS = ("persistent", "tiles")
 
-#: A prepared plan binds the persistent kernel, with the config tuned for the one-tile-per-program
-#: kernel, when C has at least this many tiles per SM: with two or more waves of tiles the
-#: persistent kernel's overlap of one tile's epilogue with the next one's loads paid on the H100
-#: (3072^3 fp16: 0.82x cuBLAS against 0.78x, 1024x14336x4096: 0.94x against 0.90x), while at
-#: 1.2 waves (2176^3) it lost (0.76x against 0.86x).
-PERSISTENT_MIN_WAVES = 2.0
+#: When set, a prepared plan binds the persistent kernel, with the config tuned for the
+#: one-tile-per-program kernel, where C has at least this many tiles per SM. Each kernel tuned on
+#: its own, the persistent one was ahead on the H100 from about two waves of tiles (3072^3 fp16:
+#: 0.82x cuBLAS against 0.78x, 1024x14336x4096: 0.94x against 0.90x) and behind at 1.2 waves
+#: (2176^3: 0.76x against 0.86x). Off (None) until the persistent kernel has been timed and
+#: checked on the GPU with the configs tuned for the other (a config may need more resources
+#: in the persistent loop).
+PERSISTENT_MIN_WAVES: float | None = None
 
 
 def set_block_shapes(nargs: dict[str, Any]) -> None:
@@ -314,11 +316,11 @@ def picked(
 
 def bound_variant(x: Any, y: Any, config: triton.Config) -> str:
     """The kernel a prepared plan binds for ``x @ y`` with ``config``: :data:`VARIANT`, or the
-    persistent kernel where C has :data:`PERSISTENT_MIN_WAVES` waves of tiles or more. One
-    program per tile under the interpreter."""
+    persistent kernel where :data:`PERSISTENT_MIN_WAVES` is set and C has that many waves of
+    tiles or more. One program per tile under the interpreter."""
     if VARIANT == "persistent":
         return VARIANT
-    if interpreter_mode():
+    if PERSISTENT_MIN_WAVES is None or interpreter_mode():
         return "tiles"
     blocks = config.all_kwargs()
     tiles = triton.cdiv(x.shape[0], blocks["BLOCK_SIZE_M"]) * triton.cdiv(y.shape[1], blocks["BLOCK_SIZE_N"])
