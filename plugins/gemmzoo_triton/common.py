@@ -198,6 +198,11 @@ class TritonBackend(TorchTensors, Backend):
         return run
 
     @staticmethod
+    def result(c: Any, a: Any) -> Any:
+        """``c`` in the caller's mode: a :class:`TF32Array` when A was one."""
+        return TF32Array(c) if isinstance(a, TF32Array) else c
+
+    @staticmethod
     def empty_plan(a: Any, x: Any, y: Any) -> Callable[[Any, Any], Any]:
         """``run(a, b)`` for a problem with no work: an empty C, or all zeros when K == 0."""
         import torch
