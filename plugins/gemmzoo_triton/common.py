@@ -275,15 +275,17 @@ def _tma_readable(tensor: Any) -> bool:
 
 
 def tma_eligible(x: Any, y: Any, c: Any, precision: str) -> bool:
-    """Whether triton-grouped computes ``c = x @ y`` with its TMA kernels rather than its pointer kernel.
+    """Whether triton-grouped's TMA kernels read ``x`` and ``y`` as they are, with no copy.
 
     Needs a :func:`tma_device`; a problem of more than :data:`TMA_MIN_WORK` multiply-adds;
-    float16 or bfloat16 operands; A and B each row-major or column-major, with rows 16-byte
-    aligned as TMA requires (see :func:`_tma_readable`); and C (contiguous) with rows of a
-    multiple of 16 bytes. float32 stays on the pointer kernel: in IEEE precision its dot runs on
-    the FMA units, where TMA loads gain nothing, and in tf32 the TMA kernel was slower on the H100
-    (4096^3: 112 against 140 TFLOPS; Hopper's tf32 tensor-core instruction wants both operands
-    K-major in shared memory, and a row-major B is not).
+    float16 or bfloat16 operands; A and B each row-major or column-major, with rows and start
+    16-byte aligned as TMA requires (see :func:`_tma_readable`); and C (contiguous) with rows of
+    a multiple of 16 bytes. This is the ``tma`` route of
+    :func:`gemmzoo_triton.grouped_plan.route` for operands whose start is aligned; the other TMA
+    routes copy operands first (rows not aligned, or float32 in tf32, whose tensor-core
+    instruction on Hopper wants B column-major; a row-major B made the TMA kernel slower than
+    the pointer kernel on the H100, 112 against 140 TFLOPS at 4096^3). IEEE float32 runs on the
+    FMA units, where TMA loads gain nothing.
     """
     import torch
 

@@ -1,10 +1,11 @@
 """triton-grouped's fast path: which kernel a problem takes, decided once, and its bound launch.
 
-Three routes:
+Four routes:
 
 - ``pointer``: the tutorial's kernel (grouped_kernel), for everything the others do not take;
-- ``tma``: a TMA kernel (grouped_tma_kernel) on the operands as they are, where their rows are
-  16-byte aligned (see :func:`~gemmzoo_triton.common.tma_eligible`);
+- ``tma``: a TMA kernel (grouped_tma_kernel) on the operands as they are, where their rows and
+  C's are 16-byte aligned (see :func:`~gemmzoo_triton.common.tma_eligible`); an operand whose
+  start address is not aligned is copied in that call;
 - ``aligned``: the same TMA kernel on copies of the operands whose rows are not aligned
   (:func:`~gemmzoo_triton.aligned.aligned_copy`); C with unaligned rows as :data:`C_OUTPUT`
   says. cuBLAS is several times slower on such shapes (4097^3 fp16 on the H100: 131 TFLOPS

@@ -10,9 +10,11 @@ epilogue and config pruning:
   over tiles, so that the loads of a program's next tile overlap the epilogue of its last.
 
 A column-major operand is read through a descriptor over its transpose, which is row-major, and
-its tiles are transposed in the kernel (the ``A_T`` and ``B_T`` flags). Which operands and GPUs
-qualify is :func:`gemmzoo_triton.common.tma_eligible`'s decision. Imported only when the backend
-takes this path, like grouped_kernel (and for the same reason).
+its tiles are transposed in the kernel (the ``A_T`` and ``B_T`` flags). C is stored through a
+descriptor, or through masked pointers (``C_PTR``) when its rows are not 16-byte aligned. Which
+problems run here, on the operands as they are or on aligned copies, is
+:func:`gemmzoo_triton.grouped_plan.route`'s decision. Imported only when the backend takes this
+path, like grouped_kernel (and for the same reason).
 """
 
 # ruff: noqa: N803, N806 - named as in the tutorial: M, N, K and upper-case constexprs
