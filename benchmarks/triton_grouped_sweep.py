@@ -2,6 +2,8 @@
 
 Parts (``--parts``, any of):
 
+- ``settings``: 4097^3 float16 with each way of copying the operands (``aligned.COPIER``) and of
+  returning C (``grouped_plan.C_OUTPUT``);
 - ``misaligned``: shapes whose rows are not 16-byte aligned (K or N not a multiple of 8), some
   aligned controls; triton-grouped's plan (its aligned route where it applies), and where asked
   its pointer route forced, against cuBLAS;

@@ -440,3 +440,25 @@ def test_plan_binds_the_persistent_kernel_from_two_waves_of_tiles_when_set(monke
     run = backend.prepare(x, y)
     run(x, y)
     assert run._bound.variant == "tiles"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "route"), [
+    (2049, 2051, 2053, "float16", "aligned"),  # every row unaligned; C a padded view
+    (1030, 2056, 4097, "bfloat16", "aligned"),  # A's rows alone
+    (2112, 2080, 2064, "tf32", "tf32"),  # B copied into column-major
+])
+def test_copying_routes_on_gpu(m, n, k, dtype, route):
+    """The routes that copy operands, reached by the shapes themselves: every element against the
+    float64 bound, and the plan, matmul and the plan again bitwise identical."""
+    backend = tma_backend()
+    rng = np.random.default_rng(m + n + k)
+    a = backend.from_numpy(rng.standard_normal((m, k)), dtype)
+    b = backend.from_numpy(rng.standard_normal((k, n)), dtype)
+    run = backend.prepare(a, b)
+    assert run.route == route
+    first = run(a, b)
+    tensor = getattr(first, "data", first)
+    check_product(tensor, getattr(a, "data", a), getattr(b, "data", b), dtype, None)
+    for again in (backend.matmul(a, b), run(a, b)):
+        assert torch.equal(getattr(again, "data", again), tensor)
