@@ -75,15 +75,17 @@ class TritonGroupedBackend(TritonBackend):
     ``"leaky_relu"`` (slope 0.01) or ``"relu"`` into the epilogue, applied to the fp32 accumulator
     before the rounding to C's dtype.
 
-    A problem takes one of three routes (:func:`~gemmzoo_triton.grouped_plan.route`). On a GPU of
+    A problem takes one of four routes (:func:`~gemmzoo_triton.grouped_plan.route`). On a GPU of
     capability 9.0 or later with Triton >= 3.4, float16 and bfloat16 problems of more than 2048^3
     multiply-adds whose A and B are row- or column-major with 16-byte aligned rows run a kernel of
     :mod:`~gemmzoo_triton.grouped_tma_kernel`, which reads A and B through tensor descriptors (the
     one with a program per tile, or the persistent one, as its ``VARIANT`` says). Large 16-bit
     problems whose rows are not aligned (K or N not a multiple of 8, strided views) run the same
-    kernel on aligned copies of those operands, with C stored through pointers where its own rows
-    are not aligned. Everything else, the interpreter included, runs the tutorial's kernel, which
-    reads A and B through pointers.
+    kernel on aligned copies of those operands; a C whose rows would not be aligned is returned
+    as a view of a buffer with padded rows (``grouped_plan.C_OUTPUT``). Large float32 problems in
+    tf32 run it with A row-major and B column-major, copied into those layouts where they are not.
+    Everything else, the interpreter included, runs the tutorial's kernel, which reads A and B
+    through pointers.
 
     Each kernel autotunes once per problem in a process: per shape, dtype and precision, and for
     TMA per transposed operand and C's store. On Triton >= 3.4 the pointer kernel's results are
