@@ -66,14 +66,16 @@ class BenchResult:
         }
 
 
-def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2) -> BenchResult:
-    """Check and time ``backend`` on ``point``; failures become a status, not an exception."""
+def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str = "events",
+              verify: bool = True) -> BenchResult:
+    """Check (unless ``verify`` is False) and time ``backend`` on ``point`` with ``timer`` (see
+    :data:`gemmzoo.measure.TIMERS`); failures become a status, not an exception."""
     accuracy = str(accuracy_of(backend))
     if point.dtype not in backend.dtypes:
         return BenchResult(backend.name, backend.device, point, UNSUPPORTED,
                            detail=f"{backend.name} does not compute {point.dtype}", accuracy=accuracy)
     try:
-        result = measure(backend, point, budget_s=budget_s)
+        result = measure(backend, point, budget_s=budget_s, verify=verify, timer=timer)
     except WrongResultError as error:
         return BenchResult(backend.name, backend.device, point, WRONG, detail=str(error), accuracy=accuracy)
     except Exception as error:  # a crashing backend must not end the whole run

@@ -1,12 +1,22 @@
 """The measurement engine: inputs for a grid point, a one-off correctness check, and timing.
 
 Shared by ``gemmzoo bench``, the pytest-benchmark fixtures, ``gemmzoo tune`` and
-``best_backend``. Inputs are random normal values made outside any timed region. On a CUDA
-backend each call is timed with device events (start and end recorded around the GEMM alone,
-the L2 cache flushed between calls outside the events, one synchronisation per batch of calls),
-so a sample is the device time of one GEMM; on the CPU a sample is the wall time of one call.
-:class:`DeviceClock` offers the same device time as a clock, for pytest-benchmark's ``timer=``.
-See docs/benchmarks.md.
+``best_backend``. Inputs are random normal values made outside any timed region. Each
+measurement gives two times per call:
+
+- **device time**: on a CUDA backend, the time between CUDA events recorded around the GEMM
+  alone, with the L2 cache flushed before each call outside the events. The calls of a batch are
+  queued behind a hold on the stream (:mod:`gemmzoo.gpu_stream`) and run back to back once it is
+  released, so no launch time can enter a sample; at most :data:`MAX_QUEUED_CALLS` calls wait
+  behind one hold, well inside CUDA's launch queue. On the CPU, the wall time of one call.
+- **host time**: what one call costs the calling thread, from a loop of calls (on a GPU, queued
+  behind a hold, so the loop never waits for the device).
+
+A caller that loops over calls waits for the larger of the two (:attr:`Measurement.caller_s`);
+when host time is the larger the call is *launch-bound*. :class:`DeviceClock` gives the device
+time as a clock for pytest-benchmark's ``timer=``. ``timer="graph"`` replays the call from a CUDA
+graph (torch), ``timer="do_bench"`` asks ``triton.testing.do_bench`` for the device time, as a
+cross-check. See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -14,11 +24,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import math
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,7 +37,13 @@ from gemmzoo.conformance.judge import CheckFailedError, judge_result
 from gemmzoo.errors import GemmError
 from gemmzoo.grids import GridPoint
 
-L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2, like triton.testing.do_bench
+TIMERS = ("events", "graph", "do_bench")
+"""The device timers :func:`measure` offers (see the module docstring)."""
+
+#: Calls queued behind one hold. CUDA's launch queue holds about a thousand entries and a timed
+#: call makes at least four (flush, two events, the GEMM): beyond the queue the host would block
+#: on a launch while the GPU waits for the host.
+MAX_QUEUED_CALLS = 100
 
 
 class WrongResultError(GemmError):
@@ -49,33 +64,86 @@ class Problem:
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per GEMM: median and quartiles over ``samples`` timed calls."""
+    """Seconds per GEMM: median and quartiles over ``samples`` timed calls (``data``: the
+    samples themselves, kept so that rounds can be merged)."""
 
     median_s: float
     q1_s: float
     q3_s: float
     samples: int
     method: str
+    data: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def spread_s(self) -> float:
         """The interquartile range."""
         return self.q3_s - self.q1_s
 
+    @classmethod
+    def of(cls, samples: Sequence[float], method: str) -> Timing:
+        """Median and quartiles of ``samples`` (at least one)."""
+        if not samples:
+            raise ValueError("no samples to summarise")
+        if len(samples) > 1:
+            q1, median, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+        else:
+            q1 = median = q3 = samples[0]
+        return cls(median, q1, q3, len(samples), method, tuple(samples))
+
+    def merged(self, other: Timing) -> Timing:
+        """Both timings' samples as one (the method of the first); a timing that kept no samples
+        (do_bench's quartiles) gives way to the one with more."""
+        if not self.data or not other.data:
+            return self if self.samples >= other.samples else other
+        return Timing.of([*self.data, *other.data], self.method)
+
 
 @dataclass(frozen=True)
 class Measurement:
-    """One backend on one grid point: its timing and its error relative to the bound."""
+    """One backend on one grid point: device and host time per call, and its error against the
+    bound. ``host`` is ``None`` only for measurements made without host timing."""
 
     backend: str
     point: GridPoint
     timing: Timing
     error_ratio: float
     rel_error: float = float("nan")
+    host: Timing | None = None
 
     @property
     def tflops(self) -> float:
+        """TFLOPS from the median device time."""
         return self.point.flops / self.timing.median_s / 1e12 if self.timing.median_s > 0 else 0.0
+
+    @property
+    def host_s(self) -> float | None:
+        """Median host time per call."""
+        return self.host.median_s if self.host is not None else None
+
+    @property
+    def caller_s(self) -> float:
+        """What a loop of calls achieves per call: the larger of device and host time."""
+        return max(self.timing.median_s, self.host_s or 0.0)
+
+    @property
+    def caller_spread_s(self) -> float:
+        """The spread of whichever time :attr:`caller_s` is."""
+        return self.host.spread_s if self.launch_bound and self.host else self.timing.spread_s
+
+    @property
+    def launch_bound(self) -> bool:
+        """Whether the host time per call exceeds the device time: the GPU waits for launches."""
+        return self.host_s is not None and self.host_s > self.timing.median_s
+
+    @property
+    def caller_tflops(self) -> float:
+        """TFLOPS at the caller time."""
+        return self.point.flops / self.caller_s / 1e12 if self.caller_s > 0 else 0.0
+
+    def merged(self, other: Measurement) -> Measurement:
+        """This measurement and a later round's of the same backend and point, as one."""
+        host = self.host.merged(other.host) if self.host and other.host else self.host or other.host
+        return replace(self, timing=self.timing.merged(other.timing), host=host)
 
 
 def _operand(backend: Any, x: np.ndarray, dtype: str, transposed: bool) -> Any:
@@ -156,6 +224,171 @@ def check(problem: Problem) -> float:
     return compare(problem).error_ratio
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's garbage collector off inside, as ``timeit`` does: a full collection in a process
+    holding torch and Triton takes milliseconds, which would land in a host-time sample."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class Engine:
+    """Device and host time of calls on a CUDA device, queued behind holds on the stream.
+
+    ``gpu`` supplies ``pair()``, ``flush()``, ``synchronize()``, ``elapsed_s(start, end)`` and
+    ``hold()`` (:class:`gemmzoo.gpu_stream.CudaGpu` by default, made on first use so that building
+    an engine touches no GPU). ``queue`` and ``collect`` are the one loop that both
+    :meth:`batch` and :class:`DeviceClock` use.
+    """
+
+    def __init__(self, gpu: Any = None) -> None:
+        self._gpu = gpu
+        self._pending: list[tuple[Any, Any]] = []
+        self._hold: Any = None
+        self.holding = True  # False once no hold can be used for these calls
+
+    @property
+    def gpu(self) -> Any:
+        """The device interface (created on first use)."""
+        if self._gpu is None:
+            from gemmzoo.gpu_stream import default_gpu
+
+            self._gpu = default_gpu()
+        return self._gpu
+
+    @property
+    def method(self) -> str:
+        """How the device samples were taken, in words."""
+        how = "queued behind a stream hold" if self.holding else "without a stream hold"
+        return f"cuda-events, L2 flushed, {how}"
+
+    @property
+    def pending(self) -> int:
+        """Calls queued and not yet collected."""
+        return len(self._pending)
+
+    def _open(self) -> None:
+        if self._hold is None and self.holding:
+            self._hold = self.gpu.hold()
+            if self._hold is None:  # no hold kernel on this machine
+                self.holding = False
+
+    def _release(self) -> bool:
+        """Let the queued work run; False when the watchdog had to open the hold (the calls
+        synchronise or fill the launch queue, so they cannot wait behind one)."""
+        hold, self._hold = self._hold, None
+        if hold is None:
+            return True
+        hold.release()
+        if hold.expired:
+            self.holding = False
+            return False
+        return True
+
+    def queue(self, call: Callable[[], Any], flush: bool = True) -> Any:
+        """Queue one timed call: the L2 flush, a start event, ``call``, an end event."""
+        if not self._pending:
+            self._open()
+        elif len(self._pending) >= MAX_QUEUED_CALLS:
+            self._release()  # the rest of this batch runs unheld rather than fill the queue
+        gpu = self.gpu
+        if flush:
+            gpu.flush()
+        start, end = gpu.pair()
+        start.record()
+        result = call()
+        end.record()
+        self._pending.append((start, end))
+        return result
+
+    def collect(self) -> tuple[list[float], bool]:
+        """Release the hold, synchronise once, and return the device seconds of every queued call,
+        and whether they ran behind an intact hold."""
+        intact = self._release()
+        gpu = self.gpu
+        gpu.synchronize()
+        pairs, self._pending = self._pending, []
+        return [gpu.elapsed_s(start, end) for start, end in pairs], intact
+
+    def batch(self, call: Callable[[], Any], count: int, flush: bool = True) -> list[float]:
+        """Device seconds of each of ``count`` calls (at most :data:`MAX_QUEUED_CALLS`), run back
+        to back after the host queued them all."""
+        while True:
+            for _ in range(max(1, min(count, MAX_QUEUED_CALLS))):
+                self.queue(call, flush)
+            samples, intact = self.collect()
+            if intact or not self.holding:
+                return samples
+
+    def host_per_call(self, call: Callable[[], Any], count: int) -> float:
+        """Host seconds per call over a loop of ``count`` calls queued behind a hold, so the
+        loop never waits for the device."""
+        count = max(1, min(count, MAX_QUEUED_CALLS))
+        while True:
+            self._open()
+            start = time.perf_counter()
+            for _ in range(count):
+                call()
+            elapsed = time.perf_counter() - start
+            intact = self._release()
+            self.gpu.synchronize()
+            if intact or not self.holding:
+                return elapsed / count
+
+
+class DeviceClock:
+    """A clock that reads the GEMM time a device has spent, for pytest-benchmark's ``timer=``.
+
+    ``clock.wrap(call)`` gives a function that queues one timed call on the engine (flush, start
+    event, ``call``, end event; the first of a round places a hold on the stream). Reading the
+    clock (``clock()``) releases the hold, synchronises once if calls are pending, adds their
+    device times to a running total and returns it. pytest-benchmark reads its timer before and
+    after each round, so a round's duration is the device time of its calls, which ran back to
+    back: not their launch time, not the flush, not the synchronisation.
+    """
+
+    __name__ = "DeviceClock"  # pytest-benchmark names its timer by __module__ and __name__
+
+    def __init__(self, gpu: Any = None) -> None:
+        self.engine = Engine(gpu)
+        self._total = 0.0
+        self.syncs = 0
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.engine.pending:
+            samples, _intact = self.engine.collect()
+            self.syncs += 1
+            self._total += sum(samples)
+        return self._total
+
+    def wrap(self, call: Callable[[], Any], flush: bool = True) -> Callable[[], Any]:
+        """``call`` as one timed call queued on this clock's engine."""
+        engine = self.engine
+
+        def timed() -> Any:
+            return engine.queue(call, flush)
+
+        return timed
+
+    def __repr__(self) -> str:
+        return "DeviceClock()"
+
+
+#: Seconds of timed-but-discarded calls before the samples on a GPU (do_bench warms up for
+#: 25 ms): a large GEMM's clock settles under the power cap in that time.
+WARMUP_S = 0.05
+#: Device time per batch of timed calls, and the host-time batches taken per measurement.
+BATCH_S = 0.02
+HOST_BATCHES = 5
+
+
 def _cpu_samples(call: Callable[[], Any], backend: Any, budget_s: float, max_samples: int) -> list[float]:
     samples: list[float] = []
     deadline = time.perf_counter() + budget_s
@@ -167,295 +400,111 @@ def _cpu_samples(call: Callable[[], Any], backend: Any, budget_s: float, max_sam
     return samples
 
 
-def _torch_cuda() -> bool:
-    """Whether torch is installed with CUDA usable (a CPU build on a CuPy machine is not)."""
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
-#: What a spin on the GPU is sized in: a Hopper's boost clock, near enough.
-GPU_CYCLES_PER_S = 2e9
-
-#: A spin before the first flush after a synchronisation, when the GPU's queue is empty, for
-#: GEMMs shorter than the flush: the host gets this much of a lead before the first calls of a
-#: round or batch. Without it, rounds of ~130 calls of a 29 µs GEMM (2048^3) read 10-15% over
-#: do_bench for backends with 50-80 µs launch paths, while batches five times longer did not: a
-#: fixed cost per round. Longer GEMMs give the host its lead by themselves, and there the spin
-#: only cooled the GPU: rounds of a 4096^3 GEMM read 6-7% under do_bench with it.
-HEAD_START_S = 1e-3
-
-
-class LaunchPacer:
-    """How long the GPU should spin before the next flush, so that it never waits for the host
-    between a call's start event and its kernel.
-
-    For each timed call the host launches the flush, records the start event, runs the backend's
-    launch path and records the end event, while the GPU runs the previous flush and GEMM. If the
-    host is the slower, the GPU idles inside the events and launch time counts as GEMM time:
-    triton-grouped's ~70 µs Python path against a 29 µs GEMM at 2048³ read 0.55× of do_bench's
-    time on the H100. ``note_launch`` takes the host time of that whole timed call (flush,
-    events, launch path); the spin asked for is twice it, less the flush and the GEMM that keep
-    the GPU busy anyway: none for fast launch paths and for long GEMMs, which then run back
-    to back with their flushes as in ``triton.testing.do_bench``. A longer spin would not be
-    harmless: idle gaps let the GPU run cooler, and a 4096³ GEMM run back to back draws enough
-    power that the H100 lowers its clock; timings with gaps read ~7% faster than do_bench
-    (docs/results/2026-11-21-timing-agreement.md).
-
-    The launch and GEMM times are the shortest seen: a launch that found the launch queue full
-    waited for the GPU, and a GEMM whose events the GPU idled between (for want of a spin) only
-    look longer. ``flush_s`` is the device time of one flush.
-    """
-
-    def __init__(self, flush_s: float) -> None:
-        self.flush_s = flush_s
-        self.launch_s = math.inf
-        self.gemm_s = 0.0
-
-    def note_launch(self, host_s: float) -> None:
-        """A timed call's host time: flush, events and the backend's launch path."""
-        self.launch_s = min(self.launch_s, host_s)
-
-    def note_gemm(self, device_s: float) -> None:
-        """A call's device time (the shortest counts: a sample the GPU idled in reads longer)."""
-        self.gemm_s = device_s if self.gemm_s == 0.0 else min(self.gemm_s, device_s)
-
-    def spin_s(self, drained: bool = False) -> float:
-        """Seconds of GPU spin to put before the next flush (0 before any launch was seen), plus
-        :data:`HEAD_START_S` when the GPU's queue is ``drained`` and the GEMM is shorter than the
-        flush (or not yet timed)."""
-        head_start = HEAD_START_S if drained and self.gemm_s < self.flush_s else 0.0
-        if math.isinf(self.launch_s):
-            return head_start
-        return head_start + max(0.0, 2 * self.launch_s - self.flush_s - self.gemm_s)
-
-
-class CudaEvents:
-    """Timing events, an L2 flush and a device synchronisation for the current CUDA device.
-
-    Events come from torch when it is installed, else from CuPy; both record on the current
-    stream, which is where the bundled backends launch their work. The flush writes a buffer
-    larger than the L2 cache, as ``triton.testing.do_bench`` does, so no operand stays cached
-    from the previous call. With torch, ``flush(spin_s)`` first spins the GPU for ``spin_s``
-    (see :class:`LaunchPacer`); with CuPy alone there is no spin. ``flush_s`` is the device time
-    of one flush, measured once.
-    """
-
-    def __init__(self) -> None:
-        if _torch_cuda():
-            import torch
-
-            self._new_event = lambda: torch.cuda.Event(enable_timing=True)
-            self._flush_buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-
-            def flush(spin_s: float = 0.0) -> None:
-                if spin_s > 0:
-                    torch.cuda._sleep(int(spin_s * GPU_CYCLES_PER_S))
-                self._flush_buffer.zero_()
-
-            self.flush = flush
-            self.synchronize = torch.cuda.synchronize
-            self._elapsed_ms = lambda start, end: start.elapsed_time(end)
-        else:
-            import cupy
-
-            self._new_event = cupy.cuda.Event
-            self._flush_buffer = cupy.empty(L2_FLUSH_BYTES // 4, dtype=cupy.int32)
-            self.flush = lambda spin_s=0.0: self._flush_buffer.fill(0)
-            self.synchronize = cupy.cuda.Device().synchronize
-            self._elapsed_ms = lambda start, end: cupy.cuda.get_elapsed_time(start, end)
-        self.flush_s = self._time_flush()
-
-    def _time_flush(self, count: int = 3) -> float:
-        pairs = []
-        for _ in range(count):
-            start, end = self.pair()
-            start.record()
-            self.flush()
-            end.record()
-            pairs.append((start, end))
-        self.synchronize()
-        return min(self.elapsed_s(start, end) for start, end in pairs)
-
-    def pair(self) -> tuple[Any, Any]:
-        """A fresh (start, end) pair of timing events; each has ``record()``."""
-        return self._new_event(), self._new_event()
-
-    def elapsed_s(self, start: Any, end: Any) -> float:
-        """Seconds of device time between two recorded events (both completed)."""
-        return self._elapsed_ms(start, end) / 1e3
-
-
-def _pacer(events: Any) -> LaunchPacer:
-    return LaunchPacer(getattr(events, "flush_s", 0.0))  # event sources made for tests may lack it
-
-
-class CudaEventTimer:
-    """Device-time samples from CUDA events, one synchronisation per batch of calls."""
-
-    def __init__(self, events: Any = None) -> None:
-        self.events = events if events is not None else CudaEvents()
-        self.pacer = _pacer(self.events)
-
-    def batch(self, call: Callable[[], Any], count: int, flush: bool = True) -> list[float]:
-        """Seconds of device time for each of ``count`` calls (L2 flushed before each, outside
-        its events)."""
-        pairs = []
-        for index in range(count):
-            began = time.perf_counter()
-            if flush:
-                self.events.flush(self.pacer.spin_s(drained=index == 0))
-            start, end = self.events.pair()
-            start.record()
-            call()
-            end.record()
-            self.pacer.note_launch(time.perf_counter() - began)
-            pairs.append((start, end))
-        self.events.synchronize()
-        samples = [self.events.elapsed_s(start, end) for start, end in pairs]
-        self.pacer.note_gemm(min(samples))
-        return samples
-
-
-class DeviceClock:
-    """A clock that reads the GEMM time a device has spent, for pytest-benchmark's ``timer=``.
-
-    ``clock.wrap(call)`` gives a function that flushes L2, then records a start event, runs
-    ``call`` and records an end event, and keeps the pair. Reading the clock (``clock()``)
-    synchronises once if pairs are pending, adds their elapsed device times to a running total
-    and returns that total. pytest-benchmark reads its timer before and after each round, so the
-    duration of a round is the device time of the wrapped calls in it: not their launch time,
-    not the flush, and not the synchronisation, which happens once per round outside the pairs.
-
-    ``events`` supplies ``pair()``, ``flush()``, ``synchronize()`` and ``elapsed_s(start, end)``
-    (:class:`CudaEvents` by default, made on first use so that building a clock touches no GPU).
-    """
-
-    __name__ = "DeviceClock"  # pytest-benchmark names its timer by __module__ and __name__
-
-    def __init__(self, events: Any = None) -> None:
-        self._events = events
-        self._pending: list[tuple[Any, Any, LaunchPacer]] = []
-        self._total = 0.0
-        self.syncs = 0
-        self._drained = True  # nothing queued on the GPU since the last synchronisation
-
-    @property
-    def events(self) -> Any:
-        """The event source (created on first use)."""
-        if self._events is None:
-            self._events = CudaEvents()
-        return self._events
-
-    def __call__(self) -> float:
-        if self._pending:
-            events = self.events
-            events.synchronize()
-            self.syncs += 1
-            for start, end, pacer in self._pending:
-                elapsed = events.elapsed_s(start, end)
-                pacer.note_gemm(elapsed)
-                self._total += elapsed
-            self._pending.clear()
-            self._drained = True
-        return self._total
-
-    def wrap(self, call: Callable[[], Any], flush: bool = True) -> Callable[[], Any]:
-        """``call`` with an event pair around it (and the L2 flush before, outside the pair, with
-        the spin its :class:`LaunchPacer` asks for, plus :data:`HEAD_START_S` after a read of
-        the clock)."""
-        pacer: LaunchPacer | None = None
-
-        def timed() -> Any:
-            nonlocal pacer
-            events = self.events
-            pacer = pacer or _pacer(events)
-            began = time.perf_counter()
-            if flush:
-                events.flush(pacer.spin_s(drained=self._drained))
-                self._drained = False
-            start, end = events.pair()
-            start.record()
-            result = call()
-            end.record()
-            pacer.note_launch(time.perf_counter() - began)
-            self._pending.append((start, end, pacer))
-            return result
-
-        return timed
-
-    def __repr__(self) -> str:
-        return "DeviceClock()"
-
-
-#: Seconds of timed-but-discarded calls before the samples on a GPU (do_bench's warm-up is 25 ms
-#: by default, plus five calls to size its run).
-WARMUP_S = 0.05
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's garbage collector off inside, as ``timeit`` does. A full collection in a process
-    holding torch and Triton takes milliseconds; in the middle of a batch of short GEMMs it
-    stalls the host until the GPU has run dry, and the GPU then idles between some call's events."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _cuda_samples(call: Callable[[], Any], budget_s: float, max_samples: int,
-                  events: Any = None) -> list[float]:
-    with gc_paused():
-        return _cuda_batches(call, budget_s, max_samples, events)
-
-
-def _cuda_batches(call: Callable[[], Any], budget_s: float, max_samples: int, events: Any) -> list[float]:
-    timer = CudaEventTimer(events)
-    first = timer.batch(call, 1)[0]
-    # Warm up as do_bench does, for about 50 ms of calls, samples discarded: a large GEMM's clock
-    # settles (under the power cap) in that time, and the samples should come from there.
-    timer.batch(call, max(1, int(WARMUP_S / max(first + timer.pacer.flush_s, 1e-6))))
-    batch = max(1, min(max_samples, int(0.02 / max(first, 1e-6))))  # about 20 ms of GEMMs per batch
+def _device_samples(call: Callable[[], Any], engine: Engine, budget_s: float,
+                    max_samples: int) -> list[float]:
+    first = max(engine.batch(call, 1)[0], 1e-7)
+    batch = max(1, min(MAX_QUEUED_CALLS, int(BATCH_S / first)))
+    warm_until = time.perf_counter() + WARMUP_S
+    while time.perf_counter() < warm_until:
+        engine.batch(call, batch)
     samples: list[float] = []
     deadline = time.perf_counter() + budget_s
     while len(samples) < max_samples and (len(samples) < 3 or time.perf_counter() < deadline):
-        samples += timer.batch(call, batch)
+        samples += engine.batch(call, min(batch, max(1, max_samples - len(samples))))
     return samples
 
 
-def time_problem(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_samples: int = 1000,
-                 events: Any = None) -> Timing:
-    """Time the GEMM of ``problem``: warm-up calls first, then samples until the budget is spent
-    (at least 3). ``events`` replaces the CUDA event source (:class:`CudaEvents`), for tests."""
+def host_timing(call: Callable[[], Any], engine: Engine, device_s: float) -> Timing:
+    """Host seconds per call: :data:`HOST_BATCHES` loops of calls behind a hold, each of about
+    10 ms of the GEMM's device time (``device_s`` per call), 5 to :data:`MAX_QUEUED_CALLS` calls."""
+    count = max(5, min(MAX_QUEUED_CALLS, int(0.01 / max(device_s, 1e-7))))
+    with gc_paused():
+        samples = [engine.host_per_call(call, count) for _ in range(HOST_BATCHES)]
+    return Timing.of(samples, "host loop behind a stream hold" if engine.holding else "host loop")
+
+
+def graph_call(call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call`` captured once in a CUDA graph (torch); the result replays it. The call must
+    launch its work on torch's current stream."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # torch asks for a warm-up on a side stream before capture
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            output = call()
+    except Exception as error:
+        raise GemmError(
+            f"this call cannot be captured in a CUDA graph: {type(error).__name__}: {error}") from error
+
+    def replay() -> Any:
+        graph.replay()
+        return output
+
+    return replay
+
+
+def do_bench_timing(call: Callable[[], Any], budget_s: float) -> Timing:
+    """Device time per call from ``triton.testing.do_bench`` (its own flush and events)."""
+    from triton.testing import do_bench
+
+    rep_ms = max(1.0, budget_s * 1e3)
+    method = "triton.testing.do_bench"
+    try:
+        times = do_bench(call, warmup=25, rep=rep_ms, return_mode="all")
+    except (TypeError, ValueError, AssertionError):  # a Triton without return_mode="all"
+        q1, median, q3 = do_bench(call, warmup=25, rep=rep_ms, quantiles=[0.25, 0.5, 0.75])
+        return Timing(median / 1e3, q1 / 1e3, q3 / 1e3, 0, method)
+    return Timing.of([t / 1e3 for t in times], method)
+
+
+def time_calls(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_samples: int = 1000,
+               gpu: Any = None, timer: str = "events") -> tuple[Timing, Timing]:
+    """Device and host time of the GEMM of ``problem``: warm-up calls, then device samples until
+    the budget is spent (at least 3), then host batches. ``timer`` is one of :data:`TIMERS` (it
+    matters only on CUDA); ``gpu`` replaces the CUDA device interface, for tests."""
+    if timer not in TIMERS:
+        raise ValueError(f"unknown timer {timer!r}; known: {', '.join(TIMERS)}")
     backend = problem.backend
+    a, b = problem.a, problem.b
+    matmul = backend.matmul
 
     def call() -> Any:
-        return backend.matmul(problem.a, problem.b)
+        return matmul(a, b)
 
     for _ in range(warmup):
         call()
     backend.synchronize()
-    if backend.device == "cuda":
-        samples, method = _cuda_samples(call, budget_s, max_samples, events), "cuda-events, L2 flushed"
+    if backend.device != "cuda":
+        device = Timing.of(_cpu_samples(call, backend, budget_s, max_samples), "wall clock")
+        return device, device
+    if timer == "graph":
+        call = graph_call(call)
+    engine = Engine(gpu)
+    if timer == "do_bench":
+        device = do_bench_timing(call, budget_s)
     else:
-        samples, method = _cpu_samples(call, backend, budget_s, max_samples), "wall clock"
-    if len(samples) > 1:
-        q1, median, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-    else:
-        q1 = median = q3 = samples[0]
-    return Timing(median, q1, q3, len(samples), method)
+        with gc_paused():
+            samples = _device_samples(call, engine, budget_s, max_samples)
+        method = engine.method + (", CUDA graph replay" if timer == "graph" else "")
+        device = Timing.of(samples, method)
+    return device, host_timing(call, engine, device.median_s)
+
+
+def time_problem(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_samples: int = 1000,
+                 gpu: Any = None, timer: str = "events") -> Timing:
+    """The device time of the GEMM of ``problem`` (see :func:`time_calls`)."""
+    return time_calls(problem, budget_s, warmup, max_samples, gpu, timer)[0]
 
 
 def measure(backend: Any, point: GridPoint, budget_s: float = 0.5, verify: bool = True,
-            seed: int = 0) -> Measurement:
+            seed: int = 0, timer: str = "events", gpu: Any = None) -> Measurement:
     """Prepare, check once (unless ``verify`` is False) and time one backend on one point."""
     problem = prepare(backend, point, seed)
     result = compare(problem) if verify else CheckResult(float("nan"), float("nan"), float("nan"))
-    timing = time_problem(problem, budget_s)
-    return Measurement(backend.name, point, timing, result.error_ratio, result.rel_error)
+    device, host = time_calls(problem, budget_s, gpu=gpu, timer=timer)
+    return Measurement(backend.name, point, device, result.error_ratio, result.rel_error, host)

@@ -1,17 +1,22 @@
 """gemmzoo in pytest-benchmark: one benchmark per backend x grid point, timed right on a GPU.
 
-Used by ``benchmarks/conftest.py`` and ``benchmarks/test_gemm.py``; see docs/benchmarks.md.
+Used by the benchmarks' conftest and test module; see docs/benchmarks.md. Only pytest-benchmark's
+public API is used: the ``benchmark`` mark (``timer=``, ``group=``), ``benchmark.pedantic``,
+``benchmark.stats`` and ``benchmark.extra_info``.
 
 CPU backends are timed by pytest-benchmark as usual (its calibration, its timer). CUDA backends
-are timed with :data:`DEVICE_CLOCK`, a :class:`gemmzoo.measure.DeviceClock` given to
-pytest-benchmark as the test's timer: each GEMM is wrapped in a CUDA event pair (the L2 flush
-before it, outside the pair) and reading the clock synchronises once per round, so a round's
-duration is the device time of its GEMMs. They run in ``benchmark.pedantic`` mode, rounds of
-about :data:`ROUND_S` of back-to-back calls, as many rounds as fit ``--benchmark-max-time`` (a
-wall-clock budget, flush and sync included), at least ``--benchmark-min-rounds``:
-pytest-benchmark's own calibration would spin forever measuring the precision of a clock that
-only moves when a GEMM runs, and would count the round budget in device time, which for small
-shapes is a tiny part of the wall time.
+are timed with :data:`DEVICE_CLOCK`, a :class:`gemmzoo.measure.DeviceClock` that
+:func:`benchmark_params` names in each param's ``benchmark`` mark as the timer: the calls of a
+round are queued behind a hold on the stream (the L2 flush before each, outside its events) and
+reading the clock releases the hold and synchronises once, so a round's duration is the device
+time of its GEMMs, run back to back. They run in ``benchmark.pedantic`` mode, rounds of about
+:data:`ROUND_S` of calls (at most :data:`gemmzoo.measure.MAX_QUEUED_CALLS`), as many rounds as
+fit the wall-clock budget (``--benchmark-max-time``, read at configuration by :func:`configure`),
+at least ``--benchmark-min-rounds``: pytest-benchmark's own calibration would spin forever
+measuring the precision of a clock that only moves when a GEMM runs.
+
+Every benchmark's ``extra_info`` has device, host and caller time per call (see
+:mod:`gemmzoo.measure`), TFLOPS, GB/s and the roofline efficiency where the device is known.
 
 Under pytest-xdist each worker benchmarks on its own GPU and sends its results to the controller,
 which hands them to pytest-benchmark there, so ``--benchmark-json``, ``--benchmark-save``,
@@ -32,19 +37,41 @@ from typing import Any
 import pytest
 
 from gemmzoo.accuracy import accuracy_of
-from gemmzoo.device import device_info, peak_tflops
+from gemmzoo.device import device_info
 from gemmzoo.grids import GridPoint, parse_point
-from gemmzoo.measure import DeviceClock, compare, gc_paused, prepare
+from gemmzoo.measure import (
+    MAX_QUEUED_CALLS,
+    DeviceClock,
+    Engine,
+    Measurement,
+    Timing,
+    compare,
+    gc_paused,
+    host_timing,
+    prepare,
+)
+from gemmzoo.roofline import roofline
 
 DEVICE_CLOCK = DeviceClock()
 """The process's device clock; every CUDA benchmark param names it as its timer."""
 
 MAX_ROUNDS = 100_000
 WARMUP_ROUNDS = 5
-#: Wall time of one round of a CUDA benchmark. A round runs its GEMMs back to back, each with its
-#: flush, and synchronises once at the end, so the GPU works without gaps as in do_bench.
+#: Wall time of one round of a CUDA benchmark.
 ROUND_S = 0.02
 _WORKEROUTPUT_KEY = "gemmzoo_benchmarks"
+
+#: ``--benchmark-max-time`` and ``--benchmark-min-rounds`` of this run (pytest-benchmark's
+#: defaults until :func:`configure` reads the command line).
+SETTINGS: dict[str, float] = {"max_time": 1.0, "min_rounds": 5}
+
+
+def configure(config: pytest.Config) -> None:
+    """Read the round budget from pytest-benchmark's command-line options."""
+    for key in SETTINGS:
+        with_option = config.getoption(f"benchmark_{key}", None)
+        if with_option is not None:
+            SETTINGS[key] = float(with_option)
 
 
 def benchmark_params(backends: Sequence[Any], points: Sequence[GridPoint]) -> list[Any]:
@@ -82,22 +109,18 @@ def point_from_id(point_id: str) -> GridPoint:
     return GridPoint(m, n, k, dtype or "float32", layout or "NN")
 
 
-def _wall_per_call(target: Any, clock: DeviceClock, calls: int = 3) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        clock()
-        target()
-        clock()
-    return (time.perf_counter() - start) / calls
-
-
 def cuda_rounds(wall_per_call_s: float, max_time_s: float, min_rounds: int) -> tuple[int, int]:
-    """(rounds, iterations per round): rounds of about ROUND_S of calls each, as many as fit
-    ``max_time_s`` of wall time, at least ``min_rounds``, at most MAX_ROUNDS."""
+    """(rounds, iterations per round): rounds of about ROUND_S of calls each (at most
+    MAX_QUEUED_CALLS), as many as fit ``max_time_s`` of wall time, at least ``min_rounds``, at
+    most MAX_ROUNDS."""
     wall = max(wall_per_call_s, 1e-9)
-    iterations = max(1, int(ROUND_S / wall))
+    iterations = max(1, min(MAX_QUEUED_CALLS, int(ROUND_S / wall)))
     fitting = int(max_time_s / (wall * iterations))
     return max(min_rounds, min(MAX_ROUNDS, fitting)), iterations
+
+
+class TimerNotSetError(RuntimeError):
+    """A CUDA benchmark ran without the device clock as its pytest-benchmark timer."""
 
 
 def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
@@ -106,29 +129,43 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
     ``benchmark`` fixture, and fill ``benchmark.extra_info``. Returns the extra info.
 
     A wrong result raises :class:`gemmzoo.measure.WrongResultError` before any timing, so the
-    test fails instead of reporting a speed. ``clock`` replaces :data:`DEVICE_CLOCK` (tests).
+    test fails instead of reporting a speed. For a CUDA backend the test must carry
+    ``pytest.mark.benchmark(timer=clock)`` (:func:`benchmark_params` puts it there; ``clock``
+    defaults to :data:`DEVICE_CLOCK`); without it :class:`TimerNotSetError` is raised rather than
+    a wall-clock figure reported as device time.
     """
     problem = prepare(backend, point, seed)
     checked = compare(problem)
+    a, b, matmul = problem.a, problem.b, backend.matmul
 
     def call() -> Any:
-        return backend.matmul(problem.a, problem.b)
+        return matmul(a, b)
 
+    host: Timing | None = None
     if backend.device == "cuda":
         clock = clock or DEVICE_CLOCK
-        # The param's mark sets this already; a direct caller (or another plugin) may not have.
-        benchmark._timer = clock
         target = clock.wrap(call)
         with gc_paused():
             for _ in range(WARMUP_ROUNDS):
                 target()
             clock()
-            rounds, iterations = cuda_rounds(_wall_per_call(target, clock),
-                                             float(getattr(benchmark, "_max_time", 1.0)),
-                                             int(getattr(benchmark, "_min_rounds", 5)))
+            start = time.perf_counter()
+            for _ in range(3):
+                target()
+                clock()
+            wall = (time.perf_counter() - start) / 3
+            rounds, iterations = cuda_rounds(wall, SETTINGS["max_time"], int(SETTINGS["min_rounds"]))
+            reads = clock.reads
             benchmark.pedantic(target, rounds=rounds, iterations=iterations, warmup_rounds=WARMUP_ROUNDS)
-        timing = ("device time from CUDA events around each GEMM; L2 flushed outside them; "
-                  f"{iterations} GEMMs per round, one sync per round")
+            clock()  # collect anything a disabled benchmark left queued
+        if benchmark.enabled and clock.reads == reads + 1:
+            raise TimerNotSetError(
+                f"{backend.name}: {point.id}: the benchmark's timer is not the device clock; mark the test "
+                "with pytest.mark.benchmark(timer=gemmzoo.pytest_bench.DEVICE_CLOCK)")
+        timing = (f"{clock.engine.method}; {iterations} GEMMs per round, one sync per round")
+        median = _median(benchmark)
+        if median is not None:
+            host = host_timing(call, Engine(clock.engine.gpu), median)
     else:
 
         def target() -> Any:
@@ -138,7 +175,8 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
 
         benchmark(target)
         timing = "wall clock around each call (pytest-benchmark's timer)"
-    info = extra_info(backend, point, checked.error_ratio, checked.rel_error, _median(benchmark), timing)
+        median = _median(benchmark)
+    info = extra_info(backend, point, checked.error_ratio, checked.rel_error, median, timing, host)
     benchmark.extra_info.update(info)
     return info
 
@@ -149,24 +187,26 @@ def _median(benchmark: Any) -> float | None:
 
 
 def extra_info(backend: Any, point: GridPoint, error_ratio: float, rel_error: float,
-               median_s: float | None, timing: str) -> dict[str, Any]:
-    """The ``extra_info`` of one benchmark: problem, speed, share of peak, error, device, versions.
+               median_s: float | None, timing: str, host: Timing | None = None) -> dict[str, Any]:
+    """The ``extra_info`` of one benchmark: problem, device, host and caller time, speed, share
+    of the roofline, error, device, versions.
 
-    ``peak_percent`` and ``peak_tflops`` are ``None`` on devices without a peak table (see
-    :mod:`gemmzoo.device`).
+    ``host`` is the host time per call (``None``: the same as the median, as on the CPU).
+    ``peak_percent``, ``peak_tflops`` and the roofline fields are ``None`` on devices gemmzoo has
+    no figures for (see :mod:`gemmzoo.device` and :mod:`gemmzoo.roofline`).
     """
     info = device_info(backend.device)
-    tflops = point.flops / median_s / 1e12 if median_s else None
-    peak = peak_tflops(info["device_name"], point.dtype)
-    return {
+    record: dict[str, Any] = {
         "backend": backend.name,
         "m": point.m, "n": point.n, "k": point.k, "dtype": point.dtype, "layout": point.layout,
         "accuracy": str(accuracy_of(backend)),
         "flops": point.flops,
-        "tflops": tflops,
-        "gflops": tflops * 1e3 if tflops is not None else None,
-        "peak_tflops": peak,
-        "peak_percent": 100 * tflops / peak if tflops is not None and peak else None,
+    }
+    if median_s:
+        device = Timing.of([median_s], timing)
+        measured = Measurement(backend.name, point, device, error_ratio, rel_error, host or device)
+        record.update(speed_fields(measured, backend.device, info["device_name"]))
+    record.update({
         "error_ratio": error_ratio,
         "rel_error": rel_error,
         "timing": timing,
@@ -175,6 +215,28 @@ def extra_info(backend: Any, point: GridPoint, error_ratio: float, rel_error: fl
         "driver": info["driver"],
         "cuda_driver": info["cuda_driver"],
         "libraries": info["libraries"],
+    })
+    return record
+
+
+def speed_fields(measured: Measurement, device: str, device_name: str) -> dict[str, Any]:
+    """Times, rates and roofline figures of one measurement, as flat fields."""
+    roof = roofline(measured.point, measured.timing.median_s, device, device_name)
+    tflops = measured.tflops
+    return {
+        "device_s": measured.timing.median_s,
+        "host_s": measured.host_s,
+        "caller_s": measured.caller_s,
+        "launch_bound": measured.launch_bound,
+        "tflops": tflops,
+        "gflops": tflops * 1e3,
+        "caller_tflops": measured.caller_tflops,
+        "gbps": roof.gbps,
+        "peak_tflops": roof.peak_tflops,
+        "peak_percent": 100 * tflops / roof.peak_tflops if roof.peak_tflops else None,
+        "bandwidth_gbps": roof.bandwidth_gbps,
+        "roofline_bound": roof.bound,
+        "roofline_percent": roof.percent,
     }
 
 

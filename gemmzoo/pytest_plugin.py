@@ -28,6 +28,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("benchmark"):  # the CUDA rounds follow --benchmark-max-time
+        from gemmzoo import pytest_bench
+
+        pytest_bench.configure(config)
+
+
 def selected_backends(config: pytest.Config) -> list[Any]:
     """The backends chosen by ``--backend`` or ``GEMMZOO_BACKENDS`` (all registered otherwise)."""
     from gemmzoo.registry import get_registry

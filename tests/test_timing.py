@@ -1,5 +1,6 @@
-"""The timing logic, on the CPU: the device clock and CUDA-event paths run on a pretend GPU whose
-clock only moves by known amounts, so the expected numbers are exact."""
+"""The timing engine, on the CPU: the CUDA paths run on a pretend GPU (tests/fake_gpu.py) with a
+launch queue, whose device only works when the host has launched something, so launch gaps show
+up in device time unless the engine keeps them out."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -16,10 +16,75 @@ from fake_gpu import FakeCudaBackend, FakeEvents
 
 from gemmzoo.device import device_info, peak_key, peak_tflops
 from gemmzoo.grids import GridPoint
-from gemmzoo.measure import HEAD_START_S, CudaEventTimer, DeviceClock, Problem, prepare, time_problem
+from gemmzoo.measure import DeviceClock, Engine, Problem, Timing, measure, prepare, time_calls, time_problem
 from gemmzoo.pytest_bench import assign_worker_gpu, cuda_rounds
 
 TESTS = Path(__file__).parent
+POINT = GridPoint(12, 10, 8)
+
+
+def test_device_time_leaves_out_a_launch_path_slower_than_the_gemm():
+    """A call whose host path takes four times its GEMM: device time is the GEMM's alone, host
+    time is the launch path's, and the caller waits for the host."""
+    events = FakeEvents(flush_s=0.0002)
+    backend = FakeCudaBackend(events, gemm_s=0.0005, launch_s=0.002)
+    result = measure(backend, POINT, budget_s=0.03, gpu=events)
+    assert result.timing.median_s == pytest.approx(0.0005, rel=1e-6)
+    assert result.timing.spread_s == pytest.approx(0, abs=1e-9)
+    assert 0.002 <= result.host_s < 0.004
+    assert result.launch_bound and result.caller_s == result.host_s
+    assert "stream hold" in result.timing.method and "without" not in result.timing.method
+
+
+def test_a_long_gemm_is_device_bound():
+    events = FakeEvents(flush_s=0.0002)
+    backend = FakeCudaBackend(events, gemm_s=0.003)
+    result = measure(backend, POINT, budget_s=0.03, gpu=events)
+    assert result.timing.median_s == pytest.approx(0.003, rel=1e-6)
+    assert result.host_s < 0.003 and not result.launch_bound
+    assert result.caller_s == result.timing.median_s
+    assert result.tflops == pytest.approx(POINT.flops / 0.003 / 1e12)
+
+
+def test_calls_behind_a_hold_stay_well_inside_the_launch_queue():
+    events = FakeEvents(flush_s=1e-6)
+    backend = FakeCudaBackend(events, gemm_s=2e-6)  # tiny GEMMs: many calls per batch
+    result = measure(backend, POINT, budget_s=0.05, gpu=events)
+    assert result.timing.samples > 200
+    assert 0 < events.max_queued < 1024  # never so many that the host would block behind the hold
+    assert result.timing.median_s == pytest.approx(2e-6, rel=1e-3)
+
+
+def test_a_queue_too_short_for_a_batch_falls_back_to_timing_without_a_hold():
+    events = FakeEvents(flush_s=1e-5, depth=40, hold_timeout_s=0.05)
+    backend = FakeCudaBackend(events, gemm_s=0.001)
+    result = measure(backend, POINT, budget_s=0.03, gpu=events)
+    assert "without a stream hold" in result.timing.method
+    assert result.timing.median_s == pytest.approx(0.001, rel=1e-6)  # no host gap: the GEMM is longer
+
+
+def test_a_call_that_synchronises_is_timed_without_a_hold_instead_of_hanging():
+    events = FakeEvents(flush_s=1e-5, hold_timeout_s=0.05)
+    backend = FakeCudaBackend(events, gemm_s=0.0005, syncs=True)
+    result = measure(backend, POINT, budget_s=0.02, gpu=events)
+    assert "without a stream hold" in result.timing.method
+    assert result.timing.median_s >= 0.0005 * (1 - 1e-6) and result.timing.samples >= 3
+
+
+def test_without_a_hold_kernel_the_method_says_so():
+    events = FakeEvents(flush_s=1e-5, holds=False)
+    backend = FakeCudaBackend(events, gemm_s=0.0005, launch_s=0.002)
+    device, host = time_calls(prepare(backend, POINT), budget_s=0.02, gpu=events)
+    assert "without a stream hold" in device.method
+    assert device.median_s > 0.0005  # the launch gaps the hold would have kept out
+    assert host.median_s >= 0.002
+
+
+def test_engine_batch_samples_each_call():
+    events = FakeEvents()
+    samples = Engine(events).batch(lambda: events.run(0.0025), 4)
+    assert samples == pytest.approx([0.0025] * 4, rel=1e-6)
+    assert events.syncs == 1 and events.flushes == 4
 
 
 def test_device_clock_counts_only_the_wrapped_call():
@@ -30,7 +95,7 @@ def test_device_clock_counts_only_the_wrapped_call():
     events.run(0.5)  # device work outside the wrapper is not counted
     target()
     target()
-    assert clock() - start == pytest.approx(0.006, rel=1e-12)
+    assert clock() - start == pytest.approx(0.006, rel=1e-6)
     assert events.flushes == 2  # the flush ran, before each call, outside the event pair
 
 
@@ -54,40 +119,7 @@ def test_device_clock_without_flush():
     events = FakeEvents()
     clock = DeviceClock(events)
     clock.wrap(lambda: events.run(0.002), flush=False)()
-    assert clock() == pytest.approx(0.002) and events.flushes == 0
-
-
-def test_device_clock_as_pytest_benchmark_runs_it():
-    """pytest-benchmark's runner reads the timer before and after a round of `iterations` calls and
-    divides the difference by `iterations`; with the device clock that is device time per GEMM."""
-    from pytest_benchmark.fixture import BenchmarkFixture
-
-    events = FakeEvents()
-    clock = DeviceClock(events)
-    fixture = BenchmarkFixture.__new__(BenchmarkFixture)
-    fixture._timer, fixture._disable_gc = clock, False
-    runner = fixture._make_runner(clock.wrap(lambda: events.run(0.004)), (), {})
-    assert runner(range(10)) == pytest.approx(0.040)
-    duration, _result = runner(None)
-    assert duration == pytest.approx(0.004)
-    assert events.syncs == 2  # one per round
-
-
-def test_cuda_event_timer_on_the_fake_device():
-    events = FakeEvents()
-    samples = CudaEventTimer(events).batch(lambda: events.run(0.0025), 4)
-    assert samples == pytest.approx([0.0025] * 4)
-    assert events.syncs == 1 and events.flushes == 4
-
-
-def test_time_problem_cuda_path_reports_device_time():
-    events = FakeEvents(flush_s=0.05)
-    backend = FakeCudaBackend(events, gemm_s=0.0007)
-    problem = prepare(backend, GridPoint(8, 8, 8))
-    timing = time_problem(problem, budget_s=0.01, events=events)
-    assert timing.method.startswith("cuda-events")
-    assert timing.median_s == pytest.approx(0.0007) and timing.spread_s == pytest.approx(0, abs=1e-12)
-    assert timing.samples >= 3
+    assert clock() == pytest.approx(0.002, rel=1e-6) and events.flushes == 0
 
 
 def test_time_problem_cpu_path_is_wall_time():
@@ -108,11 +140,23 @@ def test_time_problem_cpu_path_is_wall_time():
     assert timing.q1_s <= timing.median_s <= timing.q3_s
 
 
+def test_unknown_timer_is_refused():
+    events = FakeEvents()
+    with pytest.raises(ValueError, match="do_bench"):
+        time_calls(prepare(FakeCudaBackend(events), POINT), timer="stopwatch", gpu=events)
+
+
+def test_rounds_merge_their_samples():
+    first, second = Timing.of([1.0, 2.0, 3.0], "m"), Timing.of([4.0, 5.0], "m")
+    merged = first.merged(second)
+    assert merged.samples == 5 and merged.median_s == 3.0 and merged.q1_s == 2.0 and merged.q3_s == 4.0
+
+
 def test_cuda_rounds_fit_the_wall_budget():
     assert cuda_rounds(0.001, 1.0, 5) == (50, 20)  # 20 ms rounds of 20 calls
     assert cuda_rounds(0.05, 1.0, 5) == (20, 1)  # a call longer than a round: one per round
     assert cuda_rounds(1.0, 1.0, 5) == (5, 1)  # at least min_rounds
-    assert cuda_rounds(1e-9, 10_000.0, 5) == (100_000, 20_000_000)  # rounds capped
+    assert cuda_rounds(1e-9, 10_000.0, 5)[1] <= 100  # never more calls behind one hold than the bound
 
 
 def test_each_xdist_worker_gets_its_own_gpu():
@@ -160,6 +204,9 @@ def test_fake_gpu(benchmark):
     run_benchmark(benchmark, FakeCudaBackend(EVENTS, gemm_s=0.003), GridPoint(24, 16, 8), clock=CLOCK)
     benchmark.extra_info["syncs"] = CLOCK.syncs
 
+def test_fake_gpu_without_the_clock_as_timer(benchmark):
+    run_benchmark(benchmark, FakeCudaBackend(EVENTS, gemm_s=0.003), GridPoint(24, 16, 8), clock=CLOCK)
+
 @pytest.mark.benchmark(timer=CLOCK, group="fake")
 def test_wrong_fake_gpu(benchmark):
     run_benchmark(benchmark, FakeCudaBackend(EVENTS, name="wrong-cuda", wrong=True), GridPoint(24, 16, 8),
@@ -179,17 +226,22 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
          "--benchmark-max-time=0.05", f"--benchmark-json={out}", "--rootdir", str(tmp_path)],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
     )
-    assert "1 failed, 1 passed" in run.stdout, run.stdout + run.stderr
+    assert "2 failed, 1 passed" in run.stdout, run.stdout + run.stderr
     assert "WrongResultError" in run.stdout and "wrong-cuda" in run.stdout
+    assert "TimerNotSetError" in run.stdout
     data = json.loads(out.read_text())
-    [bench] = data["benchmarks"]  # the wrong backend is not reported as a speed
+    names = {b["name"] for b in data["benchmarks"]}
+    assert "test_wrong_fake_gpu" not in names  # the wrong backend is not reported as a speed
+    [bench] = [b for b in data["benchmarks"] if b["name"] == "test_fake_gpu"]
     stats = bench["stats"]
-    assert stats["data"] == pytest.approx([0.003] * len(stats["data"]), rel=1e-9)
-    assert stats["median"] == pytest.approx(0.003, rel=1e-9) and stats["rounds"] >= 5
+    assert stats["data"] == pytest.approx([0.003] * len(stats["data"]), rel=1e-6)
+    assert stats["median"] == pytest.approx(0.003, rel=1e-6) and stats["rounds"] >= 5
     assert stats["iterations"] > 1  # the fake's calls take microseconds of wall: many to a 20 ms round
     assert "DeviceClock" in bench["options"]["timer"]
     info = bench["extra_info"]
-    assert info["tflops"] == pytest.approx(2 * 24 * 16 * 8 / 0.003 / 1e12)
+    assert info["tflops"] == pytest.approx(2 * 24 * 16 * 8 / 0.003 / 1e12, rel=1e-6)
+    assert 0 < info["host_s"] < 0.003 and info["caller_s"] == pytest.approx(0.003, rel=1e-6)
+    assert info["launch_bound"] is False and info["gbps"] > 0
     assert info["m"] == 24 and info["n"] == 16 and info["k"] == 8 and info["layout"] == "NN"
     assert 0 <= info["error_ratio"] <= 1
     # one sync per round measured, plus a fixed few for warm-up and calibration reads
@@ -217,87 +269,3 @@ def test_benchmark_params_carry_group_and_device_clock():
     assert "no such GPU here" in by_id["missing-unavailable"].marks[0].kwargs["reason"]
     assert by_id["4x5x6-float32-NN-fake-cuda"].values == ("fake-cuda", "4x5x6-float32-NN")
     assert point_from_id("4x5x6-float16-TN") == points[1]
-
-
-def test_the_pacer_asks_for_a_spin_only_when_the_launch_outlasts_the_flush_and_gemm():
-    from gemmzoo.measure import LaunchPacer
-
-    pacer = LaunchPacer(flush_s=85e-6)
-    assert pacer.spin_s() == 0.0  # nothing launched yet
-    pacer.note_launch(20e-6)  # a fast launch path: the flush covers it
-    assert pacer.spin_s() == 0.0
-    slow = LaunchPacer(flush_s=85e-6)
-    slow.note_launch(300e-6)  # a launch that waited for a full queue ...
-    slow.note_launch(70e-6)  # ... counts as its shortest
-    slow.note_gemm(29e-6)
-    assert slow.spin_s() == pytest.approx(2 * 70e-6 - 85e-6 - 29e-6)
-    slow.note_gemm(120e-6)  # a sample the GPU idled in (no spin yet) does not shrink the spin
-    assert slow.spin_s() == pytest.approx(2 * 70e-6 - 85e-6 - 29e-6)
-    long = LaunchPacer(flush_s=85e-6)
-    long.note_launch(70e-6)
-    long.note_gemm(200e-6)  # a long GEMM keeps the GPU busy itself
-    assert long.spin_s() == 0.0
-    # after a synchronisation: a head start for GEMMs shorter than the flush (or not yet timed)
-    assert long.spin_s(drained=True) == 0.0
-    assert pacer.spin_s(drained=True) == HEAD_START_S
-    pacer.note_gemm(29e-6)
-    assert pacer.spin_s(drained=True) == HEAD_START_S and pacer.spin_s() == 0.0
-
-
-def test_slow_launch_paths_get_a_gpu_spin_before_the_flush_outside_the_events():
-    events = FakeEvents(flush_s=0.001)
-
-    def slow_launch():
-        time.sleep(0.005)  # host time of the launch path, far over flush + GEMM
-        events.run(0.002)
-
-    clock = DeviceClock(events)
-    target = clock.wrap(slow_launch)
-    start = clock()
-    for _ in range(3):
-        target()
-    total = clock() - start
-    # nothing known before the first launch: only the head start after the (first) clock read
-    assert events.spins[0] == HEAD_START_S
-    assert all(spin >= 2 * 0.005 - 0.001 - 0.002 for spin in events.spins[1:])
-    assert total == pytest.approx(3 * 0.002)  # spins, like flushes, are outside the events
-
-    timer = CudaEventTimer(FakeEvents(flush_s=0.001))
-    fast = timer.batch(lambda: timer.events.run(0.002), 4)
-    assert fast == pytest.approx([0.002] * 4)
-    assert timer.events.spins == [HEAD_START_S, 0.0, 0.0, 0.0]  # a head start, then no spins
-    short = FakeEvents(flush_s=0.004)
-    short_clock = DeviceClock(short)
-    short_target = short_clock.wrap(lambda: short.run(0.002))  # shorter than the flush
-    for _ in range(2):
-        short_clock()
-        short_target()
-        short_target()
-    assert short.spins == [HEAD_START_S, 0.0] * 2  # a head start after each read of the clock
-
-
-def test_gc_is_paused_while_cuda_samples_are_taken_and_restored_after():
-    import gc
-
-    from gemmzoo.measure import gc_paused
-
-    seen = []
-
-    class GcWatchingBackend(FakeCudaBackend):
-        def matmul(self, a, b):
-            seen.append(gc.isenabled())
-            return super().matmul(a, b)
-
-    events = FakeEvents()
-    backend = GcWatchingBackend(events)
-    problem = prepare(backend, GridPoint(8, 8, 8))
-    assert gc.isenabled()
-    time_problem(problem, budget_s=0.0, warmup=0, events=events)
-    assert seen and not any(seen) and gc.isenabled()
-    gc.disable()
-    try:
-        with gc_paused():
-            pass
-        assert not gc.isenabled()  # left as the caller had it
-    finally:
-        gc.enable()

@@ -55,7 +55,9 @@ CREATE TABLE measurements (
     error_ratio REAL,
     samples INTEGER,
     detail TEXT NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    host_s REAL,
+    host_spread_s REAL
 );
 CREATE INDEX measurements_lookup ON measurements (device, dtype, layout, m, n, k);
 CREATE TABLE conformance (
@@ -72,6 +74,13 @@ CREATE TABLE conformance (
 );
 CREATE INDEX conformance_lookup ON conformance (device, backend, dtype);
 """
+
+# Added beside schema version 1 without a version change: older gemmzoo releases name the columns
+# they read and write, so they ignore these.
+_BANDWIDTH_TABLE = """
+CREATE TABLE IF NOT EXISTS bandwidth (device TEXT NOT NULL, bytes_per_s REAL NOT NULL, created REAL NOT NULL)
+"""
+_HOST_COLUMNS = ("host_s", "host_spread_s")
 
 # Added beside schema version 1 without a version change: older gemmzoo releases ignore it.
 _RECORDED_TABLE = """
@@ -109,6 +118,8 @@ class Record:
     ``status`` is ``"ok"`` (timed; ``error_ratio`` is the largest ``|error|/bound`` when the result
     was checked, else ``None``), ``"wrong"`` (the result was outside the conformance bound) or
     ``"failed"`` (the backend raised); ``detail`` says what happened in the last two cases.
+    ``host_s``/``host_spread_s``: host time per call and its IQR (``None`` in rows stored before
+    host time was measured).
     """
 
     device: str
@@ -126,6 +137,13 @@ class Record:
     samples: int | None
     detail: str
     created: float
+    host_s: float | None = None
+    host_spread_s: float | None = None
+
+    @property
+    def caller_s(self) -> float | None:
+        """What a loop of calls achieves per call: the larger of device and host time."""
+        return None if self.median_s is None else max(self.median_s, self.host_s or 0.0)
 
 
 @dataclass(frozen=True)
@@ -237,6 +255,7 @@ class TuningStore:
             (version,) = self._db.execute("PRAGMA user_version").fetchone()
             if version == SCHEMA_VERSION:
                 self._db.execute(_RECORDED_TABLE)
+                self._add_host_time()
                 return
             if version > SCHEMA_VERSION:
                 raise _NewerSchemaError(f"schema version {version}, this gemmzoo knows {SCHEMA_VERSION}")
@@ -248,7 +267,16 @@ class TuningStore:
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 self._db.execute(statement)
             self._db.execute(_RECORDED_TABLE)
+            self._add_host_time()
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _add_host_time(self) -> None:
+        """The host-time columns and the bandwidth table, added to a database that lacks them."""
+        self._db.execute(_BANDWIDTH_TABLE)
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(measurements)")}
+        for column in _HOST_COLUMNS:
+            if column not in present:
+                self._db.execute(f"ALTER TABLE measurements ADD COLUMN {column} REAL")
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -322,6 +350,19 @@ class TuningStore:
         if rows:
             self._write("DELETE FROM recorded WHERE device = ? AND m = ? AND n = ? AND k = ? "
                         "AND dtype = ? AND layout = ?", rows)
+
+    # Memory bandwidth -----------------------------------------------------------------------
+
+    def add_bandwidth(self, device: str, bytes_per_s: float) -> None:
+        """Store a device's measured copy bandwidth."""
+        self._write("INSERT INTO bandwidth (device, bytes_per_s, created) VALUES (?, ?, ?)",
+                    [(device, bytes_per_s, time.time())])
+
+    def bandwidth(self, device: str) -> float | None:
+        """The latest measured copy bandwidth of ``device`` in bytes per second, if any."""
+        rows = self._read("SELECT bytes_per_s FROM bandwidth WHERE device = ? ORDER BY rowid DESC LIMIT 1",
+                          (device,))
+        return float(rows[0][0]) if rows else None  # type: ignore[arg-type]
 
     # Conformance ----------------------------------------------------------------------------
 

@@ -66,7 +66,7 @@ def measure_record(backend: Any, point: GridPoint, budget_s: float, verify: bool
     from gemmzoo.measure import WrongResultError, measure
 
     status, detail = "ok", ""
-    median = spread = ratio = None
+    median = spread = ratio = host = host_spread = None
     samples = None
     try:
         result = measure(backend, point, budget_s=budget_s, verify=verify)
@@ -76,13 +76,15 @@ def measure_record(backend: Any, point: GridPoint, budget_s: float, verify: bool
         status, detail = "failed", f"{type(error).__name__}: {error}"
     else:
         median, spread, samples = result.timing.median_s, result.timing.spread_s, result.timing.samples
+        if result.host is not None:
+            host, host_spread = result.host.median_s, result.host.spread_s
         ratio = result.error_ratio if verify else None
     return Record(
         device=device_fingerprint(backend.device),
         versions=library_versions(backend.name, get_registry()),
         backend=backend.name, m=point.m, n=point.n, k=point.k, dtype=point.dtype, layout=point.layout,
         status=status, median_s=median, spread_s=spread, error_ratio=ratio, samples=samples,
-        detail=detail, created=time.time(),
+        detail=detail, created=time.time(), host_s=host, host_spread_s=host_spread,
     )
 
 
