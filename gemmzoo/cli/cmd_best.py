@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accuracy", choices=ACCURACY_CLASSES, default=COMPONENTWISE,
                         help="the weakest accuracy class to accept (default componentwise: normwise "
                              "backends are left out)")
+    parser.add_argument("--by", choices=("caller", "device"), default="caller",
+                        help="rank by caller time (the larger of device and host time per call; default) "
+                             "or by device time alone")
     parser.add_argument("--no-measure", action="store_true",
                         help="never measure now; answer from the nearest measured shape instead")
 
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     shape = (args.M, args.N, args.K)
     try:
         choice = explain(shape, args.dtype, args.device, measure=False if args.no_measure else None,
-                         accuracy=args.accuracy)
+                         accuracy=args.accuracy, by=args.by)
     except (GemmError, ValueError) as error:
         console.print(str(error), style="red", markup=False)
         return 2
@@ -50,9 +53,14 @@ def run(args: argparse.Namespace) -> int:
         exact = choice.basis == shape and mine.median_s > 0
         rate = f", {flops / mine.median_s / 1e12:.3g} TFLOPS" if exact else ""
         console.print(f"  time: {_us(mine.median_s)} median, IQR {_us(mine.spread_s)} at {basis}{rate}")
+        bound = "host time: launch-bound, the GPU waits for the launches" if mine.bound == "host" \
+            else "device time"
+        ranked = "caller time (the larger of device and host time per call)" if args.by == "caller" \
+            else "device time"
+        console.print(f"  ranked by: {ranked}; {choice.backend.name}'s figure is its {bound}", soft_wrap=True)
     other = choice.runner_up
     if other is not None:
-        console.print(f"  runner-up: {other.backend}, {_us(other.median_s)} median, "
+        console.print(f"  runner-up: {other.backend}, {_us(other.median_s)} median ({other.bound} time), "
                       f"IQR {_us(other.spread_s)}")
     else:
         console.print("  runner-up: none measured")

@@ -19,7 +19,10 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    ``(M, N, K)``. With nothing measured at all, the answer is the first candidate in
    :data:`DEFAULT_ORDER`, then by name (and it says it is an unmeasured default); ``gemmzoo.matmul``
    puts the backends that compute on the caller's own array library first.
-5. The fastest median wins, but every candidate within measured noise of the fastest ties with it:
+5. Candidates are ranked by *caller time* (``by="caller"``, the default): the larger of the
+   median device time and the median host time per call, what a loop of calls achieves; a
+   launch-bound backend is ranked by its host time. ``by="device"`` ranks by device time alone.
+   The fastest wins, but every candidate within measured noise of the fastest ties with it:
    its median is at most ``max((IQR + fastest's IQR) / 2, TIE_FLOOR * fastest median)`` above
    the fastest's (the bands median ± IQR/2 overlap; run-to-run drift is about 1% even when
    the IQRs are tighter). Among tied backends the first in :data:`DEFAULT_ORDER` wins, then
@@ -61,13 +64,18 @@ _PREFERENCE = {name: i for i, name in enumerate(DEFAULT_ORDER)}
 _OFF_WORDS = {"0", "false", "no", "off"}
 
 
+RANK_BY = ("caller", "device")
+
+
 @dataclass(frozen=True)
 class Timed:
-    """One candidate's stored timing at the shape that decided."""
+    """One candidate's stored timing at the shape that decided: the time it was ranked by, its
+    IQR, and which bound that time is (``"device"`` or ``"host"``)."""
 
     backend: str
     median_s: float
     spread_s: float
+    bound: str = "device"
 
 
 @dataclass(frozen=True)
@@ -205,17 +213,24 @@ def _latest(records: list[Record], versions: dict[str, str]) -> dict[str, Record
     return latest
 
 
-def _timings(latest: dict[str, Record]) -> list[Timed]:
-    return [Timed(r.backend, float(r.median_s), float(r.spread_s or 0.0))
-            for r in latest.values() if r.status == "ok" and r.median_s is not None]
+def _timed(record: Record, by: str) -> Timed:
+    host = record.host_s
+    if by == "caller" and host is not None and host > float(record.median_s):  # type: ignore[arg-type]
+        return Timed(record.backend, float(host), float(record.host_spread_s or 0.0), "host")
+    return Timed(record.backend, float(record.median_s), float(record.spread_s or 0.0))  # type: ignore[arg-type]
+
+
+def _timings(latest: dict[str, Record], by: str = "caller") -> list[Timed]:
+    return [_timed(r, by) for r in latest.values() if r.status == "ok" and r.median_s is not None]
 
 
 def _nearest(store: Any, fingerprint: str, dtype: str, layout: str, versions: dict[str, str],
-             shape: tuple[int, int, int]) -> tuple[tuple[int, int, int], list[Timed]] | None:
+             shape: tuple[int, int, int],
+             by: str = "caller") -> tuple[tuple[int, int, int], list[Timed]] | None:
     by_shape: dict[tuple[int, int, int], list[Record]] = {}
     for record in store.records(fingerprint, dtype, layout):
         by_shape.setdefault((record.m, record.n, record.k), []).append(record)
-    measured = {s: t for s, rows in by_shape.items() if (t := _timings(_latest(rows, versions)))}
+    measured = {s: t for s, rows in by_shape.items() if (t := _timings(_latest(rows, versions), by))}
     if not measured:
         return None
     basis = min(measured, key=lambda s: (log_distance(s, shape), s))
@@ -224,13 +239,17 @@ def _nearest(store: Any, fingerprint: str, dtype: str, layout: str, versions: di
 
 def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             measure: bool | None = None, layout: str = "NN",
-            native: Callable[[Any], bool] | None = None, accuracy: str = COMPONENTWISE) -> Choice:
+            native: Callable[[Any], bool] | None = None, accuracy: str = COMPONENTWISE,
+            by: str = "caller") -> Choice:
     """Answer ``best_backend``'s question the slow way, and say why (no in-memory cache).
 
     ``native(backend)`` says whether a backend computes on the caller's own arrays; when nothing
     is measured, such backends come first in the default order (no conversions for nothing).
+    ``by`` is what candidates are ranked by: ``"caller"`` or ``"device"`` time.
     """
     m, n, k = shape = _shape(shape)
+    if by not in RANK_BY:
+        raise ValueError(f"by must be one of {', '.join(RANK_BY)}; got {by!r}")
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
     measuring = measuring_enabled(measure)
@@ -265,14 +284,14 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         for record in latest.values():
             if record.status != "ok":
                 excluded[record.backend] = f"{record.status} at this shape: {record.detail}"
-        timings = _timings(latest)
+        timings = _timings(latest, by)
         basis: tuple[int, int, int] | None = shape
         note = ""
         if not timings and measuring:
             raise GemmError(f"no backend gave a correct result for {shape} {dtype} on {device}: "
                             + "; ".join(f"{name}: {why}" for name, why in excluded.items()))
         if not timings:
-            found = _nearest(store, fingerprint, dtype, layout, versions, shape)
+            found = _nearest(store, fingerprint, dtype, layout, versions, shape, by)
             if found is not None:
                 basis, timings = found
                 source = "nearest shape"
@@ -286,7 +305,8 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
 
 
 def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, *,
-                 measure: bool | None = None, layout: str = "NN", accuracy: str = COMPONENTWISE) -> Any:
+                 measure: bool | None = None, layout: str = "NN", accuracy: str = COMPONENTWISE,
+                 by: str = "caller") -> Any:
     """The fastest available backend that passed conformance for ``dtype``, for ``shape = (M, N, K)``.
 
     ``device=None`` picks ``"cuda"`` when a CUDA backend is available, else ``"cpu"``. On an exact
@@ -295,16 +315,18 @@ def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, 
     ``measure=False`` or ``GEMMZOO_TUNE=0``; then the nearest measured shape answers. ``layout``
     is BLAS-style, N or T for A then B. See :mod:`gemmzoo.tuning.select` for the whole rule.
     Repeated calls are answered from memory. A backend of the normwise accuracy class is a
-    candidate only with ``accuracy="normwise"``.
+    candidate only with ``accuracy="normwise"``. Backends are ranked by caller time (the larger
+    of device and host time per call), or by device time alone with ``by="device"``.
     """
-    key = (shape, dtype, device, measure, layout, accuracy, *environment_key())
+    key = (shape, dtype, device, measure, layout, accuracy, by, *environment_key())
     try:
         return state.answers[key].backend
     except KeyError:
         pass
     except TypeError:  # an unhashable shape such as a list
-        return best_backend(tuple(shape), dtype, device, measure=measure, layout=layout, accuracy=accuracy)
-    choice = explain(shape, dtype, device, measure=measure, layout=layout, accuracy=accuracy)
+        return best_backend(tuple(shape), dtype, device, measure=measure, layout=layout, accuracy=accuracy,
+                            by=by)
+    choice = explain(shape, dtype, device, measure=measure, layout=layout, accuracy=accuracy, by=by)
     state.answers[key] = choice
     return choice.backend
 
