@@ -1,0 +1,257 @@
+"""On a GPU: the timing engine against ``triton.testing.do_bench``, and ``best_backend`` against
+fresh caller times.
+
+As tests (``gpu`` marker) a few shapes are checked. As a script,
+``python tests/test_gpu_timing.py OUT_DIR [--quick]`` runs the whole check recorded in
+docs/results/2026-11-23-timing-engine.md: every GPU backend, float16 and bfloat16, on the shapes
+of :data:`OFF_GRID` (in none of the named grids), timed by ``gemmzoo bench``'s engine, by
+pytest-benchmark (the benchmarks, in a subprocess) and by do_bench; and ``best_backend`` at
+128³ and 512³ float16 against every candidate's caller time measured afresh in interleaved
+rounds. It writes ``agreement.json`` and ``best_backend.json`` under OUT_DIR and prints a summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: Shapes in none of the named grids: squares above 4096, projections of other LLMs (Qwen2-7B,
+#: Gemma-7B, Phi-3-mini, Mixtral's experts), misaligned sizes, skinny and tall-thin problems.
+OFF_GRID: tuple[tuple[int, int, int], ...] = (
+    (4608, 4608, 4608), (5120, 5120, 5120),
+    (64, 18944, 3584), (256, 3584, 18944), (32, 24576, 3072), (512, 8192, 3072), (2048, 3072, 8192),
+    (3000, 3000, 3000), (2047, 4093, 1021), (1531, 2999, 777),
+    (8, 8192, 8192), (16384, 128, 1024), (4096, 64, 4096),
+)
+DTYPES = ("float16", "bfloat16")
+AGREEMENT = 0.05  # medians within 5% of do_bench's
+CALLER_SLACK = 0.03  # best_backend's pick within 3% of the fastest caller time
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _cuda_backends(dtype: str, selectable_only: bool = False) -> list[Any]:
+    import gemmzoo
+
+    return [b for b in gemmzoo.backends()
+            if b.device == "cuda" and dtype in b.dtypes and b.unavailable_reason() is None
+            and (getattr(b, "selectable", True) or not selectable_only)]
+
+
+def _do_bench_s(backend: Any, point: Any, budget_s: float) -> float:
+    from gemmzoo.measure import do_bench_timing, prepare
+
+    problem = prepare(backend, point)
+    a, b = problem.a, problem.b
+    return do_bench_timing(lambda: backend.matmul(a, b), budget_s).median_s
+
+
+def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28) -> list[dict[str, Any]]:
+    """For each point and GPU backend: do_bench, the bench engine, do_bench again (interleaved,
+    so drift of the GPU's clock between them shows), and the engine's ratio to do_bench."""
+    from gemmzoo.measure import measure
+
+    rows = []
+    for point in points:
+        for backend in _cuda_backends(point.dtype):
+            row: dict[str, Any] = {"point": point.id, "backend": backend.name}
+            try:
+                before = _do_bench_s(backend, point, budget_s)
+                verify = point.m * point.n * point.k <= verify_limit
+                result = measure(backend, point, budget_s=budget_s, verify=verify)
+                after = _do_bench_s(backend, point, budget_s)
+            except Exception as error:  # one failing backend must not end the check
+                row["error"] = f"{type(error).__name__}: {error}"
+                rows.append(row)
+                continue
+            reference = (before + after) / 2
+            row.update(do_bench_s=reference, do_bench_drift=abs(before - after) / reference,
+                       bench_s=result.timing.median_s, bench_iqr_s=result.timing.spread_s,
+                       host_s=result.host_s, caller_s=result.caller_s, method=result.timing.method,
+                       bench_ratio=result.timing.median_s / reference)
+            rows.append(row)
+            print(f"{point.id:28} {backend.name:15} do_bench {reference * 1e6:9.1f} us  bench "
+                  f"{result.timing.median_s * 1e6:9.1f} us ({row['bench_ratio']:.3f})  host "
+                  f"{result.host_s * 1e6:7.1f} us", flush=True)
+    return rows
+
+
+def pytest_benchmark_medians(points: list[Any], out: Path, max_time_s: float) -> dict[tuple[str, str], float]:
+    """Median seconds per (point id, backend) from the benchmarks under pytest-benchmark."""
+    report = out / "pytest_benchmark.json"
+    command = [sys.executable, "-m", "pytest", str(REPO / "benchmarks" / "test_gemm.py"), "-q",
+               "-p", "no:cacheprovider", "--benchmark-only", f"--benchmark-max-time={max_time_s}",
+               f"--benchmark-json={report}", "--rootdir", str(REPO)]
+    for point in points:
+        command += ["--shape", point.id]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    (out / "pytest_benchmark.log").write_text(run.stdout[-20000:] + "\n" + run.stderr[-20000:])
+    if not report.exists():
+        return {}
+    medians = {}
+    for bench in json.loads(report.read_text())["benchmarks"]:
+        info = bench["extra_info"]
+        point_id = f"{info['m']}x{info['n']}x{info['k']}-{info['dtype']}-{info['layout']}"
+        medians[(point_id, info["backend"])] = bench["stats"]["median"]
+    return medians
+
+
+def best_backend_rows(shapes: list[tuple[int, int, int]], rounds: int = 3,
+                      budget_s: float = 0.1) -> list[dict[str, Any]]:
+    """``best_backend``'s pick (measured now, in a fresh database) against every candidate's caller
+    time measured afresh, ``rounds`` interleaved rounds merged."""
+    from gemmzoo.grids import GridPoint
+    from gemmzoo.measure import measure
+    from gemmzoo.tuning import explain, state
+
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        old = os.environ.get("GEMMZOO_CACHE_DIR")
+        os.environ["GEMMZOO_CACHE_DIR"] = cache
+        state.reset()
+        try:
+            for shape in shapes:
+                started = time.perf_counter()
+                choice = explain(shape, "float16", "cuda")
+                decided_s = time.perf_counter() - started
+                point = GridPoint(*shape, "float16")
+                candidates = _cuda_backends("float16", selectable_only=True)
+                merged: dict[str, Any] = {}
+                for number in range(rounds):
+                    turn = candidates[number % len(candidates):] + candidates[:number % len(candidates)]
+                    for backend in turn:
+                        result = measure(backend, point, budget_s=budget_s, verify=False)
+                        name = backend.name
+                        merged[name] = merged[name].merged(result) if name in merged else result
+                caller = {name: m.caller_s for name, m in merged.items()}
+                fastest = min(caller, key=caller.__getitem__)
+                picked = choice.backend.name
+                rows.append({
+                    "shape": list(shape), "picked": picked, "source": choice.source,
+                    "decided_s": decided_s,
+                    "ranking": [[t.backend, t.median_s, t.bound] for t in choice.ranking],
+                    "fresh": {name: {"device_s": m.timing.median_s, "host_s": m.host_s,
+                                     "caller_s": m.caller_s} for name, m in merged.items()},
+                    "fastest": fastest, "ratio": caller[picked] / caller[fastest],
+                })
+                print(f"best_backend {shape}: picked {picked} ({caller[picked] * 1e6:.1f} us caller), "
+                      f"fastest {fastest} ({caller[fastest] * 1e6:.1f} us): "
+                      f"{caller[picked] / caller[fastest]:.3f}", flush=True)
+        finally:
+            if old is None:
+                os.environ.pop("GEMMZOO_CACHE_DIR", None)
+            else:
+                os.environ["GEMMZOO_CACHE_DIR"] = old
+            state.reset()
+    return rows
+
+
+def hold_rows(pause_s: float = 0.02) -> list[dict[str, Any]]:
+    """For each hold kernel that builds here: events queued behind a hold with the host paused
+    between them must not have run before the release, and must then run back to back."""
+    from gemmzoo.gpu_stream import CudaGpu
+
+    rows = []
+    for name in ("cupy", "triton"):
+        try:
+            gpu = CudaGpu(holder=name)
+        except Exception as error:
+            rows.append({"holder": name, "error": f"{type(error).__name__}: {error}"})
+            continue
+        start, end = gpu.pair()
+        hold = gpu.hold()
+        start.record()
+        time.sleep(pause_s)
+        end.record()
+        waiting = not start.query()
+        hold.release()
+        gpu.synchronize()
+        rows.append({"holder": name, "held": waiting, "expired": hold.expired,
+                     "gap_s": gpu.elapsed_s(start, end)})
+    return rows
+
+
+# The tests (gpu marker: skipped without a CUDA GPU) ---------------------------------------------
+
+
+@pytest.mark.gpu
+def test_the_stream_hold_keeps_host_pauses_out_of_device_time():
+    rows = [row for row in hold_rows() if "error" not in row]
+    assert rows, hold_rows()
+    for row in rows:
+        assert row["held"] and not row["expired"] and row["gap_s"] < 1e-3, row
+
+
+@pytest.mark.gpu
+def test_engine_agrees_with_do_bench_off_the_grids():
+    from gemmzoo.grids import GridPoint
+
+    points = [GridPoint(*shape, "float16") for shape in ((5120, 5120, 5120), (2047, 4093, 1021))]
+    for row in engine_rows(points, budget_s=0.1):
+        assert "error" not in row, row
+        assert abs(row["bench_ratio"] - 1) <= AGREEMENT, row
+
+
+@pytest.mark.gpu
+def test_best_backend_picks_within_3_percent_of_the_fastest_caller_time():
+    for row in best_backend_rows([(128, 128, 128)]):
+        assert row["ratio"] <= 1 + CALLER_SLACK, row
+
+
+def test_the_off_grid_shapes_are_in_no_named_grid():
+    from gemmzoo.grids import grids
+
+    named = {shape for grid in grids().values() for shape in grid.shapes}
+    assert len(OFF_GRID) >= 12 and not named & set(OFF_GRID)
+
+
+def main(argv: list[str]) -> int:
+    from gemmzoo.device import device_info
+    from gemmzoo.gpu_stream import default_gpu
+    from gemmzoo.grids import GridPoint
+
+    out = Path(argv[0])
+    out.mkdir(parents=True, exist_ok=True)
+    quick = "--quick" in argv
+    info = device_info("cuda")
+    print(f"device {info['device_name']}, driver {info['driver']} (CUDA {info['cuda_driver']}), "
+          f"{info['libraries']}; stream hold from {default_gpu().holder_name}", flush=True)
+    holds = hold_rows()
+    print("holds:", holds, flush=True)
+    (out / "holds.json").write_text(json.dumps(holds, indent=1))
+    best = best_backend_rows([(128, 128, 128), (512, 512, 512)])
+    (out / "best_backend.json").write_text(json.dumps(best, indent=1))
+    shapes = OFF_GRID[:4] if quick else OFF_GRID
+    points = [GridPoint(*shape, dtype) for dtype in DTYPES for shape in shapes]
+    rows = engine_rows(points, budget_s=0.1)
+    (out / "agreement.json").write_text(json.dumps({"environment": info, "rows": rows}, indent=1))
+    medians = pytest_benchmark_medians(points, out, max_time_s=0.2)
+    for row in rows:
+        median = medians.get((row["point"], row["backend"]))
+        if median is not None and "do_bench_s" in row:
+            row.update(pytest_s=median, pytest_ratio=median / row["do_bench_s"])
+    (out / "agreement.json").write_text(json.dumps({"environment": info, "rows": rows}, indent=1))
+    ratios = [(r["point"], r["backend"], r.get("bench_ratio"), r.get("pytest_ratio")) for r in rows]
+    misses = [r for r in ratios if any(x is None or abs(x - 1) > AGREEMENT for x in r[2:])]
+    print(f"\n{len(rows)} backend x point; bench ratio median "
+          f"{statistics.median(r[2] for r in ratios if r[2]):.3f}, pytest ratio median "
+          f"{statistics.median([r[3] for r in ratios if r[3]] or [float('nan')]):.3f}; "
+          f"outside {AGREEMENT:.0%} (or missing): {len(misses)}")
+    for miss in misses:
+        print("  MISS", miss)
+    for row in best:
+        print(f"best_backend {row['shape']}: {row['picked']} vs fastest {row['fastest']}: {row['ratio']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.exit(main(sys.argv[1:]))
