@@ -54,7 +54,8 @@ def _do_bench_s(backend: Any, point: Any, budget_s: float) -> float:
     return do_bench_timing(lambda: backend.matmul(a, b), budget_s).median_s
 
 
-def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28) -> list[dict[str, Any]]:
+def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
+                sink: Path | None = None) -> list[dict[str, Any]]:
     """For each point and GPU backend: do_bench, the bench engine, do_bench again (interleaved,
     so drift of the GPU's clock between them shows), and the engine's ratio to do_bench."""
     from gemmzoo.measure import measure
@@ -78,6 +79,8 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28) -
                        host_s=result.host_s, caller_s=result.caller_s, method=result.timing.method,
                        bench_ratio=result.timing.median_s / reference)
             rows.append(row)
+            if sink is not None:
+                sink.write_text(json.dumps(rows, indent=1))
             print(f"{point.id:28} {backend.name:15} do_bench {reference * 1e6:9.1f} us  bench "
                   f"{result.timing.median_s * 1e6:9.1f} us ({row['bench_ratio']:.3f})  host "
                   f"{result.host_s * 1e6:7.1f} us", flush=True)
@@ -218,6 +221,7 @@ def main(argv: list[str]) -> int:
     from gemmzoo.gpu_stream import default_gpu
     from gemmzoo.grids import GridPoint
 
+    os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")  # the pytest run reuses the autotuning
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
     quick = "--quick" in argv
@@ -231,7 +235,7 @@ def main(argv: list[str]) -> int:
     (out / "best_backend.json").write_text(json.dumps(best, indent=1))
     shapes = OFF_GRID[:4] if quick else OFF_GRID
     points = [GridPoint(*shape, dtype) for dtype in DTYPES for shape in shapes]
-    rows = engine_rows(points, budget_s=0.1)
+    rows = engine_rows(points, budget_s=0.1, sink=out / "engine_rows.json")
     (out / "agreement.json").write_text(json.dumps({"environment": info, "rows": rows}, indent=1))
     medians = pytest_benchmark_medians(points, out, max_time_s=0.2)
     for row in rows:
