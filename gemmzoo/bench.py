@@ -3,6 +3,11 @@
 Each (backend, point) becomes a :class:`BenchResult` whose status says what happened: ``ok``
 (conforming result, timed), ``wrong`` (outside the conformance bound: never shown as a speed),
 ``error`` (the backend raised), or ``unsupported`` (the backend does not declare the dtype).
+A result has device, host and caller time per call (see :mod:`gemmzoo.measure`) and where the
+device is known its roofline (:mod:`gemmzoo.roofline`). With ``rounds`` > 1 the backends are
+measured in interleaved rounds (each round visits every point and, in a rotated order, every
+backend) and each backend's samples of all rounds are merged, so a drift of the machine during
+the run falls on every backend alike.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from gemmzoo.accuracy import accuracy_of
 from gemmzoo.device import device_info, peak_tflops
 from gemmzoo.grids import GridPoint
 from gemmzoo.measure import Measurement, WrongResultError, measure
+from gemmzoo.roofline import Roofline, roofline
 
 OK, WRONG, ERROR, UNSUPPORTED = "ok", "wrong", "error", "unsupported"
 
@@ -32,6 +38,12 @@ class BenchResult:
     peak_tflops: float | None = None
     #: The backend's accuracy class (:mod:`gemmzoo.accuracy`), whose bound judged the result.
     accuracy: str = "componentwise"
+    roof: Roofline | None = None
+
+    @property
+    def caller_s(self) -> float | None:
+        """The larger of device and host time per call; ``None`` unless the status is ``ok``."""
+        return self.measurement.caller_s if self.status == OK and self.measurement else None
 
     @property
     def tflops(self) -> float | None:
@@ -45,8 +57,10 @@ class BenchResult:
         return 100 * tflops / self.peak_tflops if tflops is not None and self.peak_tflops else None
 
     def as_dict(self) -> dict[str, Any]:
-        """A flat, JSON-ready record."""
+        """A flat, JSON-ready record: times in seconds per call (``median_s`` is device time)."""
         timing = self.measurement.timing if self.measurement else None
+        host = self.measurement.host if self.measurement else None
+        roof = self.roof
         return {
             "backend": self.backend, "device": self.device, "point": self.point.id,
             "m": self.point.m, "n": self.point.n, "k": self.point.k,
@@ -57,7 +71,17 @@ class BenchResult:
             "q3_s": timing.q3_s if timing else None,
             "samples": timing.samples if timing else None,
             "method": timing.method if timing else None,
+            "host_s": host.median_s if host else None,
+            "host_q1_s": host.q1_s if host else None,
+            "host_q3_s": host.q3_s if host else None,
+            "caller_s": self.caller_s,
+            "launch_bound": self.measurement.launch_bound if self.measurement else None,
             "tflops": self.tflops,
+            "caller_tflops": self.measurement.caller_tflops if self.measurement else None,
+            "gbps": roof.gbps if roof else None,
+            "bandwidth_gbps": roof.bandwidth_gbps if roof else None,
+            "roofline_bound": roof.bound if roof else None,
+            "roofline_percent": roof.percent if roof else None,
             "peak_tflops": self.peak_tflops,
             "peak_percent": self.peak_percent,
             "error_ratio": self.measurement.error_ratio if self.measurement else None,
@@ -81,21 +105,46 @@ def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str 
     except Exception as error:  # a crashing backend must not end the whole run
         detail = f"{type(error).__name__}: {error}"
         return BenchResult(backend.name, backend.device, point, ERROR, detail=detail, accuracy=accuracy)
-    peak = peak_tflops(device_info(backend.device)["device_name"], point.dtype)
-    return BenchResult(backend.name, backend.device, point, OK, result, peak_tflops=peak, accuracy=accuracy)
+    return _ok(backend, point, result)
+
+
+def _ok(backend: Any, point: GridPoint, result: Measurement) -> BenchResult:
+    name = device_info(backend.device)["device_name"]
+    roof = roofline(point, result.timing.median_s, backend.device, name)
+    return BenchResult(backend.name, backend.device, point, OK, result,
+                       peak_tflops=peak_tflops(name, point.dtype), roof=roof,
+                       accuracy=str(accuracy_of(backend)))
 
 
 def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float = 0.2,
-              on_result: Callable[[BenchResult], None] | None = None) -> list[BenchResult]:
-    """Every backend on every point, point by point; ``on_result`` hears each as it finishes."""
-    results = []
-    for point in points:
-        for backend in backends:
-            result = bench_one(backend, point, budget_s)
-            results.append(result)
-            if on_result is not None:
-                on_result(result)
-    return results
+              on_result: Callable[[BenchResult], None] | None = None, timer: str = "events",
+              rounds: int = 1) -> list[BenchResult]:
+    """Every backend on every point, point by point, in ``rounds`` interleaved rounds of
+    ``budget_s / rounds`` each; ``on_result`` hears each result as its last round finishes.
+    A backend is checked in the first round only; one that fails there is not timed again."""
+    rounds = max(1, rounds)
+    final: dict[tuple[str, GridPoint], BenchResult] = {}
+    for number in range(rounds):
+        last = number == rounds - 1
+        for point in points:
+            shift = number % len(backends) if backends else 0
+            for backend in [*backends[shift:], *backends[:shift]]:
+                key = (backend.name, point)
+                earlier = final.get(key)
+                if earlier is not None and earlier.status != OK:
+                    if last and on_result is not None:
+                        on_result(earlier)
+                    continue
+                result = bench_one(backend, point, budget_s / rounds, timer, verify=earlier is None)
+                if earlier is not None and result.status == OK and earlier.measurement and result.measurement:
+                    merged = earlier.measurement.merged(result.measurement)
+                    result = _ok(backend, point, merged)
+                elif earlier is not None and result.status == OK:
+                    result = earlier
+                final[key] = result
+                if last and on_result is not None:
+                    on_result(result)
+    return [final[(backend.name, point)] for point in points for backend in backends]
 
 
 def environment(backends: Sequence[Any]) -> dict[str, Any]:

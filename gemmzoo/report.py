@@ -1,4 +1,5 @@
-"""Writers for ``gemmzoo bench`` results: rich table, JSON, CSV and a TFLOPS-against-size plot."""
+"""Writers for ``gemmzoo bench`` results: rich or plain table, per-backend summary, JSON, CSV and
+a TFLOPS-against-size plot."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import csv
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -14,12 +16,15 @@ from rich.table import Table
 
 from gemmzoo.bench import OK, UNSUPPORTED, WRONG, BenchResult
 from gemmzoo.grids import GridPoint
+from gemmzoo.tuning.select import Timed, preference, rank
 
 CSV_FIELDS = (
     "backend", "device", "point", "m", "n", "k", "dtype", "layout", "accuracy", "status", "median_s", "q1_s",
-    "q3_s", "samples", "tflops", "peak_tflops", "peak_percent", "error_ratio", "rel_error", "method",
-    "detail",
+    "q3_s", "samples", "host_s", "host_q1_s", "host_q3_s", "caller_s", "launch_bound", "tflops",
+    "caller_tflops", "gbps", "peak_tflops", "peak_percent", "bandwidth_gbps", "roofline_bound",
+    "roofline_percent", "verdict", "error_ratio", "rel_error", "method", "detail",
 )
+BEST, TIE = "best", "tie"
 
 
 def _backends(results: Sequence[BenchResult]) -> list[str]:
@@ -33,69 +38,200 @@ def _by_point(results: Sequence[BenchResult]) -> dict[GridPoint, dict[str, Bench
     return rows
 
 
+def _timed(result: BenchResult) -> Timed:
+    measured = result.measurement
+    assert measured is not None
+    bound = "host" if measured.launch_bound else "device"
+    return Timed(result.backend, measured.caller_s, measured.caller_spread_s, bound)
+
+
+def verdicts(row: dict[str, BenchResult]) -> dict[str, str]:
+    """``{backend: "best" | "tie"}`` for one point, by caller time: the fastest is ``best``
+    unless others are within measured noise of it (``best_backend``'s rule,
+    :func:`gemmzoo.tuning.select.rank`), and then all of those are ``tie``."""
+    timed = [_timed(r) for r in row.values() if r.caller_s is not None]
+    if not timed:
+        return {}
+    _winner, _ranking, tied = rank(timed)
+    if len(tied) > 1:
+        return dict.fromkeys(tied, TIE)
+    return {min(timed, key=lambda t: t.median_s).backend: BEST}
+
+
 def winner(row: dict[str, BenchResult]) -> BenchResult | None:
-    """The fastest conforming result of one point, or ``None`` when none conformed."""
-    timed = [r for r in row.values() if r.tflops is not None]
-    return max(timed, key=lambda r: r.tflops or 0.0) if timed else None
+    """The fastest conforming result of one point by caller time (under the tie rule, the one
+    ``best_backend`` would pick), or ``None`` when none conformed."""
+    timed = [_timed(r) for r in row.values() if r.caller_s is not None]
+    return row[rank(timed)[0]] if timed else None
 
 
-def _cell(result: BenchResult | None, baseline: BenchResult | None, best: BenchResult | None) -> str:
-    if result is None or result.status == UNSUPPORTED:
-        return "[dim]-[/]"
-    if result.status == WRONG:
-        return "[bold red]WRONG[/]"
-    if result.status != OK or result.tflops is None:
-        return "[red]ERROR[/]"
-    text = f"{result.tflops:.3g}" if result.tflops < 100 else f"{result.tflops:.0f}"
-    if baseline is not None and baseline.tflops and result is not baseline:
-        text += f" [dim]x{result.tflops / baseline.tflops:.3g}[/]"
-    return f"[bold green]{text}[/]" if result is best else text
+def _us(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    micro = seconds * 1e6
+    return f"{micro:.3g}" if micro < 100 else f"{micro:,.0f}"
+
+
+def _spread(low: float | None, high: float | None, median: float | None) -> str:
+    if low is None or high is None or not median:
+        return ""
+    return f"±{50 * (high - low) / median:.0f}%"
+
+
+def _baseline(results: Sequence[BenchResult], baseline: str | None) -> str | None:
+    names = _backends(results)
+    if baseline:
+        return baseline
+    return min(names, key=preference) if names else None
+
+
+COLUMNS = ("MxNxK", "dtype", "layout", "backend", "device us", "±", "host us", "±", "caller us", "limit",
+           "TFLOPS", "GB/s", "roofline", "x base", "verdict")
+
+
+def table_rows(results: Sequence[BenchResult], baseline: str | None = None) -> list[list[str]]:
+    """The bench table as plain cells, one row per backend and point (:data:`COLUMNS`)."""
+    base_name = _baseline(results, baseline)
+    rows = []
+    for point, row in _by_point(results).items():
+        marks = verdicts(row)
+        base = row.get(base_name) if base_name else None
+        for name, result in row.items():
+            label = name if result.accuracy == "componentwise" else f"{name} ({result.accuracy})"
+            cells = [f"{point.m}x{point.n}x{point.k}", point.dtype, point.layout, label]
+            if result.status != OK or result.measurement is None:
+                status = {UNSUPPORTED: "-", WRONG: "WRONG"}.get(result.status, "ERROR")
+                rows.append(cells + [status] + [""] * (len(COLUMNS) - 5))
+                continue
+            measured, timing = result.measurement, result.measurement.timing
+            host = measured.host
+            roof = result.roof
+            sol = f"{roof.percent:.0f}% {roof.bound}" if roof and roof.percent is not None else "-"
+            ratio = ""
+            if base is not None and base.caller_s and result is not base:
+                ratio = f"x{base.caller_s / measured.caller_s:.3g}"
+            tflops = result.tflops or 0.0
+            cells += [
+                _us(timing.median_s), _spread(timing.q1_s, timing.q3_s, timing.median_s),
+                _us(host.median_s if host else None),
+                _spread(host.q1_s, host.q3_s, host.median_s) if host else "",
+                _us(measured.caller_s), "launch" if measured.launch_bound else "device",
+                f"{tflops:.3g}" if tflops < 100 else f"{tflops:.0f}",
+                f"{roof.gbps:,.0f}" if roof and roof.gbps is not None else "-",
+                sol, ratio, marks.get(name, ""),
+            ]
+            rows.append(cells)
+    return rows
 
 
 def results_table(results: Sequence[BenchResult], baseline: str | None = None,
-                  title: str = "gemmzoo bench: TFLOPS (median)") -> Table:
-    """One row per point, one TFLOPS column per backend, the winner, and ratios to ``baseline``."""
-    backends = _backends(results)
-    accuracy = {r.backend: r.accuracy for r in results}
-    caption = f"xR = speed relative to {baseline}*; " if baseline else ""
-    caption += "bold green = winner; accuracy class componentwise unless the column says (normwise)"
+                  title: str = "gemmzoo bench: time per call (median)") -> Table:
+    """One row per backend and point: device time, host time and caller time per call with their
+    spreads (±IQR/2), which of them limits a loop of calls, TFLOPS, GB/s, share of the roofline
+    floor and which bound that is, speed relative to the baseline, and best/tie by caller time.
+    A backend of an accuracy class other than componentwise says so after its name."""
+    base_name = _baseline(results, baseline)
+    caption = ("caller = max(device, host): what a loop of calls gets; limit 'launch' = launch-bound; "
+               "roofline = floor / device time, floor = max(flops / peak, bytes / bandwidth); "
+               f"x base = caller-time speed-up over {base_name}; tie = within measured noise")
     table = Table(title=title, caption=caption)
-    table.add_column("MxNxK", justify="right", no_wrap=True)
-    table.add_column("dtype", no_wrap=True)
-    table.add_column("layout", no_wrap=True)
-    for name in backends:
-        label = name + ("*" if name == baseline else "")
-        if accuracy[name] != "componentwise":
-            label += f" ({accuracy[name]})"
-        table.add_column(label, justify="right", no_wrap=True)
-    table.add_column("winner")
-    has_peak = any(r.peak_percent is not None for r in results)
-    if has_peak:
-        table.add_column("% peak", justify="right")
-    for point, row in _by_point(results).items():
-        best = winner(row)
-        base = row.get(baseline) if baseline else None
-        cells = [_cell(row.get(name), base, best) for name in backends]
-        extra = []
-        if has_peak:
-            extra.append(f"{best.peak_percent:.0f}%" if best and best.peak_percent is not None else "-")
-        table.add_row(f"{point.m}x{point.n}x{point.k}", point.dtype, point.layout, *cells,
-                      best.backend if best else "[red]none[/]", *extra)
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column in ("dtype", "layout", "backend", "limit",
+                                                               "verdict") else "right", no_wrap=True)
+    cell_rows = table_rows(results, baseline)
+    for index, cells in enumerate(cell_rows):
+        shown = list(cells)
+        if shown[3].split(" ")[0] == base_name:
+            shown[3] = shown[3].replace(base_name, base_name + "*", 1)
+        if shown[4] == "WRONG":
+            shown[4] = "[bold red]WRONG[/]"
+        elif shown[4] == "ERROR":
+            shown[4] = "[red]ERROR[/]"
+        if shown[-1] == BEST:
+            shown[-1] = "[bold green]best[/]"
+        if shown[9] == "launch":
+            shown[9] = "[yellow]launch[/]"
+        last_of_point = index + 1 == len(cell_rows) or cell_rows[index + 1][:3] != cells[:3]
+        table.add_row(*shown, end_section=last_of_point)
     return table
+
+
+def plain_table(results: Sequence[BenchResult], baseline: str | None = None) -> str:
+    """The bench table as aligned plain text (no colours, no box, every column)."""
+    rows = [list(COLUMNS), *table_rows(results, baseline)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One backend over a whole run against the baseline: the geometric mean of baseline caller
+    time / this backend's caller time over the points both timed, and fast_p: the share of the
+    baseline's timed points where this backend is correct and at least ``p`` times as fast."""
+
+    backend: str
+    baseline: str
+    geomean_speedup: float | None
+    fast_p: float | None
+    points: int
+    p: float = 1.0
+
+
+def summaries(results: Sequence[BenchResult], baseline: str | None = None, p: float = 1.0) -> list[Summary]:
+    """A :class:`Summary` per backend (the baseline's own included, at 1)."""
+    base_name = _baseline(results, baseline)
+    rows = _by_point(results)
+    found = []
+    for name in _backends(results):
+        ratios, fast, counted = [], 0, 0
+        for row in rows.values():
+            base, mine = row.get(base_name or ""), row.get(name)
+            if base is None or base.caller_s is None or mine is None or mine.status == UNSUPPORTED:
+                continue
+            counted += 1
+            if mine.caller_s is not None:
+                ratio = base.caller_s / mine.caller_s
+                ratios.append(ratio)
+                fast += ratio >= p
+        geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
+        found.append(Summary(name, base_name or "", geomean, fast / counted if counted else None, counted, p))
+    return found
+
+
+def summary_lines(results: Sequence[BenchResult], baseline: str | None = None) -> list[str]:
+    """One line per backend: geometric-mean caller-time speed-up over the baseline and fast_1."""
+    lines = []
+    for entry in summaries(results, baseline):
+        geomean = f"x{entry.geomean_speedup:.3g}" if entry.geomean_speedup is not None else "-"
+        fast = f"{100 * entry.fast_p:.0f}%" if entry.fast_p is not None else "-"
+        lines.append(f"{entry.backend}: geomean {geomean} against {entry.baseline} (caller time), "
+                     f"fast_1 {fast} of {entry.points} points (correct and at least as fast)")
+    return lines
 
 
 def _clean(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+def _records(results: Sequence[BenchResult]) -> list[dict[str, Any]]:
+    marks: dict[tuple[str, GridPoint], str] = {}
+    for point, row in _by_point(results).items():
+        marks.update(((name, point), verdict) for name, verdict in verdicts(row).items())
+    return [{**{key: _clean(value) for key, value in r.as_dict().items()},
+             "verdict": marks.get((r.backend, r.point), "")} for r in results]
+
+
 def write_json(results: Sequence[BenchResult], path: str | Path, environment: dict[str, Any] | None = None,
-               command: str | None = None) -> None:
-    """``{"created", "command", "environment", "results": [...]}``; NaN written as null."""
+               command: str | None = None, baseline: str | None = None) -> None:
+    """``{"created", "command", "environment", "results": [...], "summary": [...]}``; NaN written
+    as null."""
     data = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command,
         "environment": environment or {},
-        "results": [{key: _clean(value) for key, value in r.as_dict().items()} for r in results],
+        "results": _records(results),
+        "summary": [vars(entry) for entry in summaries(results, baseline)],
     }
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
@@ -105,8 +241,7 @@ def write_csv(results: Sequence[BenchResult], path: str | Path) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
         writer.writeheader()
-        for result in results:
-            record = result.as_dict()
+        for record in _records(results):
             writer.writerow({key: "" if _clean(record[key]) is None else record[key] for key in CSV_FIELDS})
 
 

@@ -233,6 +233,13 @@ def main(argv: list[str]) -> int:
     (out / "holds.json").write_text(json.dumps(holds, indent=1))
     best = best_backend_rows([(128, 128, 128), (512, 512, 512)])
     (out / "best_backend.json").write_text(json.dumps(best, indent=1))
+    for name, extra in (("bench_table.txt", []), ("bench_table_do_bench.txt", ["--timer", "do_bench"])):
+        command = [sys.executable, "-m", "gemmzoo", "bench", "--shape", "128x128x128",
+                   "--shape", "512x512x512", "--shape", "5120x5120x5120", "--dtype", "float16",
+                   "--rounds", "2", "--json", str(out / name.replace(".txt", ".json")), *extra]
+        table = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+        (out / name).write_text(table.stdout + table.stderr[-5000:])
+        print(table.stdout, flush=True)
     shapes = OFF_GRID[:4] if quick else OFF_GRID
     points = [GridPoint(*shape, dtype) for dtype in DTYPES for shape in shapes]
     rows = engine_rows(points, budget_s=0.1, sink=out / "engine_rows.json")

@@ -6,6 +6,7 @@ import argparse
 import shlex
 import sys
 
+from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -15,12 +16,25 @@ from gemmzoo.cli.console import console, errors
 from gemmzoo.cli.options import add_point_arguments, points_from_arguments
 from gemmzoo.errors import UnknownBackendError
 from gemmzoo.grids import GridError, default_grid_name, grids
+from gemmzoo.measure import TIMERS
 from gemmzoo.registry import get_registry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_point_arguments(parser, "bench")
-    parser.add_argument("--baseline", metavar="NAME", help="show each backend's speed as a ratio to this one")
+    parser.add_argument("--baseline", metavar="NAME",
+                        help="show each backend's caller-time speed-up over this one (default: the first of "
+                             "torch, cupy, numpy, torch-cpu benched, else the first by name)")
+    parser.add_argument("--timer", choices=TIMERS, default="events",
+                        help="device timer on a GPU: events (CUDA events, calls queued behind a stream hold; "
+                             "default), graph (the same around CUDA-graph replays of the call), do_bench "
+                             "(triton.testing.do_bench, for cross-checks)")
+    parser.add_argument("--rounds", type=int, default=1, metavar="N",
+                        help="measure in N interleaved rounds (each backend, point by point, N times; the "
+                             "budget split between them) and merge them, so drift hits every backend alike")
+    parser.add_argument("--plain", action="store_true",
+                        help="print the table as plain aligned text (without it, a pipe gets the rich "
+                             "table at full width)")
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
     parser.add_argument("--csv", metavar="FILE", help="write every result as CSV")
     parser.add_argument("--plot", metavar="FILE.png", help="plot TFLOPS against size, one line per backend")
@@ -61,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     if not backends:
         errors.print("[red]no available backend to bench[/]")
         return 2
+    if args.rounds < 1:
+        errors.print("--rounds must be at least 1", style="red", markup=False)
+        return 2
     if args.baseline and args.baseline not in {b.name for b in backends}:
         errors.print(f"baseline {args.baseline!r} is not among the benched backends: "
                      f"{', '.join(b.name for b in backends)}", style="red", markup=False)
@@ -69,21 +86,37 @@ def run(args: argparse.Namespace) -> int:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("benchmarking", total=len(points) * len(backends))
+        if args.rounds > 1:
+            progress.update(task, description=f"benchmarking, {args.rounds} rounds")
 
         def advance(result: BenchResult) -> None:
             progress.update(task, advance=1, description=f"{result.point.id} {result.backend}")
 
-        results = run_bench(backends, points, args.budget, on_result=advance)
+        results = run_bench(backends, points, args.budget, on_result=advance, timer=args.timer,
+                            rounds=args.rounds)
 
-    from gemmzoo.report import results_table, write_csv, write_json
+    from gemmzoo.report import plain_table, results_table, summary_lines, write_csv, write_json
 
-    console.print(results_table(results, args.baseline))
+    if args.plain:
+        print(plain_table(results, args.baseline))
+    else:
+        table = results_table(results, args.baseline)
+        if console.is_terminal:
+            console.print(table)
+        else:  # a pipe or file: as wide as the table needs, never cut to 80 columns
+            from rich.measure import Measurement
+
+            needed = Measurement.get(console, console.options.update_width(100_000), table).maximum
+            wide = Console(width=max(80, needed + 2), highlight=False)
+            wide.print(table)
+    for line in summary_lines(results, args.baseline):
+        console.print(line, markup=False, soft_wrap=True)
     for result in results:
         if result.status not in (OK, "unsupported"):
             console.print(f"[red]{result.status.upper()}[/] {escape(result.detail)}", soft_wrap=True)
     command = "gemmzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.json:
-        write_json(results, args.json, bench_environment(backends), command)
+        write_json(results, args.json, bench_environment(backends), command, args.baseline)
         console.print(f"wrote {args.json}")
     if args.csv:
         write_csv(results, args.csv)
