@@ -9,10 +9,20 @@ import numpy as np
 import pytest
 
 import gemmzoo
-from gemmzoo.bench import OK, UNSUPPORTED, WRONG, bench_one, run_bench
+from gemmzoo.bench import OK, UNSUPPORTED, WRONG, BenchResult, bench_one, run_bench
 from gemmzoo.cli import main
 from gemmzoo.grids import GridPoint, get_grid
-from gemmzoo.report import results_table, winner, write_csv, write_json, write_plot
+from gemmzoo.report import (
+    plain_table,
+    results_table,
+    summaries,
+    summary_lines,
+    verdicts,
+    winner,
+    write_csv,
+    write_json,
+    write_plot,
+)
 
 
 class _WrongNumpy(gemmzoo.Backend):
@@ -73,15 +83,52 @@ def test_a_crashing_backend_is_an_error_not_a_crash():
 def test_table_marks_wrong_and_winner(smoke_results):
     from rich.console import Console
 
-    console = Console(record=True, width=200)
+    console = Console(record=True, width=250)
     console.print(results_table(smoke_results, baseline="numpy"))
     text = console.export_text()
-    assert "WRONG" in text and "numpy*" in text and "relative to numpy" in text
+    assert "numpy*" in text and "over numpy" in text
     for point in get_grid("smoke", dtypes=["float32"]):
-        row = next(line for line in text.splitlines() if f"{point.m}x{point.n}x{point.k} " in line)
-        best = winner({r.backend: r for r in smoke_results if r.point == point})
-        assert best.backend in row and best.backend != "wrong-numpy"
-        assert row.count("WRONG") == 1
+        row = {r.backend: r for r in smoke_results if r.point == point}
+        lines = [line for line in text.splitlines() if f" {point.m}x{point.n}x{point.k} " in line]
+        assert len(lines) == 3
+        wrong = next(line for line in lines if "wrong-numpy" in line)
+        assert "WRONG" in wrong and "best" not in wrong and "tie" not in wrong
+        marks = verdicts(row)
+        assert marks and "wrong-numpy" not in marks
+        for name, verdict in marks.items():
+            assert verdict in next(line for line in lines if f" {name}" in line)
+        best = winner(row)
+        assert best.backend in marks
+
+
+def _ok(name, point, device_s, host_s, spread=0.0):
+    from gemmzoo.measure import Measurement, Timing
+
+    device = Timing(device_s, device_s - spread / 2, device_s + spread / 2, 10, "test")
+    host = Timing(host_s, host_s, host_s, 5, "test")
+    return BenchResult(name, "cuda", point, OK, Measurement(name, point, device, 0.5, 1e-7, host))
+
+
+def test_ties_launch_bound_rows_and_the_caller_time_ranking():
+    point, other = GridPoint(128, 128, 128, "float16"), GridPoint(512, 512, 512, "float16")
+    results = [
+        _ok("torch", point, 6.2e-6, 17e-6), _ok("triton-grouped", point, 5.6e-6, 73e-6),  # launch-bound
+        _ok("torch", other, 20e-6, 17e-6, spread=2e-6), _ok("cupy", other, 20.5e-6, 15e-6, spread=2e-6),
+    ]
+    assert verdicts({r.backend: r for r in results[:2]}) == {"torch": "best"}  # 17 us beats 73 us
+    assert verdicts({r.backend: r for r in results[2:]}) == {"torch": "tie", "cupy": "tie"}
+    lines = plain_table(results).splitlines()
+    assert lines[0].split()[:4] == ["MxNxK", "dtype", "layout", "backend"]
+    grouped = next(line for line in lines if "triton-grouped" in line)
+    assert "launch" in grouped and "73" in grouped and "5.6" in grouped
+    assert all(len(line.split()) >= 10 for line in lines[1:])
+    [torch, grouped_summary] = [s for s in summaries(results, "torch") if s.backend != "cupy"]
+    assert torch.geomean_speedup == pytest.approx(1.0) and torch.fast_p == 1.0 and torch.points == 2
+    assert grouped_summary.geomean_speedup == pytest.approx(17 / 73) and grouped_summary.fast_p == 0.0
+    assert grouped_summary.points == 1
+    cupy = next(s for s in summaries(results, "torch") if s.backend == "cupy")
+    assert cupy.geomean_speedup == pytest.approx(20 / 20.5) and cupy.fast_p == 0.0
+    assert any(line.startswith("triton-grouped: geomean x0.233") for line in summary_lines(results, "torch"))
 
 
 def test_json_and_csv(tmp_path, smoke_results):
@@ -94,6 +141,8 @@ def test_json_and_csv(tmp_path, smoke_results):
         assert record["status"] == result.status
         if result.status == OK:
             assert record["tflops"] == pytest.approx(result.point.flops / record["median_s"] / 1e12)
+            assert record["caller_s"] == max(record["median_s"], record["host_s"])
+            assert record["verdict"] in ("best", "tie", "")
         else:
             assert record["tflops"] is None and record["median_s"] is None
     write_csv(smoke_results, tmp_path / "r.csv")
@@ -102,7 +151,8 @@ def test_json_and_csv(tmp_path, smoke_results):
     assert [(r["backend"], r["point"], r["status"]) for r in rows] == [
         (r.backend, r.point.id, r.status) for r in smoke_results
     ]
-    assert all(float(r["tflops"]) > 0 for r in rows if r["status"] == OK)
+    assert all(float(r["tflops"]) > 0 and float(r["caller_s"]) > 0 for r in rows if r["status"] == OK)
+    assert {s["backend"] for s in data["summary"]} == {r.backend for r in smoke_results}
     assert all(r["tflops"] == "" for r in rows if r["status"] != OK)
 
 
