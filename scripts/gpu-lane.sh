@@ -4,7 +4,7 @@
 # Installs the project offline into this machine's python3, prints the device, driver and library
 # versions, runs `gemmzoo check` on every available GPU backend, the GPU-marked tests, and a short
 # benchmark of every GPU backend; writes gpu-lane.log, gpu-lane.json and gpu-lane.md to OUTDIR.
-# GPU_LANE_TIMING=1 adds the pytest-benchmark vs triton.testing.do_bench agreement check (OUTDIR/timing).
+# GPU_LANE_TIMING=1 adds the timing engine's agreement check against triton.testing.do_bench (OUTDIR/timing).
 set -uo pipefail
 out=${1:?usage: scripts/gpu-lane.sh OUTDIR}
 mkdir -p "$out"
@@ -15,5 +15,5 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
 python3 scripts/gpu_lane.py "$out"
 lane=$?
 # pytest-benchmark device time against triton.testing.do_bench at 2048³ and 4096³
-if [ "${GPU_LANE_TIMING:-0}" = 1 ]; then python3 benchmarks/gpu_timing_check.py "$out/timing" || lane=1; fi
+if [ "${GPU_LANE_TIMING:-0}" = 1 ]; then python3 tests/test_gpu_timing.py "$out/timing" || lane=1; fi
 exit $lane

@@ -52,8 +52,9 @@ HOPPER_CONFIGS = [
     _config(128, 128, 64, 3, 8),
 ]
 
-#: Found by benchmarks/grouped_configs.py on the H100: the best configs at 1024^3 (~195 TFLOPS
-#: against 180 for the best above), and a near-tie for the best at 4096^3 and 8192^3.
+#: Found by timing each config alone on the H100 (docs/results/2026-11-21-h100-triton.md): the
+#: best configs at 1024^3 (~195 TFLOPS against 180 for the best above), and a near-tie for the
+#: best at 4096^3 and 8192^3.
 EXTRA_CONFIGS = [
     _config(64, 128, 64, 4, 4),
     _config(128, 64, 64, 4, 4),

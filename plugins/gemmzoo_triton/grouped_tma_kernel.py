@@ -45,7 +45,7 @@ from gemmzoo_triton.launcher import BoundLaunch
 #: setting, so that benchmarks can switch it. "tiles" because on the H100 the two ran within
 #: the rounds' noise of each other at 2048^3 to 8192^3, while the persistent kernel's launch
 #: took ~36 us more host time (86 against 50 us), enough to leave the GPU waiting for the host
-#: at 2048^3 (benchmarks/host_time.py, benchmarks/grouped_variants.py; docs/results).
+#: at 2048^3 (docs/results/2026-11-21-h100-triton.md).
 VARIANT = "tiles"
 VARIANTS = ("persistent", "tiles")
 
