@@ -416,10 +416,11 @@ def _device_samples(call: Callable[[], Any], engine: Engine, budget_s: float,
 
 def host_timing(call: Callable[[], Any], engine: Engine, device_s: float) -> Timing:
     """Host seconds per call: :data:`HOST_BATCHES` loops of calls behind a hold, each of about
-    10 ms of the GEMM's device time (``device_s`` per call), 5 to :data:`MAX_QUEUED_CALLS` calls."""
-    count = max(5, min(MAX_QUEUED_CALLS, int(0.01 / max(device_s, 1e-7))))
+    10 ms of the GEMM's device time (``device_s`` per call), 1 to :data:`MAX_QUEUED_CALLS` calls
+    (three loops of one call for GEMMs over 10 ms, whose host time hardly matters)."""
+    count = max(1, min(MAX_QUEUED_CALLS, int(0.01 / max(device_s, 1e-7))))
     with gc_paused():
-        samples = [engine.host_per_call(call, count) for _ in range(HOST_BATCHES)]
+        samples = [engine.host_per_call(call, count) for _ in range(HOST_BATCHES if count > 1 else 3)]
     return Timing.of(samples, "host loop behind a stream hold" if engine.holding else "host loop")
 
 

@@ -2,12 +2,13 @@
 fresh caller times.
 
 As tests (``gpu`` marker) a few shapes are checked. As a script,
-``python tests/test_gpu_timing.py OUT_DIR [--quick]`` runs the whole check recorded in
-docs/results/2026-11-23-timing-engine.md: every GPU backend, float16 and bfloat16, on the shapes
-of :data:`OFF_GRID` (in none of the named grids), timed by ``gemmzoo bench``'s engine, by
-pytest-benchmark (the benchmarks, in a subprocess) and by do_bench; and ``best_backend`` at
-128³ and 512³ float16 against every candidate's caller time measured afresh in interleaved
-rounds. It writes ``agreement.json`` and ``best_backend.json`` under OUT_DIR and prints a summary.
+``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J] [--skip-best] [--skip-tables]``
+runs the whole check recorded in docs/results/2026-11-23-timing-engine.md: every GPU backend,
+float16 and bfloat16, on the shapes of :data:`OFF_GRID` (in none of the named grids; ``I:J``
+takes a slice of them), timed by ``gemmzoo bench``'s engine, by pytest-benchmark (the
+benchmarks, in a subprocess) and by do_bench; ``best_backend`` at 128³ and 512³ float16 against
+every candidate's caller time measured afresh in interleaved rounds; and two ``gemmzoo bench``
+tables. It writes JSON under OUT_DIR and prints a summary.
 """
 
 from __future__ import annotations
@@ -225,22 +226,25 @@ def main(argv: list[str]) -> int:
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
     quick = "--quick" in argv
+    first, last = (int(x) for x in next((a for a in argv if ":" in a), "0:99").split(":"))
     info = device_info("cuda")
     print(f"device {info['device_name']}, driver {info['driver']} (CUDA {info['cuda_driver']}), "
           f"{info['libraries']}; stream hold from {default_gpu().holder_name}", flush=True)
     holds = hold_rows()
     print("holds:", holds, flush=True)
     (out / "holds.json").write_text(json.dumps(holds, indent=1))
-    best = best_backend_rows([(128, 128, 128), (512, 512, 512)])
+    best = [] if "--skip-best" in argv else best_backend_rows([(128, 128, 128), (512, 512, 512)])
     (out / "best_backend.json").write_text(json.dumps(best, indent=1))
-    for name, extra in (("bench_table.txt", []), ("bench_table_do_bench.txt", ["--timer", "do_bench"])):
+    tables = [] if "--skip-tables" in argv else [("bench_table.txt", []),
+                                                 ("bench_table_do_bench.txt", ["--timer", "do_bench"])]
+    for name, extra in tables:
         command = [sys.executable, "-m", "gemmzoo", "bench", "--shape", "128x128x128",
                    "--shape", "512x512x512", "--shape", "5120x5120x5120", "--dtype", "float16",
                    "--rounds", "2", "--json", str(out / name.replace(".txt", ".json")), *extra]
         table = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
         (out / name).write_text(table.stdout + table.stderr[-5000:])
         print(table.stdout, flush=True)
-    shapes = OFF_GRID[:4] if quick else OFF_GRID
+    shapes = OFF_GRID[:4] if quick else OFF_GRID[first:last]
     points = [GridPoint(*shape, dtype) for dtype in DTYPES for shape in shapes]
     rows = engine_rows(points, budget_s=0.1, sink=out / "engine_rows.json")
     (out / "agreement.json").write_text(json.dumps({"environment": info, "rows": rows}, indent=1))
