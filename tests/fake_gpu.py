@@ -48,7 +48,7 @@ class FakeEvents:
     ``elapsed_s``, ``hold``). ``holds=False`` is a machine without a hold kernel."""
 
     def __init__(self, flush_s: float = 0.004, depth: int = 1024, holds: bool = True,
-                 hold_timeout_s: float = 0.2) -> None:
+                 hold_timeout_s: float = 2.0) -> None:
         self.flush_s = flush_s
         self.depth = depth
         self.holds = holds

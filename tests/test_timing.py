@@ -31,7 +31,7 @@ def test_device_time_leaves_out_a_launch_path_slower_than_the_gemm():
     result = measure(backend, POINT, budget_s=0.03, gpu=events)
     assert result.timing.median_s == pytest.approx(0.0005, rel=1e-6)
     assert result.timing.spread_s == pytest.approx(0, abs=1e-9)
-    assert 0.002 <= result.host_s < 0.004
+    assert 0.002 <= result.host_s < 0.02
     assert result.launch_bound and result.caller_s == result.host_s
     assert "stream hold" in result.timing.method and "without" not in result.timing.method
 
