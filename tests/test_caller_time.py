@@ -66,7 +66,7 @@ def test_tuning_stores_host_time():
     assert {r.host_s for r in stored} == {r.host_s for r in records}
 
 
-def test_a_version_1_database_gains_the_host_columns_and_keeps_its_rows(tmp_path):
+def test_a_database_without_host_time_gains_its_columns_and_keeps_its_rows(tmp_path):
     path = tmp_path / "tuning.sqlite3"
     db = sqlite3.connect(path)
     db.executescript("""
