@@ -56,13 +56,16 @@ def _do_bench_s(backend: Any, point: Any, budget_s: float) -> float:
 
 
 def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
-                sink: Path | None = None) -> list[dict[str, Any]]:
+                sink: Path | None = None, deadline: float = float("inf")) -> list[dict[str, Any]]:
     """For each point and GPU backend: do_bench, the bench engine, do_bench again (interleaved,
     so drift of the GPU's clock between them shows), and the engine's ratio to do_bench."""
     from gemmzoo.measure import measure
 
     rows = []
     for point in points:
+        if time.perf_counter() > deadline:
+            print(f"out of time: {point.id} and later points not timed", flush=True)
+            break
         for backend in _cuda_backends(point.dtype):
             row: dict[str, Any] = {"point": point.id, "backend": backend.name}
             try:
@@ -88,16 +91,21 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
     return rows
 
 
-def pytest_benchmark_medians(points: list[Any], out: Path, max_time_s: float) -> dict[tuple[str, str], float]:
+def pytest_benchmark_medians(points: list[Any], out: Path, max_time_s: float, name: str = "pytest_benchmark",
+                             timeout_s: float | None = None) -> dict[tuple[str, str], float]:
     """Median seconds per (point id, backend) from the benchmarks under pytest-benchmark."""
-    report = out / "pytest_benchmark.json"
+    report = out / f"{name}.json"
     command = [sys.executable, "-m", "pytest", str(REPO / "benchmarks" / "test_gemm.py"), "-q",
                "-p", "no:cacheprovider", "--benchmark-only", f"--benchmark-max-time={max_time_s}",
                f"--benchmark-json={report}", "--rootdir", str(REPO)]
     for point in points:
         command += ["--shape", point.id]
-    run = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
-    (out / "pytest_benchmark.log").write_text(run.stdout[-20000:] + "\n" + run.stderr[-20000:])
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        print(f"{name}: out of time", flush=True)
+        return {}
+    (out / f"{name}.log").write_text(run.stdout[-20000:] + "\n" + run.stderr[-20000:])
     if not report.exists():
         return {}
     medians = {}
@@ -223,6 +231,9 @@ def main(argv: list[str]) -> int:
     from gemmzoo.grids import GridPoint
 
     os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")  # the pytest run reuses the autotuning
+    started = time.perf_counter()
+    seconds = float(next((a.split("=")[1] for a in argv if a.startswith("--seconds=")), "1e9"))
+    deadline = started + seconds
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
     quick = "--quick" in argv
@@ -235,20 +246,28 @@ def main(argv: list[str]) -> int:
     (out / "holds.json").write_text(json.dumps(holds, indent=1))
     best = [] if "--skip-best" in argv else best_backend_rows([(128, 128, 128), (512, 512, 512)])
     (out / "best_backend.json").write_text(json.dumps(best, indent=1))
-    tables = [] if "--skip-tables" in argv else [("bench_table.txt", []),
-                                                 ("bench_table_do_bench.txt", ["--timer", "do_bench"])]
+    tables = [] if "--skip-tables" in argv else [("bench_table.txt", [])]
     for name, extra in tables:
         command = [sys.executable, "-m", "gemmzoo", "bench", "--shape", "128x128x128",
-                   "--shape", "512x512x512", "--shape", "5120x5120x5120", "--dtype", "float16",
+                   "--shape", "512x512x512", "--dtype", "float16", "--budget", "0.1",
                    "--rounds", "2", "--json", str(out / name.replace(".txt", ".json")), *extra]
         table = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
         (out / name).write_text(table.stdout + table.stderr[-5000:])
         print(table.stdout, flush=True)
     shapes = OFF_GRID[:4] if quick else OFF_GRID[first:last]
-    points = [GridPoint(*shape, dtype) for dtype in DTYPES for shape in shapes]
-    rows = engine_rows(points, budget_s=0.1, sink=out / "engine_rows.json")
+    points = [GridPoint(*shape, dtype) for shape in shapes for dtype in DTYPES]
+    # leave about a third of the time for pytest-benchmark
+    rows = engine_rows(points, budget_s=0.05, sink=out / "engine_rows.json",
+                       deadline=deadline - 0.4 * (deadline - time.perf_counter()))
     (out / "agreement.json").write_text(json.dumps({"environment": info, "rows": rows}, indent=1))
-    medians = pytest_benchmark_medians(points, out, max_time_s=0.2)
+    timed = {row["point"] for row in rows}
+    medians: dict[tuple[str, str], float] = {}
+    for number, dtype in enumerate(DTYPES):
+        left = (deadline - time.perf_counter() - 5) / (len(DTYPES) - number)
+        chosen = [p for p in points if p.dtype == dtype and p.id in timed]
+        if chosen and left > 20:
+            medians.update(pytest_benchmark_medians(chosen, out, max_time_s=0.1, name=f"pytest_{dtype}",
+                                                    timeout_s=left))
     for row in rows:
         median = medians.get((row["point"], row["backend"]))
         if median is not None and "do_bench_s" in row:
@@ -257,7 +276,7 @@ def main(argv: list[str]) -> int:
     ratios = [(r["point"], r["backend"], r.get("bench_ratio"), r.get("pytest_ratio")) for r in rows]
     misses = [r for r in ratios if any(x is None or abs(x - 1) > AGREEMENT for x in r[2:])]
     print(f"\n{len(rows)} backend x point; bench ratio median "
-          f"{statistics.median(r[2] for r in ratios if r[2]):.3f}, pytest ratio median "
+          f"{statistics.median([r[2] for r in ratios if r[2]] or [float('nan')]):.3f}, pytest ratio median "
           f"{statistics.median([r[3] for r in ratios if r[3]] or [float('nan')]):.3f}; "
           f"outside {AGREEMENT:.0%} (or missing): {len(misses)}")
     for miss in misses:
