@@ -144,6 +144,11 @@ class CudaGpu:
         """A fresh (start, end) pair of timing events; each has ``record()``."""
         return self._new_event(), self._new_event()
 
+    @staticmethod
+    def wait(event: Any) -> None:
+        """Return when the device has reached ``event`` (a recorded event)."""
+        event.synchronize()
+
     def elapsed_s(self, start: Any, end: Any) -> float:
         """Seconds of device time between two recorded events (both completed)."""
         return self._elapsed_ms(start, end) / 1e3

@@ -41,9 +41,9 @@ TIMERS = ("events", "graph", "do_bench")
 """The device timers :func:`measure` offers (see the module docstring)."""
 
 #: Calls queued behind one hold. CUDA's launch queue holds about a thousand entries and a timed
-#: call makes at least four (flush, two events, the GEMM): beyond the queue the host would block
-#: on a launch while the GPU waits for the host.
-MAX_QUEUED_CALLS = 100
+#: call makes at least four (flush, two events, the GEMM), and two batches may be queued at once:
+#: beyond the queue the host would block on a launch while the GPU waits for the host.
+MAX_QUEUED_CALLS = 64
 
 
 class WrongResultError(GemmError):
@@ -325,6 +325,34 @@ class Engine:
             if intact or not self.holding:
                 return samples
 
+    def _launch(self, call: Callable[[], Any], count: int, flush: bool) -> tuple[list[tuple[Any, Any]], bool]:
+        """Queue ``count`` timed calls behind a fresh hold and release it; the pairs and whether the
+        hold stayed intact."""
+        for _ in range(count):
+            self.queue(call, flush)
+        pairs, self._pending = self._pending, []
+        return pairs, self._release()
+
+    def stream(self, call: Callable[[], Any], count: int, flush: bool = True) -> Iterator[list[float]]:
+        """Batches of ``count`` timed calls (at most :data:`MAX_QUEUED_CALLS`), endlessly: each
+        batch is queued behind its own hold while the batch before it runs, so the GPU goes from
+        batch to batch without waiting for the host (idle gaps would let a large GEMM's clock
+        rise above the sustained one). Yields each batch's device seconds once it has run; at
+        most two batches are queued at a time. Closing the generator waits for the last one."""
+        count = max(1, min(count, MAX_QUEUED_CALLS))
+        gpu = self.gpu
+        running = self._launch(call, count, flush)
+        try:
+            while True:
+                queued = self._launch(call, count, flush)
+                gpu.wait(running[0][-1][1])  # the end event of the running batch's last call
+                pairs, intact = running
+                if intact or not self.holding:
+                    yield [gpu.elapsed_s(start, end) for start, end in pairs]
+                running = queued
+        finally:
+            gpu.synchronize()
+
     def host_per_call(self, call: Callable[[], Any], count: int) -> float:
         """Host seconds per call over a loop of ``count`` calls queued behind a hold, so the
         loop never waits for the device."""
@@ -344,12 +372,13 @@ class Engine:
 class DeviceClock:
     """A clock that reads the GEMM time a device has spent, for pytest-benchmark's ``timer=``.
 
-    ``clock.wrap(call)`` gives a function that queues one timed call on the engine (flush, start
-    event, ``call``, end event; the first of a round places a hold on the stream). Reading the
-    clock (``clock()``) releases the hold, synchronises once if calls are pending, adds their
-    device times to a running total and returns it. pytest-benchmark reads its timer before and
-    after each round, so a round's duration is the device time of its calls, which ran back to
-    back: not their launch time, not the flush, not the synchronisation.
+    ``clock.wrap(call, calls)`` gives a target that, each time it is called, takes the next batch
+    of ``calls`` timed calls from :meth:`Engine.stream` (the batch after it is already queued, so
+    the GPU runs from batch to batch without waiting for the host) and adds the batch's mean
+    device time per call to a running total; reading the clock (``clock()``) returns that total.
+    pytest-benchmark reads its timer before and after each round, so with ``iterations=1`` a
+    round's duration is the mean device time of one GEMM over a batch that ran back to back: not
+    launch time, not the flush, not a synchronisation. :meth:`finish` drains the last batch.
     """
 
     __name__ = "DeviceClock"  # pytest-benchmark names its timer by __module__ and __name__
@@ -357,25 +386,31 @@ class DeviceClock:
     def __init__(self, gpu: Any = None) -> None:
         self.engine = Engine(gpu)
         self._total = 0.0
-        self.syncs = 0
+        self._stream: Iterator[list[float]] | None = None
         self.reads = 0
+        self.batches = 0
 
     def __call__(self) -> float:
         self.reads += 1
-        if self.engine.pending:
-            samples, _intact = self.engine.collect()
-            self.syncs += 1
-            self._total += sum(samples)
         return self._total
 
-    def wrap(self, call: Callable[[], Any], flush: bool = True) -> Callable[[], Any]:
-        """``call`` as one timed call queued on this clock's engine."""
-        engine = self.engine
+    def wrap(self, call: Callable[[], Any], calls: int = 1, flush: bool = True) -> Callable[[], None]:
+        """A target that runs one batch of ``calls`` timed calls of ``call`` per invocation."""
+        self.finish()
+        stream = self._stream = self.engine.stream(call, calls, flush)
 
-        def timed() -> Any:
-            return engine.queue(call, flush)
+        def timed() -> None:
+            samples = next(stream)
+            self._total += sum(samples) / len(samples)
+            self.batches += 1
 
         return timed
+
+    def finish(self) -> None:
+        """Wait for the batch still queued and drop it (call after the last round)."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
 
     def __repr__(self) -> str:
         return "DeviceClock()"
@@ -403,15 +438,21 @@ def _cpu_samples(call: Callable[[], Any], backend: Any, budget_s: float, max_sam
 def _device_samples(call: Callable[[], Any], engine: Engine, budget_s: float,
                     max_samples: int) -> list[float]:
     first = max(engine.batch(call, 1)[0], 1e-7)
-    batch = max(1, min(MAX_QUEUED_CALLS, int(BATCH_S / first)))
-    warm_until = time.perf_counter() + WARMUP_S
-    while time.perf_counter() < warm_until:
-        engine.batch(call, batch)
-    samples: list[float] = []
-    deadline = time.perf_counter() + budget_s
-    while len(samples) < max_samples and (len(samples) < 3 or time.perf_counter() < deadline):
-        samples += engine.batch(call, min(batch, max(1, max_samples - len(samples))))
-    return samples
+    batches = engine.stream(call, max(1, min(MAX_QUEUED_CALLS, int(BATCH_S / first))))
+    try:
+        warm_until = time.perf_counter() + WARMUP_S  # warm-up and samples from one stream: no gap
+        for _ in batches:
+            if time.perf_counter() >= warm_until:
+                break
+        samples: list[float] = []
+        deadline = time.perf_counter() + budget_s
+        for batch in batches:
+            samples += batch
+            if len(samples) >= max_samples or (len(samples) >= 3 and time.perf_counter() >= deadline):
+                break
+    finally:
+        batches.close()
+    return samples[:max_samples]
 
 
 def host_timing(call: Callable[[], Any], engine: Engine, device_s: float) -> Timing:

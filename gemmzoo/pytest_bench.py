@@ -6,14 +6,15 @@ public API is used: the ``benchmark`` mark (``timer=``, ``group=``), ``benchmark
 
 CPU backends are timed by pytest-benchmark as usual (its calibration, its timer). CUDA backends
 are timed with :data:`DEVICE_CLOCK`, a :class:`gemmzoo.measure.DeviceClock` that
-:func:`benchmark_params` names in each param's ``benchmark`` mark as the timer: the calls of a
-round are queued behind a hold on the stream (the L2 flush before each, outside its events) and
-reading the clock releases the hold and synchronises once, so a round's duration is the device
-time of its GEMMs, run back to back. They run in ``benchmark.pedantic`` mode, rounds of about
-:data:`ROUND_S` of calls (at most :data:`gemmzoo.measure.MAX_QUEUED_CALLS`), as many rounds as
-fit the wall-clock budget (``--benchmark-max-time``, read at configuration by :func:`configure`),
-at least ``--benchmark-min-rounds``: pytest-benchmark's own calibration would spin forever
-measuring the precision of a clock that only moves when a GEMM runs.
+:func:`benchmark_params` names in each param's ``benchmark`` mark as the timer. They run in
+``benchmark.pedantic`` mode with one iteration per round: a round is one batch of timed calls
+from :meth:`gemmzoo.measure.Engine.stream` (about :data:`ROUND_S` of GEMMs, at most
+:data:`gemmzoo.measure.MAX_QUEUED_CALLS`; each batch queued behind a hold on the stream while
+the batch before it runs, the L2 flush before each call outside its events), and the clock moves
+by the batch's mean device time per GEMM. As many rounds run as fit the wall-clock budget
+(``--benchmark-max-time``, read at configuration by :func:`configure`), at least
+``--benchmark-min-rounds``: pytest-benchmark's own calibration would spin forever measuring the
+precision of a clock that only moves when a GEMM runs.
 
 Every benchmark's ``extra_info`` has device, host and caller time per call (see
 :mod:`gemmzoo.measure`), TFLOPS, GB/s and the roofline efficiency where the device is known.
@@ -109,16 +110,6 @@ def point_from_id(point_id: str) -> GridPoint:
     return GridPoint(m, n, k, dtype or "float32", layout or "NN")
 
 
-def cuda_rounds(wall_per_call_s: float, max_time_s: float, min_rounds: int) -> tuple[int, int]:
-    """(rounds, iterations per round): rounds of about ROUND_S of calls each (at most
-    MAX_QUEUED_CALLS), as many as fit ``max_time_s`` of wall time, at least ``min_rounds``, at
-    most MAX_ROUNDS."""
-    wall = max(wall_per_call_s, 1e-9)
-    iterations = max(1, min(MAX_QUEUED_CALLS, int(ROUND_S / wall)))
-    fitting = int(max_time_s / (wall * iterations))
-    return max(min_rounds, min(MAX_ROUNDS, fitting)), iterations
-
-
 class TimerNotSetError(RuntimeError):
     """A CUDA benchmark ran without the device clock as its pytest-benchmark timer."""
 
@@ -142,27 +133,32 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
         return matmul(a, b)
 
     host: Timing | None = None
+    extra: dict[str, Any] = {}
     if backend.device == "cuda":
         clock = clock or DEVICE_CLOCK
-        target = clock.wrap(call)
         with gc_paused():
-            for _ in range(WARMUP_ROUNDS):
-                target()
-            clock()
-            start = time.perf_counter()
-            for _ in range(3):
-                target()
-                clock()
-            wall = (time.perf_counter() - start) / 3
-            rounds, iterations = cuda_rounds(wall, SETTINGS["max_time"], int(SETTINGS["min_rounds"]))
-            reads = clock.reads
-            benchmark.pedantic(target, rounds=rounds, iterations=iterations, warmup_rounds=WARMUP_ROUNDS)
-            clock()  # collect anything a disabled benchmark left queued
-        if benchmark.enabled and clock.reads == reads + 1:
+            first = max(clock.engine.batch(call, 1)[0], 1e-7)
+            calls = max(1, min(MAX_QUEUED_CALLS, int(ROUND_S / first)))
+            target = clock.wrap(call, calls)
+            try:
+                for _ in range(WARMUP_ROUNDS):
+                    target()
+                start = time.perf_counter()
+                for _ in range(3):
+                    target()
+                wall = (time.perf_counter() - start) / 3
+                rounds = max(int(SETTINGS["min_rounds"]), min(MAX_ROUNDS, int(SETTINGS["max_time"] / wall)))
+                reads = clock.reads
+                benchmark.pedantic(target, rounds=rounds, iterations=1, warmup_rounds=WARMUP_ROUNDS)
+            finally:
+                clock.finish()
+        if benchmark.enabled and clock.reads == reads:
             raise TimerNotSetError(
                 f"{backend.name}: {point.id}: the benchmark's timer is not the device clock; mark the test "
                 "with pytest.mark.benchmark(timer=gemmzoo.pytest_bench.DEVICE_CLOCK)")
-        timing = (f"{clock.engine.method}; {iterations} GEMMs per round, one sync per round")
+        timing = (f"{clock.engine.method}; each round the mean of {calls} GEMMs run back to back, "
+                  "the next round's already queued")
+        extra["calls_per_round"] = calls
         median = _median(benchmark)
         if median is not None:
             host = host_timing(call, Engine(clock.engine.gpu), median)
@@ -177,6 +173,7 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
         timing = "wall clock around each call (pytest-benchmark's timer)"
         median = _median(benchmark)
     info = extra_info(backend, point, checked.error_ratio, checked.rel_error, median, timing, host)
+    info.update(extra)
     benchmark.extra_info.update(info)
     return info
 

@@ -45,7 +45,7 @@ class _Op:
 
 class FakeEvents:
     """The device interface of a pretend GPU (``pair``, ``flush``, ``synchronize``,
-    ``elapsed_s``, ``hold``). ``holds=False`` is a machine without a hold kernel."""
+    ``elapsed_s``, ``wait``, ``hold``). ``holds=False`` is a machine without a hold kernel."""
 
     def __init__(self, flush_s: float = 0.004, depth: int = 1024, holds: bool = True,
                  hold_timeout_s: float = 2.0) -> None:
@@ -109,6 +109,9 @@ class FakeEvents:
                 op.event.time = start
             self.free_at = end
         self._queue.clear()
+
+    def wait(self, event: FakeEvent) -> None:
+        self.synchronize()
 
     def elapsed_s(self, start: FakeEvent, end: FakeEvent) -> float:
         assert start.time is not None and end.time is not None, "event read before the device reached it"

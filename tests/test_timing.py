@@ -17,7 +17,7 @@ from fake_gpu import FakeCudaBackend, FakeEvents
 from gemmzoo.device import device_info, peak_key, peak_tflops
 from gemmzoo.grids import GridPoint
 from gemmzoo.measure import DeviceClock, Engine, Problem, Timing, measure, prepare, time_calls, time_problem
-from gemmzoo.pytest_bench import assign_worker_gpu, cuda_rounds
+from gemmzoo.pytest_bench import assign_worker_gpu
 
 TESTS = Path(__file__).parent
 POINT = GridPoint(12, 10, 8)
@@ -87,39 +87,41 @@ def test_engine_batch_samples_each_call():
     assert events.syncs == 1 and events.flushes == 4
 
 
-def test_device_clock_counts_only_the_wrapped_call():
+def test_device_clock_moves_by_the_mean_device_time_of_a_batch():
     events = FakeEvents(flush_s=0.010)
     clock = DeviceClock(events)
-    target = clock.wrap(lambda: events.run(0.003))
+    durations = iter([0.003, 0.001] * 50)
+    target = clock.wrap(lambda: events.run(next(durations)), calls=4)
     start = clock()
-    events.run(0.5)  # device work outside the wrapper is not counted
+    events.run(0.5)  # device work outside the batches is not counted
     target()
+    assert clock() - start == pytest.approx(0.002, rel=1e-6)  # mean of 3, 1, 3, 1 ms
     target()
-    assert clock() - start == pytest.approx(0.006, rel=1e-6)
-    assert events.flushes == 2  # the flush ran, before each call, outside the event pair
+    assert clock() - start == pytest.approx(0.004, rel=1e-6)
+    clock.finish()
+    assert clock.batches == 2 and events.flushes == 12  # the batch queued ahead ran too, and was dropped
 
 
-def test_device_clock_syncs_once_per_read_and_only_when_something_is_pending():
-    events = FakeEvents()
-    clock = DeviceClock(events)
-    target = clock.wrap(lambda: events.run(0.001))
-    clock()
-    clock()
-    assert events.syncs == 0
-    for _ in range(5):
-        target()
-    assert events.syncs == 0  # no sync per call
-    clock()
-    assert events.syncs == 1 and clock.syncs == 1
-    clock()
-    assert events.syncs == 1
+def test_a_stream_keeps_the_next_batch_queued_and_the_gpu_busy():
+    """A launch path slower than the GEMM: within a batch the calls still run back to back, and
+    the next batch is queued behind its hold before the host waits for the one running."""
+    events = FakeEvents(flush_s=1e-4)
+    backend = FakeCudaBackend(events, gemm_s=0.0004, launch_s=0.001)
+    problem = prepare(backend, POINT)
+    batches = Engine(events).stream(lambda: backend.matmul(problem.a, problem.b), 8)
+    first, second = next(batches), next(batches)
+    batches.close()
+    assert first == pytest.approx([0.0004] * 8, rel=1e-6) and second == pytest.approx([0.0004] * 8, rel=1e-6)
+    assert events.max_queued >= 8 * 4  # a whole batch waited behind a hold
 
 
 def test_device_clock_without_flush():
     events = FakeEvents()
     clock = DeviceClock(events)
     clock.wrap(lambda: events.run(0.002), flush=False)()
-    assert clock() == pytest.approx(0.002, rel=1e-6) and events.flushes == 0
+    assert clock() == pytest.approx(0.002, rel=1e-6)
+    clock.finish()
+    assert events.flushes == 0
 
 
 def test_time_problem_cpu_path_is_wall_time():
@@ -150,13 +152,6 @@ def test_rounds_merge_their_samples():
     first, second = Timing.of([1.0, 2.0, 3.0], "m"), Timing.of([4.0, 5.0], "m")
     merged = first.merged(second)
     assert merged.samples == 5 and merged.median_s == 3.0 and merged.q1_s == 2.0 and merged.q3_s == 4.0
-
-
-def test_cuda_rounds_fit_the_wall_budget():
-    assert cuda_rounds(0.001, 1.0, 5) == (50, 20)  # 20 ms rounds of 20 calls
-    assert cuda_rounds(0.05, 1.0, 5) == (20, 1)  # a call longer than a round: one per round
-    assert cuda_rounds(1.0, 1.0, 5) == (5, 1)  # at least min_rounds
-    assert cuda_rounds(1e-9, 10_000.0, 5)[1] <= 100  # never more calls behind one hold than the bound
 
 
 def test_each_xdist_worker_gets_its_own_gpu():
@@ -202,7 +197,7 @@ CLOCK = DeviceClock(EVENTS)
 @pytest.mark.benchmark(timer=CLOCK, group="fake")
 def test_fake_gpu(benchmark):
     run_benchmark(benchmark, FakeCudaBackend(EVENTS, gemm_s=0.003), GridPoint(24, 16, 8), clock=CLOCK)
-    benchmark.extra_info["syncs"] = CLOCK.syncs
+    benchmark.extra_info["batches"] = CLOCK.batches
 
 def test_fake_gpu_without_the_clock_as_timer(benchmark):
     run_benchmark(benchmark, FakeCudaBackend(EVENTS, gemm_s=0.003), GridPoint(24, 16, 8), clock=CLOCK)
@@ -236,7 +231,7 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
     stats = bench["stats"]
     assert stats["data"] == pytest.approx([0.003] * len(stats["data"]), rel=1e-6)
     assert stats["median"] == pytest.approx(0.003, rel=1e-6) and stats["rounds"] >= 5
-    assert stats["iterations"] > 1  # the fake's calls take microseconds of wall: many to a 20 ms round
+    assert stats["iterations"] == 1 and info_calls(bench) > 1  # a round: one batch of many GEMMs
     assert "DeviceClock" in bench["options"]["timer"]
     info = bench["extra_info"]
     assert info["tflops"] == pytest.approx(2 * 24 * 16 * 8 / 0.003 / 1e12, rel=1e-6)
@@ -244,8 +239,12 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
     assert info["launch_bound"] is False and info["gbps"] > 0
     assert info["m"] == 24 and info["n"] == 16 and info["k"] == 8 and info["layout"] == "NN"
     assert 0 <= info["error_ratio"] <= 1
-    # one sync per round measured, plus a fixed few for warm-up and calibration reads
-    assert stats["rounds"] <= info["syncs"] <= stats["rounds"] + 20
+    # one batch per round, plus a fixed few for warm-up and sizing
+    assert stats["rounds"] <= info["batches"] <= stats["rounds"] + 20
+
+
+def info_calls(bench):
+    return bench["extra_info"]["calls_per_round"]
 
 
 def test_benchmark_params_carry_group_and_device_clock():
