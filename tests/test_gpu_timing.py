@@ -35,6 +35,9 @@ OFF_GRID: tuple[tuple[int, int, int], ...] = (
 )
 DTYPES = ("float16", "bfloat16")
 AGREEMENT = 0.05  # medians within 5% of do_bench's
+#: triton-naive (a baseline kernel without tl.dot) is checked up to this size: beyond it a call
+#: takes several milliseconds and the whole check would not fit a device lease.
+NAIVE_FLOPS = 2e10
 CALLER_SLACK = 0.03  # best_backend's pick within 3% of the fastest caller time
 REPO = Path(__file__).resolve().parent.parent
 
@@ -68,6 +71,8 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
             break
         for backend in _cuda_backends(point.dtype):
             row: dict[str, Any] = {"point": point.id, "backend": backend.name}
+            if backend.name == "triton-naive" and point.flops > NAIVE_FLOPS:
+                continue
             try:
                 before = _do_bench_s(backend, point, budget_s)
                 verify = point.m * point.n * point.k <= verify_limit
@@ -100,6 +105,9 @@ def pytest_benchmark_medians(points: list[Any], out: Path, max_time_s: float, na
                f"--benchmark-json={report}", "--rootdir", str(REPO)]
     for point in points:
         command += ["--shape", point.id]
+    naive = [p.id for p in points if p.flops > NAIVE_FLOPS]
+    if naive:  # the benchmark ids end in the backend's name
+        command += ["-k", "not (" + " or ".join(f"{pid}-triton-naive" for pid in naive) + ")"]
     try:
         run = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -245,6 +253,9 @@ def main(argv: list[str]) -> int:
     print("holds:", holds, flush=True)
     (out / "holds.json").write_text(json.dumps(holds, indent=1))
     best = [] if "--skip-best" in argv else best_backend_rows([(128, 128, 128), (512, 512, 512)])
+    for row in best:
+        print(f"best_backend {row['shape']}: {row['picked']} vs fastest {row['fastest']}: {row['ratio']:.3f}",
+              flush=True)
     (out / "best_backend.json").write_text(json.dumps(best, indent=1))
     tables = [] if "--skip-tables" in argv else [("bench_table.txt", [])]
     for name, extra in tables:
@@ -257,8 +268,8 @@ def main(argv: list[str]) -> int:
     shapes = OFF_GRID[:4] if quick else OFF_GRID[first:last]
     points = [GridPoint(*shape, dtype) for shape in shapes for dtype in DTYPES]
     # leave about a third of the time for pytest-benchmark
-    rows = engine_rows(points, budget_s=0.05, sink=out / "engine_rows.json",
-                       deadline=deadline - 0.4 * (deadline - time.perf_counter()))
+    rows = engine_rows(points, budget_s=0.05, sink=out / "engine_rows.json", verify_limit=0,
+                       deadline=deadline - 0.42 * (deadline - time.perf_counter()))
     (out / "agreement.json").write_text(json.dumps({"environment": info, "rows": rows}, indent=1))
     timed = {row["point"] for row in rows}
     medians: dict[tuple[str, str], float] = {}
@@ -266,7 +277,7 @@ def main(argv: list[str]) -> int:
         left = (deadline - time.perf_counter() - 5) / (len(DTYPES) - number)
         chosen = [p for p in points if p.dtype == dtype and p.id in timed]
         if chosen and left > 20:
-            medians.update(pytest_benchmark_medians(chosen, out, max_time_s=0.1, name=f"pytest_{dtype}",
+            medians.update(pytest_benchmark_medians(chosen, out, max_time_s=0.05, name=f"pytest_{dtype}",
                                                     timeout_s=left))
     for row in rows:
         median = medians.get((row["point"], row["backend"]))
