@@ -185,3 +185,47 @@ def test_bench_command_errors(capsys):
     assert main(["bench", "--backend", "numpy", "--baseline", "torch-cpu", "--grid", "smoke"]) == 2
     assert main(["bench", "--list-grids"]) == 0
     assert "llm" in capsys.readouterr().out
+
+
+def test_rounds_interleave_and_merge_and_check_once(monkeypatch):
+    import gemmzoo.bench as bench_module
+
+    calls = []
+    real = bench_module.measure
+
+    def spy(backend, point, **kwargs):
+        calls.append((backend.name, point.id, kwargs["verify"]))
+        return real(backend, point, **kwargs)
+
+    monkeypatch.setattr(bench_module, "measure", spy)
+    backends = _available("numpy", "torch-cpu")
+    points = [GridPoint(16, 8, 24), GridPoint(9, 7, 5)]
+    single = run_bench(backends, points, budget_s=0.004)
+    calls.clear()
+    merged = run_bench(backends, points, budget_s=0.006, rounds=3)
+    assert len(calls) == 3 * len(backends) * len(points)
+    assert [verify for *_, verify in calls] == [True] * 4 + [False] * 8  # checked in the first round only
+    first_round = [name for name, *_ in calls[:2]]
+    second_round = [name for name, *_ in calls[4:6]]
+    assert first_round == [b.name for b in backends] and second_round == first_round[::-1]  # rotated
+    for result in merged:
+        assert result.status == OK and 0 <= result.measurement.error_ratio <= 1
+        assert result.measurement.timing.samples >= 9  # three rounds of at least three samples
+    assert [(r.backend, r.point) for r in merged] == [(r.backend, r.point) for r in single]
+
+
+def test_bench_output_keeps_every_column_without_a_terminal(capsys):
+    args = ["bench", "--shape", "24x16x8", "--backend", "numpy", "--budget", "0.005"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "MxNxK" in line)
+    for column in ("device us", "host us", "caller us", "limit", "TFLOPS", "GB/s", "roofline", "verdict"):
+        assert column in header
+    assert "float32" in out and "float…" not in out
+    assert main([*args, "--plain"]) == 0
+    plain = capsys.readouterr().out.splitlines()
+    header = next(line for line in plain if "MxNxK" in line)
+    assert header.split()[:5] == ["MxNxK", "dtype", "layout", "backend", "device"]
+    row = next(line for line in plain if line.startswith("24x16x8"))
+    assert "numpy" in row and "best" in row and "│" not in row
+    assert any(line.startswith("numpy: geomean") for line in plain)
