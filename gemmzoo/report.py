@@ -133,7 +133,8 @@ def results_table(results: Sequence[BenchResult], baseline: str | None = None,
     base_name = _baseline(results, baseline)
     caption = ("caller = max(device, host): what a loop of calls gets; limit 'launch' = launch-bound; "
                "roofline = floor / device time, floor = max(flops / peak, bytes / bandwidth); "
-               f"x base = caller-time speed-up over {base_name}; tie = within measured noise")
+               f"x base = caller-time speed-up over {base_name}; tie = within measured noise; "
+               "accuracy class componentwise unless the column says (normwise)")
     table = Table(title=title, caption=caption)
     for column in COLUMNS:
         table.add_column(column, justify="left" if column in ("dtype", "layout", "backend", "limit",
