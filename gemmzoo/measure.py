@@ -240,10 +240,11 @@ def gc_paused() -> Iterator[None]:
 class Engine:
     """Device and host time of calls on a CUDA device, queued behind holds on the stream.
 
-    ``gpu`` supplies ``pair()``, ``flush()``, ``synchronize()``, ``elapsed_s(start, end)`` and
-    ``hold()`` (:class:`gemmzoo.gpu_stream.CudaGpu` by default, made on first use so that building
-    an engine touches no GPU). ``queue`` and ``collect`` are the one loop that both
-    :meth:`batch` and :class:`DeviceClock` use.
+    ``gpu`` supplies ``pair()``, ``flush()``, ``synchronize()``, ``wait(event)``,
+    ``elapsed_s(start, end)`` and ``hold()`` (:class:`gemmzoo.gpu_stream.CudaGpu` by default, made
+    on first use so that building an engine touches no GPU). :meth:`queue` is the one place a
+    timed call is made; :meth:`batch` (one batch, then a synchronisation) and :meth:`stream`
+    (batches back to back: the bench samples and :class:`DeviceClock`'s rounds) build on it.
     """
 
     def __init__(self, gpu: Any = None) -> None:
@@ -266,11 +267,6 @@ class Engine:
         """How the device samples were taken, in words."""
         how = "queued behind a stream hold" if self.holding else "without a stream hold"
         return f"cuda-events, L2 flushed, {how}"
-
-    @property
-    def pending(self) -> int:
-        """Calls queued and not yet collected."""
-        return len(self._pending)
 
     def _open(self) -> None:
         if self._hold is None and self.holding:
