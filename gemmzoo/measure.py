@@ -7,8 +7,9 @@ measurement gives two times per call:
 - **device time**: on a CUDA backend, the time between CUDA events recorded around the GEMM
   alone, with the L2 cache flushed before each call outside the events. The calls of a batch are
   queued behind a hold on the stream (:mod:`gemmzoo.gpu_stream`) and run back to back once it is
-  released, so no launch time can enter a sample; at most :data:`MAX_QUEUED_CALLS` calls wait
-  behind one hold, well inside CUDA's launch queue. On the CPU, the wall time of one call.
+  released, so no launch time can enter a sample; the next batch is queued while one runs, so
+  the GPU does not idle between batches either. At most :data:`MAX_QUEUED_CALLS` calls make a
+  batch, well inside CUDA's launch queue. On the CPU, the wall time of one call.
 - **host time**: what one call costs the calling thread, from a loop of calls (on a GPU, queued
   behind a hold, so the loop never waits for the device).
 
