@@ -58,7 +58,7 @@ DEVICE_CLOCK = DeviceClock()
 
 MAX_ROUNDS = 100_000
 WARMUP_ROUNDS = 5
-#: Wall time of one round of a CUDA benchmark.
+#: Device time of the GEMMs of one round (one batch) of a CUDA benchmark.
 ROUND_S = 0.02
 _WORKEROUTPUT_KEY = "gemmzoo_benchmarks"
 
