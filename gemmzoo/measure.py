@@ -418,7 +418,7 @@ class DeviceClock:
 WARMUP_S = 0.05
 #: Device time per batch of timed calls, and the host-time batches taken per measurement.
 BATCH_S = 0.02
-HOST_BATCHES = 5
+HOST_BATCHES = 9
 
 
 def _cpu_samples(call: Callable[[], Any], backend: Any, budget_s: float, max_samples: int) -> list[float]:
@@ -455,9 +455,13 @@ def _device_samples(call: Callable[[], Any], engine: Engine, budget_s: float,
 def host_timing(call: Callable[[], Any], engine: Engine, device_s: float) -> Timing:
     """Host seconds per call: :data:`HOST_BATCHES` loops of calls behind a hold, each of about
     10 ms of the GEMM's device time (``device_s`` per call), 1 to :data:`MAX_QUEUED_CALLS` calls
-    (three loops of one call for GEMMs over 10 ms, whose host time hardly matters)."""
+    (three loops of one call for GEMMs over 10 ms, whose host time hardly matters), after one
+    loop whose time is dropped, a warm-up: the host comes to the loops from waiting on the device.
+    The median over the loops is the figure; host time varies more from one measurement to the
+    next than within one (docs/results/2026-11-23-timing-engine.md)."""
     count = max(1, min(MAX_QUEUED_CALLS, int(0.01 / max(device_s, 1e-7))))
     with gc_paused():
+        engine.host_per_call(call, count)
         samples = [engine.host_per_call(call, count) for _ in range(HOST_BATCHES if count > 1 else 3)]
     return Timing.of(samples, "host loop behind a stream hold" if engine.holding else "host loop")
 
