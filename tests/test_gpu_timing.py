@@ -36,7 +36,7 @@ OFF_GRID: tuple[tuple[int, int, int], ...] = (
 DTYPES = ("float16", "bfloat16")
 AGREEMENT = 0.05  # medians within 5% of do_bench's
 #: triton-naive (a baseline kernel without tl.dot) is checked up to this size: beyond it a call
-#: takes several milliseconds and the whole check would not fit a device lease.
+#: takes several milliseconds and the whole check would take many minutes.
 NAIVE_FLOPS = 2e10
 CALLER_SLACK = 0.03  # best_backend's pick within 3% of the fastest caller time
 REPO = Path(__file__).resolve().parent.parent
