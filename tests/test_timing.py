@@ -268,3 +268,25 @@ def test_benchmark_params_carry_group_and_device_clock():
     assert "no such GPU here" in by_id["missing-unavailable"].marks[0].kwargs["reason"]
     assert by_id["4x5x6-float32-NN-fake-cuda"].values == ("fake-cuda", "4x5x6-float32-NN")
     assert point_from_id("4x5x6-float16-TN") == points[1]
+
+
+def test_a_stream_hold_opens_on_release_or_after_its_watchdog():
+    import time
+
+    import numpy as np
+
+    from gemmzoo.gpu_stream import StreamHold
+
+    flag, seen = np.ones(1, np.int32), []
+    hold = StreamHold(flag, lambda: seen.append(int(flag[0])), timeout_s=5.0)
+    assert seen == [0] and flag[0] == 0  # armed before the kernel is launched
+    hold.release()
+    assert flag[0] == 1 and not hold.expired
+    stuck = np.zeros(1, np.int32)
+    forgotten = StreamHold(stuck, lambda: None, timeout_s=0.02)
+    deadline = time.perf_counter() + 5
+    while stuck[0] == 0 and time.perf_counter() < deadline:
+        time.sleep(0.005)
+    assert stuck[0] == 1 and forgotten.expired  # the watchdog opened it
+    forgotten.release()
+    assert forgotten.expired
