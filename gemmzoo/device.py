@@ -15,7 +15,10 @@ from typing import Any
 
 # Datasheet dense peaks in TFLOPS (no sparsity), per gemmzoo dtype. The H200 is the H100 SXM chip
 # with more and faster memory, so its compute peaks are the same.
-_H100_SXM = {"float16": 989.0, "bfloat16": 989.0, "tf32": 495.0, "float32": 67.0, "float64": 67.0}
+_H100_SXM = {
+    "float16": 989.0, "bfloat16": 989.0, "tf32": 495.0, "float32": 67.0, "float64": 67.0,
+    "float8_e4m3fn": 1979.0,
+}
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
     "H100 SXM": _H100_SXM,
     "H200": _H100_SXM,
