@@ -37,15 +37,16 @@ FP8_MIN_CAPABILITY = (8, 9)
 ALIGN = 16
 
 
-def fp8_device_ready() -> bool:
-    """Whether torch is loaded and its current CUDA device has fp8 tensor cores and ``_scaled_mm``.
+def fp8_device_ready() -> bool | None:
+    """Whether torch's current CUDA device has fp8 tensor cores and torch has ``_scaled_mm``;
+    ``None`` while torch is not loaded yet.
 
-    Never imports torch: before anything has loaded it (while backends are registered) the answer
-    is False, and :attr:`TorchBackend.dtypes <gemmzoo_torch.backend.TorchBackend.dtypes>` then
-    leaves fp8 out. Asking the backend whether it is available loads torch, and from then on the
-    answer is the device's.
+    Never imports torch: backends are registered (and their ``dtypes`` read) before anything may
+    load it. :attr:`TorchBackend.dtypes <gemmzoo_torch.backend.TorchBackend.dtypes>` declares fp8
+    until the answer is known; asking the backend whether it is available loads torch, and from
+    then on the answer is the device's, which every user of a backend asks first.
     """
-    return "torch" in sys.modules and _probe()
+    return _probe() if "torch" in sys.modules else None
 
 
 @functools.cache
