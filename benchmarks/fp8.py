@@ -16,14 +16,16 @@ What is timed per shape and layout:
 - ``scaled_mm``: ``torch._scaled_mm`` on operands already in its layout (A row-major, B
   column-major), ``use_fast_accum=False``; ``scaled_mm-fast``: the same with fast accumulation;
 - ``torch``: gemmzoo's torch backend on operands in the layout (its copies included);
-- ``triton-fp8``: gemmzoo's triton-fp8 backend; ``triton-fp8-ktile`` and ``triton-fp8-fast``: its
-  kernel with the config the backend picked, promoting partial sums once per K tile and never
-  (Triton's default on Hopper).
+- ``triton-fp8``: gemmzoo's triton-fp8 backend (promotion once per K tile); ``triton-fp8-fast``
+  and ``triton-fp8-32``: the backend promoting never (Triton's default on Hopper) and after every
+  32-deep MMA instruction, each autotuned for itself.
 
 Prints the table and the target ratios (triton-fp8 / scaled_mm and scaled_mm / bf16) and writes
 OUT_DIR/fp8.json and fp8.md. With ``--variants-conformance``, also runs the conformance suite's
-float8_e4m3fn cases on the variants that are not bundled (scaled_mm-fast, triton-fp8-ktile,
-triton-fp8-fast) and reports which conform. Not a pytest file.
+float8_e4m3fn cases on the variants that are not bundled (scaled_mm-fast, triton-fp8-fast,
+triton-fp8-32), reports which conform, and for every path the block-sum roundoff its errors imply
+(the largest (|C - R| - u_out·|R| - 4·sqrt(K)·u_acc·|A||B|) / |A||B|, against the bound's 2**-13)
+over a range of K. Not a pytest file.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from triton_vs_cublas import environment, median_ms, write_results
 
 SHAPES = ["4096x4096x4096", "8192x8192x8192"]
 LAYOUTS = ["NT", "NN"]
-VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-ktile",
-            "triton-fp8-fast"]
+VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-fast", "triton-fp8-32"]
+DEFAULT_VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-fast"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -47,7 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("out_dir", type=Path, help="directory for the JSON and markdown results")
     parser.add_argument("--shapes", nargs="+", default=SHAPES, help="MxNxK")
     parser.add_argument("--layouts", nargs="+", default=LAYOUTS, choices=["NN", "NT", "TN", "TT"])
-    parser.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
+    parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=VARIANTS)
     parser.add_argument("--variants-conformance", action="store_true",
                         help="run the suite's fp8 cases on the variants that are not bundled")
     return parser.parse_args(argv)
@@ -77,8 +79,9 @@ def operands(m: int, n: int, k: int, layout: str, seed: int) -> tuple[Any, Any, 
 
 
 def error_ratio(c: Any, a16: Any, b16: Any) -> tuple[float, float]:
-    """The largest |C - R| / bound over the elements, with gemmzoo's float8_e4m3fn bound, and the
-    accumulation roundoff that error implies: the largest (|C - R| - u_out·|R|) / (4·sqrt(K)·|A||B|),
+    """The largest |C - R| / bound over the elements, with gemmzoo's float8_e4m3fn bound
+    (:func:`gemmzoo.conformance.error_bound`'s formula, on the GPU), and the accumulation roundoff
+    the error implies if it were all fp32's: the largest (|C - R| - u_out·|R|) / (4·sqrt(K)·|A||B|),
     to set against fp32's 2**-24 (6e-8)."""
     from gemmzoo.dtypes import dtype_info
 
@@ -87,7 +90,7 @@ def error_ratio(c: Any, a16: Any, b16: Any) -> tuple[float, float]:
     ref = a64 @ b64
     magnitude = a64.abs() @ b64.abs()
     k = a16.shape[1]
-    accumulation = 4 * math.sqrt(k) * info.accumulate_roundoff * magnitude
+    accumulation = (info.block_sum_roundoff + 4 * math.sqrt(k) * info.accumulate_roundoff) * magnitude
     bound = info.unit_roundoff * ref.abs() + (1 + info.unit_roundoff) * accumulation + info.smallest_subnormal
     error = (c.double() - ref).abs()
     ratio = (error / bound).max().item()
@@ -104,34 +107,24 @@ def scaled_mm_layout(a: Any, b: Any) -> tuple[Any, Any]:
     return a.contiguous(), b.t().contiguous().t()
 
 
-def triton_launcher(config: Any, promote: int) -> Any:
-    """A function launching triton-fp8's kernel with ``config`` and promotion ``promote``."""
-    import torch
-    import triton
+def triton_fp8(promote: int | None = None, name: str = "triton-fp8") -> Any:
+    """The triton-fp8 backend, or a variant of it promoting partial sums as ``promote`` says."""
+    from gemmzoo_triton import TritonFp8Backend
 
-    from gemmzoo_triton import fp8_kernel
-
-    options = config.all_kwargs()
-
-    def run(a: Any, b: Any) -> Any:
-        m, k = a.shape
-        n = b.shape[1]
-        c = torch.empty((m, n), device=a.device, dtype=torch.bfloat16)
-        grid = (triton.cdiv(m, options["BLOCK_SIZE_M"]) * triton.cdiv(n, options["BLOCK_SIZE_N"]),)
-        fp8_kernel.fp8_matmul_kernel.fn[grid](
-            a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-            PROMOTE=promote, INTERPRETER=False, **options,
-        )
-        return c
-
-    return run
+    backend = TritonFp8Backend()
+    backend.promote = promote
+    backend.name = name
+    return backend
 
 
-def picked_config(m: int, n: int, k: int, a: Any) -> Any:
-    from gemmzoo_triton import fp8_kernel
+def picked_config(m: int, n: int, k: int) -> str:
+    """The kernel and config the triton-fp8 backend ran on this problem."""
     from gemmzoo_triton.grouped_kernel import PICKED
 
-    return PICKED[("fp8_matmul_kernel", m, n, k, fp8_kernel.PROMOTE_EVERY, str(a.dtype))]
+    for key, config in PICKED.items():
+        if key[0] in ("fp8_tma_matmul_kernel", "fp8_matmul_kernel") and key[1:4] == (m, n, k) and key[4] == 0:
+            return f"{key[0]}: {config}"
+    return "?"
 
 
 def calls_for(a: Any, b: Any, a16: Any, b16: Any, variants: list[str]) -> dict[str, Any]:
@@ -142,6 +135,7 @@ def calls_for(a: Any, b: Any, a16: Any, b16: Any, variants: list[str]) -> dict[s
 
     one = torch.ones((), dtype=torch.float32, device="cuda")
     torch_backend, triton_backend = gemmzoo.get_backend("torch"), gemmzoo.get_backend("triton-fp8")
+    fast, every_32 = triton_fp8(-1, "triton-fp8-fast"), triton_fp8(32, "triton-fp8-32")
     sa, sb = scaled_mm_layout(a, b)
     calls = {
         "bf16": lambda: torch.matmul(a16, b16),
@@ -150,13 +144,9 @@ def calls_for(a: Any, b: Any, a16: Any, b16: Any, variants: list[str]) -> dict[s
                                                    use_fast_accum=True),
         "torch": lambda: torch_backend.matmul(a, b),
         "triton-fp8": lambda: triton_backend.matmul(a, b),
+        "triton-fp8-fast": lambda: fast.matmul(a, b),
+        "triton-fp8-32": lambda: every_32.matmul(a, b),
     }
-    for name in variants:
-        if name.startswith("triton-fp8-"):
-            triton_backend.matmul(a, b)  # tunes, if not done yet, and records the config
-            (m, k), n = a.shape, b.shape[1]
-            run = triton_launcher(picked_config(m, n, k, a), 0 if name.endswith("ktile") else -1)
-            calls[name] = lambda run=run: run(a, b)
     return {name: calls[name] for name in variants if name in calls}
 
 
@@ -187,7 +177,7 @@ def measure(args: argparse.Namespace, env: dict[str, Any], rows: list[dict[str, 
                 except Exception as error:  # a failing variant must not end the run
                     row["error"] = f"{type(error).__name__}: {error}"
                 if name == "triton-fp8" and "error" not in row:
-                    row["config"] = str(picked_config(m, n, k, a))
+                    row["config"] = picked_config(m, n, k)
                 rows.append(row)
                 print(format_row(row), flush=True)
                 write_results(args.out_dir, "fp8", env, rows, markdown(rows, env))
@@ -196,43 +186,53 @@ def measure(args: argparse.Namespace, env: dict[str, Any], rows: list[dict[str, 
 # Conformance of the variants -------------------------------------------------------------------
 
 
-def variants_conformance(out: list[str]) -> None:
-    """The suite's float8_e4m3fn cases (CPU shapes and one long-K GPU shape) on the variants."""
+def scaled_mm_fast() -> Any:
+    """The torch backend with ``use_fast_accum=True``: not a conforming fp8 path; here to be judged."""
     import torch
 
-    from gemmzoo.conformance import Case, conformance_cases, run_case
-    from gemmzoo_torch import TorchBackend
-    from gemmzoo_triton import TritonFp8Backend, fp8_kernel
+    from gemmzoo_torch import TorchBackend, fp8
 
     class ScaledMmFast(TorchBackend):
         name = "scaled-mm-fast"
 
         def matmul(self, a: Any, b: Any) -> Any:
             self.check_operands(a, b)
-            one = torch.ones((), dtype=torch.float32, device=a.device)
-            x, y = a.contiguous(), b.t().contiguous().t()
-            if min(a.shape) == 0 or b.shape[1] == 0 or x.shape[1] % 16 or y.shape[1] % 16:
-                from gemmzoo_torch import fp8
+            m, k = a.shape
+            n = b.shape[1]
+            if min(m, n, k) == 0:
+                return fp8.scaled_matmul(a, b)
+            x, y = fp8._a_operand(a), fp8._b_operand(b)
+            one = fp8._unit_scale(a.device)
+            c = torch._scaled_mm(x, y, one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
+            return c if c.shape[1] == n else c[:, :n].contiguous()
 
-                return fp8.scaled_matmul(a, b)  # shapes _scaled_mm refuses as they are
-            return torch._scaled_mm(x, y, one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
+    return ScaledMmFast()
 
-    def triton_variant(label: str, promote: int) -> Any:
-        class Variant(TritonFp8Backend):
-            name = label
 
-            def matmul(self, a: Any, b: Any) -> Any:
-                m, n, k = self.check_operands(a, b)
-                x, y, _ = self.operands(a, b)
-                c = torch.empty((m, n), device=x.device, dtype=torch.bfloat16)
-                if not self.empty_result(c, k):
-                    fp8_kernel.launch(x, y, c, promote=promote)
-                return c
+def implied_block_roundoff(backend: Any, k: int, seed: int) -> tuple[float, float]:
+    """(error/bound, implied block-sum roundoff) of ``backend`` on a 256x256xK product (NT)."""
+    from gemmzoo.dtypes import dtype_info
 
-        return Variant()
+    a, b, a16, b16 = operands(256, 256, k, "NT", seed)
+    c = backend.matmul(a, b).double()
+    info = dtype_info("float8_e4m3fn")
+    ref = a16.double() @ b16.double()
+    magnitude = a16.double().abs() @ b16.double().abs()
+    error = (c - ref).abs()
+    fp32_part = 4 * math.sqrt(k) * info.accumulate_roundoff * magnitude
+    beyond = (error - info.unit_roundoff * ref.abs() - fp32_part).clamp(min=0) / magnitude
+    ratio, _ = error_ratio(c, a16, b16)
+    return ratio, beyond.max().item()
+
+
+def variants_conformance(out: list[str]) -> None:
+    """The suite's float8_e4m3fn cases (CPU shapes and one long-K GPU shape) on the variants, and
+    the block-sum roundoff every path's errors imply over K from 32 to 8192."""
+    import gemmzoo
+    from gemmzoo.conformance import Case, conformance_cases, run_case
 
     cases = [*conformance_cases("float8_e4m3fn", "cpu"), Case("random", 64, 2048, 8192, "float8_e4m3fn")]
-    variants = (ScaledMmFast(), triton_variant("triton-fp8-ktile", 0), triton_variant("triton-fp8-fast", -1))
+    variants = [scaled_mm_fast(), triton_fp8(-1, "triton-fp8-fast"), triton_fp8(32, "triton-fp8-32")]
     for backend in variants:
         results = [run_case(backend, case) for case in cases]
         failed = [r for r in results if not r.passed]
@@ -240,6 +240,16 @@ def variants_conformance(out: list[str]) -> None:
         if failed:
             line += "; failed: " + ", ".join(r.check for r in failed[:6])
             line += f"; first: {failed[0].detail[:160]}"
+        out.append(line)
+        print(line, flush=True)
+    paths = [gemmzoo.get_backend("torch"), gemmzoo.get_backend("triton-fp8"), *variants]
+    for backend in paths:
+        figures = []
+        for k in (32, 64, 128, 512, 4096, 8192):
+            ratio, implied = implied_block_roundoff(backend, k, seed=k)
+            figures.append(f"K={k}: {ratio:.2f} of the bound, u_blk {implied:.2g}"
+                           + (f" (2**{math.log2(implied):.1f})" if implied > 0 else ""))
+        line = f"{backend.name}: " + "; ".join(figures)
         out.append(line)
         print(line, flush=True)
 
@@ -267,7 +277,7 @@ def ratio_lines(rows: list[dict[str, Any]]) -> list[str]:
                  if (r["shape"], r["layout"]) == (shape, layout) and "tflops" in r}
         parts = []
         for top, bottom in (("triton-fp8", "scaled_mm"), ("scaled_mm", "bf16"), ("torch", "scaled_mm"),
-                            ("triton-fp8-ktile", "scaled_mm"), ("triton-fp8-fast", "scaled_mm-fast")):
+                            ("triton-fp8-fast", "scaled_mm-fast"), ("triton-fp8-32", "scaled_mm")):
             if top in found and bottom in found:
                 parts.append(f"{top}/{bottom} = {found[top]['tflops'] / found[bottom]['tflops']:.2f}")
         lines.append(f"{shape} {layout}: " + "; ".join(parts))

@@ -49,3 +49,37 @@ def test_a_bfloat16_result_on_the_operands_device():
     c = backend.matmul(a, backend.from_numpy(np.full((5, 2), 0.5), "float8_e4m3fn"))
     assert c.dtype == torch.bfloat16 and c.device == a.device
     assert backend.to_numpy(c).tolist() == [[2.5, 2.5]] * 3
+
+
+def test_tma_kernel_indexing_under_the_interpreter():
+    """The Hopper kernel's tile order, descriptors and edges, run by Triton's interpreter on the CPU.
+
+    The interpreter truncates fp32 to bfloat16 (the backend never sends this kernel there), so C may
+    be one bfloat16 unit below the exact sum in magnitude: the tolerance is that, not more.
+    """
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("runs the kernel under Triton's interpreter only; on a GPU the suite covers it")
+    import triton
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from gemmzoo_triton.fp8_tma_kernel import fp8_tma_matmul_kernel
+
+    m, n, k, block = 70, 56, 80, 32  # edges in M and N, a K tail of half a tile
+    generator = torch.Generator().manual_seed(4)
+    a = torch.randn((m, k), generator=generator).to(torch.float8_e4m3fn)
+    b = torch.randn((n, k), generator=generator).to(torch.float8_e4m3fn).t()  # column-major
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+
+    def descriptor(view):
+        return TensorDescriptor(view, list(view.shape), list(view.stride()), [block, block])
+
+    grid = (triton.cdiv(m, block) * triton.cdiv(n, block),)
+    fp8_tma_matmul_kernel.fn[grid](
+        descriptor(a), descriptor(b.T), descriptor(c), m, n, k,
+        PROMOTE=0, BLOCK_SIZE_M=block, BLOCK_SIZE_N=block, BLOCK_SIZE_K=block, GROUP_SIZE_M=2,
+    )
+    exact = a.double() @ b.double()
+    unit = 2.0 ** (torch.floor(torch.log2(exact.abs().clamp(min=2.0**-100))) - 7)  # one bf16 ulp
+    assert torch.all((c.double() - exact).abs() <= unit + 1e-6)
