@@ -16,9 +16,10 @@ What is timed per shape and layout:
 - ``scaled_mm``: ``torch._scaled_mm`` on operands already in its layout (A row-major, B
   column-major), ``use_fast_accum=False``; ``scaled_mm-fast``: the same with fast accumulation;
 - ``torch``: gemmzoo's torch backend on operands in the layout (its copies included);
-- ``triton-fp8``: gemmzoo's triton-fp8 backend (promotion once per K tile); ``triton-fp8-fast``
-  and ``triton-fp8-32``: the backend promoting never (Triton's default on Hopper) and after every
-  32-deep MMA instruction, each autotuned for itself.
+- ``triton-fp8``: gemmzoo's triton-fp8 backend (pointer kernel, promotion once per K tile);
+  ``triton-fp8-tma``: the same with its TMA kernel allowed (``tma=True``); ``-fast`` and ``-32``:
+  these promoting never (Triton's default on Hopper) and after every 32-deep MMA instruction,
+  each autotuned for itself.
 
 Prints the table and the target ratios (triton-fp8 / scaled_mm and scaled_mm / bf16) and writes
 OUT_DIR/fp8.json and fp8.md. With ``--variants-conformance``, also runs the conformance suite's
@@ -31,6 +32,7 @@ over a range of K. Not a pytest file.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from pathlib import Path
@@ -40,8 +42,10 @@ from triton_vs_cublas import environment, median_ms, write_results
 
 SHAPES = ["4096x4096x4096", "8192x8192x8192"]
 LAYOUTS = ["NT", "NN"]
-VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-fast", "triton-fp8-32"]
-DEFAULT_VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-fast"]
+VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-tma", "triton-fp8-fast",
+            "triton-fp8-tma-fast", "triton-fp8-32"]
+DEFAULT_VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-tma",
+                    "triton-fp8-tma-fast"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -107,13 +111,13 @@ def scaled_mm_layout(a: Any, b: Any) -> tuple[Any, Any]:
     return a.contiguous(), b.t().contiguous().t()
 
 
-def triton_fp8(promote: int | None = None, name: str = "triton-fp8") -> Any:
-    """The triton-fp8 backend, or a variant of it promoting partial sums as ``promote`` says."""
+def triton_fp8(promote: int | None = None, name: str = "triton-fp8", tma: bool = False) -> Any:
+    """The triton-fp8 backend, or a variant of it promoting partial sums as ``promote`` says and
+    taking its TMA kernel or not."""
     from gemmzoo_triton import TritonFp8Backend
 
     backend = TritonFp8Backend()
-    backend.promote = promote
-    backend.name = name
+    backend.promote, backend.name, backend.tma = promote, name, tma
     return backend
 
 
@@ -122,7 +126,7 @@ def picked_config(m: int, n: int, k: int) -> str:
     from gemmzoo_triton.grouped_kernel import PICKED
 
     for key, config in PICKED.items():
-        if key[0] in ("fp8_tma_matmul_kernel", "fp8_matmul_kernel") and key[1:4] == (m, n, k) and key[4] == 0:
+        if key[0] == "fp8_matmul_kernel" and key[1:4] == (m, n, k) and key[4] == 0:
             return f"{key[0]}: {config}"
     return "?"
 
@@ -135,7 +139,12 @@ def calls_for(a: Any, b: Any, a16: Any, b16: Any, variants: list[str]) -> dict[s
 
     one = torch.ones((), dtype=torch.float32, device="cuda")
     torch_backend, triton_backend = gemmzoo.get_backend("torch"), gemmzoo.get_backend("triton-fp8")
-    fast, every_32 = triton_fp8(-1, "triton-fp8-fast"), triton_fp8(32, "triton-fp8-32")
+    variants = {
+        "triton-fp8-tma": triton_fp8(None, "triton-fp8-tma", tma=True),
+        "triton-fp8-fast": triton_fp8(-1, "triton-fp8-fast"),
+        "triton-fp8-tma-fast": triton_fp8(-1, "triton-fp8-tma-fast", tma=True),
+        "triton-fp8-32": triton_fp8(32, "triton-fp8-32"),
+    }
     sa, sb = scaled_mm_layout(a, b)
     calls = {
         "bf16": lambda: torch.matmul(a16, b16),
@@ -144,8 +153,7 @@ def calls_for(a: Any, b: Any, a16: Any, b16: Any, variants: list[str]) -> dict[s
                                                    use_fast_accum=True),
         "torch": lambda: torch_backend.matmul(a, b),
         "triton-fp8": lambda: triton_backend.matmul(a, b),
-        "triton-fp8-fast": lambda: fast.matmul(a, b),
-        "triton-fp8-32": lambda: every_32.matmul(a, b),
+        **{name: functools.partial(backend.matmul, a, b) for name, backend in variants.items()},
     }
     return {name: calls[name] for name in variants if name in calls}
 
@@ -226,13 +234,17 @@ def implied_block_roundoff(backend: Any, k: int, seed: int) -> tuple[float, floa
 
 
 def variants_conformance(out: list[str]) -> None:
-    """The suite's float8_e4m3fn cases (CPU shapes and one long-K GPU shape) on the variants, and
-    the block-sum roundoff every path's errors imply over K from 32 to 8192."""
+    """The suite's float8_e4m3fn cases (CPU shapes and one long-K GPU shape) on the variants
+    (triton-fp8 with its TMA kernel among them), and the block-sum roundoff every path's errors
+    imply over K from 32 to 8192."""
     import gemmzoo
     from gemmzoo.conformance import Case, conformance_cases, run_case
 
-    cases = [*conformance_cases("float8_e4m3fn", "cpu"), Case("random", 64, 2048, 8192, "float8_e4m3fn")]
-    variants = [scaled_mm_fast(), triton_fp8(-1, "triton-fp8-fast"), triton_fp8(32, "triton-fp8-32")]
+    big = (2112, 2080, 2064, "float8_e4m3fn")  # past TMA_MIN_WORK: the TMA kernel, tails included
+    cases = [*conformance_cases("float8_e4m3fn", "cpu"), Case("random", 64, 2048, 8192, "float8_e4m3fn"),
+             Case("random", *big), Case("random", *big, "TT")]
+    variants = [triton_fp8(None, "triton-fp8-tma", tma=True), scaled_mm_fast(),
+                triton_fp8(-1, "triton-fp8-fast"), triton_fp8(32, "triton-fp8-32")]
     for backend in variants:
         results = [run_case(backend, case) for case in cases]
         failed = [r for r in results if not r.passed]
@@ -276,8 +288,9 @@ def ratio_lines(rows: list[dict[str, Any]]) -> list[str]:
         found = {r["variant"]: r for r in rows
                  if (r["shape"], r["layout"]) == (shape, layout) and "tflops" in r}
         parts = []
-        for top, bottom in (("triton-fp8", "scaled_mm"), ("scaled_mm", "bf16"), ("torch", "scaled_mm"),
-                            ("triton-fp8-fast", "scaled_mm-fast"), ("triton-fp8-32", "scaled_mm")):
+        for top, bottom in (("triton-fp8", "scaled_mm"), ("triton-fp8-tma", "scaled_mm"),
+                            ("scaled_mm", "bf16"), ("torch", "scaled_mm"),
+                            ("triton-fp8-tma-fast", "scaled_mm-fast"), ("triton-fp8-32", "scaled_mm")):
             if top in found and bottom in found:
                 parts.append(f"{top}/{bottom} = {found[top]['tflops'] / found[bottom]['tflops']:.2f}")
         lines.append(f"{shape} {layout}: " + "; ".join(parts))
