@@ -8,9 +8,9 @@ sum keeps fewer bits than fp32 and fails gemmzoo's float8_e4m3fn bound. Passing
 ``max_num_imprecise_acc`` makes Triton sum each run of that many products of K in a fresh
 partial accumulator and add it to the fp32 accumulator with ordinary fp32 adds: the promotion of
 partial sums that cuBLAS does with ``use_fast_accum=False`` and DeepGEMM does every 128. The
-backend promotes once per K tile (:data:`PROMOTE_EVERY` 0): on the H100 that gave bitwise the
-errors of cuBLAS's ``_scaled_mm`` at 4096^3 and 8192^3 and ran 1.3-1.4x faster than promoting
-after every 32-deep MMA instruction, whose extra fp32 adds cost more than they bought.
+backend promotes once per K tile (:data:`PROMOTE_EVERY` 0): on the H100 that gave the same
+worst errors as cuBLAS's ``_scaled_mm`` at 4096^3 and 8192^3 and ran 1.3-1.4x faster than
+promoting after every 32-deep MMA instruction (docs/results/2026-11-23-fp8.md).
 
 Under Triton's interpreter (CI) the kernel takes an ``INTERPRETER`` branch around the dot: the
 interpreter decodes the E4M3 NaN bytes as ±480 and truncates fp32 to bfloat16, so there the kernel
