@@ -113,3 +113,17 @@ def test_measure_checks_fp8_points(layout):
 
     problem = prepare(NumpyBackend(), GridPoint(33, 47, 70, "float8_e4m3fn", layout))
     assert 0 < check(problem) <= 1
+
+
+def test_fp8_throughput_is_judged_against_the_fp8_peak():
+    from gemmzoo.bench import BenchResult
+    from gemmzoo.device import peak_tflops
+    from gemmzoo.grids import GridPoint
+    from gemmzoo.measure import Measurement, Timing
+
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "float8_e4m3fn") == 1979
+    point = GridPoint(4096, 4096, 4096, "float8_e4m3fn", "NT")
+    seconds = point.flops / 989e12  # half the fp8 peak
+    measurement = Measurement("x", point, Timing(seconds, seconds, seconds, 5, "events"), 0.5)
+    result = BenchResult("x", "cuda", point, "ok", measurement, peak_tflops=1979.0)
+    assert result.peak_percent == pytest.approx(49.97, abs=0.05)
