@@ -83,3 +83,19 @@ def test_tma_kernel_indexing_under_the_interpreter():
     exact = a.double() @ b.double()
     unit = 2.0 ** (torch.floor(torch.log2(exact.abs().clamp(min=2.0**-100))) - 7)  # one bf16 ulp
     assert torch.all((c.double() - exact).abs() <= unit + 1e-6)
+
+
+def test_operands_are_made_k_major_with_their_values():
+    from gemmzoo_triton.fp8_backend import k_major, tma_fp8_eligible
+
+    generator = torch.Generator().manual_seed(6)
+    a = torch.randn((48, 32), generator=generator).to(torch.float8_e4m3fn)
+    b = torch.randn((32, 40), generator=generator).to(torch.float8_e4m3fn)
+    x, y = k_major(a.t().contiguous().t(), b)  # A column-major, B row-major: both copied
+    assert x.stride(1) == 1 and y.stride(0) == 1
+    assert torch.equal(x.view(torch.uint8), a.view(torch.uint8))
+    assert torch.equal(y.float(), b.float())
+    x2, y2 = k_major(x, y)  # already K-major: left alone
+    assert x2 is x and y2 is y
+    c = torch.empty((48, 40), dtype=torch.bfloat16)
+    assert not tma_fp8_eligible(x, y, c)  # a CPU tensor, and far under the size TMA pays off at
