@@ -1,6 +1,7 @@
 """``gemmzoo.matmul``: C = A·B for NumPy, CuPy or torch arrays, through any backend.
 
-The result comes back in the caller's array type, on the caller's device, in the caller's dtype.
+The result comes back in the caller's array type, on the caller's device, in the caller's dtype
+(bfloat16 for float8_e4m3fn operands: a torch bfloat16 tensor, or an ml_dtypes bfloat16 array).
 When the chosen backend keeps its arrays on the same device in another library, operands and
 result cross over through DLPack (``torch.from_numpy`` / ``.numpy()`` between NumPy and torch on
 the CPU), which shares memory instead of copying. A backend on another device than the caller's
@@ -135,12 +136,22 @@ def _to_host(x: Any, kind: str) -> np.ndarray:
 
     if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds every value exactly
         x = x.float()
+    if x.dtype == getattr(torch, "float8_e4m3fn", None):  # nor float8: ml_dtypes' array of its bytes
+        from gemmzoo.fp8 import E4M3
+
+        return x.view(torch.uint8).cpu().numpy().view(E4M3)
     return x.cpu().numpy()
 
 
-def _from_host(h: np.ndarray, kind: str, like: Any) -> Any:
-    """``h`` as an array of ``like``'s library, device and dtype."""
+def _from_host(h: np.ndarray, kind: str, like: Any, dtype: str = "") -> Any:
+    """``h`` as an array of ``like``'s library and device, in ``like``'s dtype, or in bfloat16 when
+    ``dtype`` (the operands' gemmzoo dtype) is float8_e4m3fn."""
+    fp8 = dtype == "float8_e4m3fn"
     if kind == "numpy":
+        if fp8:
+            from gemmzoo.fp8 import BFLOAT16
+
+            return h.astype(BFLOAT16)
         return h.astype(like.dtype, copy=False)
     if kind == "cupy":
         import cupy
@@ -148,7 +159,8 @@ def _from_host(h: np.ndarray, kind: str, like: Any) -> Any:
         return cupy.asarray(h).astype(like.dtype, copy=False)
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(h)).to(device=like.device, dtype=like.dtype)
+    result_dtype = torch.bfloat16 if fp8 else like.dtype
+    return torch.from_numpy(np.ascontiguousarray(h)).to(device=like.device, dtype=result_dtype)
 
 
 def _numpy_key(a: Any, b: Any) -> tuple[Any, ...]:
@@ -195,7 +207,9 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
     ``best_backend`` stores for this problem on this machine (without measuring: see
     :func:`gemmzoo.tuning.select.plan_choice`), with the caller's dtype (``float32`` means IEEE
     fp32; wrap both operands in :class:`~gemmzoo.TF32Array` for ``tf32``), device and layout.
-    The result has the caller's array type, device and dtype.
+    The result has the caller's array type, device and dtype; for float8_e4m3fn operands (torch
+    ``float8_e4m3fn`` tensors, or NumPy arrays of ``ml_dtypes.float8_e4m3fn``) its dtype is
+    bfloat16 (a torch tensor, or an ``ml_dtypes.bfloat16`` array).
 
     The first call for a problem makes a plan: every check, the choice of backend, the
     conversions and the backend's own :meth:`~gemmzoo.Backend.prepare`. Later calls with operands
@@ -321,7 +335,7 @@ def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str, tf32: bool,
             a, b = a.detach(), b.detach()
         c = chosen.to_numpy(run(chosen.from_numpy(_to_host(a, kind), dtype),
                                 chosen.from_numpy(_to_host(b, kind), dtype)))
-        c = _from_host(c, kind, a)
+        c = _from_host(c, kind, a, dtype)
         return TF32Array(c) if tf32 else c
 
     return plan

@@ -15,7 +15,12 @@ class DtypeInfo:
     math units may add to each operand on top of the stored value (TF32 keeps 10 mantissa bits
     of each fp32 operand); ``accumulate_roundoff`` is that of the sum over K, which must be at
     least fp32 for every 16-bit mode; ``exact_integers`` is the largest n such that every integer
-    of magnitude up to n is exactly representable in the result.
+    of magnitude up to n is exactly representable in the result. ``result`` names the dtype of
+    C (its own name except for ``float8_e4m3fn``, whose products come back in bfloat16).
+    ``block_sum_roundoff`` is the relative error, against the sum of the |products| in it, that
+    the math units may make while they sum one block of products before the block's sum joins the
+    fp32 accumulator: 0 except for float8_e4m3fn, whose tensor cores add the products inside each
+    MMA instruction with fewer bits than fp32 even when partial sums are promoted.
     """
 
     name: str
@@ -25,6 +30,12 @@ class DtypeInfo:
     accumulate_roundoff: float
     exact_integers: int
     smallest_subnormal: float
+    result: str = ""
+    block_sum_roundoff: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.result:
+            object.__setattr__(self, "result", self.name)
 
 
 _FP32_U = 2.0**-24
@@ -37,6 +48,17 @@ DTYPE_INFO: dict[str, DtypeInfo] = {
     # the operand error is one full ulp (2**-10), not half of one.
     "tf32": DtypeInfo("tf32", "float32", _FP32_U, 2.0**-10, _FP32_U, 2**24, 2.0**-149),
     "float64": DtypeInfo("float64", "float64", 2.0**-53, 0.0, 2.0**-53, 2**53, 2.0**-1074),
+    # OCP FP8 E4M3 operands, C in bfloat16: the operands are exact E4M3 values and their products
+    # are exact in fp32, so the rounding facts are bfloat16's with an fp32 accumulation, plus one
+    # allowance for the sums inside Hopper's fp8 MMA instructions. On the H100 those kept about
+    # 2**-15.5 of the products' magnitude even with partial sums promoted every 32 products (and
+    # cuBLAS's use_fast_accum=False, which promotes every 128, landed just past the fp32 bound at
+    # 4096^3); 2**-13 leaves room for that. Without promotion ("fast accumulation") the error grows
+    # with K, to 2**-11.4 of the magnitude at K = 4096, and fails (docs/plugins.md).
+    "float8_e4m3fn": DtypeInfo(
+        "float8_e4m3fn", "float32", 2.0**-8, 0.0, _FP32_U, 2**8, 2.0**-133, result="bfloat16",
+        block_sum_roundoff=2.0**-13,
+    ),
 }
 
 DTYPES: tuple[str, ...] = tuple(DTYPE_INFO)
@@ -49,6 +71,11 @@ def dtype_info(name: str) -> DtypeInfo:
         return DTYPE_INFO[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)}") from None
+
+
+def result_dtype(name: str) -> str:
+    """The dtype name of C for operands of dtype mode ``name`` (``bfloat16`` for float8_e4m3fn)."""
+    return dtype_info(name).result
 
 
 def host_dtype(name: str) -> np.dtype:

@@ -120,6 +120,9 @@ _BUILTIN_GRIDS = (
          _square(range(256, 4096 + 1, 128))),
     Grid("llm", "Llama-2-7B / Llama-3-8B projections, M (tokens) from 1 to 4096",
          tuple((m, n, k) for m in LLM_TOKENS for n, k in dict.fromkeys(LLM_PROJECTIONS.values()))),
+    Grid("fp8", "float8_e4m3fn on Hopper: squares 1024..8192, Llama-3-8B projections, sizes off 16",
+         (*_square((1024, 2048, 4096, 8192)), (16, 14336, 4096), (128, 4096, 14336), (2048, 14336, 4096),
+          (4097, 4097, 4097), (4096, 4096, 4104), (1000, 1000, 1000))),
     Grid("odd", "misaligned and prime sizes",
          ((1, 1, 1), (3, 3, 3), (1000, 1000, 1000), (4097, 4097, 4097), (4097, 4096, 4096),
           (4096, 4096, 4097), (1, 4096, 4097), (127, 257, 509), (1021, 2039, 4093), (3, 1000, 4097))),
@@ -232,7 +235,7 @@ def _shape(values: Sequence[int] | Sequence[str], where: str) -> Shape:
 
 
 _POINT_TEXT = re.compile(  # x, the multiplication sign or a comma between the sizes
-    r"^\s*(\d+)\s*[x×,]\s*(\d+)\s*[x×,]\s*(\d+)\s*(?:-([a-z0-9]+))?(?:-([NT]{2}))?\s*$"
+    r"^\s*(\d+)\s*[x×,]\s*(\d+)\s*[x×,]\s*(\d+)\s*(?:-([a-z0-9_]+))?(?:-([NT]{2}))?\s*$"
 )
 
 

@@ -1,8 +1,11 @@
 """``from_numpy``/``to_numpy`` for backends whose native arrays are torch tensors.
 
 A mixin for :class:`gemmzoo.Backend` subclasses: tensors live on ``self.device`` ("cpu" or
-"cuda"), the ``tf32`` mode wraps float32 tensors in :class:`gemmzoo.TF32Array`, and 16-bit results
-come back to the host as float32. torch is imported inside the methods only.
+"cuda"), the ``tf32`` mode wraps float32 tensors in :class:`gemmzoo.TF32Array`, and 16-bit and fp8
+results come back to the host as float32. ``float8_e4m3fn`` tensors hold the bytes of
+:func:`gemmzoo.fp8.to_e4m3` (nearest even, ±448 for finite values out of range, NaN for ±Inf), so
+every torch-based backend rounds exactly as the numpy backend does. torch is imported inside the
+methods only.
 """
 
 from __future__ import annotations
@@ -33,15 +36,20 @@ class TorchTensors:
         import torch
 
         self.check_dtype(dtype, np.shape(x))
+        if dtype == "float8_e4m3fn":
+            from gemmzoo.fp8 import e4m3_bytes
+
+            raw = torch.from_numpy(np.ascontiguousarray(e4m3_bytes(x)))
+            return raw.view(torch.float8_e4m3fn).to(device=self.device)
         host = torch.from_numpy(np.array(x, copy=True))
         tensor = host.to(device=self.device, dtype=getattr(torch, _TORCH_DTYPES[dtype]))
         return TF32Array(tensor) if dtype == "tf32" else tensor
 
     def to_numpy(self, y: Any) -> np.ndarray:
-        """A host copy of ``y``; float16 and bfloat16 come back as float32."""
+        """A host copy of ``y``; float16, bfloat16 and float8_e4m3fn come back as float32."""
         import torch
 
         tensor = (y.data if isinstance(y, TF32Array) else y).detach()
-        if tensor.dtype in (torch.float16, torch.bfloat16):
+        if tensor.dtype in (torch.float16, torch.bfloat16, getattr(torch, "float8_e4m3fn", None)):
             tensor = tensor.float()
         return tensor.cpu().numpy().copy()

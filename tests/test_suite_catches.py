@@ -7,6 +7,7 @@ import pytest
 
 from gemmzoo import TF32Array
 from gemmzoo.conformance import check_backend
+from gemmzoo.fp8 import BFLOAT16
 from gemmzoo_numpy import NumpyBackend
 
 
@@ -165,6 +166,59 @@ class Tf32Math(NumpyBackend):
         raw_a, raw_b = (x.data if isinstance(x, TF32Array) else x for x in (a, b))
         c = np.matmul(self.truncate(raw_a), self.truncate(raw_b))
         return TF32Array(c) if isinstance(a, TF32Array) else c
+
+
+class Fp8Bf16Accumulation(NumpyBackend):
+    """float8_e4m3fn with the sum over K kept in bfloat16 after every term."""
+
+    name = "wrong-fp8-bf16-accumulation"
+
+    def matmul(self, a, b):
+        self.check_operands(a, b)
+        total = np.zeros((a.shape[0], b.shape[1]), dtype=BFLOAT16)
+        wide_a, wide_b = a.astype(np.float32), b.astype(np.float32)
+        for k in range(a.shape[1]):
+            total = (total.astype(np.float32) + np.outer(wide_a[:, k], wide_b[k, :])).astype(BFLOAT16)
+        return total
+
+
+class Fp8FastAccumulation(NumpyBackend):
+    """float8_e4m3fn with the running sum cut to 14 significant bits after every addition: the
+    kind of accumulator Hopper's fp8 tensor cores use when partial sums are not promoted."""
+
+    name = "wrong-fp8-fast-accumulation"
+
+    def matmul(self, a, b):
+        self.check_operands(a, b)
+        total = np.zeros((a.shape[0], b.shape[1]))
+        wide_a, wide_b = a.astype(np.float64), b.astype(np.float64)
+        for k in range(a.shape[1]):
+            mantissa, exponent = np.frexp(total + np.outer(wide_a[:, k], wide_b[k, :]))
+            total = np.ldexp(np.trunc(mantissa * 2.0**14) / 2.0**14, exponent)
+        return total.astype(np.float32).astype(BFLOAT16)
+
+
+class Fp8ResultInOperandDtype(NumpyBackend):
+    name = "wrong-fp8-result-dtype"
+
+    def matmul(self, a, b):
+        c = super().matmul(a, b)
+        return c.astype(a.dtype) if c.dtype == BFLOAT16 else c
+
+
+WRONG_FP8 = [
+    (Fp8Bf16Accumulation, "float8_e4m3fn-random"),
+    (Fp8FastAccumulation, "float8_e4m3fn-random"),
+    (Fp8ResultInOperandDtype, "float8_e4m3fn-random"),
+]
+
+
+@pytest.mark.parametrize(("backend_class", "expected"), WRONG_FP8, ids=[cls.name for cls, _ in WRONG_FP8])
+def test_suite_fails_a_wrong_fp8_backend(backend_class, expected):
+    report = check_backend(backend_class(), dtypes=["float8_e4m3fn"])
+    assert not report.passed
+    failed = [r.check for r in report.failures]
+    assert any(expected in check for check in failed), failed
 
 
 WRONG = [

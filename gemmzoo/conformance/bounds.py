@@ -4,11 +4,14 @@ For every element, with R the float64 product of exactly the values the backend 
 ``|A||B|`` the product of the absolute values, and the dtype's facts from
 :mod:`gemmzoo.dtypes`::
 
-    acc   = 2·u_op·(|A||B|)ij + 4·sqrt(K)·u_acc·(|A||B|)ij
+    acc   = (2·u_op + u_blk + 4·sqrt(K)·u_acc)·(|A||B|)ij
     bound = u_out·|Rij| + (1 + u_out)·acc + s
 
 ``u_out`` is the unit roundoff of the stored result (the final rounding), ``u_op`` the relative
-error the math units add to each operand (TF32's 10-bit mantissa; 0 elsewhere), ``u_acc`` the
+error the math units add to each operand (TF32's 10-bit mantissa; 0 elsewhere), ``u_blk`` the
+error they may make summing a block of products before it joins the accumulator, relative to the
+block's sum of |products| (float8_e4m3fn's tensor cores: 2**-13; 0 elsewhere), so that over all
+blocks it is at most ``u_blk·(|A||B|)ij`` whatever K is, ``u_acc`` the
 roundoff of the accumulation (fp32 for every 16-bit and fp32 mode, fp64 for float64), and ``s``
 the smallest subnormal of the result type. The ``4·sqrt(K)`` factor is the probabilistic error
 bound of Higham and Mary (2019) with room to spare; the deterministic worst case grows with K
@@ -52,7 +55,9 @@ def reference(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def error_bound(dtype: str, k: int, reference: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     """The per-element bound on ``|C - reference|`` for ``dtype`` and inner dimension ``k``."""
     info = dtype_info(dtype)
-    per_magnitude = 2 * info.operand_roundoff + 4 * math.sqrt(max(k, 1)) * info.accumulate_roundoff
+    root_k = math.sqrt(max(k, 1))
+    per_magnitude = 2 * info.operand_roundoff + info.block_sum_roundoff
+    per_magnitude += 4 * root_k * info.accumulate_roundoff
     accumulation = per_magnitude * magnitude
     rounding = info.unit_roundoff * np.abs(reference)
     return rounding + (1 + info.unit_roundoff) * accumulation + info.smallest_subnormal

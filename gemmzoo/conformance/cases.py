@@ -38,6 +38,9 @@ SCALED_SHAPES = ((64, 48, 80), (37, 29, 41))
 CANCEL_SHAPE = (48, 40, 64)
 NONFINITE_SHAPE = (12, 10, 9)
 REPEAT_SHAPE = (67, 71, 73)
+#: float8_e4m3fn only: values over 2**-12 .. 2**10 in magnitude, so that subnormals, values that
+#: round to zero and values past E4M3's largest (448) all occur; K long enough to sum many.
+EXTREMES_SHAPE = (29, 35, 181)
 
 #: Extra shapes for GPU backends only: large enough that libraries switch to split-K and other
 #: large-problem paths, which the small shapes never reach (too slow for CPU backends in CI).
@@ -51,7 +54,7 @@ GPU_SHAPES: tuple[tuple[int, int, int], ...] = (
 @dataclass(frozen=True)
 class Case:
     """One problem: ``kind`` of values ("random", "integers", "nonfinite", "repeat", "scaled",
-    "cancel"), shape, dtype and layout."""
+    "cancel", and for float8_e4m3fn "extremes"), shape, dtype and layout."""
 
     kind: str
     m: int
@@ -91,12 +94,18 @@ def conformance_cases(dtype: str, device: str = "cpu") -> list[Case]:
         Case("scaled", *SCALED_SHAPES[1], dtype, "TN"),
         Case("cancel", *CANCEL_SHAPE, dtype),
     ]
+    if dtype == "float8_e4m3fn":
+        cases += [Case("extremes", *EXTREMES_SHAPE, dtype, layout) for layout in ("NN", "TN", "NT")]
     return cases
 
 
 #: How far (in powers of ten, either way) the scaled cases scale each row and column, per dtype:
 #: as wide as the dtype's range allows with no overflow in C (float16's 65504 is the tightest).
-_SCALE_DECADES = {"float16": 0.5, "bfloat16": 3.0, "float32": 4.0, "tf32": 4.0, "float64": 8.0}
+_SCALE_DECADES = {
+    "float16": 0.5, "bfloat16": 3.0, "float32": 4.0, "tf32": 4.0, "float64": 8.0,
+    # E4M3 spans 2**-9 .. 448: a decade either way keeps normal values inside it
+    "float8_e4m3fn": 1.0,
+}
 
 
 def scale_decades(dtype: str) -> float:

@@ -17,7 +17,7 @@ from gemmzoo.accuracy import accuracy_of
 from gemmzoo.backend import dtype_name
 from gemmzoo.conformance.bounds import class_bound
 from gemmzoo.conformance.bounds import reference as float64_reference
-from gemmzoo.dtypes import host_dtype
+from gemmzoo.dtypes import host_dtype, result_dtype
 
 
 class CheckFailedError(Exception):
@@ -54,8 +54,9 @@ def check_native_result(backend: Any, shape: tuple[int, int], dtype: str, a: Any
         raise CheckFailedError(f"C is a {type(c).__name__}, the operands are {type(a).__name__}")
     if tuple(c.shape) != shape:
         raise CheckFailedError(f"C has shape {tuple(c.shape)}, expected {shape}")
-    if dtype_name(c) != dtype_name(a):
-        raise CheckFailedError(f"C has dtype {dtype_name(c)}, the operands {dtype_name(a)}")
+    expected = dtype_name(a) if result_dtype(dtype) == dtype else result_dtype(dtype)  # bf16 for fp8
+    if dtype_name(c) != expected:
+        raise CheckFailedError(f"C has dtype {dtype_name(c)}, expected {expected} ({dtype} operands)")
     host = backend.to_numpy(c)
     if not isinstance(host, np.ndarray) or host.dtype != host_dtype(dtype) or host.shape != shape:
         got = f"{host.dtype} {host.shape}" if isinstance(host, np.ndarray) else type(host).__name__

@@ -12,7 +12,7 @@ import numpy as np
 
 from gemmzoo.conformance.cases import Case, conformance_cases, scale_decades
 from gemmzoo.conformance.judge import CheckFailedError, judge_result
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.dtypes import DTYPES, result_dtype
 from gemmzoo.validation import backend_problem
 
 
@@ -50,6 +50,8 @@ class ConformanceReport:
 def _values(case: Case, rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     if case.kind == "integers":
         return rng.integers(-2, 3, size=shape).astype(np.float64)
+    if case.kind == "extremes":  # magnitudes 2**-12 .. 2**10: below E4M3's subnormals to past 448
+        return rng.standard_normal(shape) * 2.0 ** rng.integers(-12, 11, size=shape)
     return rng.standard_normal(shape)
 
 
@@ -118,6 +120,14 @@ def _prime_allocator(backend: Any, m: int, n: int, dtype: str) -> None:
     and an element the backend fails to write stays NaN. The array comes from ``from_numpy``, not
     from ``matmul``, so a backend that leaves elements unwritten cannot leave them unpoisoned."""
     if m * n == 0:
+        return
+    if result_dtype(dtype) != dtype:
+        # C's dtype (bfloat16 for float8_e4m3fn) need not be one the backend declares: poison as
+        # many bytes of the operands' dtype instead. -NaN in E4M3 is the byte 0xFF, and 0xFFFF
+        # is a bfloat16 NaN, so C's unwritten elements read as NaN.
+        poison = backend.from_numpy(np.full((m, 2 * n), -np.nan), dtype)
+        backend.synchronize()
+        del poison
         return
     poison = backend.from_numpy(np.full((m, n), np.nan), dtype)
     backend.synchronize()
@@ -209,7 +219,55 @@ def input_checks(backend: Any) -> list[str]:
         names.append("mixed-dtypes")
     if set(DTYPES) - set(backend.dtypes):
         names.append("undeclared-dtype")
+    if "float8_e4m3fn" in backend.dtypes:
+        names.append("fp8-conversion")
     return names
+
+
+def _fp8_conversion_values(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Values for the fp8-conversion check, as float32 so that every tie is exact: normal and
+    subnormal E4M3 values and the midpoints between them (ties), random ones, then the values
+    out of range (finite past 448, ±Inf) and NaN. Returns the values and a mask of the in-range
+    ones."""
+    from gemmzoo.fp8 import E4M3
+
+    codes = np.arange(256, dtype=np.uint8).view(E4M3).astype(np.float64)
+    grid = np.unique(codes[np.isfinite(codes)])
+    ties = (grid[:-1] + grid[1:]) / 2
+    randoms = rng.standard_normal(200) * 2.0 ** rng.integers(-11, 9, size=200)
+    in_range = np.concatenate([grid, ties, np.clip(randoms, -448, 448)]).astype(np.float32)
+    outside = np.array([449.0, 463.9, 464.0, 1e4, 3e38, -464.0, -1e6, np.inf, -np.inf, np.nan], np.float32)
+    values = np.concatenate([in_range, outside])
+    mask = np.zeros(values.shape, dtype=bool)
+    mask[: in_range.size] = True
+    return values, mask
+
+
+def _check_fp8_conversion(backend: Any) -> str:
+    """``from_numpy(x, "float8_e4m3fn")`` must round to the nearest E4M3 value (ties to even) and
+    give either ±448 (saturation) or NaN for finite values out of range; NaN stays NaN."""
+    from gemmzoo.fp8 import to_e4m3
+
+    values, in_range = _fp8_conversion_values(np.random.default_rng(11))
+    held = np.asarray(backend.to_numpy(backend.from_numpy(values.reshape(1, -1), "float8_e4m3fn")))
+    held = held.reshape(-1).astype(np.float64)
+    expected = to_e4m3(values).astype(np.float64)
+    wrong = in_range & (held != expected)
+    if wrong.any():
+        i = int(np.argmax(wrong))
+        raise CheckFailedError(f"{values[i]!r} became {held[i]!r}; the nearest E4M3 value is {expected[i]!r} "
+                          f"({int(wrong.sum())} of {int(in_range.sum())} in-range values rounded wrong)")
+    outside = ~in_range & ~np.isnan(values)
+    saturated = held == np.sign(values) * 448.0
+    if not np.all(saturated[outside] | np.isnan(held[outside])):
+        i = int(np.argmax(outside & ~saturated & ~np.isnan(held)))
+        raise CheckFailedError(
+            f"{values[i]!r} (out of E4M3's range) became {held[i]!r}; expected ±448 or NaN"
+        )
+    if not np.all(np.isnan(held[np.isnan(values)])):
+        raise CheckFailedError("NaN did not stay NaN")
+    rule = "saturate" if np.all(saturated[outside & np.isfinite(values)]) else "NaN or saturate"
+    return f"{int(in_range.sum())} in-range values rounded to nearest even; out of range: {rule}"
 
 
 def run_input_check(backend: Any, check: str) -> CheckResult:
@@ -221,6 +279,11 @@ def run_input_check(backend: Any, check: str) -> CheckResult:
 
 
 def _run_input_check(backend: Any, check: str) -> CheckResult:
+    if check == "fp8-conversion":
+        try:
+            return CheckResult(backend.name, check, True, _check_fp8_conversion(backend))
+        except CheckFailedError as failure:
+            return CheckResult(backend.name, check, False, str(failure))
     rng = np.random.default_rng(7)
     dtype = "float32" if "float32" in backend.dtypes else sorted(backend.dtypes)[0]
 

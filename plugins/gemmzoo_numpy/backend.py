@@ -1,4 +1,4 @@
-"""NumPy on the CPU: BLAS for float32 and float64, float16 computed through float32."""
+"""NumPy on the CPU: BLAS for float32 and float64, float16 and float8_e4m3fn computed through float32."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gemmzoo import Backend
+from gemmzoo.fp8 import BFLOAT16, E4M3, to_e4m3
 
 _NUMPY_DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
 
@@ -16,23 +17,32 @@ class NumpyBackend(Backend):
 
     NumPy's own float16 matmul skips BLAS and is very slow, so float16 operands are widened to
     float32, multiplied by BLAS (fp32 accumulation) and the result rounded back to float16.
+
+    ``float8_e4m3fn`` is the CPU reference of the fp8 product: operands are ml_dtypes E4M3 arrays
+    (``from_numpy`` rounds with :func:`gemmzoo.fp8.to_e4m3`: saturating to ±448, Inf to NaN),
+    widened exactly to float32, multiplied by BLAS (every product is exact in fp32; the sums
+    accumulate in fp32), and C is rounded once to an ml_dtypes bfloat16 array.
     """
 
     name = "numpy"
     device = "cpu"
-    dtypes = frozenset(_NUMPY_DTYPES)
+    dtypes = frozenset({*_NUMPY_DTYPES, "float8_e4m3fn"})
 
     def from_numpy(self, x: np.ndarray, dtype: str) -> np.ndarray:
         self.check_dtype(dtype, np.shape(x))
+        if dtype == "float8_e4m3fn":
+            return to_e4m3(x)
         return np.array(x, dtype=_NUMPY_DTYPES[dtype], copy=True)
 
     def to_numpy(self, y: np.ndarray) -> np.ndarray:
-        if y.dtype == np.float16:
+        if y.dtype in (np.float16, E4M3, BFLOAT16):
             return y.astype(np.float32)
         return np.array(y, copy=True)
 
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         self.check_operands(a, b)
+        if a.dtype == E4M3:
+            return _fp8_matmul(a, b)
         if a.dtype == np.float16:
             return _half_matmul(a, b)
         return np.matmul(a, b)
@@ -42,9 +52,16 @@ class NumpyBackend(Backend):
         if type(self).matmul is not NumpyBackend.matmul:  # a subclass's own product: plan through it
             return super().prepare(a, b)
         self.check_operands(a, b)
+        if a.dtype == E4M3:
+            return _fp8_matmul
         return _half_matmul if a.dtype == np.float16 else np.matmul
 
 
 def _half_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """float16 through float32 BLAS, rounded back to float16."""
     return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+
+
+def _fp8_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """E4M3 operands widened exactly to float32, fp32 BLAS, C rounded once to bfloat16."""
+    return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(BFLOAT16)

@@ -13,6 +13,7 @@ from typing import Any
 from gemmzoo import Backend
 from gemmzoo.backend import dtype_name
 from gemmzoo.torch_tensors import TorchTensors
+from gemmzoo_torch import fp8
 from gemmzoo_torch.precision import runner
 
 
@@ -50,11 +51,21 @@ class TorchCpuBackend(TorchTensors, Backend):
 
 
 class TorchBackend(TorchCpuBackend):
-    """``torch.matmul`` on CUDA tensors: cuBLAS. ``float32`` is IEEE; ``tf32`` is its own mode."""
+    """``torch.matmul`` on CUDA tensors: cuBLAS. ``float32`` is IEEE; ``tf32`` is its own mode.
+
+    ``float8_e4m3fn`` (on GPUs of capability 8.9 and later) goes through ``torch._scaled_mm`` with
+    fp32 promotion of partial sums, C in bfloat16: see :mod:`gemmzoo_torch.fp8`.
+    """
 
     name = "torch"
     device = "cuda"
-    dtypes = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})
+
+    @property  # type: ignore[override]
+    def dtypes(self) -> frozenset[str]:
+        base = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})
+        # fp8 is declared until torch is loaded (registration must not load it), then only on a
+        # GPU with fp8 tensor cores: availability, which every user asks first, loads torch.
+        return base if fp8.fp8_device_ready() is False else base | {"float8_e4m3fn"}
 
     def unavailable_reason(self) -> str | None:
         missing = torch_missing_reason()
@@ -75,7 +86,7 @@ class TorchBackend(TorchCpuBackend):
         try:
             return self._runs[dtype]
         except KeyError:
-            run = self._runs[dtype] = runner(dtype)
+            run = self._runs[dtype] = fp8.scaled_matmul if dtype == "float8_e4m3fn" else runner(dtype)
             return run
 
     def matmul(self, a: Any, b: Any) -> Any:

@@ -1,5 +1,6 @@
 """gemmzoo's bundled Triton plugin: ``triton-naive``, ``triton-tiled``, ``triton-grouped``, and
-``triton-splitk`` and ``triton-decode`` for skinny products (:mod:`gemmzoo_triton.skinny`).
+``triton-splitk`` and ``triton-decode`` for skinny products (:mod:`gemmzoo_triton.skinny`), and
+``triton-fp8`` for float8_e4m3fn (:mod:`gemmzoo_triton.fp8_backend`).
 
 They run on CUDA GPUs, or on the CPU under Triton's interpreter (``TRITON_INTERPRET=1``). Importing
 this package and building the backends imports neither triton nor torch.
@@ -11,17 +12,21 @@ from collections.abc import Callable
 
 from gemmzoo import hookimpl
 from gemmzoo_triton.backends import TritonGroupedBackend, TritonNaiveBackend, TritonTiledBackend
+from gemmzoo_triton.fp8_backend import TritonFp8Backend
 from gemmzoo_triton.skinny import TritonDecodeBackend, TritonSplitKBackend
 
 __all__ = ["TritonGroupedBackend", "TritonNaiveBackend", "TritonTiledBackend", "gemmzoo_register_backends"]
 __all__ += ["TritonDecodeBackend", "TritonSplitKBackend"]
+__all__ += ["TritonFp8Backend"]
 
 
 @hookimpl
 def gemmzoo_register_backends(register: Callable[[object], None]) -> None:
-    """Register the Triton backends, from the plainest kernel to the tuned one, then the skinny ones."""
+    """Register the Triton backends, from the plainest kernel to the tuned one, then the skinny
+    ones, then fp8's."""
     register(TritonNaiveBackend())
     register(TritonTiledBackend())
     register(TritonGroupedBackend())
     register(TritonSplitKBackend())
     register(TritonDecodeBackend())
+    register(TritonFp8Backend())

@@ -1,0 +1,127 @@
+"""``triton-fp8``: float8_e4m3fn GEMM in Triton, fp32 accumulation with promoted partial sums, C in bf16."""
+
+# ruff: noqa: N806 - M, N, K as the tutorial writes them
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from gemmzoo_triton.common import (
+    TMA_MIN_WORK,
+    TritonBackend,
+    interpreter_mode,
+    tma_device,
+    triton_unavailable_reason,
+)
+
+#: The oldest CUDA capability with fp8 tensor cores (Ada 8.9; Hopper is 9.0).
+FP8_MIN_CAPABILITY = (8, 9)
+
+
+@functools.cache
+def _fp8_gpu_reason() -> str | None:
+    import torch
+
+    if not hasattr(torch, "float8_e4m3fn"):
+        return f"torch {torch.__version__} has no float8_e4m3fn"
+    capability = torch.cuda.get_device_capability()
+    if capability < FP8_MIN_CAPABILITY:
+        name, (major, minor) = torch.cuda.get_device_name(), capability
+        return f"{name} (capability {major}.{minor}) has no fp8 tensor cores; needs 8.9 or later"
+    return None
+
+
+def k_major(x: Any, y: Any) -> tuple[Any, Any]:
+    """A row-major (K contiguous) and B column-major (K contiguous), copied where they are not.
+
+    Hopper's fp8 MMA instructions take both operands K-major from shared memory; Triton handles
+    an fp8 B that is not by a slow path (99 against 825 TFLOPS at 4096^3 on the H100). A copy of a
+    row-major B (the usual ``x @ w`` layout) into a column-major one moves K·N bytes each way.
+    """
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if y.stride(0) != 1:
+        y = y.t().contiguous().t()
+    return x, y
+
+
+def tma_fp8_eligible(x: Any, y: Any, c: Any) -> bool:
+    """Whether ``c = x @ y`` (K-major operands, see :func:`k_major`) runs on the TMA kernel.
+
+    Needs a Hopper GPU and Triton >= 3.4 (:func:`~gemmzoo_triton.common.tma_device`), more than
+    :data:`~gemmzoo_triton.common.TMA_MIN_WORK` multiply-adds, and what descriptors need: 16-byte
+    aligned starts and rows, so K a multiple of 16 (fp8 rows of A and Bᵀ) and N of 8 (bf16 rows of C).
+    """
+    M, K = x.shape
+    N = y.shape[1]
+    if M * N * K <= TMA_MIN_WORK or not tma_device(x.device):
+        return False
+    rows = (x.stride(0), y.stride(1), c.stride(0) * 2)
+    starts = (x.data_ptr(), y.data_ptr(), c.data_ptr())
+    return all(r % 16 == 0 for r in rows) and all(p % 16 == 0 for p in starts) and c.stride(1) == 1 \
+        and x.stride(0) >= K and y.stride(1) >= K
+
+
+class TritonFp8Backend(TritonBackend):
+    """``triton-fp8``: Triton kernels on fp8 operands, partial sums promoted to fp32, C in bf16.
+
+    Computes only ``float8_e4m3fn``: A and B hold E4M3 values, C comes back in bfloat16 (the
+    contract's per-tensor scale 1). The tensor cores' partial sums are promoted to the fp32
+    accumulator once per K tile (:data:`~gemmzoo_triton.fp8_kernel.PROMOTE_EVERY`), as cuBLAS does
+    with ``use_fast_accum=False``; Triton's default on Hopper (no promotion) is faster and fails
+    the conformance bound.
+
+    On a GPU, operands that are not K-major (A row-major, B column-major) are copied first (see
+    :func:`k_major`: a row-major B costs a transpose per call), then
+    :mod:`~gemmzoo_triton.fp8_kernel`'s pointer kernel computes the product; it also runs on the
+    CPU under Triton's interpreter (reading any layout through strides there, and working around
+    the interpreter's E4M3 decoding and bfloat16 rounding). With :attr:`tma` set, problems that
+    :func:`tma_fp8_eligible` allows go to :mod:`~gemmzoo_triton.fp8_tma_kernel` instead (TMA loads
+    and stores). Each kernel autotunes once per problem. Available on CUDA GPUs of capability 8.9
+    and later, and under the interpreter.
+    """
+
+    name = "triton-fp8"
+    #: Partial-sum promotion for the kernels (``None``: the kernels' default, once per K tile);
+    #: benchmarks/fp8.py sets it on variants to time and check the other choices.
+    promote: int | None = None
+    #: Whether Hopper problems may take the TMA kernel. Off: the kernel compiles for sm_90 (TMA
+    #: copies, wgmma on fp8, three pipeline stages) and its tiles index right under the
+    #: interpreter, but it has not run on a GPU yet; ``benchmarks/fp8.py`` times it as
+    #: ``triton-fp8-tma`` and runs the suite on it, and this default should follow that.
+    tma: bool = False
+
+    @property  # type: ignore[override]
+    def dtypes(self) -> frozenset[str]:
+        return frozenset({"float8_e4m3fn"})
+
+    def unavailable_reason(self) -> str | None:
+        reason = triton_unavailable_reason()
+        if reason is not None or interpreter_mode():
+            return reason
+        return _fp8_gpu_reason()
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        import torch
+
+        from gemmzoo_triton import fp8_kernel
+
+        # (1) check the operands
+        M, N, K = self.check_operands(a, b)
+        x, y, _ = self.operands(a, b)
+        promote = fp8_kernel.PROMOTE_EVERY if self.promote is None else self.promote
+        # (2) allocate the output: bfloat16, as the contract's float8_e4m3fn says
+        c = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
+        if self.empty_result(c, K):
+            return c
+        # (3) launch; the autotuner picks the config on a problem's first call
+        if self.device == "cuda":
+            x, y = k_major(x, y)
+            if self.tma and tma_fp8_eligible(x, y, c):
+                from gemmzoo_triton import fp8_tma_kernel
+
+                fp8_tma_kernel.launch(x, y, c, promote)
+                return c
+        fp8_kernel.launch(x, y, c, promote)
+        return c

@@ -1,0 +1,108 @@
+"""The torch backend's fp8 path (``torch._scaled_mm`` behind copies into its layout), on CPU here and
+on CUDA where there is an fp8 GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gemmzoo.conformance import check_backend  # noqa: E402
+from gemmzoo_torch import TorchBackend, TorchCpuBackend, fp8  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not hasattr(torch, "_scaled_mm"), reason="this torch has no _scaled_mm")
+
+
+class ScaledMmOnCpu(TorchCpuBackend):
+    """torch-cpu with fp8 routed as the torch backend routes it: the same copies and padding,
+    with torch's CPU ``_scaled_mm`` doing the product."""
+
+    name = "torch-cpu-scaled-mm"
+    dtypes = frozenset({"float32", "float8_e4m3fn"})
+
+    def matmul(self, a, b):
+        self.check_operands(a, b)
+        if fp8.is_fp8(a):
+            return fp8.scaled_matmul(a, b)
+        return super().matmul(a, b)
+
+
+def _cpu_scaled_mm_works() -> bool:
+    try:
+        one = torch.ones((), dtype=torch.float32)
+        x = torch.zeros((16, 16)).to(torch.float8_e4m3fn)
+        torch._scaled_mm(x, x.t(), one, one, out_dtype=torch.bfloat16)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
+cpu_scaled_mm = pytest.mark.skipif(not _cpu_scaled_mm_works(), reason="this torch has no CPU _scaled_mm")
+
+
+@cpu_scaled_mm
+def test_the_copies_and_padding_conform_for_every_shape_and_layout():
+    report = check_backend(ScaledMmOnCpu(), dtypes=["float8_e4m3fn"])
+    assert report.passed, [(r.check, r.detail) for r in report.failures]
+
+
+@cpu_scaled_mm
+@pytest.mark.parametrize(("m", "n", "k"), [(5, 16, 32), (5, 17, 32), (5, 32, 33), (1, 1, 1), (40, 48, 64)])
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_scaled_matmul_matches_the_numpy_reference(m, n, k, layout):
+    from gemmzoo_numpy import NumpyBackend
+
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    a_values, b_values = rng.standard_normal((m, k)) * 8, rng.standard_normal((k, n))
+    backend = ScaledMmOnCpu()
+
+    def operand(x, transposed):
+        return backend.from_numpy(np.ascontiguousarray(x.T), "float8_e4m3fn").T if transposed \
+            else backend.from_numpy(x, "float8_e4m3fn")
+
+    a, b = operand(a_values, layout[0] == "T"), operand(b_values, layout[1] == "T")
+    c = fp8.scaled_matmul(a, b)
+    assert c.dtype == torch.bfloat16 and tuple(c.shape) == (m, n) and c.is_contiguous()
+    reference = NumpyBackend()
+    expected = reference.to_numpy(reference.matmul(reference.from_numpy(a_values, "float8_e4m3fn"),
+                                                   reference.from_numpy(b_values, "float8_e4m3fn")))
+    got = backend.to_numpy(c)
+    # Both round an fp32 sum once to bf16; the sums may differ in their last fp32 bits only.
+    np.testing.assert_allclose(got, expected, rtol=2.0**-7, atol=1e-5)
+
+
+@cpu_scaled_mm
+def test_scales_multiply_the_product():
+    backend = ScaledMmOnCpu()
+    rng = np.random.default_rng(2)
+    a = backend.from_numpy(rng.integers(-3, 4, (8, 32)), "float8_e4m3fn")
+    b = backend.from_numpy(rng.integers(-3, 4, (32, 16)), "float8_e4m3fn")
+    plain = fp8.scaled_matmul(a, b).float()
+    scaled = fp8.scaled_matmul(a, b, scale_a=0.5, scale_b=torch.tensor([4.0])).float()
+    torch.testing.assert_close(scaled, plain * 2, rtol=0, atol=0)
+
+
+def test_operands_already_in_scaled_mm_form_are_not_copied():
+    a = torch.zeros((8, 32), dtype=torch.uint8).view(torch.float8_e4m3fn)
+    b = torch.zeros((48, 32), dtype=torch.uint8).view(torch.float8_e4m3fn).t()
+    assert fp8._a_operand(a) is a and fp8._b_operand(b) is b
+    row_major_b = torch.zeros((32, 48), dtype=torch.uint8).view(torch.float8_e4m3fn)
+    copied = fp8._b_operand(row_major_b)
+    assert copied is not row_major_b and copied.t().is_contiguous() and tuple(copied.shape) == (32, 48)
+    padded = fp8._b_operand(torch.zeros((33, 20), dtype=torch.uint8).view(torch.float8_e4m3fn))
+    assert tuple(padded.shape) == (48, 32) and padded.view(torch.uint8)[33:].eq(0).all()
+
+
+def test_torch_backend_declares_fp8_only_on_an_fp8_gpu():
+    has_fp8_gpu = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+    assert ("float8_e4m3fn" in TorchBackend().dtypes) == has_fp8_gpu
+
+
+@pytest.mark.gpu
+def test_torch_backend_conforms_for_fp8_on_the_gpu():
+    backend = TorchBackend()
+    if "float8_e4m3fn" not in backend.dtypes:
+        pytest.skip("the GPU has no fp8 tensor cores (capability < 8.9)")
+    report = check_backend(backend, dtypes=["float8_e4m3fn"])
+    assert report.passed, [(r.check, r.detail) for r in report.failures]

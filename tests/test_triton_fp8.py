@@ -1,0 +1,101 @@
+"""triton-fp8: the conformance suite under Triton's interpreter here, on an fp8 GPU there."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gemmzoo
+from gemmzoo.conformance import check_backend
+
+pytest.importorskip("triton")
+torch = pytest.importorskip("torch")
+
+
+def _backend():
+    backend = gemmzoo.get_backend("triton-fp8")
+    reason = backend.unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"triton-fp8 unavailable: {reason}")
+    return backend
+
+
+def test_declares_fp8_only():
+    assert gemmzoo.get_backend("triton-fp8").dtypes == frozenset({"float8_e4m3fn"})
+
+
+def test_conforms():
+    report = check_backend(_backend())
+    assert report.passed, [(r.check, r.detail) for r in report.failures]
+
+
+def test_nan_of_a_propagates_along_its_row_and_b_along_its_column():
+    backend = _backend()
+    rng = np.random.default_rng(9)
+    a_values, b_values = rng.standard_normal((20, 40)), rng.standard_normal((40, 24))
+    a_values[4, 7] = np.nan
+    b_values[11, 9] = np.nan
+    c = backend.to_numpy(backend.matmul(backend.from_numpy(a_values, "float8_e4m3fn"),
+                                        backend.from_numpy(b_values, "float8_e4m3fn")))
+    expected = np.zeros(c.shape, dtype=bool)
+    expected[4, :] = True
+    expected[:, 9] = True
+    np.testing.assert_array_equal(np.isnan(c), expected)
+
+
+def test_a_bfloat16_result_on_the_operands_device():
+    backend = _backend()
+    a = backend.from_numpy(np.ones((3, 5)), "float8_e4m3fn")
+    c = backend.matmul(a, backend.from_numpy(np.full((5, 2), 0.5), "float8_e4m3fn"))
+    assert c.dtype == torch.bfloat16 and c.device == a.device
+    assert backend.to_numpy(c).tolist() == [[2.5, 2.5]] * 3
+
+
+def test_tma_kernel_indexing_under_the_interpreter():
+    """The Hopper kernel's tile order, descriptors and edges, run by Triton's interpreter on the CPU.
+
+    The interpreter truncates fp32 to bfloat16 (the backend never sends this kernel there), so C may
+    be one bfloat16 unit below the exact sum in magnitude: the tolerance is that, not more.
+    """
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("runs the kernel under Triton's interpreter only; on a GPU the suite covers it")
+    import triton
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from gemmzoo_triton.fp8_tma_kernel import fp8_tma_matmul_kernel
+
+    m, n, k, block = 70, 56, 80, 32  # edges in M and N, a K tail of half a tile
+    generator = torch.Generator().manual_seed(4)
+    a = torch.randn((m, k), generator=generator).to(torch.float8_e4m3fn)
+    b = torch.randn((n, k), generator=generator).to(torch.float8_e4m3fn).t()  # column-major
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+
+    def descriptor(view):
+        return TensorDescriptor(view, list(view.shape), list(view.stride()), [block, block])
+
+    grid = (triton.cdiv(m, block) * triton.cdiv(n, block),)
+    fp8_tma_matmul_kernel.fn[grid](
+        descriptor(a), descriptor(b.T), descriptor(c), m, n, k,
+        PROMOTE=0, BLOCK_SIZE_M=block, BLOCK_SIZE_N=block, BLOCK_SIZE_K=block, GROUP_SIZE_M=2,
+    )
+    exact = a.double() @ b.double()
+    unit = 2.0 ** (torch.floor(torch.log2(exact.abs().clamp(min=2.0**-100))) - 7)  # one bf16 ulp
+    assert torch.all((c.double() - exact).abs() <= unit + 1e-6)
+
+
+def test_operands_are_made_k_major_with_their_values():
+    from gemmzoo_triton.fp8_backend import k_major, tma_fp8_eligible
+
+    generator = torch.Generator().manual_seed(6)
+    a = torch.randn((48, 32), generator=generator).to(torch.float8_e4m3fn)
+    b = torch.randn((32, 40), generator=generator).to(torch.float8_e4m3fn)
+    x, y = k_major(a.t().contiguous().t(), b)  # A column-major, B row-major: both copied
+    assert x.stride(1) == 1 and y.stride(0) == 1
+    assert torch.equal(x.view(torch.uint8), a.view(torch.uint8))
+    assert torch.equal(y.float(), b.float())
+    x2, y2 = k_major(x, y)  # already K-major: left alone
+    assert x2 is x and y2 is y
+    c = torch.empty((48, 40), dtype=torch.bfloat16)
+    assert not tma_fp8_eligible(x, y, c)  # a CPU tensor, and far under the size TMA pays off at
