@@ -58,7 +58,7 @@ class ToNumpyKeepsFloat16(NumpyBackend):
 
 
 @pytest.mark.parametrize(("backend", "message"), [
-    (Float64Result(), "C has dtype float64, the operands float32"),
+    (Float64Result(), "C has dtype float64, expected float32 (float32 operands)"),
     (TorchResult(), "C is a Tensor, the operands are ndarray"),
     (TransposedResult(), "C has shape (24, 40), expected (40, 24)"),
     (InfInsteadOfLarge(), "Inf pattern differs; first at (0, 0)"),
@@ -116,7 +116,8 @@ def test_gemmzoo_bench_shows_an_installed_plugins_float64_result_as_wrong(tmp_pa
                          "64x48x32", "--dtype", "float32", "--budget", "0.005", "--json", str(out))
 
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "WRONG" in result.stdout and "C has dtype float64, the operands float32" in result.stdout
+    assert "WRONG" in result.stdout
+    assert "C has dtype float64, expected float32 (float32 operands)" in result.stdout
     records = {r["backend"]: r for r in json.loads(out.read_text())["results"]}
     assert records["widening"]["status"] == "wrong" and records["widening"]["tflops"] is None
     assert records["numpy"]["status"] == "ok" and records["numpy"]["accuracy"] == "componentwise"
