@@ -10,7 +10,7 @@ For every element, with R the float64 product of exactly the values the backend 
 ``u_out`` is the unit roundoff of the stored result (the final rounding), ``u_op`` the relative
 error the math units add to each operand (TF32's 10-bit mantissa; 0 elsewhere), ``u_blk`` the
 error they may make summing a block of products before it joins the accumulator, relative to the
-block's sum of |products| (float8_e4m3fn's tensor cores: 2**-13; 0 elsewhere), so that over all
+block's sum of |products| (float8_e4m3fn's tensor cores: 2**-12; 0 elsewhere), so that over all
 blocks it is at most ``u_blk·(|A||B|)ij`` whatever K is, ``u_acc`` the
 roundoff of the accumulation (fp32 for every 16-bit and fp32 mode, fp64 for float64), and ``s``
 the smallest subnormal of the result type. The ``4·sqrt(K)`` factor is the probabilistic error
