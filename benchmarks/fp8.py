@@ -139,7 +139,7 @@ def calls_for(a: Any, b: Any, a16: Any, b16: Any, variants: list[str]) -> dict[s
 
     one = torch.ones((), dtype=torch.float32, device="cuda")
     torch_backend, triton_backend = gemmzoo.get_backend("torch"), gemmzoo.get_backend("triton-fp8")
-    variants = {
+    extra = {
         "triton-fp8-tma": triton_fp8(None, "triton-fp8-tma", tma=True),
         "triton-fp8-fast": triton_fp8(-1, "triton-fp8-fast"),
         "triton-fp8-tma-fast": triton_fp8(-1, "triton-fp8-tma-fast", tma=True),
@@ -153,7 +153,7 @@ def calls_for(a: Any, b: Any, a16: Any, b16: Any, variants: list[str]) -> dict[s
                                                    use_fast_accum=True),
         "torch": lambda: torch_backend.matmul(a, b),
         "triton-fp8": lambda: triton_backend.matmul(a, b),
-        **{name: functools.partial(backend.matmul, a, b) for name, backend in variants.items()},
+        **{name: functools.partial(backend.matmul, a, b) for name, backend in extra.items()},
     }
     return {name: calls[name] for name in variants if name in calls}
 
