@@ -205,15 +205,23 @@ def compare(problem: Problem) -> CheckResult:
     """Run the GEMM once and judge it as the conformance suite does
     (:func:`gemmzoo.conformance.judge.judge_result`): C's type, shape and dtype, ``to_numpy``'s
     dtype, NaN and Inf where the float64 reference has them, and every element within the bound
-    of the backend's accuracy class.
+    of the backend's accuracy class. For a CUDA backend the float64 reference is computed on its
+    GPU when :mod:`gemmzoo.verify` can, else on the host.
 
     Raises :class:`WrongResultError` saying what is wrong when any of that fails.
     """
     point, backend = problem.point, problem.backend
     c = backend.matmul(problem.a, problem.b)
+    reference = None
+    if backend.device == "cuda":  # the float64 products on the GPU where it can (gemmzoo.verify)
+        from gemmzoo.verify import device_reference
+
+        reference = device_reference(problem.a, problem.b)
+    if reference is None:
+        reference = _reference(problem.a_host, problem.b_host)
     try:
         verdict = judge_result(backend, point.dtype, problem.a, c, problem.a_host, problem.b_host,
-                               reference=_reference(problem.a_host, problem.b_host))
+                               reference=reference)
     except CheckFailedError as failure:
         raise WrongResultError(f"{backend.name}: {point.id}: {failure}") from None
     return CheckResult(verdict.error_ratio, verdict.rel_error, verdict.max_abs_error)

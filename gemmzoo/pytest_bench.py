@@ -1,8 +1,8 @@
 """gemmzoo in pytest-benchmark: one benchmark per backend x grid point, timed right on a GPU.
 
-Used by the benchmarks' conftest and test module; see docs/benchmarks.md. Only pytest-benchmark's
-public API is used: the ``benchmark`` mark (``timer=``, ``group=``), ``benchmark.pedantic``,
-``benchmark.stats`` and ``benchmark.extra_info``.
+Used by gemmzoo's pytest plugin and :mod:`gemmzoo.benchmarks`; see docs/benchmarks.md. Only
+pytest-benchmark's public API is used: the ``benchmark`` mark (``timer=``, ``group=``),
+``benchmark.pedantic``, ``benchmark.stats`` and ``benchmark.extra_info``.
 
 CPU backends are timed by pytest-benchmark as usual (its calibration, its timer). CUDA backends
 are timed with :data:`DEVICE_CLOCK`, a :class:`gemmzoo.measure.DeviceClock` that
@@ -174,6 +174,10 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
         median = _median(benchmark)
     info = extra_info(backend, point, checked.error_ratio, checked.rel_error, median, timing, host)
     info.update(extra)
+    if backend.device == "cuda":  # the GPU that measured it, and its state right after
+        from gemmzoo.gpu_state import gpu_state
+
+        info["gpu"] = gpu_state()
     benchmark.extra_info.update(info)
     return info
 

@@ -224,14 +224,23 @@ def _records(results: Sequence[BenchResult]) -> list[dict[str, Any]]:
 
 
 def write_json(results: Sequence[BenchResult], path: str | Path, environment: dict[str, Any] | None = None,
-               command: str | None = None, baseline: str | None = None) -> None:
+               command: str | None = None, baseline: str | None = None, meta: dict[str, Any] | None = None,
+               extras: Sequence[dict[str, Any]] | None = None) -> None:
     """``{"created", "command", "environment", "results": [...], "summary": [...]}``; NaN written
-    as null."""
+    as null.
+
+    ``meta`` adds top-level keys (``shard``, ``devices``: see :mod:`gemmzoo.runs`); ``extras[i]``
+    adds keys to the i-th result (``gpu``: the GPU that measured it and its state then)."""
+    records = _records(results)
+    if extras is not None:
+        for record, extra in zip(records, extras, strict=True):
+            record.update(extra)
     data = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command,
         "environment": environment or {},
-        "results": _records(results),
+        **(meta or {}),
+        "results": records,
         "summary": [vars(entry) for entry in summaries(results, baseline)],
     }
     Path(path).write_text(json.dumps(data, indent=2) + "\n")

@@ -4,11 +4,13 @@ This is what a plugin author's users do: ``pip install gemmzoo gemmzoo-blocked``
 ``gemmzoo list`` and ``gemmzoo check``. Both projects are copied out of the checkout first, so
 the builds leave nothing behind in it. The environment does not see this machine's
 site-packages: the plugin's declared dependencies must be enough. It needs a package index
-(PyPI, or the one pip is configured with) for numpy, pluggy, rich, pytest and setuptools.
+(PyPI, or the one pip is configured with) for numpy, pluggy, rich, pytest, pytest-benchmark and
+setuptools.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -21,6 +23,7 @@ import pytest
 from fake_distributions import subprocess_env, write_distribution
 
 from gemmzoo.conformance import conformance_cases, input_checks
+from gemmzoo.grids import get_grid
 
 pytestmark = pytest.mark.slow
 
@@ -136,3 +139,18 @@ def test_check_fails_on_a_wrong_backend_and_an_unknown_name(venv):
                      wrong.stdout), wrong.stdout
     assert unknown.returncode == 2
     assert "unknown backend 'no-such-backend'" in unknown.stdout and "numpy-blocked" in unknown.stdout
+
+
+def test_packaged_benchmarks_run_from_an_empty_directory(venv, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "bench.json"
+    result = venv.run(venv.bin / "python", "-m", "pytest", "--pyargs", "gemmzoo.benchmarks",
+                      "--benchmark-only", "--grid", "smoke", "--backend", "numpy-blocked", "-q",
+                      "-p", "no:cacheprovider", "--benchmark-max-time=0.005", "--benchmark-min-rounds=3",
+                      f"--benchmark-json={out}", cwd=empty)
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    names = {bench["name"] for bench in json.loads(out.read_text())["benchmarks"]}
+    smoke = get_grid("smoke", dtypes=["float32"])
+    assert names == {f"test_gemm[{point.id}-numpy-blocked]" for point in smoke}

@@ -1,4 +1,10 @@
-"""`pytest benchmarks --benchmark-only` end to end, in a subprocess, read back from its JSON."""
+"""``python -m pytest --pyargs gemmzoo.benchmarks --benchmark-only`` end to end, in a subprocess
+started in an empty directory, read back from its JSON.
+
+The example plugin (examples/gemmzoo-blocked) is installed the way pip leaves it: its package
+importable and its ``.dist-info`` (with the entry point) on the path, so the run sees a
+third-party backend as a user's machine would.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +14,41 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_distributions import subprocess_env
 
 import gemmzoo
 from gemmzoo.grids import get_grid
 
 ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_SRC = ROOT / "examples" / "gemmzoo-blocked" / "src"
 EXTRA_INFO = {"backend", "m", "n", "k", "dtype", "layout", "tflops", "gflops", "peak_tflops", "peak_percent",
               "error_ratio", "rel_error", "device_name", "driver", "cuda_driver", "libraries", "timing",
               "accuracy"}
+FAST = ("--benchmark-only", "--grid", "smoke", "-q", "-p", "no:cacheprovider", "--benchmark-max-time=0.005",
+        "--benchmark-min-rounds=3")
 
 
-def _run(tmp_path, *extra):
-    out = tmp_path / "bench.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "benchmarks", "--benchmark-only", "--grid", "smoke", "-q",
-         "-p", "no:cacheprovider", "--benchmark-max-time=0.005", "--benchmark-min-rounds=3",
-         f"--benchmark-json={out}", *extra],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-    )
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    """A site directory holding the installed example plugin's metadata (its code stays in place)."""
+    site = tmp_path / "site"
+    info = site / "gemmzoo_blocked-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gemmzoo-blocked\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[gemmzoo]\ngemmzoo-blocked = gemmzoo_blocked\n")
+    (site / "gemmzoo_blocked.pth").write_text(f"{EXAMPLE_SRC}\n")  # how an editable install points
+    return site
+
+
+def _run(cwd: Path, site: Path, *args: str) -> dict:
+    cwd.mkdir(exist_ok=True)
+    out = cwd.parent / f"{cwd.name}.json"
+    env = subprocess_env(site)
+    # A .pth file is read only in a site directory: make this one, as pip's target would be.
+    code = ("import site, sys; site.addsitedir(sys.argv[1]); import pytest; "
+            "sys.exit(pytest.main(sys.argv[2:]))")
+    run = subprocess.run([sys.executable, "-c", code, str(site), *FAST, f"--benchmark-json={out}", *args],
+                         capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -35,8 +58,7 @@ def _expected(names):
 
 
 def _check(data, names):
-    # benchmarks/ also holds gemmzoo.matmul's overhead benchmarks; these checks are the grid's
-    benches = [b for b in data["benchmarks"] if b["name"].startswith("test_gemm[")]
+    benches = data["benchmarks"]
     assert {b["name"] for b in benches} == _expected(names)
     for bench in benches:
         info = bench["extra_info"]
@@ -48,12 +70,27 @@ def _check(data, names):
         assert info["libraries"]["numpy"] and info["accuracy"] == "componentwise"
 
 
-def test_pytest_benchmarks_smoke_grid(tmp_path):
+def test_pyargs_from_an_empty_directory_runs_every_cpu_backend_and_the_plugin(tmp_path, site):
     names = [b.name for b in gemmzoo.backends()
              if b.device == "cpu" and "float32" in b.dtypes and b.unavailable_reason() is None]
-    _check(_run(tmp_path), names)
+    data = _run(tmp_path / "empty", site, "--pyargs", "gemmzoo.benchmarks")
+    _check(data, [*names, "numpy-blocked"])
 
 
-def test_pytest_benchmarks_under_xdist_land_in_one_report(tmp_path):
+def test_pyargs_backend_option_narrows_to_one_backend(tmp_path, site):
+    data = _run(tmp_path / "empty", site, "--pyargs", "gemmzoo.benchmarks", "--backend", "numpy-blocked")
+    _check(data, ["numpy-blocked"])
+
+
+def test_a_plugin_authors_test_file_reuses_the_benchmarks_with_one_import(tmp_path, site):
+    author = tmp_path / "author"
+    author.mkdir()
+    (author / "test_my_benchmarks.py").write_text("from gemmzoo.benchmarks import test_gemm  # noqa: F401\n")
+    data = _run(author, site, "--backend", "numpy-blocked")
+    _check(data, ["numpy-blocked"])
+
+
+def test_pytest_benchmarks_under_xdist_land_in_one_report(tmp_path, site):
     pytest.importorskip("xdist")
-    _check(_run(tmp_path, "-n", "2", "--backend", "numpy"), ["numpy"])
+    data = _run(tmp_path / "empty", site, "--pyargs", "gemmzoo.benchmarks", "-n", "2", "--backend", "numpy")
+    _check(data, ["numpy"])

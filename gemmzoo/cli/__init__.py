@@ -17,6 +17,7 @@ COMMANDS = {
     "bench": "check and time backends over a shape grid; table, JSON, CSV, plot",
     "tune": "measure and store the best backend for each shape of a grid",
     "best": "print the backend best_backend would return for M N K, and why",
+    "compare": "results of several runs, machines or versions side by side; regressions beyond noise fail",
 }
 
 

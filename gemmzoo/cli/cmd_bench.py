@@ -10,10 +10,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gemmzoo import scale_jobs
 from gemmzoo.bench import OK, WRONG, BenchResult, run_bench
 from gemmzoo.bench import environment as bench_environment
 from gemmzoo.cli.console import console, errors
-from gemmzoo.cli.options import add_point_arguments, points_from_arguments
+from gemmzoo.cli.options import add_point_arguments, points_from_arguments, shard_meta
 from gemmzoo.errors import UnknownBackendError
 from gemmzoo.grids import GridError, default_grid_name, grids
 from gemmzoo.measure import TIMERS
@@ -39,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", metavar="FILE", help="write every result as CSV")
     parser.add_argument("--plot", metavar="FILE.png", help="plot TFLOPS against size, one line per backend")
     parser.add_argument("--list-grids", action="store_true", help="list the named grids and exit")
+    parser.add_argument("--merge", nargs="+", metavar="RESULTS.json",
+                        help="measure nothing: merge these result files (the --shard parts of one sweep) "
+                             "into one table, and into --json/--csv/--plot")
 
 
 def _list_grids() -> int:
@@ -58,6 +62,12 @@ def _list_grids() -> int:
 def run(args: argparse.Namespace) -> int:
     if args.list_grids:
         return _list_grids()
+    if args.merge:
+        from gemmzoo.cli.merge import run_merge
+
+        return run_merge(args)
+    # The GPU workers start now and warm up while this process picks the backends and points.
+    pool = scale_jobs.start_pool(args.devices, args.backend)
     registry = get_registry()
     try:
         chosen = registry.select(args.backend)
@@ -92,8 +102,18 @@ def run(args: argparse.Namespace) -> int:
         def advance(result: BenchResult) -> None:
             progress.update(task, advance=1, description=f"{result.point.id} {result.backend}")
 
-        results = run_bench(backends, points, args.budget, on_result=advance, timer=args.timer,
-                            rounds=args.rounds)
+        def advance_here(result: BenchResult) -> None:
+            extras.append(scale_jobs.gpu_extra(result))  # the GPU's state right after measuring
+            advance(result)
+
+        extras: list[dict[str, object]] = []
+        workers = None
+        if args.devices:
+            results, extras, workers = scale_jobs.bench_on_devices(
+                backends, points, args.budget, args.devices, advance, pool, timer=args.timer)
+        else:
+            results = run_bench(backends, points, args.budget, on_result=advance_here, timer=args.timer,
+                                rounds=args.rounds)
 
     from gemmzoo.report import plain_table, results_table, summary_lines, write_csv, write_json
 
@@ -115,8 +135,11 @@ def run(args: argparse.Namespace) -> int:
         if result.status not in (OK, "unsupported"):
             console.print(f"[red]{result.status.upper()}[/] {escape(result.detail)}", soft_wrap=True)
     command = "gemmzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    shard = shard_meta(args)
+    run_meta = {key: value for key, value in (("shard", shard), ("devices", workers)) if value}
     if args.json:
-        write_json(results, args.json, bench_environment(backends), command, args.baseline)
+        write_json(results, args.json, bench_environment(backends), command, args.baseline, meta=run_meta,
+                   extras=extras)
         console.print(f"wrote {args.json}")
     if args.csv:
         write_csv(results, args.csv)

@@ -21,6 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recorded", action="store_true",
                         help="tune the problems gemmzoo.matmul met and answered without measurements "
                              "of their own (recorded in the tuning database), instead of a grid")
+    parser.add_argument("--import", dest="import_files", action="append", default=[], metavar="FILE",
+                        help="take in a tuning file exported elsewhere (repeatable; rows made on another "
+                             "device or with other library versions are ignored); measures nothing unless "
+                             "a grid or shapes are given too")
+    parser.add_argument("--export", metavar="FILE",
+                        help="write the tuning database to a portable JSON file (after any tuning and "
+                             "--import); see docs/tuning.md")
 
 
 def recorded_points() -> dict[str, list[GridPoint]]:
@@ -79,10 +86,37 @@ def _summary(records: list[Any], skipped: dict[tuple[Any, str], list[str]]) -> T
     return table
 
 
+def _portable(args: argparse.Namespace, before_tuning: bool) -> int:
+    """``--import`` (before tuning) or ``--export`` (after); 0, or 2 for a bad file."""
+    from gemmzoo.tuning import state
+    from gemmzoo.tuning.portable import TuningFileError, export_tuning, import_tuning
+
+    try:
+        if before_tuning:
+            for path in args.import_files:
+                report = import_tuning(state.store(), path)
+                console.print(f"{path}: {report.summary()}", markup=False, soft_wrap=True)
+            state.forget_answers()
+        elif args.export:
+            measurements, verdicts = export_tuning(state.store(), args.export)
+            console.print(f"wrote {args.export}: {measurements} measurements, "
+                          f"{verdicts} conformance verdicts")
+    except (TuningFileError, OSError) as error:
+        console.print(str(error), style="red", markup=False, soft_wrap=True)
+        return 2
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from gemmzoo.registry import get_registry
     from gemmzoo.tuning import state
     from gemmzoo.tuning.tune import tune
+
+    if args.import_files or args.export:
+        if _portable(args, before_tuning=True):
+            return 2
+        if not (args.grid or args.shape or args.file or args.recorded):
+            return _portable(args, before_tuning=False)
 
     try:
         chosen = get_registry().select(args.backend)
@@ -113,9 +147,24 @@ def run(args: argparse.Namespace) -> int:
                 skipped.setdefault((point, backend.device), []).append(backend.name)
             progress.update(task, advance=1, description=f"{backend.name} {point.id}")
 
-        records = [record for group, names in plan
-                   for record in tune(group, names, budget_s=args.budget, verify=not args.no_verify,
-                                      on_step=step)]
+        if args.devices:
+            from gemmzoo.scale_jobs import tune_on_devices
+
+            records = []
+            for group, names in plan:
+                made, passed_over, failures = tune_on_devices(
+                    names, group, args.budget, not args.no_verify, args.devices,
+                    lambda point: progress.update(task, advance=sum(point.dtype in b.dtypes for b in chosen),
+                                                  description=point.id))
+                records += made
+                for key, skipped_names in passed_over.items():
+                    skipped.setdefault(key, []).extend(skipped_names)
+                for failure in failures:
+                    console.print(f"[red]ERROR[/] {failure}", markup=True, soft_wrap=True)
+        else:
+            records = [record for group, names in plan
+                       for record in tune(group, names, budget_s=args.budget, verify=not args.no_verify,
+                                          on_step=step)]
     console.print(_summary(records, skipped))
     store = state.store()
     if args.recorded:  # measured now: no longer unmeasured
@@ -125,4 +174,6 @@ def run(args: argparse.Namespace) -> int:
                                                                 record.layout)])
     where = store.path if store.persistent else "memory only (see the warning above)"
     console.print(f"stored {len(records)} measurements in {where}")
+    if _portable(args, before_tuning=False):
+        return 2
     return 0 if records else 1

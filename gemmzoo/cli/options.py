@@ -24,8 +24,34 @@ def add_point_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
                         help="operand layout, BLAS-style N or T for A then B (repeatable; default NN)")
     parser.add_argument("--budget", type=float, default=0.2, metavar="SECONDS",
                         help="timing budget per backend and point (default 0.2)")
+    parser.add_argument("--devices", metavar="all|0,1,...",
+                        help="one worker process per GPU (all visible ones, or these positions in "
+                             "CUDA_VISIBLE_DEVICES' order); points go to whichever is free; one result")
+    parser.add_argument("--shard", metavar="I/N",
+                        help=f"{verb} only the I-th of N disjoint, balanced parts of the grid (a cluster's "
+                             "job array: 1/N .. N/N cover it once; same grid arguments on every machine)")
+
+
+def grid_from_arguments(args: argparse.Namespace) -> list[GridPoint]:
+    """The whole grid the shared options ask for, before ``--shard`` (raises ``GridError``)."""
+    return resolve_points(args.grid, args.shape, args.file, args.dtype, args.layout or ("NN",))
 
 
 def points_from_arguments(args: argparse.Namespace) -> list[GridPoint]:
-    """The grid points the shared options ask for (raises ``GridError`` on bad input)."""
-    return resolve_points(args.grid, args.shape, args.file, args.dtype, args.layout or ("NN",))
+    """The grid points the shared options ask for, this ``--shard``'s part of them when given
+    (raises ``GridError`` or ``ShardError`` on bad input)."""
+    from gemmzoo.scale import parse_shard, shard_points
+
+    points = grid_from_arguments(args)
+    shard = getattr(args, "shard", None)
+    return shard_points(points, parse_shard(shard)) if shard else points
+
+
+def shard_meta(args: argparse.Namespace) -> dict[str, object] | None:
+    """``{"index", "count", "grid", "points"}`` for a ``--shard`` run (see :mod:`gemmzoo.runs`)."""
+    from gemmzoo.scale import grid_digest, parse_shard
+
+    if not getattr(args, "shard", None):
+        return None
+    shard, grid = parse_shard(args.shard), grid_from_arguments(args)
+    return {"index": shard.index, "count": shard.count, "grid": grid_digest(grid), "points": len(grid)}

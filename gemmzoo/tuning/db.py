@@ -364,6 +364,11 @@ class TuningStore:
                           (device,))
         return float(rows[0][0]) if rows else None  # type: ignore[arg-type]
 
+    def all_records(self) -> list[Record]:
+        """Every measurement, of every device and versions, oldest first (for export)."""
+        rows = self._read(f"SELECT {_RECORD_COLUMNS} FROM measurements ORDER BY id", ())
+        return [Record(*row) for row in rows]
+
     # Conformance ----------------------------------------------------------------------------
 
     def add_conformance(self, record: ConformanceRecord) -> None:
@@ -384,6 +389,11 @@ class TuningStore:
             return None
         row = rows[0]
         return ConformanceRecord(*row[:4], bool(row[4]), *row[5:])  # type: ignore[arg-type]
+
+    def all_conformance(self) -> list[ConformanceRecord]:
+        """Every conformance verdict, oldest first (for export)."""
+        rows = self._read(f"SELECT {_CONFORMANCE_COLUMNS} FROM conformance ORDER BY id", ())
+        return [ConformanceRecord(*row[:4], bool(row[4]), *row[5:]) for row in rows]  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Close the connection."""

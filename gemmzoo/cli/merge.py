@@ -1,0 +1,44 @@
+"""``gemmzoo bench --merge RESULTS.json...``: the parts of a split sweep as one result."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.markup import escape
+
+from gemmzoo.bench import OK, UNSUPPORTED, WRONG
+from gemmzoo.cli.console import console, errors
+from gemmzoo.runs import RunFileError, load_run, merge_runs
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    """Merge ``args.merge``; print the table; write ``--json``/``--csv``/``--plot``. Exit 1 when
+    a result is wrong, 2 when the files cannot be merged."""
+    from gemmzoo.report import results_table, write_csv, write_json
+
+    try:
+        merged, notes = merge_runs([load_run(path) for path in args.merge])
+    except RunFileError as error:
+        errors.print(str(error), style="red", markup=False, soft_wrap=True)
+        return 2
+    for note in notes:
+        errors.print(f"note: {note}", style="yellow", markup=False, soft_wrap=True)
+    results = merged.results
+    console.print(results_table(results, args.baseline, title="gemmzoo bench (merged): TFLOPS (median)"))
+    for result in results:
+        if result.status not in (OK, UNSUPPORTED):
+            console.print(f"[red]{result.status.upper()}[/] {escape(result.detail)}", soft_wrap=True)
+    console.print(f"merged {len(results)} results from {len(args.merge)} files")
+    if args.json:
+        write_json(results, args.json, merged.environment, "gemmzoo bench --merge " + " ".join(args.merge),
+                   meta=merged.meta, extras=merged.extras)
+        console.print(f"wrote {args.json}")
+    if args.csv:
+        write_csv(results, args.csv)
+        console.print(f"wrote {args.csv}")
+    if args.plot:
+        from gemmzoo.report import write_plot
+
+        write_plot(results, args.plot)
+        console.print(f"wrote {args.plot}")
+    return 1 if any(r.status == WRONG for r in results) else 0

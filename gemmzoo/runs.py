@@ -1,0 +1,175 @@
+"""Result files of ``gemmzoo bench --json``: read back, and the parts of a split sweep merged.
+
+A run file is ``{"created", "command", "environment", "results": [...]}`` (see
+:func:`gemmzoo.report.write_json`), plus ``"shard"`` when it holds one part of a split grid
+(``{"index", "count", "grid", "points"}``: the part, the number of parts, the grid's digest and
+its number of points) and ``"devices"`` when workers on several GPUs measured it. Each result may
+carry ``"gpu"``: the GPU that measured it and its state at that moment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gemmzoo.bench import OK, BenchResult
+from gemmzoo.errors import GemmError
+from gemmzoo.grids import GridPoint
+from gemmzoo.measure import Measurement, Timing
+
+_KNOWN = {"backend", "device", "point", "m", "n", "k", "dtype", "layout", "accuracy", "status", "median_s",
+          "q1_s", "q3_s", "samples", "method", "tflops", "peak_tflops", "peak_percent", "error_ratio",
+          "rel_error", "detail"}
+
+
+class RunFileError(GemmError):
+    """A file that is not a gemmzoo bench result file, or parts that do not belong together."""
+
+
+@dataclass
+class Run:
+    """One result file: its results and what it says about where and how they were measured.
+
+    ``extras[i]`` holds the keys of ``results[i]`` that :class:`BenchResult` has no field for
+    (``gpu``, for example), so merging and rewriting keep them."""
+
+    path: str
+    created: str | None
+    command: str | None
+    environment: dict[str, Any]
+    results: list[BenchResult]
+    extras: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _float(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def result_from_dict(record: dict[str, Any]) -> BenchResult:
+    """The :class:`BenchResult` that ``BenchResult.as_dict`` wrote (``null`` read back as NaN)."""
+    point = GridPoint(int(record["m"]), int(record["n"]), int(record["k"]), record["dtype"], record["layout"])
+    measurement = None
+    if record.get("median_s") is not None:
+        timing = Timing(float(record["median_s"]), _float(record.get("q1_s", record["median_s"])),
+                        _float(record.get("q3_s", record["median_s"])), int(record.get("samples") or 0),
+                        str(record.get("method") or ""))
+        measurement = Measurement(record["backend"], point, timing, _float(record.get("error_ratio")),
+                                  _float(record.get("rel_error")))
+    return BenchResult(record["backend"], record.get("device", "cpu"), point, record["status"], measurement,
+                       record.get("detail") or "", record.get("peak_tflops"),
+                       accuracy=record.get("accuracy") or "componentwise")
+
+
+def load_run(path: str | Path) -> Run:
+    """Read one result file; raises :class:`RunFileError` naming the file when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise RunFileError(f"{path}: cannot read a gemmzoo result file: {error}") from None
+    if isinstance(data, dict) and isinstance(data.get("benchmarks"), list):
+        return _from_pytest_benchmark(data, str(path))
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise RunFileError(f"{path}: not a gemmzoo bench result file (no \"results\" list)")
+    results, extras = [], []
+    for number, record in enumerate(data["results"]):
+        try:
+            results.append(result_from_dict(record))
+        except (KeyError, TypeError, ValueError) as error:
+            raise RunFileError(f"{path}: result {number} is malformed: {error}") from None
+        extras.append({key: value for key, value in record.items() if key not in _KNOWN})
+    meta = {key: data[key] for key in ("shard", "devices") if key in data}
+    return Run(str(path), data.get("created"), data.get("command"), data.get("environment") or {}, results,
+               extras, meta)
+
+
+def merge_runs(runs: Sequence[Run]) -> tuple[Run, list[str]]:
+    """The parts of one sweep as one run, and the notes worth telling the user (a missing part).
+
+    Parts of a ``--shard`` split must come from the same grid (its digest) and number of parts,
+    and each part may appear once. A backend measured on the same point by two files is an
+    error: the parts were meant to be disjoint. Environments are combined per device kind.
+    """
+    if not runs:
+        raise RunFileError("nothing to merge")
+    notes: list[str] = []
+    shards = [run.meta.get("shard") for run in runs]
+    if any(shards):
+        if not all(shards):
+            plain = [run.path for run, shard in zip(runs, shards, strict=True) if not shard]
+            raise RunFileError(f"cannot merge shards with whole runs: {', '.join(plain)} "
+                               "hold no --shard part")
+        grids = {(s["grid"], s["count"]) for s in shards}  # type: ignore[index]
+        if len(grids) > 1:
+            raise RunFileError("these parts come from different grids or splits: "
+                               + ", ".join(f"{run.path} ({s['index']}/{s['count']}, grid {s['grid']})"
+                                           for run, s in zip(runs, shards, strict=True)))  # type: ignore[index]
+        seen: dict[int, str] = {}
+        for run, shard in zip(runs, shards, strict=True):
+            index = shard["index"]  # type: ignore[index]
+            if index in seen:
+                raise RunFileError(f"part {index} appears twice: {seen[index]} and {run.path}")
+            seen[index] = run.path
+        ((_grid, count),) = grids
+        missing = [str(i) for i in range(1, count + 1) if i not in seen]
+        if missing:
+            notes.append(f"parts {', '.join(missing)} of {count} are missing: the merged result covers "
+                         f"part of the grid only")
+    owner: dict[tuple[GridPoint, str], str] = {}
+    results: list[BenchResult] = []
+    extras: list[dict[str, Any]] = []
+    environment: dict[str, Any] = {}
+    for run in runs:
+        for result, extra in zip(run.results, run.extras, strict=True):
+            key = (result.point, result.backend)
+            if key in owner:
+                raise RunFileError(f"{result.backend} on {result.point.id} is in both {owner[key]} "
+                                   f"and {run.path}")
+            owner[key] = run.path
+            results.append(result)
+            extras.append(extra)
+        for device, info in run.environment.items():
+            environment.setdefault(device, info)
+    meta: dict[str, Any] = {"merged_from": [run.path for run in runs]}
+    devices = [d for run in runs for d in run.meta.get("devices", [])]
+    if devices:
+        meta["devices"] = devices
+    order = {point: i for i, point in enumerate(sorted({r.point for r in results}, key=_point_key))}
+    paired = sorted(zip(results, extras, strict=True), key=lambda pair: order[pair[0].point])
+    merged = Run("merged", None, None, environment, [r for r, _ in paired], [e for _, e in paired], meta)
+    return merged, notes
+
+
+def _point_key(point: GridPoint) -> tuple[Any, ...]:
+    return (point.flops, point.shape, point.dtype, point.layout)
+
+
+def ok_results(run: Run) -> list[BenchResult]:
+    """The timed, conforming results of ``run``."""
+    return [r for r in run.results if r.status == OK and r.measurement is not None]
+
+
+def _from_pytest_benchmark(data: dict[str, Any], path: str) -> Run:
+    """A pytest-benchmark ``--benchmark-json`` file of :mod:`gemmzoo.benchmarks` as a run (other
+    benchmarks in it, without gemmzoo's ``extra_info``, are left out)."""
+    results, extras = [], []
+    environment: dict[str, Any] = {}
+    for bench in data["benchmarks"]:
+        info, stats = bench.get("extra_info") or {}, bench.get("stats") or {}
+        if not {"backend", "m", "n", "k", "dtype", "layout"} <= set(info) or "median" not in stats:
+            continue
+        record = {**info, "status": OK, "median_s": stats["median"], "q1_s": stats.get("q1"),
+                  "q3_s": stats.get("q3"), "samples": stats.get("rounds"), "method": info.get("timing")}
+        try:
+            results.append(result_from_dict(record))
+        except (KeyError, TypeError, ValueError) as error:
+            raise RunFileError(f"{path}: benchmark {bench.get('name')!r} is malformed: {error}") from None
+        extras.append({"gpu": info["gpu"]} if "gpu" in info else {})
+        environment.setdefault(info.get("device", "cpu"), {
+            key: info.get(key) for key in ("device_name", "driver", "cuda_driver", "libraries")})
+    if not results:
+        raise RunFileError(f"{path}: a pytest-benchmark file without gemmzoo GEMM benchmarks")
+    return Run(path, data.get("datetime"), None, environment, results, extras)

@@ -1,0 +1,160 @@
+"""``--devices``: one worker process per GPU, one result. Here with a pretend list of GPUs: the
+workers are real processes (spawned, each with its own CUDA_VISIBLE_DEVICES) that run CPU backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+
+import pytest
+
+from gemmzoo import gpu_state, scale_jobs
+from gemmzoo.bench import OK, BenchResult
+from gemmzoo.cli import main
+from gemmzoo.grids import GridPoint
+from gemmzoo.scale import DevicesError, parse_devices, run_on_devices, visible_gpus
+from gemmzoo.tuning import state
+
+POINTS = [GridPoint(8 * i, 8, 16, "float32") for i in range(1, 7)]
+
+
+def visible_device(point: GridPoint) -> tuple[str | None, int]:
+    """A worker's job in these tests: which GPU it was given, and for which point."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), point.m
+
+
+def dies_on_the_third(point: GridPoint) -> int:
+    if point.m == 24:
+        os._exit(3)
+    return point.m
+
+
+@pytest.fixture(autouse=True)
+def fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
+    state.reset()
+    yield
+    state.reset()
+
+
+def test_visible_gpus_and_parse_devices():
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3"}) == ["2", "3"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert visible_gpus({}, device_files=["/dev/nvidia0", "/dev/nvidia1"]) == ["0", "1"]
+    assert parse_devices("all", ["2", "3"]) == ["2", "3"]
+    assert parse_devices("1", ["2", "3"]) == ["3"]  # a position in the visible list
+    assert parse_devices("1,0", ["GPU-a", "GPU-b"]) == ["GPU-b", "GPU-a"]
+    bad = (("2", "not one of the visible GPUs 0..1"), ("0,0", "named twice"), ("x", "not one"))
+    for text, message in bad:
+        with pytest.raises(DevicesError, match=message):
+            parse_devices(text, ["2", "3"])
+    with pytest.raises(DevicesError, match="no GPU is visible"):
+        parse_devices("all", [])
+
+
+def test_each_worker_sees_only_its_gpu_and_every_point_runs_once():
+    heard = []
+    outcomes, reports = run_on_devices(visible_device, POINTS, ["5", "7"],
+                                       on_done=lambda point, device, outcome: heard.append((point, device)))
+    assert [value[1] for kind, value in outcomes] == [p.m for p in POINTS]  # in the grid's order
+    assert all(kind == "ok" for kind, _ in outcomes)
+    for (point, device), (_, (seen, m)) in zip(sorted(heard, key=lambda h: h[0].m), outcomes, strict=True):
+        assert seen == device and m == point.m  # the job ran where the parent says it did
+    assert {r.device for r in reports} == {"5", "7"} and sum(r.points for r in reports) == len(POINTS)
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") != "7"  # the parent's own setting is restored
+
+
+def test_a_dying_worker_costs_its_point_only():
+    outcomes, reports = run_on_devices(dies_on_the_third, POINTS, ["0", "1"])
+    kinds = {point.m: outcome for point, outcome in zip(POINTS, outcomes, strict=True)}
+    assert kinds[24][0] == "error" and "exit code 3" in kinds[24][1]
+    assert all(kinds[p.m] == ("ok", p.m) for p in POINTS if p.m != 24)
+    assert sum(bool(r.error) for r in reports) == 1
+
+
+def test_bench_devices_gives_one_merged_result(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(scale_jobs, "visible_gpus", lambda: ["0", "1"])
+    out = tmp_path / "run.json"
+    shapes = [arg for p in POINTS for arg in ("--shape", f"{p.m}x{p.n}x{p.k}")]
+    with pytest.warns(UserWarning, match="numpy run on the CPU, whose cores the 2 workers share"):
+        assert main(["bench", *shapes, "--backend", "numpy", "--budget", "0.005", "--devices", "all",
+                     "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert [r["point"] for r in data["results"]] == [p.id for p in POINTS]
+    assert all(r["status"] == OK and r["median_s"] > 0 for r in data["results"])
+    assert sorted(w["device"] for w in data["devices"]) == ["0", "1"]
+    assert sum(w["points"] for w in data["devices"]) == len(POINTS)
+    assert "gpu" not in data["results"][0]  # a CPU backend's result names no GPU
+
+
+def test_tune_devices_stores_every_point(monkeypatch, capsys):
+    monkeypatch.setattr(scale_jobs, "visible_gpus", lambda: ["0", "1"])
+    shapes = [arg for p in POINTS for arg in ("--shape", f"{p.m}x{p.n}x{p.k}")]
+    assert main(["tune", *shapes, "--backend", "numpy", "--budget", "0.002", "--devices", "0,1"]) == 0
+    assert f"stored {len(POINTS)} measurements" in capsys.readouterr().out
+    assert state.store().count() == len(POINTS)
+
+
+def test_devices_without_a_gpu_is_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setattr(scale_jobs, "visible_gpus", lambda: [])
+    assert main(["bench", "--shape", "8x8x8", "--backend", "numpy", "--devices", "all"]) == 2
+    assert "no GPU is visible" in capsys.readouterr().err
+
+
+def test_a_cuda_result_records_its_gpu(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setattr(gpu_state, "_nvml", lambda: None)  # as on a machine without NVML
+    result = BenchResult("some-gpu-backend", "cuda", POINTS[0], OK)
+    extra = scale_jobs.gpu_extra(result)
+    assert extra["gpu"]["index"] == 3 and extra["gpu"]["source"] == "none"
+    assert set(extra["gpu"]) >= {"uuid", "sm_clock_mhz", "mem_clock_mhz", "power_w", "power_limit_w",
+                                 "pstate", "temperature_c", "throttle_reasons"}
+    assert scale_jobs.gpu_extra(BenchResult("numpy", "cpu", POINTS[0], OK)) == {}
+
+
+def _fake_pynvml() -> types.ModuleType:
+    """The pynvml calls gemmzoo makes, answering for two GPUs (names as pynvml spells them)."""
+    uuids = ["GPU-aaaa", "GPU-bbbb"]
+    calls = {
+        "nvmlInit": lambda: None,
+        "nvmlDeviceGetCount": lambda: 2,
+        "nvmlDeviceGetHandleByIndex": lambda index: index,
+        "nvmlDeviceGetHandleByUUID": lambda uuid: uuids.index(uuid.decode()),  # gemmzoo passes bytes
+        "nvmlDeviceGetIndex": lambda handle: handle,
+        "nvmlDeviceGetUUID": lambda handle: uuids[handle],
+        "nvmlDeviceGetName": lambda handle: b"NVIDIA H200",
+        "nvmlDeviceGetClockInfo": lambda handle, kind: {1: 1755 + handle, 2: 3201}[kind],
+        "nvmlDeviceGetMaxClockInfo": lambda handle, kind: 1980,
+        "nvmlDeviceGetPowerUsage": lambda handle: 612_345,
+        "nvmlDeviceGetEnforcedPowerLimit": lambda handle: 700_000,
+        "nvmlDeviceGetPerformanceState": lambda handle: 0,
+        "nvmlDeviceGetTemperature": lambda handle, sensor: 61,
+        # the power cap, and a bit gemmzoo does not name
+        "nvmlDeviceGetCurrentClocksThrottleReasons": lambda handle: 0x4 | 0x1000,
+    }
+    module = types.ModuleType("pynvml")
+    for name, call in calls.items():
+        setattr(module, name, call)
+    return module
+
+
+def test_gpu_state_through_pynvml(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
+    gpu_state._nvml.cache_clear()
+    try:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+        state_now = gpu_state.gpu_state()
+        assert gpu_state.gpu_count() == 2
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa")
+        by_uuid = gpu_state.gpu_state()
+    finally:
+        gpu_state._nvml.cache_clear()
+    assert state_now == {"index": 1, "uuid": "GPU-bbbb", "name": "NVIDIA H200", "sm_clock_mhz": 1756,
+                         "mem_clock_mhz": 3201, "max_sm_clock_mhz": 1980, "power_w": 612.345,
+                         "power_limit_w": 700.0, "temperature_c": 61, "pstate": "P0",
+                         "throttle_reasons": ["sw_power_cap"], "source": "pynvml"}
+    assert by_uuid["index"] == 0 and by_uuid["sm_clock_mhz"] == 1755

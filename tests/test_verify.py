@@ -1,0 +1,97 @@
+"""gemmzoo.verify: the float64 reference computed where the operands are, judged by the suite's judge.
+
+No GPU here: the torch path runs on CPU tensors (the code a CUDA tensor takes), and measure.compare
+is driven with it in place of the device dispatch.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from gemmzoo import get_backend, measure, verify
+from gemmzoo.conformance.bounds import error_bound, reference
+from gemmzoo.conformance.judge import CheckFailedError, judge_result
+from gemmzoo.grids import GridPoint
+
+torch = pytest.importorskip("torch")
+
+
+def _torch_cpu():
+    backend = get_backend("torch-cpu")
+    if backend.unavailable_reason() is not None:
+        pytest.skip(backend.unavailable_reason())
+    return backend
+
+
+@pytest.mark.parametrize(("dtype", "layout"), [("float32", "NN"), ("float16", "TN"), ("bfloat16", "NT"),
+                                               ("float64", "TT")])
+def test_the_torch_reference_is_the_host_reference(dtype, layout):
+    backend = _torch_cpu()
+    problem = measure.prepare(backend, GridPoint(37, 53, 301, dtype, layout), seed=3)
+
+    product, magnitude = verify.torch_reference(problem.a, problem.b)
+    host_product, host_magnitude = reference(problem.a_host, problem.b_host)
+
+    # both float64 products of the same values; they differ only by float64 summation order
+    scale = host_magnitude.max()
+    np.testing.assert_allclose(product, host_product, rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(magnitude, host_magnitude, rtol=1e-13)
+    c = backend.matmul(problem.a, problem.b)
+    on_device = judge_result(backend, dtype, problem.a, c, problem.a_host, problem.b_host,
+                             reference=(product, magnitude))
+    on_host = judge_result(backend, dtype, problem.a, c, problem.a_host, problem.b_host)
+    assert on_device.error_ratio <= 1
+    # float64 results: the two references differ by the size of the result's own rounding
+    close = 0.1 if dtype == "float64" else 1e-9
+    assert on_device.error_ratio == pytest.approx(on_host.error_ratio, abs=close)
+
+
+def test_non_finite_operands_give_the_host_references_pattern():
+    a = np.random.default_rng(1).standard_normal((9, 12))
+    b = np.random.default_rng(2).standard_normal((12, 7))
+    a[2, 3], b[4, 5] = np.nan, np.inf
+    product, magnitude = verify.torch_reference(torch.from_numpy(a), torch.from_numpy(b))
+    host_product, host_magnitude = reference(a, b)
+    np.testing.assert_array_equal(np.isnan(product), np.isnan(host_product))
+    np.testing.assert_array_equal(np.isinf(product), np.isinf(host_product))
+    np.testing.assert_allclose(magnitude, host_magnitude, rtol=1e-14)
+
+
+def test_a_wrong_element_is_caught_with_the_device_reference():
+    backend = _torch_cpu()
+    problem = measure.prepare(backend, GridPoint(64, 48, 200, "float32"), seed=5)
+    c = backend.matmul(problem.a, problem.b)
+    product, magnitude = verify.torch_reference(problem.a, problem.b)
+    bound = error_bound("float32", 200, product, magnitude)
+    c[5, 9] += float(3 * bound[5, 9])  # three times its own bound: a row sum would hide it
+    outside = r"1 of 3072 elements outside the error bound; first at \(5, 9\)"
+    with pytest.raises(CheckFailedError, match=outside):
+        judge_result(backend, "float32", problem.a, c, problem.a_host, problem.b_host,
+                     reference=(product, magnitude))
+
+
+def test_compare_takes_the_device_reference_for_a_cuda_backend(monkeypatch):
+    backend = _torch_cpu()
+    asked = []
+
+    def reference_here(a, b):
+        asked.append((tuple(a.shape), tuple(b.shape)))
+        return verify.torch_reference(a, b)
+
+    monkeypatch.setattr(verify, "device_reference", reference_here)
+    monkeypatch.setattr(measure, "_reference", lambda a, b: pytest.fail("the host reference was computed"))
+    problem = measure.prepare(backend, GridPoint(40, 24, 56, "float32"), seed=0)
+    problem.backend = copy.copy(backend)
+    problem.backend.device = "cuda"  # as a GPU backend: compare asks gemmzoo.verify for the reference
+    checked = measure.compare(problem)
+    assert asked == [((40, 56), (56, 24))] and 0 < checked.error_ratio <= 1
+
+
+def test_the_host_reference_when_the_device_cannot():
+    a, b = np.ones((3, 4)), np.ones((4, 5))
+    assert verify.device_reference(a, b) is None  # numpy arrays: the host computes it
+    if not torch.cuda.is_available():
+        assert verify.device_reference(torch.ones(3, 4), torch.ones(4, 5)) is None
