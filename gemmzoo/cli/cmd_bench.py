@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gemmzoo import scale_jobs
-from gemmzoo.bench import OK, WRONG, BenchResult, run_bench
+from gemmzoo.bench import OK, BenchResult, run_bench
 from gemmzoo.bench import environment as bench_environment
 from gemmzoo.cli.console import console, errors
 from gemmzoo.cli.options import add_point_arguments, points_from_arguments, shard_meta
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             results = run_bench(backends, points, args.budget, on_result=advance_here, timer=args.timer,
                                 rounds=args.rounds)
 
-    from gemmzoo.report import plain_table, results_table, summary_lines, write_csv, write_json
+    from gemmzoo.report import plain_table, results_table, summary_lines
 
     if args.plain:
         print(plain_table(results, args.baseline))
@@ -137,16 +137,7 @@ def run(args: argparse.Namespace) -> int:
     command = "gemmzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     shard = shard_meta(args)
     run_meta = {key: value for key, value in (("shard", shard), ("devices", workers)) if value}
-    if args.json:
-        write_json(results, args.json, bench_environment(backends), command, args.baseline, meta=run_meta,
-                   extras=extras)
-        console.print(f"wrote {args.json}")
-    if args.csv:
-        write_csv(results, args.csv)
-        console.print(f"wrote {args.csv}")
-    if args.plot:
-        from gemmzoo.report import write_plot
+    from gemmzoo.cli.merge import write_outputs
 
-        write_plot(results, args.plot)
-        console.print(f"wrote {args.plot}")
-    return 1 if any(r.status == WRONG for r in results) else 0
+    return write_outputs(args, results, bench_environment(backends), command, args.baseline, meta=run_meta,
+                         extras=extras)

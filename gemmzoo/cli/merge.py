@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rich.markup import escape
 
@@ -14,7 +15,7 @@ from gemmzoo.runs import RunFileError, load_run, merge_runs
 def run_merge(args: argparse.Namespace) -> int:
     """Merge ``args.merge``; print the table; write ``--json``/``--csv``/``--plot``. Exit 1 when
     a result is wrong, 2 when the files cannot be merged."""
-    from gemmzoo.report import results_table, write_csv, write_json
+    from gemmzoo.report import results_table
 
     try:
         merged, notes = merge_runs([load_run(path) for path in args.merge])
@@ -29,9 +30,18 @@ def run_merge(args: argparse.Namespace) -> int:
         if result.status not in (OK, UNSUPPORTED):
             console.print(f"[red]{result.status.upper()}[/] {escape(result.detail)}", soft_wrap=True)
     console.print(f"merged {len(results)} results from {len(args.merge)} files")
+    return write_outputs(args, results, merged.environment, "gemmzoo bench --merge " + " ".join(args.merge),
+                         meta=merged.meta, extras=merged.extras)
+
+
+def write_outputs(args: argparse.Namespace, results: list[Any], environment: dict[str, Any] | None,
+                  command: str, baseline: str | None = None, meta: dict[str, Any] | None = None,
+                  extras: list[dict[str, Any]] | None = None) -> int:
+    """Write the JSON, CSV and plot that ``args`` asks for; the exit status (1 if any result is WRONG)."""
+    from gemmzoo.report import write_csv, write_json
+
     if args.json:
-        write_json(results, args.json, merged.environment, "gemmzoo bench --merge " + " ".join(args.merge),
-                   meta=merged.meta, extras=merged.extras)
+        write_json(results, args.json, environment, command, baseline, meta=meta, extras=extras)
         console.print(f"wrote {args.json}")
     if args.csv:
         write_csv(results, args.csv)
