@@ -9,20 +9,13 @@ import sys
 
 import numpy as np
 import pytest
+from backends_here import available
 
 import gemmzoo
 from gemmzoo.conformance import error_bound
 from gemmzoo_triton import splitk_plan as plan
 
 SKINNY = ("triton-splitk", "triton-decode")
-
-
-def available(name: str):
-    backend = gemmzoo.get_backend(name)
-    reason = backend.unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"{name} unavailable: {reason}")
-    return backend
 
 
 def operand(backend, values: np.ndarray, dtype: str, layout: str):

@@ -8,20 +8,13 @@ import sys
 
 import numpy as np
 import pytest
+from backends_here import available
 
 import gemmzoo
 from gemmzoo import GemmInputError
 from gemmzoo.conformance import error_bound
 
 TRITON_BACKENDS = ("triton-naive", "triton-tiled", "triton-grouped")
-
-
-def available(name: str):
-    backend = gemmzoo.get_backend(name)
-    reason = backend.unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"{name} unavailable: {reason}")
-    return backend
 
 
 def reference(a: np.ndarray, b: np.ndarray, k: int, dtype: str):
