@@ -427,6 +427,8 @@ WARMUP_S = 0.05
 #: Device time per batch of timed calls, and the host-time batches taken per measurement.
 BATCH_S = 0.02
 HOST_BATCHES = 9
+HOST_ROUNDS = 5
+"""Rounds of :func:`interleaved_host_timings`."""
 
 
 def _cpu_samples(call: Callable[[], Any], backend: Any, budget_s: float, max_samples: int) -> list[float]:
@@ -472,6 +474,35 @@ def host_timing(call: Callable[[], Any], engine: Engine, device_s: float) -> Tim
         engine.host_per_call(call, count)
         samples = [engine.host_per_call(call, count) for _ in range(HOST_BATCHES if count > 1 else 3)]
     return Timing.of(samples, "host loop behind a stream hold" if engine.holding else "host loop")
+
+
+def planned(backend: Any, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+    """What ``gemmzoo.matmul`` calls for operands like ``a`` and ``b``: the backend's plan
+    (:meth:`gemmzoo.Backend.prepare`), or its ``matmul`` for an object without one."""
+    prepare = getattr(backend, "prepare", None)
+    return prepare(a, b) if prepare is not None else backend.matmul
+
+
+def interleaved_host_timings(problems: Sequence[Problem], device_s: Sequence[float],
+                             rounds: int = HOST_ROUNDS, gpu: Any = None) -> list[Timing]:
+    """Host seconds per call of each problem's GEMM, over ``rounds`` rounds that take the problems in
+    turn (each round a :func:`host_timing`, whose median is the round's figure). Host times drift
+    from one measurement to the next by more than they vary within one; taking the backends in
+    turn puts the same drift into every backend's rounds, and the spread over the rounds (their
+    interquartile range) is that drift, which is what ranking them must allow for.
+    ``device_s`` is each problem's device time per call."""
+    engine = Engine(gpu)
+    calls = []
+    for problem in problems:
+        run = planned(problem.backend, problem.a, problem.b)
+        calls.append(functools.partial(run, problem.a, problem.b))
+    medians: list[list[float]] = [[] for _ in problems]
+    for number in range(rounds):
+        order = range(len(problems))
+        for index in (order if number % 2 == 0 else reversed(order)):
+            medians[index].append(host_timing(calls[index], engine, device_s[index]).median_s)
+    method = f"host loops behind a stream hold, {rounds} interleaved rounds"
+    return [Timing.of(values, method) for values in medians]
 
 
 def graph_call(call: Callable[[], Any]) -> Callable[[], Any]:
@@ -522,10 +553,10 @@ def time_calls(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
         raise ValueError(f"unknown timer {timer!r}; known: {', '.join(TIMERS)}")
     backend = problem.backend
     a, b = problem.a, problem.b
-    matmul = backend.matmul
+    run = planned(backend, a, b)
 
     def call() -> Any:
-        return matmul(a, b)
+        return run(a, b)
 
     for _ in range(warmup):
         call()

@@ -46,7 +46,7 @@ def forbid_measuring(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("measured, but the answer should have come from stored data")
 
-    monkeypatch.setattr("gemmzoo.tuning.select.measure_record", refuse)
+    monkeypatch.setattr("gemmzoo.tuning.select.measure_records", refuse)
     monkeypatch.setattr("gemmzoo.measure.measure", refuse)
 
 

@@ -100,9 +100,9 @@ def pytest_benchmark_medians(points: list[Any], out: Path, max_time_s: float, na
                              timeout_s: float | None = None) -> dict[tuple[str, str], float]:
     """Median seconds per (point id, backend) from the benchmarks under pytest-benchmark."""
     report = out / f"{name}.json"
-    command = [sys.executable, "-m", "pytest", str(REPO / "benchmarks" / "test_gemm.py"), "-q",
+    command = [sys.executable, "-m", "pytest", "--pyargs", "gemmzoo.benchmarks", "-q",
                "-p", "no:cacheprovider", "--benchmark-only", f"--benchmark-max-time={max_time_s}",
-               f"--benchmark-json={report}", "--rootdir", str(REPO)]
+               f"--benchmark-json={report}"]
     for point in points:
         command += ["--shape", point.id]
     naive = [p.id for p in points if p.flops > NAIVE_FLOPS]

@@ -16,7 +16,17 @@ from fake_gpu import FakeCudaBackend, FakeEvents
 
 from gemmzoo.device import device_info, peak_key, peak_tflops
 from gemmzoo.grids import GridPoint
-from gemmzoo.measure import DeviceClock, Engine, Problem, Timing, measure, prepare, time_calls, time_problem
+from gemmzoo.measure import (
+    DeviceClock,
+    Engine,
+    Problem,
+    Timing,
+    interleaved_host_timings,
+    measure,
+    prepare,
+    time_calls,
+    time_problem,
+)
 from gemmzoo.pytest_bench import assign_worker_gpu
 
 TESTS = Path(__file__).parent
@@ -122,6 +132,65 @@ def test_device_clock_without_flush():
     assert clock() == pytest.approx(0.002, rel=1e-6)
     clock.finish()
     assert events.flushes == 0
+
+
+def test_interleaved_host_timings_take_the_backends_in_turn():
+    """Two launch-bound backends, one with twice the launch path of the other: every round times
+    each once, alternating which goes first, and the medians keep them apart."""
+    events = FakeEvents(flush_s=1e-5)
+    slow = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.002, name="slow")
+    fast = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.001, name="fast")
+    order = []
+    for backend in (slow, fast):
+        matmul = backend.matmul
+
+        def traced(a, b, matmul=matmul, name=backend.name):
+            if not order or order[-1] != name:
+                order.append(name)
+            return matmul(a, b)
+
+        backend.matmul = traced
+    problems = [prepare(slow, POINT), prepare(fast, POINT)]
+    slow_t, fast_t = interleaved_host_timings(problems, [0.0002, 0.0002], rounds=4, gpu=events)
+    assert slow_t.samples == fast_t.samples == 4 and "4 interleaved rounds" in slow_t.method
+    assert 0.002 <= slow_t.median_s < 0.02 and 0.001 <= fast_t.median_s < slow_t.median_s
+    assert order == ["slow", "fast", "slow", "fast", "slow"]  # slow fast | fast slow | slow fast | fast slow
+
+
+def test_measure_records_settles_launch_bound_backends_by_interleaved_rounds(monkeypatch):
+    import importlib
+
+    tune_module = importlib.import_module("gemmzoo.tuning.tune")
+    events = FakeEvents(flush_s=1e-5)
+    monkeypatch.setattr("gemmzoo.gpu_stream.default_gpu", lambda: events)
+    slow = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.002, name="slow")
+    fast = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.001, name="fast")
+    long = FakeCudaBackend(events, gemm_s=0.004, name="long")  # device-bound: not re-timed
+    settled = []
+    real = tune_module.measure_record
+
+    def first_pass(backend, point, budget_s, verify):
+        record = real(backend, point, budget_s, verify)
+        settled.append((backend.name, record.host_s))
+        return record
+
+    monkeypatch.setattr(tune_module, "measure_record", first_pass)
+    calls = []
+    from gemmzoo import measure as measure_module
+
+    real_rounds = measure_module.interleaved_host_timings
+
+    def spy(problems, device_s, *args, **kwargs):
+        calls.append([p.backend.name for p in problems])
+        return real_rounds(problems, device_s, *args, gpu=events)
+
+    monkeypatch.setattr(measure_module, "interleaved_host_timings", spy)
+    records = tune_module.measure_records([slow, fast, long], POINT, budget_s=0.02, verify=True)
+    assert calls == [["slow", "fast"]]
+    by_name = {r.backend: r for r in records}
+    assert by_name["slow"].host_s > by_name["fast"].host_s >= 0.001
+    assert by_name["long"].host_s == dict(settled)["long"]  # untouched
+    assert all(r.status == "ok" for r in records)
 
 
 def test_time_problem_cpu_path_is_wall_time():

@@ -54,7 +54,7 @@ from gemmzoo.registry import env_list, get_registry
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import Record
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
-from gemmzoo.tuning.tune import conformance_verdict, measure_record
+from gemmzoo.tuning.tune import conformance_verdict, measure_records
 
 MISS_BUDGET_S = 0.3
 VERIFY_LIMIT = 2**28
@@ -277,7 +277,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         if measuring and missing:
             point = GridPoint(m, n, k, dtype, layout)
             budget = MISS_BUDGET_S / len(missing)
-            fresh = [measure_record(b, point, budget, verify=m * n * k <= VERIFY_LIMIT) for b in missing]
+            fresh = measure_records(missing, point, budget, verify=m * n * k <= VERIFY_LIMIT)
             store.add(fresh)
             latest.update((r.backend, r) for r in fresh)
             source = "measured now"

@@ -56,10 +56,10 @@ def _runner(mode: int, tf32: bool) -> Callable[[Any, Any], Any]:
     matmul, get_handle, get_mode, set_mode = cupy.matmul, device.get_cublas_handle, cublas.getMathMode, \
         cublas.setMathMode
 
-    def launch(a: Any, b: Any) -> Any:
-        if tf32:
-            return TF32Array(matmul(a.data, b.data))
-        return matmul(a, b)
+    def launch_tf32(a: Any, b: Any) -> Any:
+        return TF32Array(matmul(a.data, b.data))
+
+    launch = launch_tf32 if tf32 else matmul
 
     def run(a: Any, b: Any) -> Any:
         handle = get_handle()
@@ -82,7 +82,7 @@ class CupyBackend(Backend):
     device = "cuda"
 
     def __init__(self) -> None:
-        self._runs: dict[str, Callable[[Any, Any], Any]] = {}
+        self._runs: dict[Any, Callable[[Any, Any], Any]] = {}
 
     @functools.cached_property
     def dtypes(self) -> frozenset[str]:  # type: ignore[override]
@@ -131,9 +131,21 @@ class CupyBackend(Backend):
             else:
                 mode = _DEFAULT_MATH
             run = self._runs[dtype] = _runner(mode, dtype == "tf32")
+            if dtype != "tf32":  # kept under NumPy's dtype object too: how matmul looks it up
+                self._runs[np.dtype(_host_dtype(dtype))] = run
             return run
 
     def matmul(self, a: Any, b: Any) -> Any:
+        # A dtype met before goes straight to its launcher. CuPy rejects a K that does not match
+        # (said again as check_operands says it) but would promote mixed dtypes: checked here.
+        try:
+            dtype = a.dtype
+            run = self._runs.get(dtype) if type(a) is type(b) and b.dtype == dtype else None
+            if run is not None and a.ndim == 2 and b.ndim == 2:
+                return run(a, b)
+        except Exception:
+            self.check_operands(a, b)
+            raise
         self.check_operands(a, b)
         return self._run(dtype_name(a))(a, b)
 

@@ -37,8 +37,26 @@ class TorchCpuBackend(TorchTensors, Backend):
     def matmul(self, a: Any, b: Any) -> Any:
         import torch
 
+        try:
+            if type(a) is type(b) and a.ndim == 2 and b.ndim == 2 and a.dtype in self._torch_dtypes:
+                return torch.matmul(a, b)
+        except Exception:  # torch's own error: say it the way every backend does, naming the shapes
+            self.check_operands(a, b)
+            raise
         self.check_operands(a, b)
         return torch.matmul(a, b)
+
+    @property
+    def _torch_dtypes(self) -> frozenset[Any]:
+        """The torch dtypes of the declared dtypes: operands of these go straight to torch."""
+        try:
+            return self.__dict__["_torch_dtype_set"]
+        except KeyError:
+            import torch
+
+            found = frozenset(getattr(torch, name) for name in self.dtypes if hasattr(torch, name))
+            self.__dict__["_torch_dtype_set"] = found
+            return found
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """``torch.matmul`` itself: nothing is left to do per call."""
@@ -79,17 +97,35 @@ class TorchBackend(TorchCpuBackend):
         return None
 
     def __init__(self) -> None:
-        self._runs: dict[str, Callable[[Any, Any], Any]] = {}
+        self._runs: dict[Any, Callable[[Any, Any], Any]] = {}
 
     def _run(self, dtype: str) -> Callable[[Any, Any], Any]:
-        """The launcher for ``dtype`` (see :mod:`gemmzoo_torch.precision`), built once."""
+        """The launcher for ``dtype`` (see :mod:`gemmzoo_torch.precision`), built once.
+
+        It is kept under the operands' own dtype object too (torch's dtype, or ``"tf32"`` for
+        :class:`gemmzoo.TF32Array`), which is how :meth:`matmul` looks it up.
+        """
         try:
             return self._runs[dtype]
         except KeyError:
+            import torch
+
             run = self._runs[dtype] = fp8.scaled_matmul if dtype == "float8_e4m3fn" else runner(dtype)
+            if dtype != "tf32":
+                self._runs[getattr(torch, dtype)] = run
             return run
 
     def matmul(self, a: Any, b: Any) -> Any:
+        # Operands of a dtype met before go straight to its launcher; torch itself rejects a K,
+        # dtype or device that does not match, and that error is then said as check_operands
+        # says it. Only what torch would accept silently is checked here (2-D, one array type).
+        try:
+            run = self._runs.get(a.dtype) if type(a) is type(b) else None
+            if run is not None and a.ndim == 2 and b.ndim == 2:
+                return run(a, b)
+        except Exception:
+            self.check_operands(a, b)
+            raise
         self.check_operands(a, b)
         return self._run(dtype_name(a))(a, b)
 

@@ -69,6 +69,30 @@ def _switch(settings: Any, attribute: str, wanted: bool) -> _Switch | None:
             wanted, False)
 
 
+def _launch_held(launch: Callable[[Any, Any], Any], a: Any, b: Any, switches: tuple[_Switch, ...]) -> Any:
+    """``launch(a, b)`` with every switch at gemmzoo's value; the caller's values restored after.
+
+    The caller holds :data:`lock`.
+    """
+    changed = []
+    try:
+        for get, put, wanted, pair in switches:
+            raw = get()
+            if (raw[0] if pair else raw) != wanted:
+                changed.append((put, raw, pair))
+                if pair:  # keep the second half (split-K allowed) as the caller had it
+                    put(wanted, raw[1])
+                else:
+                    put(wanted)
+        return launch(a, b)
+    finally:
+        for put, raw, pair in reversed(changed):
+            if pair:
+                put(*raw)
+            else:
+                put(raw)
+
+
 def runner(dtype: str) -> Callable[[Any, Any], Any]:
     """``run(a, b)``: ``torch.matmul(a, b)`` with ``dtype``'s switches held for the launch.
 
@@ -90,28 +114,53 @@ def runner(dtype: str) -> Callable[[Any, Any], Any]:
     if not switches:
         return launch
 
+    acquire, release = lock.acquire, lock.release
+    if len(switches) == 1:
+        ((get, _put, wanted, pair),) = switches
+
+        def run(a: Any, b: Any) -> Any:
+            acquire()
+            try:
+                raw = get()
+                if (raw[0] if pair else raw) == wanted:
+                    return launch(a, b)
+                return _launch_held(launch, a, b, switches)
+            finally:
+                release()
+
+        return run
+    if len(switches) == 2:
+        # float16: the caller usually allows reduced precision (torch's default) and not fp16
+        # accumulation, so the first switch is set and restored around most launches.
+        (get1, put1, wanted1, pair1), (get2, _put2, wanted2, pair2) = switches
+
+        def run(a: Any, b: Any) -> Any:
+            acquire()
+            try:
+                raw = get2()
+                if (raw[0] if pair2 else raw) != wanted2:
+                    return _launch_held(launch, a, b, switches)
+                raw = get1()
+                if (raw[0] if pair1 else raw) == wanted1:
+                    return launch(a, b)
+                if pair1:
+                    put1(wanted1, raw[1])
+                else:
+                    put1(wanted1)
+                try:
+                    return launch(a, b)
+                finally:
+                    if pair1:
+                        put1(*raw)
+                    else:
+                        put1(raw)
+            finally:
+                release()
+
+        return run
+
     def run(a: Any, b: Any) -> Any:
         with lock:
-            changed = None
-            for get, put, wanted, pair in switches:
-                raw = get()
-                if (raw[0] if pair else raw) != wanted:
-                    if changed is None:
-                        changed = []
-                    changed.append((put, raw, pair))
-                    if pair:  # keep the second half (split-K allowed) as the caller had it
-                        put(wanted, raw[1])
-                    else:
-                        put(wanted)
-            if changed is None:
-                return launch(a, b)
-            try:
-                return launch(a, b)
-            finally:
-                for put, raw, pair in changed:
-                    if pair:
-                        put(*raw)
-                    else:
-                        put(raw)
+            return _launch_held(launch, a, b, switches)
 
     return run
