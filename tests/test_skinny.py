@@ -79,6 +79,34 @@ def test_forced_splits_agree_bitwise_and_match_the_reference(reduce, decode, dty
             assert torch.equal(run(a, b), first)
 
 
+@pytest.mark.parametrize("layout", ["NN", "TN", "NT", "TT"])
+@pytest.mark.parametrize(("splits", "reduce"), [(1, 0), (3, 1), (4, 2)])
+def test_tma_kernel_matches_the_reference_with_tails_in_every_dimension(layout, splits, reduce):
+    backend = available("triton-splitk")
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(len(layout) + 10 * splits + reduce + (layout == "TT"))
+    m, n, k = 24, 40, 200  # tiles cut at M, N and K; rows of 48, 80 and 400 bytes
+    a = operand(backend, rng.standard_normal((m, k)), "float16", layout[0])
+    b = operand(backend, rng.standard_normal((k, n)), "float16", layout[1])
+    assert plan.tma_operand(a) and plan.tma_operand(b)
+    config = plan.with_splits(plan.SplitConfig(16, 32, 32, 2, 4, tma=True), m, n, k, splits, reduce)
+    assert config.splits == splits and config.tma
+    run = plan.bind(a, b, "tf32", config)
+    first = run(a, b)
+    assert_close(backend, a, b, first, "float16")
+    assert torch.equal(run(a, b), first)
+
+
+def test_tma_plan_falls_back_to_pointers_for_operands_no_descriptor_covers():
+    backend = available("triton-splitk")
+    rng = np.random.default_rng(5)
+    a = operand(backend, rng.standard_normal((5, 36)), "float16", "N")  # rows of 72 bytes
+    b = operand(backend, rng.standard_normal((36, 24)), "float16", "N")
+    assert not plan.tma_operand(a)
+    config = plan.with_splits(plan.SplitConfig(16, 16, 16, 2, 4, tma=True), 5, 24, 36, 2, 1)
+    assert_close(backend, a, b, plan.bind(a, b, "tf32", config)(a, b), "float16")
+
+
 def test_decode_runs_the_splitk_plan_above_64_rows():
     decode, splitk = gemmzoo.get_backend("triton-decode"), gemmzoo.get_backend("triton-splitk")
     torch = pytest.importorskip("torch")

@@ -82,6 +82,8 @@ class SplitConfig:
     splits: int = 1
     k_per_split: int = 0
     reduce: int = 0  # splitk_kernel.REDUCE_NONE / _SERIAL / _SEPARATE
+    #: A and B read through tensor descriptors (:func:`~gemmzoo_triton.splitk_kernel.splitk_tma_kernel`)
+    tma: bool = False
 
     @property
     def chunk(self) -> int:
@@ -91,10 +93,11 @@ class SplitConfig:
 
     @property
     def label(self) -> str:
-        """``16x64x256 s4 w4 split 8 serial``: how results files name a config."""
+        """``16x64x256 s4 w4 split 8 serial`` (`` tma`` appended for the TMA kernel): how
+        results files name a config."""
         reduce = ("direct", "serial", "separate")[self.reduce]
         blocks = f"{self.block_m}x{self.block_n}x{self.block_k} s{self.stages} w{self.warps}"
-        return f"{blocks} split {self.splits} {reduce}"
+        return f"{blocks} split {self.splits} {reduce}" + (" tma" if self.tma else "")
 
 
 def _pow2(n: int, low: int, high: int) -> int:
@@ -250,12 +253,32 @@ def multiprocessors(device_index: int | None) -> int:
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
 
 
+def tma_operand(tensor: Any) -> bool:
+    """Whether a tensor descriptor can cover ``tensor`` (or its transpose, column-major): a
+    16-bit type, one dimension contiguous with rows of a multiple of 16 bytes, and its start
+    16-byte aligned. Says nothing of the device: see :func:`tma_usable`."""
+    from gemmzoo_triton.common import tma_layout
+
+    return tensor.element_size() == 2 and tma_layout(tensor) and tensor.data_ptr() % 16 == 0
+
+
+def tma_usable(x: Any, y: Any, precision: str) -> bool:
+    """Whether the TMA kernel can run C = x @ y: a GPU with TMA (not the interpreter), 16-bit
+    operands on the tensor cores and :func:`tma_operand` for both."""
+    from gemmzoo_triton.common import tma_device
+
+    return precision != "ieee" and tma_device(x.device) and tma_operand(x) and tma_operand(y)
+
+
 def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, Any], Any]:
     """``run(x, y)``: C = x @ y with ``config``, for tensors shaped and strided like ``x`` and ``y``.
 
     The plan owns the arrival counters of the serial reduction (zeroed once here; the kernel
     leaves them zero), so one plan must not run on two streams at once; the workspace is
-    allocated per call from torch's caching allocator.
+    allocated per call from torch's caching allocator. A ``tma`` config reads the operands
+    through tensor descriptors made per call; a call whose operands a descriptor cannot cover
+    (a start not 16-byte aligned, a dtype other than float16 and bfloat16) runs the pointer
+    kernel with the same blocks instead.
     """
     import torch
     import triton
@@ -275,29 +298,51 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
     grid = (tiles, config.splits)
     counters = torch.zeros(tiles if config.reduce == 1 else 1, device=device, dtype=torch.int32)
     strides = (x.stride(0), x.stride(1), y.stride(0), y.stride(1))
-    constants = {
+    shared = {
         "PRECISION": precision,
         "BLOCK_M": config.block_m,
         "BLOCK_N": config.block_n,
         "BLOCK_K": config.block_k,
-        "EVEN_K": K % config.block_k == 0,
-        "EVEN_N": N % config.block_n == 0,
         "REDUCE": config.reduce,
+        "CHUNK": config.chunk,
         "num_stages": config.stages,
         "num_warps": config.warps,
     }
+    constants = dict(shared, EVEN_K=K % config.block_k == 0, EVEN_N=N % config.block_n == 0)
     splits, k_per_split = config.splits, config.k_per_split
-    constants["CHUNK"] = config.chunk
     launch = kernel.splitk_kernel[grid]
     # enough programs to spread the reduction over every multiprocessor, two per SM at least
     sms = multiprocessors(None if device.type == "cpu" else (device.index or 0))
     reduce_block = max(64, min(1024, 1 << max(0, (M * N // (2 * sms)).bit_length() - 1)))
     reduce_grid = (triton.cdiv(M * N, reduce_block),)
 
+    def run_pointers(x: Any, y: Any, c: Any, ws: Any) -> None:
+        launch(x, y, c, ws, counters, M, N, K, k_per_split, splits, *strides, N, 1, **constants)
+
+    run_products = run_pointers
+    if config.tma and tma_operand(x) and tma_operand(y):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        from gemmzoo_triton.common import column_major
+
+        a_t, b_t = column_major(x), column_major(y)
+        a_box = [config.block_k, config.block_m] if a_t else [config.block_m, config.block_k]
+        b_box = [config.block_n, config.block_k] if b_t else [config.block_k, config.block_n]
+        launch_tma = kernel.splitk_tma_kernel[grid]
+        tma_constants = dict(shared, A_T=a_t, B_T=b_t)
+
+        def run_products(x: Any, y: Any, c: Any, ws: Any) -> None:
+            if x.data_ptr() % 16 or y.data_ptr() % 16:
+                run_pointers(x, y, c, ws)
+                return
+            a_desc = TensorDescriptor.from_tensor(x.T if a_t else x, a_box)
+            b_desc = TensorDescriptor.from_tensor(y.T if b_t else y, b_box)
+            launch_tma(a_desc, b_desc, c, ws, counters, M, N, K, k_per_split, splits, N, 1, **tma_constants)
+
     def run(x: Any, y: Any) -> Any:
         c = torch.empty((M, N), device=device, dtype=dtype)
         ws = torch.empty((splits, M, N), device=device, dtype=torch.float32) if splits > 1 else c
-        launch(x, y, c, ws, counters, M, N, K, k_per_split, splits, *strides, N, 1, **constants)
+        run_products(x, y, c, ws)
         if config.reduce == 2:
             kernel.reduce_kernel[reduce_grid](
                 ws, c, M, N, splits, N, 1, BLOCK=reduce_block, CHUNK=REDUCE_CHUNK, num_warps=4
