@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from triton_vs_cublas import MAX_REL_ERROR, environment, relative_error, write_results
+from gpu_results import MAX_REL_ERROR, environment, relative_error, write_results
 
 #: LLM projections: (N, K) of Llama-style attention, MLP up/gate and MLP down weights.
 PROJECTIONS = ((4096, 4096), (14336, 4096), (4096, 14336), (11008, 4096))
