@@ -159,12 +159,8 @@ def finish(
                     for j in tl.static_range(CHUNK):
                         # .cg reads L2, where the other SMs' stores landed, not a stale L1 line
                         part = ws_ptr + (first + j) * plane + within
-                        # its own partial is still in registers: the same fp32 values as
-                        # the stored ones, added at the same place in the order
-                        index = within * 0 + first + j
-                        ok = c_mask & (index < splits) & (index != split)
-                        part = tl.load(part, mask=ok, other=0.0, cache_modifier=".cg")
-                        total += tl.where(index == split, acc, part)
+                        ok = c_mask & (within * 0 + first + j < splits)
+                        total += tl.load(part, mask=ok, other=0.0, cache_modifier=".cg")
                 tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=c_mask)
                 tl.store(count_ptr + tile, 0)
 

@@ -199,12 +199,26 @@ def with_splits(config: SplitConfig, M: int, N: int, K: int, splits: int, reduce
     return replace(config, splits=splits, k_per_split=steps * config.block_k, reduce=reduce)
 
 
-def candidates(M: int, N: int, elt: int, fma: bool, decode: bool) -> list[SplitConfig]:
+#: Tiles (M, N, K, stages, warps) the TMA kernel weighs for a product that is not a decode one:
+#: larger tiles than the pointer kernel's, so that A and B are re-read fewer times through L2,
+#: and K steps of 128 or more, which the H100 sweep found fastest for them (M and N cap the first
+#: two; docs/results/2026-11-24-splitk-tma.md).
+TMA_TILES = ((128, 256, 64, 3, 8), (128, 128, 128, 3, 8), (64, 128, 128, 4, 4), (64, 64, 128, 4, 4),
+             (32, 32, 256, 4, 4), (16, 16, 256, 4, 4))
+
+
+def candidates(M: int, N: int, elt: int, fma: bool, decode: bool, tma: bool = False) -> list[SplitConfig]:
     """The block shapes :func:`choose` weighs. Decode: all of M in one block, B in column blocks
     of 32, 64 or 128 (the narrower ones give more programs when N is small). Otherwise: tiles up
-    to 128x128, and smaller tiles with longer K steps for a C too small to give every SM a tile."""
+    to 128x128, and smaller tiles with longer K steps for a C too small to give every SM a tile;
+    with ``tma`` (operands a tensor descriptor covers, on a GPU with TMA) the TMA kernel's tiles,
+    :data:`TMA_TILES`, instead."""
     if decode:
         return list(dict.fromkeys(decode_blocks(M, N, elt, fma, width) for width in (32, 64, 128)))
+    if tma and not fma:
+        return list(dict.fromkeys(
+            SplitConfig(min(bm, _pow2(M, 16, 256)), min(bn, _pow2(N, 16, 256)), bk, stages, warps, tma=True)
+            for bm, bn, bk, stages, warps in TMA_TILES))
     found = [tile_blocks(M, N, elt, fma)]
     # small tiles take longer K steps (128 at 64x64, 256 below, for 16-bit types), which the
     # H100 sweep found fastest for them: fewer steps for the same bytes
@@ -221,14 +235,15 @@ def _fits(config: SplitConfig, elt: int) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def choose(M: int, N: int, K: int, elt: int, fma: bool, sms: int, decode: bool) -> SplitConfig:
+def choose(M: int, N: int, K: int, elt: int, fma: bool, sms: int, decode: bool,
+           tma: bool = False) -> SplitConfig:
     """The config for C = A·B of M x N x K: among :func:`candidates`, splits and reductions, the
     one with the least :func:`split_time`; on a tie, the first found (fewer splits). Remembered
     per problem: weighing every split takes milliseconds of host time."""
     if M * N == 0 or K == 0:  # nothing to launch: bind fills C without the kernel
-        return candidates(max(M, 1), max(N, 1), elt, fma, decode)[0]
+        return candidates(max(M, 1), max(N, 1), elt, fma, decode, tma)[0]
     best: tuple[float, SplitConfig] | None = None
-    for base in candidates(M, N, elt, fma, decode):
+    for base in candidates(M, N, elt, fma, decode, tma):
         k_steps = max(1, math.ceil(K / base.block_k))
         most = max(1, min(MAX_SPLITS, k_steps // MIN_STEPS))
         for splits in range(1, most + 1):
