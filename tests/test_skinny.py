@@ -138,6 +138,21 @@ def test_long_k_choice_splits_k_to_fill_the_gpu(size, k):
     assert config.k_per_split >= plan.MIN_STEPS * config.block_k
 
 
+@pytest.mark.parametrize("size", [256, 512, 768])
+def test_long_k_with_descriptors_takes_tma_tiles_of_64x128_or_more(size):
+    config = plan.choose(size, size, 65536, 2, False, 132, decode=False, tma=True)
+    assert config.tma and config.block_m * config.block_n >= 64 * 128 and config.splits > 1
+    count = programs(config, size, size)
+    assert count / (132 * math.ceil(count / 132)) >= 0.9  # whole waves of the SMs, or nearly
+    assert not plan.choose(size, size, 65536, 2, False, 132, decode=False).tma
+
+
+def test_small_tiles_and_decode_stay_on_pointer_loads():
+    assert not plan.choose(64, 64, 16384, 2, False, 132, decode=False, tma=True).tma
+    assert not plan.choose(16, 4096, 4096, 2, False, 132, decode=True, tma=True).tma
+    assert not plan.choose(512, 512, 65536, 4, True, 132, decode=False, tma=True).tma  # IEEE fp32
+
+
 def test_large_square_problem_does_not_split():
     config = plan.choose(4096, 4096, 4096, 2, False, 132, decode=False)
     assert config.splits == 1 and config.reduce == 0

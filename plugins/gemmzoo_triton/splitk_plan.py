@@ -36,6 +36,10 @@ SM_BW = 120e9
 #: What the multiprocessors together load per second through L2 (tiles re-read, partial tiles).
 L2_BW = 7.5e12
 
+#: What one multiprocessor's programs load per second at most through TMA (tile copies into
+#: shared memory, no per-thread address arithmetic): fitted like the others.
+TMA_SM_BW = 240e9
+
 #: One multiprocessor's tensor-core rate, multiply-adds x 2 per second.
 SM_FLOPS = 1.6e12
 
@@ -171,7 +175,7 @@ def split_time(config: SplitConfig, M: int, N: int, K: int, splits: int, sms: in
         return max(
             unique * n / programs / MEMORY_BW,
             n * program_bytes / L2_BW,
-            per_sm * program_bytes / SM_BW,
+            per_sm * program_bytes / (TMA_SM_BW if config.tma else SM_BW),
             per_sm * program_flops / SM_FLOPS,
             per_sm * k_len / config.block_k * STEP_S,
         ) + WAVE_S
@@ -199,27 +203,28 @@ def with_splits(config: SplitConfig, M: int, N: int, K: int, splits: int, reduce
     return replace(config, splits=splits, k_per_split=steps * config.block_k, reduce=reduce)
 
 
-#: Tiles (M, N, K, stages, warps) the TMA kernel weighs for a product that is not a decode one:
-#: larger tiles than the pointer kernel's, so that A and B are re-read fewer times through L2,
-#: and K steps of 128 or more, which the H100 sweep found fastest for them (M and N cap the first
-#: two; docs/results/2026-11-24-splitk-tma.md).
-TMA_TILES = ((128, 256, 64, 3, 8), (128, 128, 128, 3, 8), (64, 128, 128, 4, 4), (64, 64, 128, 4, 4),
-             (32, 32, 256, 4, 4), (16, 16, 256, 4, 4))
+#: Tiles (M, N, K, stages, warps) the TMA kernel adds to the pointer kernel's candidates for a
+#: product that is not a decode one: tiles of 64x128 and more, where A and B are re-read through
+#: L2 and the TMA loads paid on the H100 (512x512x65536 with 128x128x64 tiles: 64 us against 80
+#: us with pointer loads); with 64x64 tiles and below it measured no faster, and slower with 30
+#: splits (docs/results/2026-11-24-splitk-tma.md). M and N cap the first two.
+TMA_TILES = ((128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 128, 3, 8), (64, 128, 128, 4, 4))
 
 
 def candidates(M: int, N: int, elt: int, fma: bool, decode: bool, tma: bool = False) -> list[SplitConfig]:
     """The block shapes :func:`choose` weighs. Decode: all of M in one block, B in column blocks
     of 32, 64 or 128 (the narrower ones give more programs when N is small). Otherwise: tiles up
     to 128x128, and smaller tiles with longer K steps for a C too small to give every SM a tile;
-    with ``tma`` (operands a tensor descriptor covers, on a GPU with TMA) the TMA kernel's tiles,
-    :data:`TMA_TILES`, instead."""
+    with ``tma`` (operands a tensor descriptor covers, on a GPU with TMA) also the TMA kernel's
+    :data:`TMA_TILES` that M and N do not cut below 64x128."""
     if decode:
         return list(dict.fromkeys(decode_blocks(M, N, elt, fma, width) for width in (32, 64, 128)))
+    found = []
     if tma and not fma:
-        return list(dict.fromkeys(
-            SplitConfig(min(bm, _pow2(M, 16, 256)), min(bn, _pow2(N, 16, 256)), bk, stages, warps, tma=True)
-            for bm, bn, bk, stages, warps in TMA_TILES))
-    found = [tile_blocks(M, N, elt, fma)]
+        found = [SplitConfig(min(bm, _pow2(M, 16, 256)), min(bn, _pow2(N, 16, 256)), bk, stages, warps,
+                             tma=True) for bm, bn, bk, stages, warps in TMA_TILES]
+        found = [c for c in found if c.block_m * c.block_n >= 64 * 128]
+    found.append(tile_blocks(M, N, elt, fma))
     # small tiles take longer K steps (128 at 64x64, 256 below, for 16-bit types), which the
     # H100 sweep found fastest for them: fewer steps for the same bytes
     for side in (64, 32, 16):
