@@ -207,7 +207,7 @@ def with_splits(config: SplitConfig, M: int, N: int, K: int, splits: int, reduce
 #: product that is not a decode one: tiles of 64x128 and more, where A and B are re-read through
 #: L2 and the TMA loads paid on the H100 (512x512x65536 with 128x128x64 tiles: 64 us against 80
 #: us with pointer loads); with 64x64 tiles and below it measured no faster, and slower with 30
-#: splits (docs/results/2026-11-24-splitk-tma.md). M and N cap the first two.
+#: splits (docs/results/2026-11-23-splitk-tma.md). M and N cap the first two.
 TMA_TILES = ((128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 128, 3, 8), (64, 128, 128, 4, 4))
 
 
