@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from triton_vs_cublas import environment, median_ms, write_results
+from gpu_results import environment, median_ms, write_results
 
 SHAPES = ["4096x4096x4096", "8192x8192x8192"]
 LAYOUTS = ["NT", "NN"]

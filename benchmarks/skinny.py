@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from triton_vs_cublas import MAX_REL_ERROR, environment, relative_error, write_results
+from gpu_results import MAX_REL_ERROR, environment, relative_error, write_results
 
 #: LLM projections: (N, K) of Llama-style attention, MLP up/gate and MLP down weights.
 PROJECTIONS = ((4096, 4096), (14336, 4096), (4096, 14336), (11008, 4096))
@@ -131,7 +131,7 @@ def measure_problem(m: int, n: int, k: int, layout: str, dtype: str, copy_bw: fl
                "correct": bool(error <= MAX_REL_ERROR[dtype] and torch.isfinite(c).all()),
                "repeatable": bool(torch.equal(c, again)), "round_ms": [], "round_ms_dobench": []}
         if backend.name != "torch":
-            row["config"] = backend.config(m, n, k, a, "tf32").label
+            row["config"] = backend.config(m, n, k, a, "tf32", b).label
         rows.append(row)
         calls.append((run, row))
     timer.warm()

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpu_results import environment, write_results
 from skinny import CleanL2Timer
-from triton_vs_cublas import environment, write_results
 
 #: (M, N, K, dtype, B column-major, A transposed, decode blocks, splits, reduction): tails in every
 #: dimension, every dtype, both reductions, and one large split to give a race room to show.
@@ -38,6 +38,17 @@ CHECK_CASES = [
     (300, 129, 9000, "float32", False, True, False, 5, 2),
     (512, 512, 65536, "float16", False, False, False, 64, 1),
     (16, 4096, 4096, "float16", True, False, True, 2, 1),
+]
+#: (M, N, K, dtype, B column-major, A transposed, blocks (M, N, K, stages, warps), splits, reduction)
+#: for the TMA kernel: rows of 16-byte multiples (descriptors need them), tails in M, N and K.
+TMA_CHECK_CASES = [
+    (300, 136, 9000, "float16", False, False, (128, 128, 64, 4, 8), 9, 1),
+    (304, 136, 9000, "bfloat16", True, True, (128, 256, 64, 3, 8), 5, 2),
+    (72, 200, 20000, "float16", True, False, (64, 64, 128, 4, 4), 16, 1),
+    (1, 4096, 4104, "float16", False, False, (16, 128, 128, 4, 4), 3, 1),
+    (64, 4104, 4096, "bfloat16", True, False, (64, 64, 256, 3, 4), 2, 1),
+    (512, 512, 65536, "float16", False, False, (128, 256, 64, 3, 8), 64, 1),
+    (512, 512, 65536, "bfloat16", False, False, (256, 128, 64, 3, 8), 16, 2),
 ]
 CHECK_ERROR = {"float16": 2e-3, "bfloat16": 1e-2, "float32": 1e-5, "tf32": 2e-3}
 
@@ -85,8 +96,91 @@ def check() -> int:
         failures += not ok
         print(f"check {m}x{n}x{k} {dtype} B col-major {b_col} A transposed {a_t} {config.label}: "
               f"rel error {err:.1e}, 3 calls identical {same}: {'ok' if ok else 'FAIL'}", flush=True)
+    for m, n, k, dtype, b_col, a_t, blocks, splits, reduce in TMA_CHECK_CASES:
+        a, b = tensors(m, n, k, dtype, b_col, a_t)
+        ref = a.double() @ b.double()
+        config = plan.with_splits(plan.SplitConfig(*blocks, tma=True), m, n, k, splits, reduce)
+        run = plan.bind(a, b, "tf32", config)
+        outs = [run(a, b) for _ in range(3)]
+        torch.cuda.synchronize()
+        err = ((outs[0].double() - ref).norm() / ref.norm()).item()
+        same = all(torch.equal(outs[0], o) for o in outs[1:])
+        tma = plan.tma_usable(a, b, "tf32")
+        ok = err <= CHECK_ERROR[dtype] and same and tma and bool(torch.isfinite(outs[0]).all())
+        failures += not ok
+        print(f"check {m}x{n}x{k} {dtype} B col-major {b_col} A transposed {a_t} {config.label}: "
+              f"rel error {err:.1e}, 3 calls identical {same}, TMA {tma}: {'ok' if ok else 'FAIL'}",
+              flush=True)
     print(f"check: {failures} failures", flush=True)
     return failures
+
+
+#: Tiles (M, N, K, stages, warps) the TMA sweep weighs for long K (M and N cap the first two).
+LONGK_TMA_TILES = [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 128, 3, 8),
+                   (64, 128, 128, 4, 4), (64, 64, 128, 4, 4), (64, 64, 256, 3, 4), (32, 32, 256, 4, 4),
+                   (16, 16, 256, 4, 4)]
+#: Column blocks (N, K, stages, warps) the TMA sweep weighs for decode shapes (M fills the rows).
+DECODE_TMA_TILES = [(32, 256, 4, 4), (64, 256, 4, 4), (64, 128, 6, 4), (128, 128, 4, 4), (128, 64, 8, 4),
+                    (256, 64, 4, 8)]
+#: The long-K problems the TMA sweep times: M = N = 16 already beats cuBLAS with pointer loads.
+LONGK_TMA_SHAPES = [shape for shape in LONGK_SHAPES if shape[0] >= 64]
+DECODE_TMA_SHAPES = [(1, 4096, 4096, False), (16, 4096, 4096, False), (64, 4096, 4096, False),
+                     (16, 4096, 4096, True), (16, 14336, 4096, False)]
+
+
+def tma_variants(m: int, n: int, k: int, decode: bool, sms: int) -> list[Any]:
+    """TMA configs around a problem: each tile, with splits that fill about half, one or two
+    waves of the SMs (decode: 1, 2 and 4 splits), each reduction."""
+    from gemmzoo_triton import splitk_plan as plan
+
+    if decode:
+        bm = max(16, 1 << (m - 1).bit_length())
+        bases = [(bm, bn, bk, st, w) for bn, bk, st, w in DECODE_TMA_TILES]
+    else:
+        bases = [(min(bm, max(16, 1 << (m - 1).bit_length())), min(bn, max(16, 1 << (n - 1).bit_length())),
+                  bk, st, w) for bm, bn, bk, st, w in LONGK_TMA_TILES]
+    found = {}
+    for bm, bn, bk, st, w in dict.fromkeys(bases):
+        if st * (bm + bn) * bk * 2 > plan.STAGE_BUDGET:
+            continue
+        tiles = -(-m // bm) * -(-n // bn)
+        splits = (1, 2, 4) if decode else sorted({max(1, -(-sms // 2 // tiles)), max(1, sms // tiles),
+                                                  max(1, 2 * sms // tiles)})
+        for split in splits:
+            for reduce in ((1,) if decode else (1, 2)):
+                base = plan.SplitConfig(bm, bn, bk, st, w, tma=True)
+                config = plan.with_splits(base, m, n, k, split, reduce)
+                found.setdefault(config.label, config)
+    return list(found.values())
+
+
+def sweep_tma_problem(m: int, n: int, k: int, b_col: bool, decode: bool, sms: int,
+                      timer: CleanL2Timer) -> list[dict[str, Any]]:
+    """cuBLAS, the plan's current choice and :func:`tma_variants`, timed on one fp16 problem."""
+    import torch
+
+    from gemmzoo_triton import splitk_plan as plan
+
+    a, b = tensors(m, n, k, "float16", b_col, False)
+    moved = (m * k + k * n + m * n) * 2
+    shape = f"{m}x{n}x{k}" + (" B col-major" if b_col else "")
+    chosen = plan.choose(m, n, k, 2, False, sms, decode)
+    timer.warm()
+    rows = [{"shape": shape, "variant": "cublas", "ms": timer.median_ms(lambda: torch.matmul(a, b))}]
+    ref = a.float() @ b.float()
+    for config in [chosen, *tma_variants(m, n, k, decode, sms)]:
+        run = plan.bind(a, b, "tf32", config)
+        err = ((run(a, b).float() - ref).norm() / ref.norm()).item()
+        ms = timer.median_ms(lambda run=run: run(a, b))
+        rows.append({"shape": shape, "variant": config.label, "ms": ms, "err": err,
+                     "chosen": config is chosen, "tb_s": moved / ms / 1e9})
+    cublas = rows[0]["ms"]
+    print(f"{shape}: cublas {cublas * 1e3:.1f} us ({moved / cublas / 1e9:.2f} TB/s); chosen "
+          f"{rows[1]['variant']} {rows[1]['ms'] * 1e3:.1f} us", flush=True)
+    for row in sorted(rows[1:], key=lambda r: r["ms"])[:6]:
+        print(f"    {row['variant']:>44} {row['ms'] * 1e3:7.1f} us {row['tb_s']:.2f} TB/s "
+              f"{cublas / row['ms']:.2f}x err {row['err']:.1e}", flush=True)
+    return rows
 
 
 def sweep_problem(m: int, n: int, k: int, b_col: bool, decode: bool, sms: int,
@@ -137,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--check", action="store_true")
-    parser.add_argument("--sweep", nargs="*", default=[], choices=["decode", "longk"])
+    parser.add_argument("--sweep", nargs="*", default=[],
+                        choices=["decode", "longk", "decode-tma", "longk-tma"])
     args = parser.parse_args(argv)
 
     from gemmzoo_triton import splitk_plan as plan
@@ -149,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     timer = CleanL2Timer()
     started = time.time()
     for name in args.sweep:
+        if name.endswith("-tma"):
+            for m, n, k, b_col in DECODE_TMA_SHAPES if name == "decode-tma" else LONGK_TMA_SHAPES:
+                rows += sweep_tma_problem(m, n, k, b_col, name == "decode-tma", sms, timer)
+                write_results(args.out_dir, "skinny_configs", env, rows, "")
+            continue
         for m, n, k, b_col in DECODE_SHAPES if name == "decode" else LONGK_SHAPES:
             rows += sweep_problem(m, n, k, b_col, name == "decode", sms, timer)
             write_results(args.out_dir, "skinny_configs", env, rows, "")

@@ -20,10 +20,11 @@ from pathlib import Path
 
 from gemmzoo_triton import splitk_plan as plan
 
-LABEL = re.compile(r"(\d+)x(\d+)x(\d+) s(\d+) w(\d+) split (\d+) (direct|serial|separate)")
+LABEL = re.compile(r"(\d+)x(\d+)x(\d+) s(\d+) w(\d+) split (\d+) (direct|serial|separate)( tma)?")
 #: Each constant is searched over its start value times these factors, one at a time, in rounds.
 FACTORS = (0.25, 0.4, 0.6, 0.8, 1.0, 1.25, 1.6, 2.5, 4.0)
-NAMES = ("MEMORY_BW", "SM_BW", "L2_BW", "SM_FLOPS", "STEP_S", "WAVE_S", "LAUNCH_S", "ROUND_TRIP_S")
+NAMES = ("MEMORY_BW", "SM_BW", "TMA_SM_BW", "L2_BW", "SM_FLOPS", "STEP_S", "WAVE_S", "LAUNCH_S",
+         "ROUND_TRIP_S")
 
 
 def problems(paths: list[Path]) -> dict[tuple[int, int, int, str], list[tuple[plan.SplitConfig, float]]]:
@@ -37,7 +38,8 @@ def problems(paths: list[Path]) -> dict[tuple[int, int, int, str], list[tuple[pl
             bm, bn, bk, stages, warps, splits = (int(v) for v in match.groups()[:6])
             reduce = ("direct", "serial", "separate").index(match.group(7))
             m, n, k = (int(v) for v in row["shape"].split()[0].split("x"))
-            config = plan.SplitConfig(bm, bn, bk, stages, warps, splits, 0, reduce)
+            tma = match.group(8) is not None
+            config = plan.SplitConfig(bm, bn, bk, stages, warps, splits, 0, reduce, tma)
             found.setdefault((m, n, k, row["shape"]), []).append((config, row["ms"]))
     return found
 

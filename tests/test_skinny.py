@@ -79,6 +79,34 @@ def test_forced_splits_agree_bitwise_and_match_the_reference(reduce, decode, dty
             assert torch.equal(run(a, b), first)
 
 
+@pytest.mark.parametrize("layout", ["NN", "TN", "NT", "TT"])
+@pytest.mark.parametrize(("splits", "reduce"), [(1, 0), (3, 1), (4, 2)])
+def test_tma_kernel_matches_the_reference_with_tails_in_every_dimension(layout, splits, reduce):
+    backend = available("triton-splitk")
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(len(layout) + 10 * splits + reduce + (layout == "TT"))
+    m, n, k = 24, 40, 200  # tiles cut at M, N and K; rows of 48, 80 and 400 bytes
+    a = operand(backend, rng.standard_normal((m, k)), "float16", layout[0])
+    b = operand(backend, rng.standard_normal((k, n)), "float16", layout[1])
+    assert plan.tma_operand(a) and plan.tma_operand(b)
+    config = plan.with_splits(plan.SplitConfig(16, 32, 32, 2, 4, tma=True), m, n, k, splits, reduce)
+    assert config.splits == splits and config.tma
+    run = plan.bind(a, b, "tf32", config)
+    first = run(a, b)
+    assert_close(backend, a, b, first, "float16")
+    assert torch.equal(run(a, b), first)
+
+
+def test_tma_plan_falls_back_to_pointers_for_operands_no_descriptor_covers():
+    backend = available("triton-splitk")
+    rng = np.random.default_rng(5)
+    a = operand(backend, rng.standard_normal((5, 36)), "float16", "N")  # rows of 72 bytes
+    b = operand(backend, rng.standard_normal((36, 24)), "float16", "N")
+    assert not plan.tma_operand(a)
+    config = plan.with_splits(plan.SplitConfig(16, 16, 16, 2, 4, tma=True), 5, 24, 36, 2, 1)
+    assert_close(backend, a, b, plan.bind(a, b, "tf32", config)(a, b), "float16")
+
+
 def test_decode_runs_the_splitk_plan_above_64_rows():
     decode, splitk = gemmzoo.get_backend("triton-decode"), gemmzoo.get_backend("triton-splitk")
     torch = pytest.importorskip("torch")
@@ -108,6 +136,21 @@ def test_long_k_choice_splits_k_to_fill_the_gpu(size, k):
     assert config.splits > 1 and config.reduce in (1, 2)
     assert programs(config, size, size) >= 32
     assert config.k_per_split >= plan.MIN_STEPS * config.block_k
+
+
+@pytest.mark.parametrize("size", [256, 512, 768])
+def test_long_k_with_descriptors_takes_tma_tiles_of_64x128_or_more(size):
+    config = plan.choose(size, size, 65536, 2, False, 132, decode=False, tma=True)
+    assert config.tma and config.block_m * config.block_n >= 64 * 128 and config.splits > 1
+    count = programs(config, size, size)
+    assert count / (132 * math.ceil(count / 132)) >= 0.9  # whole waves of the SMs, or nearly
+    assert not plan.choose(size, size, 65536, 2, False, 132, decode=False).tma
+
+
+def test_small_tiles_and_decode_stay_on_pointer_loads():
+    assert not plan.choose(64, 64, 16384, 2, False, 132, decode=False, tma=True).tma
+    assert not plan.choose(16, 4096, 4096, 2, False, 132, decode=True, tma=True).tma
+    assert not plan.choose(512, 512, 65536, 4, True, 132, decode=False, tma=True).tma  # IEEE fp32
 
 
 def test_large_square_problem_does_not_split():

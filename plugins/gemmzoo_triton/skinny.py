@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gemmzoo_triton.common import TritonBackend
-from gemmzoo_triton.splitk_plan import SplitConfig, bind, choose, multiprocessors
+from gemmzoo_triton.splitk_plan import SplitConfig, bind, choose, multiprocessors, tma_usable
 
 #: triton-decode's kernel is for problems with at most this many rows of A.
 DECODE_MAX_M = 64
@@ -30,18 +30,20 @@ class TritonSplitKBackend(TritonBackend):
     #: Whether :meth:`config` uses the decode blocks for a problem of M rows.
     decode_rows = 0
 
-    def config(self, M: int, N: int, K: int, x: Any, precision: str) -> SplitConfig:
-        """The launch this backend makes for C = x @ y of M x N x K (``x`` gives the dtype and device)."""
+    def config(self, M: int, N: int, K: int, x: Any, precision: str, y: Any = None) -> SplitConfig:
+        """The launch this backend makes for C = x @ y of M x N x K (``x`` gives the dtype and
+        device; with ``y``, the TMA kernel's tiles are weighed where :func:`tma_usable` says so)."""
         device = None if x.device.type == "cpu" else (x.device.index or 0)
         fma = precision == "ieee"
         decode = M <= self.decode_rows
-        return choose(M, N, K, x.element_size(), fma, multiprocessors(device), decode)
+        tma = y is not None and not decode and tma_usable(x, y, precision)
+        return choose(M, N, K, x.element_size(), fma, multiprocessors(device), decode, tma)
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """Check the operands and choose the config once; ``run`` allocates C and launches."""
         M, N, K = self.check_operands(a, b)
         x, y, precision = self.operands(a, b)
-        launch = bind(x, y, precision, self.config(M, N, K, x, precision))
+        launch = bind(x, y, precision, self.config(M, N, K, x, precision, y))
         if x is a:
             return launch
         result = self.result

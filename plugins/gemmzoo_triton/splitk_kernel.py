@@ -83,6 +83,64 @@ def splitk_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
+    finish(acc, c_ptr, ws_ptr, count_ptr, tile, split, splits, rm, cn, M, N, stride_cm, stride_cn,
+           BLOCK_M, BLOCK_N, REDUCE, CHUNK)
+
+
+@triton.jit
+def splitk_tma_kernel(
+    a_desc, b_desc, c_ptr, ws_ptr, count_ptr,
+    M, N, K, k_per_split, splits,
+    stride_cm, stride_cn,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    A_T: tl.constexpr,
+    B_T: tl.constexpr,
+    REDUCE: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    """:func:`splitk_kernel` with A and B read through tensor descriptors (Hopper's TMA).
+
+    The TMA unit copies whole tiles into shared memory and fills what lies past a matrix's edge
+    with zeros, so no load is masked: a split's range of K is a whole number of BLOCK_K steps,
+    and the last split's steps past K read zeros. ``A_T`` / ``B_T``: the descriptor covers the
+    operand's transpose (the operand is column-major), and the tile is transposed after the load.
+    """
+    tile = tl.program_id(0)
+    split = tl.program_id(1)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    off_m = (tile // tiles_n) * BLOCK_M
+    off_n = (tile % tiles_n) * BLOCK_N
+    k_start = split * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_start, k_end, BLOCK_K):
+        if A_T:
+            a = a_desc.load([k, off_m]).T
+        else:
+            a = a_desc.load([off_m, k])
+        if B_T:
+            b = b_desc.load([off_n, k]).T
+        else:
+            b = b_desc.load([k, off_n])
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    rm = off_m + tl.arange(0, BLOCK_M)
+    cn = off_n + tl.arange(0, BLOCK_N)
+    finish(acc, c_ptr, ws_ptr, count_ptr, tile, split, splits, rm, cn, M, N, stride_cm, stride_cn,
+           BLOCK_M, BLOCK_N, REDUCE, CHUNK)
+
+
+@triton.jit
+def finish(
+    acc, c_ptr, ws_ptr, count_ptr, tile, split, splits, rm, cn, M, N, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, REDUCE: tl.constexpr, CHUNK: tl.constexpr,
+):
+    """Both kernels' epilogue: C's tile written directly, or the partial tile stored and (serial
+    reduction) summed in split order by the program that arrives last at its tile."""
+    m_ok = rm < M
+    n_ok = cn < N
     c_mask = m_ok[:, None] & n_ok[None, :]
     c_ptrs = c_ptr + rm[:, None] * stride_cm + cn[None, :] * stride_cn
     if REDUCE == 0:

@@ -36,6 +36,10 @@ SM_BW = 120e9
 #: What the multiprocessors together load per second through L2 (tiles re-read, partial tiles).
 L2_BW = 7.5e12
 
+#: What one multiprocessor's programs load per second at most through TMA (tile copies into
+#: shared memory, no per-thread address arithmetic): fitted like the others.
+TMA_SM_BW = 240e9
+
 #: One multiprocessor's tensor-core rate, multiply-adds x 2 per second.
 SM_FLOPS = 1.6e12
 
@@ -82,6 +86,8 @@ class SplitConfig:
     splits: int = 1
     k_per_split: int = 0
     reduce: int = 0  # splitk_kernel.REDUCE_NONE / _SERIAL / _SEPARATE
+    #: A and B read through tensor descriptors (:func:`~gemmzoo_triton.splitk_kernel.splitk_tma_kernel`)
+    tma: bool = False
 
     @property
     def chunk(self) -> int:
@@ -91,10 +97,11 @@ class SplitConfig:
 
     @property
     def label(self) -> str:
-        """``16x64x256 s4 w4 split 8 serial``: how results files name a config."""
+        """``16x64x256 s4 w4 split 8 serial`` (`` tma`` appended for the TMA kernel): how
+        results files name a config."""
         reduce = ("direct", "serial", "separate")[self.reduce]
         blocks = f"{self.block_m}x{self.block_n}x{self.block_k} s{self.stages} w{self.warps}"
-        return f"{blocks} split {self.splits} {reduce}"
+        return f"{blocks} split {self.splits} {reduce}" + (" tma" if self.tma else "")
 
 
 def _pow2(n: int, low: int, high: int) -> int:
@@ -168,7 +175,7 @@ def split_time(config: SplitConfig, M: int, N: int, K: int, splits: int, sms: in
         return max(
             unique * n / programs / MEMORY_BW,
             n * program_bytes / L2_BW,
-            per_sm * program_bytes / SM_BW,
+            per_sm * program_bytes / (TMA_SM_BW if config.tma else SM_BW),
             per_sm * program_flops / SM_FLOPS,
             per_sm * k_len / config.block_k * STEP_S,
         ) + WAVE_S
@@ -196,13 +203,28 @@ def with_splits(config: SplitConfig, M: int, N: int, K: int, splits: int, reduce
     return replace(config, splits=splits, k_per_split=steps * config.block_k, reduce=reduce)
 
 
-def candidates(M: int, N: int, elt: int, fma: bool, decode: bool) -> list[SplitConfig]:
+#: Tiles (M, N, K, stages, warps) the TMA kernel adds to the pointer kernel's candidates for a
+#: product that is not a decode one: tiles of 64x128 and more, where A and B are re-read through
+#: L2 and the TMA loads paid on the H100 (512x512x65536 with 128x128x64 tiles: 64 us against 80
+#: us with pointer loads); with 64x64 tiles and below it measured no faster, and slower with 30
+#: splits (docs/results/2026-11-23-splitk-tma.md). M and N cap the first two.
+TMA_TILES = ((128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 128, 3, 8), (64, 128, 128, 4, 4))
+
+
+def candidates(M: int, N: int, elt: int, fma: bool, decode: bool, tma: bool = False) -> list[SplitConfig]:
     """The block shapes :func:`choose` weighs. Decode: all of M in one block, B in column blocks
     of 32, 64 or 128 (the narrower ones give more programs when N is small). Otherwise: tiles up
-    to 128x128, and smaller tiles with longer K steps for a C too small to give every SM a tile."""
+    to 128x128, and smaller tiles with longer K steps for a C too small to give every SM a tile;
+    with ``tma`` (operands a tensor descriptor covers, on a GPU with TMA) also the TMA kernel's
+    :data:`TMA_TILES` that M and N do not cut below 64x128."""
     if decode:
         return list(dict.fromkeys(decode_blocks(M, N, elt, fma, width) for width in (32, 64, 128)))
-    found = [tile_blocks(M, N, elt, fma)]
+    found = []
+    if tma and not fma:
+        found = [SplitConfig(min(bm, _pow2(M, 16, 256)), min(bn, _pow2(N, 16, 256)), bk, stages, warps,
+                             tma=True) for bm, bn, bk, stages, warps in TMA_TILES]
+        found = [c for c in found if c.block_m * c.block_n >= 64 * 128]
+    found.append(tile_blocks(M, N, elt, fma))
     # small tiles take longer K steps (128 at 64x64, 256 below, for 16-bit types), which the
     # H100 sweep found fastest for them: fewer steps for the same bytes
     for side in (64, 32, 16):
@@ -218,14 +240,15 @@ def _fits(config: SplitConfig, elt: int) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def choose(M: int, N: int, K: int, elt: int, fma: bool, sms: int, decode: bool) -> SplitConfig:
+def choose(M: int, N: int, K: int, elt: int, fma: bool, sms: int, decode: bool,
+           tma: bool = False) -> SplitConfig:
     """The config for C = A·B of M x N x K: among :func:`candidates`, splits and reductions, the
     one with the least :func:`split_time`; on a tie, the first found (fewer splits). Remembered
     per problem: weighing every split takes milliseconds of host time."""
     if M * N == 0 or K == 0:  # nothing to launch: bind fills C without the kernel
-        return candidates(max(M, 1), max(N, 1), elt, fma, decode)[0]
+        return candidates(max(M, 1), max(N, 1), elt, fma, decode, tma)[0]
     best: tuple[float, SplitConfig] | None = None
-    for base in candidates(M, N, elt, fma, decode):
+    for base in candidates(M, N, elt, fma, decode, tma):
         k_steps = max(1, math.ceil(K / base.block_k))
         most = max(1, min(MAX_SPLITS, k_steps // MIN_STEPS))
         for splits in range(1, most + 1):
@@ -250,12 +273,32 @@ def multiprocessors(device_index: int | None) -> int:
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
 
 
+def tma_operand(tensor: Any) -> bool:
+    """Whether a tensor descriptor can cover ``tensor`` (or its transpose, column-major): a
+    16-bit type, one dimension contiguous with rows of a multiple of 16 bytes, and its start
+    16-byte aligned. Says nothing of the device: see :func:`tma_usable`."""
+    from gemmzoo_triton.common import tma_layout
+
+    return tensor.element_size() == 2 and tma_layout(tensor) and tensor.data_ptr() % 16 == 0
+
+
+def tma_usable(x: Any, y: Any, precision: str) -> bool:
+    """Whether the TMA kernel can run C = x @ y: a GPU with TMA (not the interpreter), 16-bit
+    operands on the tensor cores and :func:`tma_operand` for both."""
+    from gemmzoo_triton.common import tma_device
+
+    return precision != "ieee" and tma_device(x.device) and tma_operand(x) and tma_operand(y)
+
+
 def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, Any], Any]:
     """``run(x, y)``: C = x @ y with ``config``, for tensors shaped and strided like ``x`` and ``y``.
 
     The plan owns the arrival counters of the serial reduction (zeroed once here; the kernel
     leaves them zero), so one plan must not run on two streams at once; the workspace is
-    allocated per call from torch's caching allocator.
+    allocated per call from torch's caching allocator. A ``tma`` config reads the operands
+    through tensor descriptors made per call; a call whose operands a descriptor cannot cover
+    (a start not 16-byte aligned, a dtype other than float16 and bfloat16) runs the pointer
+    kernel with the same blocks instead.
     """
     import torch
     import triton
@@ -275,29 +318,51 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
     grid = (tiles, config.splits)
     counters = torch.zeros(tiles if config.reduce == 1 else 1, device=device, dtype=torch.int32)
     strides = (x.stride(0), x.stride(1), y.stride(0), y.stride(1))
-    constants = {
+    shared = {
         "PRECISION": precision,
         "BLOCK_M": config.block_m,
         "BLOCK_N": config.block_n,
         "BLOCK_K": config.block_k,
-        "EVEN_K": K % config.block_k == 0,
-        "EVEN_N": N % config.block_n == 0,
         "REDUCE": config.reduce,
+        "CHUNK": config.chunk,
         "num_stages": config.stages,
         "num_warps": config.warps,
     }
+    constants = dict(shared, EVEN_K=K % config.block_k == 0, EVEN_N=N % config.block_n == 0)
     splits, k_per_split = config.splits, config.k_per_split
-    constants["CHUNK"] = config.chunk
     launch = kernel.splitk_kernel[grid]
     # enough programs to spread the reduction over every multiprocessor, two per SM at least
     sms = multiprocessors(None if device.type == "cpu" else (device.index or 0))
     reduce_block = max(64, min(1024, 1 << max(0, (M * N // (2 * sms)).bit_length() - 1)))
     reduce_grid = (triton.cdiv(M * N, reduce_block),)
 
+    def run_pointers(x: Any, y: Any, c: Any, ws: Any) -> None:
+        launch(x, y, c, ws, counters, M, N, K, k_per_split, splits, *strides, N, 1, **constants)
+
+    run_products = run_pointers
+    if config.tma and tma_operand(x) and tma_operand(y):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        from gemmzoo_triton.common import column_major
+
+        a_t, b_t = column_major(x), column_major(y)
+        a_box = [config.block_k, config.block_m] if a_t else [config.block_m, config.block_k]
+        b_box = [config.block_n, config.block_k] if b_t else [config.block_k, config.block_n]
+        launch_tma = kernel.splitk_tma_kernel[grid]
+        tma_constants = dict(shared, A_T=a_t, B_T=b_t)
+
+        def run_products(x: Any, y: Any, c: Any, ws: Any) -> None:
+            if x.data_ptr() % 16 or y.data_ptr() % 16:
+                run_pointers(x, y, c, ws)
+                return
+            a_desc = TensorDescriptor.from_tensor(x.T if a_t else x, a_box)
+            b_desc = TensorDescriptor.from_tensor(y.T if b_t else y, b_box)
+            launch_tma(a_desc, b_desc, c, ws, counters, M, N, K, k_per_split, splits, N, 1, **tma_constants)
+
     def run(x: Any, y: Any) -> Any:
         c = torch.empty((M, N), device=device, dtype=dtype)
         ws = torch.empty((splits, M, N), device=device, dtype=torch.float32) if splits > 1 else c
-        launch(x, y, c, ws, counters, M, N, K, k_per_split, splits, *strides, N, 1, **constants)
+        run_products(x, y, c, ws)
         if config.reduce == 2:
             kernel.reduce_kernel[reduce_grid](
                 ws, c, M, N, splits, N, 1, BLOCK=reduce_block, CHUNK=REDUCE_CHUNK, num_warps=4
