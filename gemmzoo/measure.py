@@ -427,8 +427,10 @@ WARMUP_S = 0.05
 #: Device time per batch of timed calls, and the host-time batches taken per measurement.
 BATCH_S = 0.02
 HOST_BATCHES = 9
-HOST_ROUNDS = 5
-"""Rounds of :func:`interleaved_host_timings`."""
+CALLER_ROUNDS = 5
+"""Rounds of :func:`interleaved_caller_timings`."""
+CALLER_LOOP_S = 0.005
+"""About how long each loop of :func:`interleaved_caller_timings` runs."""
 
 
 def _cpu_samples(call: Callable[[], Any], backend: Any, budget_s: float, max_samples: int) -> list[float]:
@@ -483,26 +485,37 @@ def planned(backend: Any, a: Any, b: Any) -> Callable[[Any, Any], Any]:
     return prepare(a, b) if prepare is not None else backend.matmul
 
 
-def interleaved_host_timings(problems: Sequence[Problem], device_s: Sequence[float],
-                             rounds: int = HOST_ROUNDS, gpu: Any = None) -> list[Timing]:
-    """Host seconds per call of each problem's GEMM, over ``rounds`` rounds that take the problems in
-    turn (each round a :func:`host_timing`, whose median is the round's figure). Host times drift
-    from one measurement to the next by more than they vary within one; taking the backends in
-    turn puts the same drift into every backend's rounds, and the spread over the rounds (their
-    interquartile range) is that drift, which is what ranking them must allow for.
-    ``device_s`` is each problem's device time per call."""
-    engine = Engine(gpu)
-    calls = []
-    for problem in problems:
-        run = planned(problem.backend, problem.a, problem.b)
-        calls.append(functools.partial(run, problem.a, problem.b))
-    medians: list[list[float]] = [[] for _ in problems]
+def loop_per_call_s(call: Callable[[], Any], count: int, synchronize: Callable[[], None]) -> float:
+    """Seconds per call of ``count`` calls in a loop ended by one synchronisation: what a program
+    that calls in a loop gets, launch path and device work overlapping as they do there."""
+    synchronize()
+    start = time.perf_counter()
+    for _ in range(count):
+        call()
+    synchronize()
+    return (time.perf_counter() - start) / count
+
+
+def interleaved_caller_timings(problems: Sequence[Problem], caller_s: Sequence[float],
+                               rounds: int = CALLER_ROUNDS) -> list[Timing]:
+    """Caller time of each problem's GEMM (:func:`loop_per_call_s`, loops of about
+    :data:`CALLER_LOOP_S`), over ``rounds`` rounds that take the problems in turn, alternating which
+    goes first. Host times drift from one measurement to the next by more than they vary within
+    one; taking the backends in turn puts the same drift into every backend's rounds, and the
+    spread over the rounds (their interquartile range) is what ranking them must allow for.
+    ``caller_s`` is a first estimate of each one's time per call (it sets the loop's length)."""
+    calls = [functools.partial(planned(p.backend, p.a, p.b), p.a, p.b) for p in problems]
+    counts = [max(8, min(2000, int(CALLER_LOOP_S / max(t, 1e-7)))) for t in caller_s]
+    for call, problem in zip(calls, problems, strict=True):  # warm: allocator, launch caches
+        loop_per_call_s(call, 8, problem.backend.synchronize)
+    per_round: list[list[float]] = [[] for _ in problems]
+    order = list(range(len(problems)))
     for number in range(rounds):
-        order = range(len(problems))
-        for index in (order if number % 2 == 0 else reversed(order)):
-            medians[index].append(host_timing(calls[index], engine, device_s[index]).median_s)
-    method = f"host loops behind a stream hold, {rounds} interleaved rounds"
-    return [Timing.of(values, method) for values in medians]
+        for index in (order if number % 2 == 0 else order[::-1]):
+            sync = problems[index].backend.synchronize
+            per_round[index].append(loop_per_call_s(calls[index], counts[index], sync))
+    method = f"loops of calls ended by one synchronisation, {rounds} interleaved rounds"
+    return [Timing.of(values, method) for values in per_round]
 
 
 def graph_call(call: Callable[[], Any]) -> Callable[[], Any]:

@@ -2,7 +2,7 @@
 fresh caller times.
 
 As tests (``gpu`` marker) a few shapes are checked. As a script,
-``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J] [--skip-best] [--skip-tables]``
+``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J] [--skip-best] [--skip-tables] [--pytest-first]``
 runs the whole check recorded in docs/results/2026-11-23-timing-engine.md: every GPU backend,
 float16 and bfloat16, on the shapes of :data:`OFF_GRID` (in none of the named grids; ``I:J``
 takes a slice of them), timed by ``gemmzoo bench``'s engine, by pytest-benchmark (the
@@ -51,11 +51,12 @@ def _cuda_backends(dtype: str, selectable_only: bool = False) -> list[Any]:
 
 
 def _do_bench_s(backend: Any, point: Any, budget_s: float) -> float:
-    from gemmzoo.measure import do_bench_timing, prepare
+    from gemmzoo.measure import do_bench_timing, planned, prepare
 
     problem = prepare(backend, point)
     a, b = problem.a, problem.b
-    return do_bench_timing(lambda: backend.matmul(a, b), budget_s).median_s
+    run = planned(backend, a, b)  # the call the engine and pytest-benchmark time
+    return do_bench_timing(lambda: run(a, b), budget_s).median_s
 
 
 def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
@@ -105,6 +106,8 @@ def pytest_benchmark_medians(points: list[Any], out: Path, max_time_s: float, na
                f"--benchmark-json={report}"]
     for point in points:
         command += ["--shape", point.id]
+    for name in sorted({b.name for dtype in {p.dtype for p in points} for b in _cuda_backends(dtype)}):
+        command += ["--backend", name]  # the GPU backends only: no float64 reference run on the host
     naive = [p.id for p in points if p.flops > NAIVE_FLOPS]
     if naive:  # the benchmark ids end in the backend's name
         command += ["-k", "not (" + " or ".join(f"{pid}-triton-naive" for pid in naive) + ")"]
@@ -124,12 +127,36 @@ def pytest_benchmark_medians(points: list[Any], out: Path, max_time_s: float, na
     return medians
 
 
-def best_backend_rows(shapes: list[tuple[int, int, int]], rounds: int = 3,
-                      budget_s: float = 0.1) -> list[dict[str, Any]]:
+def caller_loop_times(backends: list[Any], point: Any, rounds: int = 7,
+                      calls: int = 1000) -> dict[str, float]:
+    """Each backend's caller time on ``point``, measured as a program gets it: its plan called
+    ``calls`` times in a loop, then one synchronisation, divided by ``calls``; ``rounds`` rounds
+    taking the backends in turn, the median kept."""
+    from gemmzoo.measure import planned, prepare
+
+    loops = []
+    for backend in backends:
+        problem = prepare(backend, point)
+        run, a, b = planned(backend, problem.a, problem.b), problem.a, problem.b
+        for _ in range(20):
+            run(a, b)
+        loops.append((backend, run, a, b))
+    times: dict[str, list[float]] = {backend.name: [] for backend in backends}
+    for number in range(rounds):
+        for backend, run, a, b in (loops if number % 2 == 0 else loops[::-1]):
+            backend.synchronize()
+            start = time.perf_counter()
+            for _ in range(calls):
+                run(a, b)
+            backend.synchronize()
+            times[backend.name].append((time.perf_counter() - start) / calls)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def best_backend_rows(shapes: list[tuple[int, int, int]], rounds: int = 7) -> list[dict[str, Any]]:
     """``best_backend``'s pick (measured now, in a fresh database) against every candidate's caller
-    time measured afresh, ``rounds`` interleaved rounds merged."""
+    time measured afresh (:func:`caller_loop_times`)."""
     from gemmzoo.grids import GridPoint
-    from gemmzoo.measure import measure
     from gemmzoo.tuning import explain, state
 
     rows = []
@@ -144,23 +171,14 @@ def best_backend_rows(shapes: list[tuple[int, int, int]], rounds: int = 3,
                 decided_s = time.perf_counter() - started
                 point = GridPoint(*shape, "float16")
                 candidates = _cuda_backends("float16", selectable_only=True)
-                merged: dict[str, Any] = {}
-                for number in range(rounds):
-                    turn = candidates[number % len(candidates):] + candidates[:number % len(candidates)]
-                    for backend in turn:
-                        result = measure(backend, point, budget_s=budget_s, verify=False)
-                        name = backend.name
-                        merged[name] = merged[name].merged(result) if name in merged else result
-                caller = {name: m.caller_s for name, m in merged.items()}
+                caller = caller_loop_times(candidates, point, rounds)
                 fastest = min(caller, key=caller.__getitem__)
                 picked = choice.backend.name
                 rows.append({
                     "shape": list(shape), "picked": picked, "source": choice.source,
                     "decided_s": decided_s,
                     "ranking": [[t.backend, t.median_s, t.bound] for t in choice.ranking],
-                    "fresh": {name: {"device_s": m.timing.median_s, "host_s": m.host_s,
-                                     "caller_s": m.caller_s} for name, m in merged.items()},
-                    "fastest": fastest, "ratio": caller[picked] / caller[fastest],
+                    "fresh_caller_s": caller, "fastest": fastest, "ratio": caller[picked] / caller[fastest],
                 })
                 print(f"best_backend {shape}: picked {picked} ({caller[picked] * 1e6:.1f} us caller), "
                       f"fastest {fastest} ({caller[fastest] * 1e6:.1f} us): "
@@ -270,13 +288,25 @@ def main(argv: list[str]) -> int:
         print(table.stdout, flush=True)
     shapes = OFF_GRID[:4] if quick else OFF_GRID[first:last]
     points = [GridPoint(*shape, dtype) for shape in shapes for dtype in DTYPES]
-    # leave about a third of the time for pytest-benchmark
+    medians: dict[tuple[str, str], float] = {}
+    pytest_first = "--pytest-first" in argv
+    if pytest_first:  # pytest-benchmark over every point first, then do_bench and the engine on what it timed
+        until = time.perf_counter() + 0.55 * (deadline - time.perf_counter())
+        for start in range(0, len(points), 4):  # small runs: one that runs out of time loses only its own
+            left = until - time.perf_counter()
+            if left < 20:
+                print(f"pytest-benchmark: out of time from {points[start].id} on", flush=True)
+                break
+            medians.update(pytest_benchmark_medians(points[start:start + 4], out, max_time_s=0.05,
+                                                    name=f"pytest_{start // 4}", timeout_s=left))
+        points = [p for p in points if any(key[0] == p.id for key in medians)] + \
+                 [p for p in points if all(key[0] != p.id for key in medians)]
+    # leave about a third of the time for pytest-benchmark when it runs after
     rows = engine_rows(points, budget_s=0.05, sink=out / "engine_rows.json", verify_limit=0,
-                       deadline=deadline - 0.42 * (deadline - time.perf_counter()))
+                       deadline=deadline - (0 if pytest_first else 0.42 * (deadline - time.perf_counter())))
     (out / "agreement.json").write_text(json.dumps({"environment": info, "rows": rows}, indent=1))
     timed = {row["point"] for row in rows}
-    medians: dict[tuple[str, str], float] = {}
-    for number, dtype in enumerate(DTYPES):
+    for number, dtype in enumerate(() if pytest_first else DTYPES):
         left = (deadline - time.perf_counter() - 5) / (len(DTYPES) - number)
         chosen = [p for p in points if p.dtype == dtype and p.id in timed]
         if chosen and left > 20:

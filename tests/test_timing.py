@@ -21,7 +21,7 @@ from gemmzoo.measure import (
     Engine,
     Problem,
     Timing,
-    interleaved_host_timings,
+    interleaved_caller_timings,
     measure,
     prepare,
     time_calls,
@@ -134,9 +134,9 @@ def test_device_clock_without_flush():
     assert events.flushes == 0
 
 
-def test_interleaved_host_timings_take_the_backends_in_turn():
-    """Two launch-bound backends, one with twice the launch path of the other: every round times
-    each once, alternating which goes first, and the medians keep them apart."""
+def test_interleaved_caller_timings_take_the_backends_in_turn():
+    """Two launch-bound backends, one with twice the launch path of the other: every round times a
+    loop of each, alternating which goes first, and the medians keep them apart."""
     events = FakeEvents(flush_s=1e-5)
     slow = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.002, name="slow")
     fast = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.001, name="fast")
@@ -151,10 +151,11 @@ def test_interleaved_host_timings_take_the_backends_in_turn():
 
         backend.matmul = traced
     problems = [prepare(slow, POINT), prepare(fast, POINT)]
-    slow_t, fast_t = interleaved_host_timings(problems, [0.0002, 0.0002], rounds=4, gpu=events)
+    slow_t, fast_t = interleaved_caller_timings(problems, [0.002, 0.001], rounds=4)
     assert slow_t.samples == fast_t.samples == 4 and "4 interleaved rounds" in slow_t.method
     assert 0.002 <= slow_t.median_s < 0.02 and 0.001 <= fast_t.median_s < slow_t.median_s
-    assert order == ["slow", "fast", "slow", "fast", "slow"]  # slow fast | fast slow | slow fast | fast slow
+    # warm-up slow, fast; then rounds slow fast | fast slow | slow fast | fast slow
+    assert order == ["slow", "fast", "slow", "fast", "slow", "fast", "slow"]
 
 
 def test_measure_records_settles_launch_bound_backends_by_interleaved_rounds(monkeypatch):
@@ -178,13 +179,13 @@ def test_measure_records_settles_launch_bound_backends_by_interleaved_rounds(mon
     calls = []
     from gemmzoo import measure as measure_module
 
-    real_rounds = measure_module.interleaved_host_timings
+    real_rounds = measure_module.interleaved_caller_timings
 
     def spy(problems, device_s, *args, **kwargs):
         calls.append([p.backend.name for p in problems])
-        return real_rounds(problems, device_s, *args, gpu=events)
+        return real_rounds(problems, device_s, *args, **kwargs)
 
-    monkeypatch.setattr(measure_module, "interleaved_host_timings", spy)
+    monkeypatch.setattr(measure_module, "interleaved_caller_timings", spy)
     records = tune_module.measure_records([slow, fast, long], POINT, budget_s=0.02, verify=True)
     assert calls == [["slow", "fast"]]
     by_name = {r.backend: r for r in records}

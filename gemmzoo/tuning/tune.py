@@ -91,23 +91,25 @@ def measure_record(backend: Any, point: GridPoint, budget_s: float, verify: bool
 
 def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, verify: bool) -> list[Record]:
     """:func:`measure_record` for each backend on ``point``; then, where two or more of them are
-    launch-bound (host time above device time), their host times measured again in interleaved
-    rounds (:func:`gemmzoo.measure.interleaved_host_timings`): such backends are ranked by host
-    time, and one measurement after another does not separate host times a few per cent apart."""
+    launch-bound (host time above device time), their caller times measured again as loops of
+    calls, in interleaved rounds (:func:`gemmzoo.measure.interleaved_caller_timings`), and stored
+    as their host time: such backends are ranked by what a calling loop gets, and one measurement
+    after another does not separate times a few per cent apart."""
     records = [measure_record(backend, point, budget_s, verify) for backend in backends]
     bound = [index for index, r in enumerate(records)
              if r.status == "ok" and r.median_s is not None and (r.host_s or 0.0) > r.median_s]
     if len(bound) < 2:
         return records
-    from gemmzoo.measure import interleaved_host_timings, prepare
+    from gemmzoo.measure import interleaved_caller_timings, prepare
 
     try:
         problems = [prepare(backends[index], point) for index in bound]
-        timings = interleaved_host_timings(problems, [float(records[index].median_s) for index in bound])
+        timings = interleaved_caller_timings(problems, [float(records[index].host_s) for index in bound])
     except Exception:  # keep the first measurement: it is a correct, if noisier, answer
         return records
     for index, timing in zip(bound, timings, strict=True):
-        records[index] = dataclasses.replace(records[index], host_s=timing.median_s,
+        record = records[index]
+        records[index] = dataclasses.replace(record, host_s=max(timing.median_s, float(record.median_s)),
                                              host_spread_s=timing.spread_s)
     return records
 
