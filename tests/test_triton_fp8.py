@@ -51,11 +51,19 @@ def test_a_bfloat16_result_on_the_operands_device():
     assert backend.to_numpy(c).tolist() == [[2.5, 2.5]] * 3
 
 
-def test_tma_kernel_indexing_under_the_interpreter():
-    """The Hopper kernel's tile order, descriptors and edges, run by Triton's interpreter on the CPU.
+@pytest.mark.parametrize(("split", "programs", "flatten", "promote"), [
+    (1, 2**30, True, 0),  # one program per tile
+    (2, 3, True, 0),  # persistent: 3 programs walk 9 tiles (two halves of N each), flattened loops
+    (2, 4, False, 0),
+    (1, 5, False, 32),  # max_num_imprecise_acc's form of promotion
+])
+def test_tma_kernel_indexing_under_the_interpreter(split, programs, flatten, promote):
+    """The Hopper kernel's tile order, descriptors, halves of N, persistent loop and edges, run by
+    Triton's interpreter on the CPU.
 
     The interpreter truncates fp32 to bfloat16 (the backend never sends this kernel there), so C may
-    be one bfloat16 unit below the exact sum in magnitude: the tolerance is that, not more.
+    be one bfloat16 unit below the exact sum in magnitude: the tolerance is that, not more. C starts
+    as NaN, so an element no program wrote fails.
     """
     import os
 
@@ -66,19 +74,21 @@ def test_tma_kernel_indexing_under_the_interpreter():
 
     from gemmzoo_triton.fp8_tma_kernel import fp8_tma_matmul_kernel
 
-    m, n, k, block = 70, 56, 80, 32  # edges in M and N, a K tail of half a tile
-    generator = torch.Generator().manual_seed(4)
+    m, n, k, block = 70, 88, 80, 32  # edges in M and N, a K tail of half a tile
+    generator = torch.Generator().manual_seed(4 + split + programs)
     a = torch.randn((m, k), generator=generator).to(torch.float8_e4m3fn)
     b = torch.randn((n, k), generator=generator).to(torch.float8_e4m3fn).t()  # column-major
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    part = block // split
 
-    def descriptor(view):
-        return TensorDescriptor(view, list(view.shape), list(view.stride()), [block, block])
+    def descriptor(view, rows, cols):
+        return TensorDescriptor(view, list(view.shape), list(view.stride()), [rows, cols])
 
-    grid = (triton.cdiv(m, block) * triton.cdiv(n, block),)
-    fp8_tma_matmul_kernel.fn[grid](
-        descriptor(a), descriptor(b.T), descriptor(c), m, n, k,
-        PROMOTE=0, BLOCK_SIZE_M=block, BLOCK_SIZE_N=block, BLOCK_SIZE_K=block, GROUP_SIZE_M=2,
+    tiles = triton.cdiv(m, block) * triton.cdiv(n, block)
+    fp8_tma_matmul_kernel.fn[(min(programs, tiles),)](
+        descriptor(a, block, block), descriptor(b.T, part, block), descriptor(c, block, part), m, n, k,
+        PROMOTE=promote, NUM_PROGRAMS=programs, BLOCK_SIZE_M=block, BLOCK_SIZE_N=block,
+        BLOCK_SIZE_K=block, GROUP_SIZE_M=2, SPLIT_N=split, FLATTEN=flatten,
     )
     exact = a.double() @ b.double()
     unit = 2.0 ** (torch.floor(torch.log2(exact.abs().clamp(min=2.0**-100))) - 7)  # one bf16 ulp
