@@ -58,18 +58,14 @@ class Candidate:
 
 
 CANDIDATES = [
-    Candidate("256w-split-flat", 128, 256, 3, 8, split=2),
     Candidate("128w-split-2cta-flat", 128, 128, 3, 8, split=2, per_sm=2, maxnreg=128),
+    Candidate("256w-split-flat", 128, 256, 3, 8, split=2),
     Candidate("128w-split-2cta-tiles", 128, 128, 3, 8, split=2, per_sm=0, maxnreg=128),
-    Candidate("256w-split-loop", 128, 256, 3, 8, split=2, flatten=False),
     Candidate("256w-split-tiles", 128, 256, 3, 8, split=2, per_sm=0),
-    Candidate("128w-split-2cta-loop", 128, 128, 3, 8, split=2, per_sm=2, maxnreg=128, flatten=False),
     Candidate("64x256-split-2cta-flat", 64, 256, 2, 4, split=2, per_sm=2),
     Candidate("128w-1cta-flat", 128, 128, 4, 8),
-    Candidate("128w-w4-split-2cta-loop", 128, 128, 3, 4, split=2, per_sm=2, flatten=False),
     Candidate("128w-split-2cta-flat-imprecise128", 128, 128, 3, 8, split=2, per_sm=2, maxnreg=128,
               promote=128),
-    Candidate("256w-tiles-imprecise128", 128, 256, 3, 8, per_sm=0, promote=128),
     Candidate("256w-split-flat-FAST", 128, 256, 3, 8, split=2, promote=-1),
     Candidate("128w-split-2cta-flat-FAST", 128, 128, 3, 8, split=2, per_sm=2, maxnreg=128, promote=-1),
 ]
@@ -77,10 +73,6 @@ CANDIDATES = [
 #: Problems with edges, all dimensions multiples of 16 (the kernel compiles once for them and the
 #: timed shapes): partial tiles in M and N, a K tail of 32, K under one tile, fewer tiles than SMs.
 EDGE_SHAPES = [(1008, 1040, 1056), (528, 272, 80), (2064, 1936, 4128)]
-
-#: One program per tile: a step no tile index reaches.
-ONE_TILE_EACH = 2**30
-
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -95,10 +87,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def launcher(candidate: Candidate, x: Any, y: Any, c: Any) -> tuple[Any, Any]:
     """A zero-argument launch of ``candidate`` computing ``c = x @ y``, and its first launch's kernel."""
     import torch
-    import triton
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    from gemmzoo_triton.fp8_tma_kernel import fp8_tma_matmul_kernel
+    from gemmzoo_triton.fp8_tma_kernel import fp8_tma_matmul_kernel, grid_for
 
     m, k = x.shape
     n = y.shape[1]
@@ -107,18 +98,16 @@ def launcher(candidate: Candidate, x: Any, y: Any, c: Any) -> tuple[Any, Any]:
     a_desc = TensorDescriptor(x, [m, k], [x.stride(0), 1], [candidate.bm, candidate.bk])
     b_desc = TensorDescriptor(yt, [n, k], [yt.stride(0), 1], [part, candidate.bk])
     c_desc = TensorDescriptor(c, [m, n], [c.stride(0), 1], [candidate.bm, part])
-    tiles = triton.cdiv(m, candidate.bm) * triton.cdiv(n, candidate.bn)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    programs = ONE_TILE_EACH if candidate.per_sm == 0 else candidate.per_sm * sms
     options: dict[str, Any] = {
-        "PROMOTE": candidate.promote, "NUM_PROGRAMS": programs, "BLOCK_SIZE_M": candidate.bm,
-        "BLOCK_SIZE_N": candidate.bn, "BLOCK_SIZE_K": candidate.bk, "GROUP_SIZE_M": 8,
-        "SPLIT_N": candidate.split, "FLATTEN": candidate.flatten,
+        "PROMOTE": candidate.promote, "BLOCK_SIZE_M": candidate.bm, "BLOCK_SIZE_N": candidate.bn,
+        "BLOCK_SIZE_K": candidate.bk, "GROUP_SIZE_M": 8, "SPLIT_N": candidate.split,
+        "FLATTEN": candidate.flatten, "PROGRAMS_PER_SM": candidate.per_sm,
         "num_warps": candidate.warps, "num_stages": candidate.stages,
     }
     if candidate.maxnreg is not None:
         options["maxnreg"] = candidate.maxnreg
-    grid = (min(programs, tiles),)
+    grid = grid_for(m, n, sms)(options)
 
     def run() -> Any:
         return fp8_tma_matmul_kernel.fn[grid](a_desc, b_desc, c_desc, m, n, k, **options)

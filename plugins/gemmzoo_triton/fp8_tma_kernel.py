@@ -20,11 +20,17 @@ sum. ``SPLIT_N`` 2 computes a BLOCK_SIZE_M x BLOCK_SIZE_N tile of C as two halve
 each its own dot on the same A tile: the A tile is loaded once and only half the partial sum is
 live at a time, so 128x256 tiles fit in registers with promotion.
 
-The kernel is persistent: NUM_PROGRAMS programs (at most one per SM, fewer for small problems)
+The kernel is persistent: the grid's programs (PROGRAMS_PER_SM per SM, fewer for small problems)
 walk C's tiles in grouped order (:func:`gemmzoo_triton.grouped_tma_kernel.tile_position`), and with
 ``FLATTEN`` the tile loop and the K loop are pipelined as one, so that the loads of a program's
-next tile overlap the epilogue of its last. With NUM_PROGRAMS at least the number of tiles it is
-the one-tile-per-program kernel.
+next tile overlap the epilogue of its last. With one program per tile it is the classic kernel.
+
+Why two programs per SM: Triton runs a program's warps in lockstep (the pipeline's barriers), so
+while they add a K tile's partial sums into the accumulator the tensor cores idle: at one program
+per SM that was 25-35% of the time (docs/results/2026-11-23-fp8.md). A second program on the same
+SM, at its own point of the K loop, keeps them busy meanwhile, as a second consumer warpgroup does
+in cuBLAS. Two 8-warp programs fit an SM with 128x128 tiles split in halves, three stages
+(112 KiB of shared memory each) and at most 128 registers a thread (``maxnreg``).
 
 The backend takes this kernel where :func:`gemmzoo_triton.fp8_backend.tma_fp8_eligible` allows;
 imported only then.
@@ -54,25 +60,24 @@ def set_block_shapes(nargs: dict[str, Any]) -> None:
     nargs["c_desc"].block_shape = [bm, part]
 
 
-def _tma_config(bm: int, bn: int, bk: int, stages: int, warps: int, split: int = 1,
-                flatten: bool = True) -> triton.Config:
-    config = _config(bm, bn, bk, stages, warps, pre_hook=set_block_shapes)
-    config.kwargs.update({"SPLIT_N": split, "FLATTEN": flatten})
+def _tma_config(bm: int, bn: int, stages: int, warps: int, split: int = 1, per_sm: int = 1,
+                maxnreg: int | None = None, flatten: bool = True) -> triton.Config:
+    config = _config(bm, bn, 128, stages, warps, pre_hook=set_block_shapes)
+    config.kwargs.update({"SPLIT_N": split, "FLATTEN": flatten, "PROGRAMS_PER_SM": per_sm})
+    config.maxnreg = maxnreg
     return config
 
 
-#: Configs for Hopper's fp8 tensor cores, K tiles of 128 (one 128-byte row of each operand per
-#: stage, the widest swizzle). 128x256 tiles in two halves first: the least traffic per product
-#: that still fits the promoted sums in registers. Three stages of a 128x256x128 pair of tiles take
-#: 144 KiB of shared memory, C's bf16 staging tile 32-64 KiB more: four would not fit in 227 KiB.
+#: Configs for Hopper's fp8 tensor cores, all with K tiles of 128 (one 128-byte row of each
+#: operand per stage, the widest swizzle, and the promotion interval cuBLAS uses). Two programs per
+#: SM of 128x128 tiles first (see the module's docstring); one program of a 128x256 tile in halves
+#: (three stages: 144 KiB, C's staging tile 32 KiB more); and smaller tiles for narrow problems.
 #: prune_configs drops those wider or taller than a problem and those past shared memory.
 HOPPER_FP8_TMA_CONFIGS = [
-    _tma_config(128, 256, 128, 3, 8, split=2),
-    _tma_config(128, 256, 128, 3, 8, split=2, flatten=False),
-    _tma_config(256, 128, 128, 3, 8),
-    _tma_config(128, 128, 128, 4, 8),
-    _tma_config(128, 128, 128, 4, 4),
-    _tma_config(64, 128, 128, 4, 4),
+    _tma_config(128, 128, 3, 8, split=2, per_sm=2, maxnreg=128),
+    _tma_config(128, 256, 3, 8, split=2),
+    _tma_config(128, 128, 4, 8),
+    _tma_config(64, 128, 4, 4, per_sm=2),
 ]
 
 
@@ -98,22 +103,26 @@ def fp8_tma_matmul_kernel(
     a_desc, b_desc, c_desc,
     M, N, K,
     PROMOTE: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
     GROUP_SIZE_M: tl.constexpr,
     SPLIT_N: tl.constexpr,
     FLATTEN: tl.constexpr,
+    PROGRAMS_PER_SM: tl.constexpr,
 ):
-    """C (bf16) = A @ B (fp8 E4M3) for tiles ``program_id, program_id + NUM_PROGRAMS, ...`` of C."""
+    """C (bf16) = A @ B (fp8 E4M3) for tiles ``program_id, program_id + num_programs, ...`` of C.
+
+    PROGRAMS_PER_SM is the launch's: how many programs the grid has per SM (0: one per tile).
+    """
     PART_N: tl.constexpr = BLOCK_SIZE_N // SPLIT_N
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     # The epilogue finds its tile from a counter of its own, as Triton's persistent tutorial does:
     # a value used both before the K loop and in the epilogue trips up the flattened pipeline.
-    epilogue_tile = tl.program_id(axis=0) - NUM_PROGRAMS
-    for tile_id in tl.range(tl.program_id(axis=0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=FLATTEN):
+    programs = tl.num_programs(axis=0)
+    epilogue_tile = tl.program_id(axis=0) - programs
+    for tile_id in tl.range(tl.program_id(axis=0), num_pid_m * num_pid_n, programs, flatten=FLATTEN):
         pid_m, pid_n = tile_position(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M)
         off_m, off_n = pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N
         left = tl.zeros((BLOCK_SIZE_M, PART_N), dtype=tl.float32)
@@ -123,7 +132,7 @@ def fp8_tma_matmul_kernel(
             left = promoted_dot(a, b_desc.load([off_n, off_k]).T, left, PROMOTE)
             if SPLIT_N == 2:
                 right = promoted_dot(a, b_desc.load([off_n + PART_N, off_k]).T, right, PROMOTE)
-        epilogue_tile += NUM_PROGRAMS
+        epilogue_tile += programs
         pid_m, pid_n = tile_position(epilogue_tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
         off_m, off_n = pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N
         c_desc.store([off_m, off_n], left.to(tl.bfloat16))
@@ -136,22 +145,26 @@ def _descriptor(view: Any) -> TensorDescriptor:
     return TensorDescriptor(view, list(view.shape), list(view.stride()), [1, 1])
 
 
-def launch(
-    x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY, programs: int | None = None
-) -> triton.Config:
+def grid_for(M: int, N: int, sms: int) -> Any:
+    """The launch grid, a function of the config: PROGRAMS_PER_SM programs per SM, at most one
+    per tile of C (one per tile with PROGRAMS_PER_SM 0)."""
+
+    def grid(meta: dict[str, Any]) -> tuple[int]:
+        tiles = triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"])
+        per_sm = meta["PROGRAMS_PER_SM"]
+        return (min(per_sm * sms, tiles) if per_sm > 0 else tiles,)
+
+    return grid
+
+
+def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY) -> triton.Config:
     """Compute ``c = x @ y``: ``x`` row-major, ``y`` column-major, both fp8; ``c`` bf16, contiguous.
 
-    ``programs``: how many programs walk C's tiles, by default one per SM of ``x``'s device.
     Returns the config that ran.
     """
     M, K = x.shape
     N = y.shape[1]
-    programs = num_sms(x.device) if programs is None else programs
+    sms = num_sms(x.device)
     args = (_descriptor(x), _descriptor(y.T), _descriptor(c), M, N, K)
-
-    def grid(meta: dict[str, Any]) -> tuple[int]:
-        tiles = triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"])
-        return (min(programs, tiles),)
-
-    options = {"PROMOTE": promote, "NUM_PROGRAMS": programs}
-    return launch_tuned(fp8_tma_matmul_kernel, grid, args, options, (M, N, K, promote, programs))
+    return launch_tuned(fp8_tma_matmul_kernel, grid_for(M, N, sms), args, {"PROMOTE": promote},
+                        (M, N, K, promote, sms))
