@@ -49,6 +49,7 @@ class Candidate:
     stages: int
     warps: int
     split: int = 1
+    split_m: int = 1
     flatten: bool = True
     #: programs per SM (0: one program per tile of C)
     per_sm: int = 1
@@ -58,16 +59,15 @@ class Candidate:
 
 
 CANDIDATES = [
+    Candidate("128-msplit-w4-2cta-flat", 128, 128, 3, 4, split_m=2, per_sm=2),
+    Candidate("128-msplit-w4-2cta-loop", 128, 128, 3, 4, split_m=2, per_sm=2, flatten=False),
+    Candidate("64x128-w4-2cta-flat", 64, 128, 4, 4, per_sm=2),
     Candidate("128w-split-2cta-flat", 128, 128, 3, 8, split=2, per_sm=2, maxnreg=128),
     Candidate("256w-split-flat", 128, 256, 3, 8, split=2),
-    Candidate("128w-split-2cta-tiles", 128, 128, 3, 8, split=2, per_sm=0, maxnreg=128),
-    Candidate("256w-split-tiles", 128, 256, 3, 8, split=2, per_sm=0),
-    Candidate("64x256-split-2cta-flat", 64, 256, 2, 4, split=2, per_sm=2),
-    Candidate("128w-1cta-flat", 128, 128, 4, 8),
-    Candidate("128w-split-2cta-flat-imprecise128", 128, 128, 3, 8, split=2, per_sm=2, maxnreg=128,
-              promote=128),
-    Candidate("256w-split-flat-FAST", 128, 256, 3, 8, split=2, promote=-1),
-    Candidate("128w-split-2cta-flat-FAST", 128, 128, 3, 8, split=2, per_sm=2, maxnreg=128, promote=-1),
+    Candidate("256x128-msplit-flat", 256, 128, 3, 8, split_m=2),
+    Candidate("128-msplit-w4-2cta-flat-FAST", 128, 128, 3, 4, split_m=2, per_sm=2, promote=-1),
+    Candidate("128w-1cta-flat-FAST", 128, 128, 4, 8, promote=-1),
+    Candidate("256w-flat-FAST", 128, 256, 3, 8, promote=-1),
 ]
 
 #: Problems with edges, all dimensions multiples of 16 (the kernel compiles once for them and the
@@ -93,15 +93,16 @@ def launcher(candidate: Candidate, x: Any, y: Any, c: Any) -> tuple[Any, Any]:
 
     m, k = x.shape
     n = y.shape[1]
-    part = candidate.bn // candidate.split
+    part_m, part_n = candidate.bm // candidate.split_m, candidate.bn // candidate.split
     yt = y.T
-    a_desc = TensorDescriptor(x, [m, k], [x.stride(0), 1], [candidate.bm, candidate.bk])
-    b_desc = TensorDescriptor(yt, [n, k], [yt.stride(0), 1], [part, candidate.bk])
-    c_desc = TensorDescriptor(c, [m, n], [c.stride(0), 1], [candidate.bm, part])
+    a_desc = TensorDescriptor(x, [m, k], [x.stride(0), 1], [part_m, candidate.bk])
+    b_desc = TensorDescriptor(yt, [n, k], [yt.stride(0), 1], [part_n, candidate.bk])
+    c_desc = TensorDescriptor(c, [m, n], [c.stride(0), 1], [part_m, part_n])
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     options: dict[str, Any] = {
         "PROMOTE": candidate.promote, "BLOCK_SIZE_M": candidate.bm, "BLOCK_SIZE_N": candidate.bn,
-        "BLOCK_SIZE_K": candidate.bk, "GROUP_SIZE_M": 8, "SPLIT_N": candidate.split,
+        "BLOCK_SIZE_K": candidate.bk, "GROUP_SIZE_M": 8, "SPLIT_M": candidate.split_m,
+        "SPLIT_N": candidate.split,
         "FLATTEN": candidate.flatten, "PROGRAMS_PER_SM": candidate.per_sm,
         "num_warps": candidate.warps, "num_stages": candidate.stages,
     }

@@ -51,13 +51,13 @@ def test_a_bfloat16_result_on_the_operands_device():
     assert backend.to_numpy(c).tolist() == [[2.5, 2.5]] * 3
 
 
-@pytest.mark.parametrize(("split", "programs", "flatten", "promote"), [
-    (1, 9, True, 0),  # one program per tile
-    (2, 3, True, 0),  # persistent: 3 programs walk 9 tiles (two halves of N each), flattened loops
-    (2, 4, False, 0),
-    (1, 5, False, 32),  # max_num_imprecise_acc's form of promotion
+@pytest.mark.parametrize(("split_m", "split_n", "programs", "flatten", "promote"), [
+    (1, 1, 9, True, 0),  # one program per tile
+    (1, 2, 3, True, 0),  # persistent: 3 programs walk 9 tiles (two halves of N each), flattened loops
+    (2, 1, 4, False, 0),  # two halves of M
+    (1, 1, 5, False, 32),  # max_num_imprecise_acc's form of promotion
 ])
-def test_tma_kernel_indexing_under_the_interpreter(split, programs, flatten, promote):
+def test_tma_kernel_indexing_under_the_interpreter(split_m, split_n, programs, flatten, promote):
     """The Hopper kernel's tile order, descriptors, halves of N, persistent loop and edges, run by
     Triton's interpreter on the CPU.
 
@@ -75,20 +75,20 @@ def test_tma_kernel_indexing_under_the_interpreter(split, programs, flatten, pro
     from gemmzoo_triton.fp8_tma_kernel import fp8_tma_matmul_kernel
 
     m, n, k, block = 70, 88, 80, 32  # edges in M and N, a K tail of half a tile
-    generator = torch.Generator().manual_seed(4 + split + programs)
+    generator = torch.Generator().manual_seed(4 + split_m + split_n + programs)
     a = torch.randn((m, k), generator=generator).to(torch.float8_e4m3fn)
     b = torch.randn((n, k), generator=generator).to(torch.float8_e4m3fn).t()  # column-major
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-    part = block // split
 
     def descriptor(view, rows, cols):
         return TensorDescriptor(view, list(view.shape), list(view.stride()), [rows, cols])
 
     tiles = triton.cdiv(m, block) * triton.cdiv(n, block)
     fp8_tma_matmul_kernel.fn[(min(programs, tiles),)](
-        descriptor(a, block, block), descriptor(b.T, part, block), descriptor(c, block, part), m, n, k,
+        descriptor(a, block // split_m, block), descriptor(b.T, block // split_n, block),
+        descriptor(c, block // split_m, block // split_n), m, n, k,
         PROMOTE=promote, BLOCK_SIZE_M=block, BLOCK_SIZE_N=block, BLOCK_SIZE_K=block, GROUP_SIZE_M=2,
-        SPLIT_N=split, FLATTEN=flatten, PROGRAMS_PER_SM=1,
+        SPLIT_M=split_m, SPLIT_N=split_n, FLATTEN=flatten, PROGRAMS_PER_SM=1,
     )
     exact = a.double() @ b.double()
     unit = 2.0 ** (torch.floor(torch.log2(exact.abs().clamp(min=2.0**-100))) - 7)  # one bf16 ulp

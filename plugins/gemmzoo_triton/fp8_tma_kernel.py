@@ -54,28 +54,33 @@ from gemmzoo_triton.grouped_tma_kernel import num_sms, tile_position
 def set_block_shapes(nargs: dict[str, Any]) -> None:
     """Each config's ``pre_hook``: give the descriptors the block shapes of the config about to run."""
     bm, bn, bk = (nargs[f"BLOCK_SIZE_{d}"] for d in "MNK")
-    part = bn // nargs["SPLIT_N"]
-    nargs["a_desc"].block_shape = [bm, bk]
-    nargs["b_desc"].block_shape = [part, bk]
-    nargs["c_desc"].block_shape = [bm, part]
+    part_m, part_n = bm // nargs["SPLIT_M"], bn // nargs["SPLIT_N"]
+    nargs["a_desc"].block_shape = [part_m, bk]
+    nargs["b_desc"].block_shape = [part_n, bk]
+    nargs["c_desc"].block_shape = [part_m, part_n]
 
 
-def _tma_config(bm: int, bn: int, stages: int, warps: int, split: int = 1, per_sm: int = 1,
-                maxnreg: int | None = None, flatten: bool = True) -> triton.Config:
+def _tma_config(bm: int, bn: int, stages: int, warps: int, split_m: int = 1, split_n: int = 1,
+                per_sm: int = 1, maxnreg: int | None = None, flatten: bool = True) -> triton.Config:
     config = _config(bm, bn, 128, stages, warps, pre_hook=set_block_shapes)
-    config.kwargs.update({"SPLIT_N": split, "FLATTEN": flatten, "PROGRAMS_PER_SM": per_sm})
+    config.kwargs.update(
+        {"SPLIT_M": split_m, "SPLIT_N": split_n, "FLATTEN": flatten, "PROGRAMS_PER_SM": per_sm}
+    )
     config.maxnreg = maxnreg
     return config
 
 
 #: Configs for Hopper's fp8 tensor cores, all with K tiles of 128 (one 128-byte row of each
 #: operand per stage, the widest swizzle, and the promotion interval cuBLAS uses). Two programs per
-#: SM of 128x128 tiles first (see the module's docstring); one program of a 128x256 tile in halves
-#: (three stages: 144 KiB, C's staging tile 32 KiB more); and smaller tiles for narrow problems.
-#: prune_configs drops those wider or taller than a problem and those past shared memory.
+#: SM of 128x128 tiles in halves first (see the module's docstring); one program of a 128x256 or
+#: 256x128 tile in halves (three stages: 144 KiB, C's staging tile 32 KiB more); 128x128 whole,
+#: the fastest without promotion; 64x128 for narrow problems. prune_configs drops those wider or
+#: taller than a problem and those past shared memory.
 HOPPER_FP8_TMA_CONFIGS = [
-    _tma_config(128, 128, 3, 8, split=2, per_sm=2, maxnreg=128),
-    _tma_config(128, 256, 3, 8, split=2),
+    _tma_config(128, 128, 3, 8, split_n=2, per_sm=2, maxnreg=128),
+    _tma_config(128, 128, 3, 4, split_m=2, per_sm=2),
+    _tma_config(128, 256, 3, 8, split_n=2),
+    _tma_config(256, 128, 3, 8, split_m=2),
     _tma_config(128, 128, 4, 8),
     _tma_config(64, 128, 4, 4, per_sm=2),
 ]
@@ -107,6 +112,7 @@ def fp8_tma_matmul_kernel(
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
     GROUP_SIZE_M: tl.constexpr,
+    SPLIT_M: tl.constexpr,
     SPLIT_N: tl.constexpr,
     FLATTEN: tl.constexpr,
     PROGRAMS_PER_SM: tl.constexpr,
@@ -115,6 +121,7 @@ def fp8_tma_matmul_kernel(
 
     PROGRAMS_PER_SM is the launch's: how many programs the grid has per SM (0: one per tile).
     """
+    PART_M: tl.constexpr = BLOCK_SIZE_M // SPLIT_M
     PART_N: tl.constexpr = BLOCK_SIZE_N // SPLIT_N
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
@@ -125,19 +132,24 @@ def fp8_tma_matmul_kernel(
     for tile_id in tl.range(tl.program_id(axis=0), num_pid_m * num_pid_n, programs, flatten=FLATTEN):
         pid_m, pid_n = tile_position(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M)
         off_m, off_n = pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N
-        left = tl.zeros((BLOCK_SIZE_M, PART_N), dtype=tl.float32)
-        right = tl.zeros((BLOCK_SIZE_M, PART_N), dtype=tl.float32)
+        first = tl.zeros((PART_M, PART_N), dtype=tl.float32)
+        second = tl.zeros((PART_M, PART_N), dtype=tl.float32)
         for off_k in range(0, K, BLOCK_SIZE_K):
             a = a_desc.load([off_m, off_k])
-            left = promoted_dot(a, b_desc.load([off_n, off_k]).T, left, PROMOTE)
+            b = b_desc.load([off_n, off_k]).T
+            first = promoted_dot(a, b, first, PROMOTE)
             if SPLIT_N == 2:
-                right = promoted_dot(a, b_desc.load([off_n + PART_N, off_k]).T, right, PROMOTE)
+                second = promoted_dot(a, b_desc.load([off_n + PART_N, off_k]).T, second, PROMOTE)
+            elif SPLIT_M == 2:
+                second = promoted_dot(a_desc.load([off_m + PART_M, off_k]), b, second, PROMOTE)
         epilogue_tile += programs
         pid_m, pid_n = tile_position(epilogue_tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
         off_m, off_n = pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N
-        c_desc.store([off_m, off_n], left.to(tl.bfloat16))
+        c_desc.store([off_m, off_n], first.to(tl.bfloat16))
         if SPLIT_N == 2:
-            c_desc.store([off_m, off_n + PART_N], right.to(tl.bfloat16))
+            c_desc.store([off_m, off_n + PART_N], second.to(tl.bfloat16))
+        elif SPLIT_M == 2:
+            c_desc.store([off_m + PART_M, off_n], second.to(tl.bfloat16))
 
 
 def _descriptor(view: Any) -> TensorDescriptor:
