@@ -109,3 +109,30 @@ def test_operands_are_made_k_major_with_their_values():
     assert x2 is x and y2 is y
     c = torch.empty((48, 40), dtype=torch.bfloat16)
     assert not tma_fp8_eligible(x, y, c)  # a CPU tensor, and far under the size TMA pays off at
+
+
+def test_tma_grid_and_block_shapes_follow_the_config():
+    """Two programs per SM at most one per tile, one per tile with PROGRAMS_PER_SM 0; descriptors
+    get the halves' block shapes."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("imports the kernel module, which the interpreter run covers")
+    from types import SimpleNamespace
+
+    from gemmzoo_triton.fp8_tma_kernel import HOPPER_FP8_TMA_CONFIGS, grid_for, set_block_shapes
+
+    meta = {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "PROGRAMS_PER_SM": 2}
+    assert grid_for(4096, 4096, 132)(meta) == (264,)  # 1024 tiles
+    assert grid_for(1000, 300, 132)(meta) == (8 * 3,)  # fewer tiles than programs
+    assert grid_for(4096, 4096, 132)({**meta, "PROGRAMS_PER_SM": 0}) == (1024,)
+    for config in HOPPER_FP8_TMA_CONFIGS:
+        nargs = {**config.all_kwargs(), **{d: SimpleNamespace(block_shape=None) for d in
+                                           ("a_desc", "b_desc", "c_desc")}}
+        set_block_shapes(nargs)
+        bm, bn, bk = (config.kwargs[f"BLOCK_SIZE_{d}"] for d in "MNK")
+        part_m, part_n = bm // config.kwargs["SPLIT_M"], bn // config.kwargs["SPLIT_N"]
+        assert nargs["a_desc"].block_shape == [part_m, bk]
+        assert nargs["b_desc"].block_shape == [part_n, bk]
+        assert nargs["c_desc"].block_shape == [part_m, part_n]
+        assert bk == 128  # the promotion interval: one K tile, as cuBLAS

@@ -8,29 +8,31 @@ zeros and store clipped, so nothing is masked. C is rounded once to bfloat16.
 Promotion (``PROMOTE``, see :data:`gemmzoo_triton.fp8_kernel.PROMOTE_EVERY`): with 0, each K
 tile's product is summed by the tensor cores into a fresh zero (their reduced-precision sum, over
 BLOCK_SIZE_K products) and added to the fp32 accumulator with an ordinary fp32 add, cuBLAS's
-``use_fast_accum=False`` numerics. A positive value asks Triton for the same through
-``max_num_imprecise_acc`` instead: Triton then keeps the partial sum and the accumulator alive
-across the whole MMA sequence, which at a 128x256 tile needs more registers than a thread has
-(it spills; the fresh-zero form does not). A negative value never promotes (Triton's default on
-Hopper: faster, and out of gemmzoo's float8_e4m3fn bound).
+``use_fast_accum=False`` numerics: on the H100 the results were bitwise those of
+``torch._scaled_mm``. A positive value asks Triton for promotion every that many products through
+``max_num_imprecise_acc`` (at BLOCK_SIZE_K: the same bits and speed there). A negative value never
+promotes (Triton's default on Hopper: faster, and out of gemmzoo's float8_e4m3fn bound).
 
 Register budget: a warpgroup holds its share of the fp32 accumulator (64 registers a thread per
 64x128 of C) and, while a K tile's product is being added, the same again for the fresh partial
-sum. ``SPLIT_N`` 2 computes a BLOCK_SIZE_M x BLOCK_SIZE_N tile of C as two halves side by side,
-each its own dot on the same A tile: the A tile is loaded once and only half the partial sum is
-live at a time, so 128x256 tiles fit in registers with promotion.
+sum. ``SPLIT_M`` or ``SPLIT_N`` 2 computes a BLOCK_SIZE_M x BLOCK_SIZE_N tile of C as two halves,
+each its own dot sharing the other operand's tile (loaded once): only half the partial sum is live
+at a time, so 128x256 tiles, or 128x128 ones in one warpgroup, fit in registers with promotion.
+Halves of M keep the MMA instructions as wide as the tile (m64n128 for 128x128 in 4 warps); halves
+of N narrow them.
 
 The kernel is persistent: the grid's programs (PROGRAMS_PER_SM per SM, fewer for small problems)
 walk C's tiles in grouped order (:func:`gemmzoo_triton.grouped_tma_kernel.tile_position`), and with
 ``FLATTEN`` the tile loop and the K loop are pipelined as one, so that the loads of a program's
 next tile overlap the epilogue of its last. With one program per tile it is the classic kernel.
 
-Why two programs per SM: Triton runs a program's warps in lockstep (the pipeline's barriers), so
-while they add a K tile's partial sums into the accumulator the tensor cores idle: at one program
-per SM that was 25-35% of the time (docs/results/2026-11-23-fp8.md). A second program on the same
-SM, at its own point of the K loop, keeps them busy meanwhile, as a second consumer warpgroup does
-in cuBLAS. Two 8-warp programs fit an SM with 128x128 tiles split in halves, three stages
-(112 KiB of shared memory each) and at most 128 registers a thread (``maxnreg``).
+Why two programs per SM: Triton runs a program's warps in lockstep (the pipeline's barriers), and
+its wgmma pipeliner waits for a dot whose result the loop uses before going on; so while a
+program adds a K tile's partial sums into the accumulator, its tensor cores idle: 20-30% of the
+time at one program per SM on the H100. A second program on the same SM, at its own point of the
+K loop, keeps them busy meanwhile, as a second consumer warpgroup does in cuBLAS. With 128x128
+tiles in halves of M, 4 warps and three stages (112 KiB of shared memory), two fit an SM, and the
+promoted kernel ran as fast as the unpromoted one (docs/results/2026-11-23-h100-fp8-tma.md).
 
 The backend takes this kernel where :func:`gemmzoo_triton.fp8_backend.tma_fp8_eligible` allows;
 imported only then.
@@ -72,13 +74,14 @@ def _tma_config(bm: int, bn: int, stages: int, warps: int, split_m: int = 1, spl
 
 #: Configs for Hopper's fp8 tensor cores, all with K tiles of 128 (one 128-byte row of each
 #: operand per stage, the widest swizzle, and the promotion interval cuBLAS uses). Two programs per
-#: SM of 128x128 tiles in halves first (see the module's docstring); one program of a 128x256 or
+#: SM of 128x128 tiles in halves (see the module's docstring; halves of M were the fastest promoted
+#: config on the H100 at 4096^3 and 8192^3, 0.87-0.88x cuBLAS); one program of a 128x256 or
 #: 256x128 tile in halves (three stages: 144 KiB, C's staging tile 32 KiB more); 128x128 whole,
-#: the fastest without promotion; 64x128 for narrow problems. prune_configs drops those wider or
-#: taller than a problem and those past shared memory.
+#: the fastest of these without promotion; 64x128 for narrow problems. prune_configs drops those
+#: wider or taller than a problem and those past shared memory.
 HOPPER_FP8_TMA_CONFIGS = [
-    _tma_config(128, 128, 3, 8, split_n=2, per_sm=2, maxnreg=128),
     _tma_config(128, 128, 3, 4, split_m=2, per_sm=2),
+    _tma_config(128, 128, 3, 8, split_n=2, per_sm=2, maxnreg=128),
     _tma_config(128, 256, 3, 8, split_n=2),
     _tma_config(256, 128, 3, 8, split_m=2),
     _tma_config(128, 128, 4, 8),
