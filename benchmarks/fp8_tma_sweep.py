@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fp8 import environment, error_ratio, median_ms, operands, write_results
+from fp8 import error_ratio, operands
+from gpu_results import environment, median_ms, write_results
 
 #: Registers and shared memory of one Hopper SM, for the programs-per-SM estimate.
 SM_REGISTERS = 65536
