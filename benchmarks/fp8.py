@@ -16,17 +16,18 @@ What is timed per shape and layout:
 - ``scaled_mm``: ``torch._scaled_mm`` on operands already in its layout (A row-major, B
   column-major), ``use_fast_accum=False``; ``scaled_mm-fast``: the same with fast accumulation;
 - ``torch``: gemmzoo's torch backend on operands in the layout (its copies included);
-- ``triton-fp8``: gemmzoo's triton-fp8 backend (pointer kernel, promotion once per K tile);
-  ``triton-fp8-tma``: the same with its TMA kernel allowed (``tma=True``); ``-fast`` and ``-32``:
-  these promoting never (Triton's default on Hopper) and after every 32-deep MMA instruction,
-  each autotuned for itself.
+- ``triton-fp8``: gemmzoo's triton-fp8 backend (on Hopper its TMA kernel where the problem allows,
+  promotion once per K tile); ``triton-fp8-pointer``: the same kept to its pointer kernel
+  (``tma=False``); ``-tma-fast``, ``-fast`` (pointer) and ``-32`` (pointer): promoting never
+  (Triton's default on Hopper) and after every 32-deep MMA instruction, each autotuned for itself.
 
 Prints the table and the target ratios (triton-fp8 / scaled_mm and scaled_mm / bf16) and writes
 OUT_DIR/fp8.json and fp8.md. With ``--variants-conformance``, also runs the conformance suite's
-float8_e4m3fn cases on the variants that are not bundled (scaled_mm-fast, triton-fp8-fast,
-triton-fp8-32), reports which conform, and for every path the block-sum roundoff its errors imply
-(the largest (|C - R| - u_out·|R| - 4·sqrt(K)·u_acc·|A||B|) / |A||B|, against the bound's 2**-13)
-over a range of K. Not a pytest file.
+float8_e4m3fn cases, with two beyond the TMA kernel's size threshold, on triton-fp8 and the
+variants that are not bundled (triton-fp8-pointer, scaled_mm-fast, triton-fp8-fast, triton-fp8-32),
+reports which conform, and for every path the block-sum roundoff its errors imply (the largest
+(|C - R| - u_out·|R| - 4·sqrt(K)·u_acc·|A||B|) / |A||B|, against the bound's 2**-13) over a range
+of K. Not a pytest file.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ from gpu_results import environment, median_ms, write_results
 
 SHAPES = ["4096x4096x4096", "8192x8192x8192"]
 LAYOUTS = ["NT", "NN"]
-VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-tma", "triton-fp8-fast",
-            "triton-fp8-tma-fast", "triton-fp8-32"]
-DEFAULT_VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-tma",
+VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-pointer",
+            "triton-fp8-fast", "triton-fp8-tma-fast", "triton-fp8-32"]
+DEFAULT_VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-pointer",
                     "triton-fp8-tma-fast"]
 
 
@@ -111,7 +112,7 @@ def scaled_mm_layout(a: Any, b: Any) -> tuple[Any, Any]:
     return a.contiguous(), b.t().contiguous().t()
 
 
-def triton_fp8(promote: int | None = None, name: str = "triton-fp8", tma: bool = False) -> Any:
+def triton_fp8(promote: int | None = None, name: str = "triton-fp8", tma: bool = True) -> Any:
     """The triton-fp8 backend, or a variant of it promoting partial sums as ``promote`` says and
     taking its TMA kernel or not."""
     from gemmzoo_triton import TritonFp8Backend
@@ -122,12 +123,14 @@ def triton_fp8(promote: int | None = None, name: str = "triton-fp8", tma: bool =
 
 
 def picked_config(m: int, n: int, k: int) -> str:
-    """The kernel and config the triton-fp8 backend ran on this problem."""
+    """The kernel and config the triton-fp8 backend ran on this problem (the TMA kernel's where
+    it ran, else the pointer kernel's)."""
     from gemmzoo_triton.grouped_kernel import PICKED
 
-    for key, config in PICKED.items():
-        if key[0] == "fp8_matmul_kernel" and key[1:4] == (m, n, k) and key[4] == 0:
-            return f"{key[0]}: {config}"
+    for kernel in ("fp8_tma_matmul_kernel", "fp8_matmul_kernel"):
+        for key, config in PICKED.items():
+            if key[0] == kernel and key[1:4] == (m, n, k) and key[4] == 0:
+                return f"{key[0]}: {config}"
     return "?"
 
 
@@ -140,10 +143,10 @@ def calls_for(a: Any, b: Any, a16: Any, b16: Any, variants: list[str]) -> dict[s
     one = torch.ones((), dtype=torch.float32, device="cuda")
     torch_backend, triton_backend = gemmzoo.get_backend("torch"), gemmzoo.get_backend("triton-fp8")
     extra = {
-        "triton-fp8-tma": triton_fp8(None, "triton-fp8-tma", tma=True),
-        "triton-fp8-fast": triton_fp8(-1, "triton-fp8-fast"),
-        "triton-fp8-tma-fast": triton_fp8(-1, "triton-fp8-tma-fast", tma=True),
-        "triton-fp8-32": triton_fp8(32, "triton-fp8-32"),
+        "triton-fp8-pointer": triton_fp8(None, "triton-fp8-pointer", tma=False),
+        "triton-fp8-fast": triton_fp8(-1, "triton-fp8-fast", tma=False),
+        "triton-fp8-tma-fast": triton_fp8(-1, "triton-fp8-tma-fast"),
+        "triton-fp8-32": triton_fp8(32, "triton-fp8-32", tma=False),
     }
     sa, sb = scaled_mm_layout(a, b)
     calls = {
@@ -234,8 +237,8 @@ def implied_block_roundoff(backend: Any, k: int, seed: int) -> tuple[float, floa
 
 
 def variants_conformance(out: list[str]) -> None:
-    """The suite's float8_e4m3fn cases (CPU shapes and one long-K GPU shape) on the variants
-    (triton-fp8 with its TMA kernel among them), and the block-sum roundoff every path's errors
+    """The suite's float8_e4m3fn cases (CPU shapes, one long-K GPU shape, two past the TMA
+    kernel's threshold) on triton-fp8 and the variants, and the block-sum roundoff every path's errors
     imply over K from 32 to 8192."""
     import gemmzoo
     from gemmzoo.conformance import Case, conformance_cases, run_case
@@ -243,9 +246,9 @@ def variants_conformance(out: list[str]) -> None:
     big = (2112, 2080, 2064, "float8_e4m3fn")  # past TMA_MIN_WORK: the TMA kernel, tails included
     cases = [*conformance_cases("float8_e4m3fn", "cpu"), Case("random", 64, 2048, 8192, "float8_e4m3fn"),
              Case("random", *big), Case("random", *big, "TT")]
-    variants = [triton_fp8(None, "triton-fp8-tma", tma=True), scaled_mm_fast(),
-                triton_fp8(-1, "triton-fp8-fast"), triton_fp8(32, "triton-fp8-32")]
-    for backend in variants:
+    variants = [triton_fp8(None, "triton-fp8-pointer", tma=False), scaled_mm_fast(),
+                triton_fp8(-1, "triton-fp8-fast", tma=False), triton_fp8(32, "triton-fp8-32", tma=False)]
+    for backend in [gemmzoo.get_backend("triton-fp8"), *variants]:
         results = [run_case(backend, case) for case in cases]
         failed = [r for r in results if not r.passed]
         line = f"{backend.name}: {len(results) - len(failed)} of {len(results)} cases conform"
@@ -288,7 +291,7 @@ def ratio_lines(rows: list[dict[str, Any]]) -> list[str]:
         found = {r["variant"]: r for r in rows
                  if (r["shape"], r["layout"]) == (shape, layout) and "tflops" in r}
         parts = []
-        for top, bottom in (("triton-fp8", "scaled_mm"), ("triton-fp8-tma", "scaled_mm"),
+        for top, bottom in (("triton-fp8", "scaled_mm"), ("triton-fp8-pointer", "scaled_mm"),
                             ("scaled_mm", "bf16"), ("torch", "scaled_mm"),
                             ("triton-fp8-tma-fast", "scaled_mm-fast"), ("triton-fp8-32", "scaled_mm")):
             if top in found and bottom in found:

@@ -51,11 +51,19 @@ def test_a_bfloat16_result_on_the_operands_device():
     assert backend.to_numpy(c).tolist() == [[2.5, 2.5]] * 3
 
 
-def test_tma_kernel_indexing_under_the_interpreter():
-    """The Hopper kernel's tile order, descriptors and edges, run by Triton's interpreter on the CPU.
+@pytest.mark.parametrize(("split_m", "split_n", "programs", "flatten", "promote"), [
+    (1, 1, 9, True, 0),  # one program per tile
+    (1, 2, 3, True, 0),  # persistent: 3 programs walk 9 tiles (two halves of N each), flattened loops
+    (2, 1, 4, False, 0),  # two halves of M
+    (1, 1, 5, False, 32),  # max_num_imprecise_acc's form of promotion
+])
+def test_tma_kernel_indexing_under_the_interpreter(split_m, split_n, programs, flatten, promote):
+    """The Hopper kernel's tile order, descriptors, halves of N, persistent loop and edges, run by
+    Triton's interpreter on the CPU.
 
     The interpreter truncates fp32 to bfloat16 (the backend never sends this kernel there), so C may
-    be one bfloat16 unit below the exact sum in magnitude: the tolerance is that, not more.
+    be one bfloat16 unit below the exact sum in magnitude: the tolerance is that, not more. C starts
+    as NaN, so an element no program wrote fails.
     """
     import os
 
@@ -66,19 +74,21 @@ def test_tma_kernel_indexing_under_the_interpreter():
 
     from gemmzoo_triton.fp8_tma_kernel import fp8_tma_matmul_kernel
 
-    m, n, k, block = 70, 56, 80, 32  # edges in M and N, a K tail of half a tile
-    generator = torch.Generator().manual_seed(4)
+    m, n, k, block = 70, 88, 80, 32  # edges in M and N, a K tail of half a tile
+    generator = torch.Generator().manual_seed(4 + split_m + split_n + programs)
     a = torch.randn((m, k), generator=generator).to(torch.float8_e4m3fn)
     b = torch.randn((n, k), generator=generator).to(torch.float8_e4m3fn).t()  # column-major
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
 
-    def descriptor(view):
-        return TensorDescriptor(view, list(view.shape), list(view.stride()), [block, block])
+    def descriptor(view, rows, cols):
+        return TensorDescriptor(view, list(view.shape), list(view.stride()), [rows, cols])
 
-    grid = (triton.cdiv(m, block) * triton.cdiv(n, block),)
-    fp8_tma_matmul_kernel.fn[grid](
-        descriptor(a), descriptor(b.T), descriptor(c), m, n, k,
-        PROMOTE=0, BLOCK_SIZE_M=block, BLOCK_SIZE_N=block, BLOCK_SIZE_K=block, GROUP_SIZE_M=2,
+    tiles = triton.cdiv(m, block) * triton.cdiv(n, block)
+    fp8_tma_matmul_kernel.fn[(min(programs, tiles),)](
+        descriptor(a, block // split_m, block), descriptor(b.T, block // split_n, block),
+        descriptor(c, block // split_m, block // split_n), m, n, k,
+        PROMOTE=promote, BLOCK_SIZE_M=block, BLOCK_SIZE_N=block, BLOCK_SIZE_K=block, GROUP_SIZE_M=2,
+        SPLIT_M=split_m, SPLIT_N=split_n, FLATTEN=flatten, PROGRAMS_PER_SM=1,
     )
     exact = a.double() @ b.double()
     unit = 2.0 ** (torch.floor(torch.log2(exact.abs().clamp(min=2.0**-100))) - 7)  # one bf16 ulp
@@ -99,3 +109,30 @@ def test_operands_are_made_k_major_with_their_values():
     assert x2 is x and y2 is y
     c = torch.empty((48, 40), dtype=torch.bfloat16)
     assert not tma_fp8_eligible(x, y, c)  # a CPU tensor, and far under the size TMA pays off at
+
+
+def test_tma_grid_and_block_shapes_follow_the_config():
+    """Two programs per SM at most one per tile, one per tile with PROGRAMS_PER_SM 0; descriptors
+    get the halves' block shapes."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("imports the kernel module, which the interpreter run covers")
+    from types import SimpleNamespace
+
+    from gemmzoo_triton.fp8_tma_kernel import HOPPER_FP8_TMA_CONFIGS, grid_for, set_block_shapes
+
+    meta = {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "PROGRAMS_PER_SM": 2}
+    assert grid_for(4096, 4096, 132)(meta) == (264,)  # 1024 tiles
+    assert grid_for(1000, 300, 132)(meta) == (8 * 3,)  # fewer tiles than programs
+    assert grid_for(4096, 4096, 132)({**meta, "PROGRAMS_PER_SM": 0}) == (1024,)
+    for config in HOPPER_FP8_TMA_CONFIGS:
+        nargs = {**config.all_kwargs(), **{d: SimpleNamespace(block_shape=None) for d in
+                                           ("a_desc", "b_desc", "c_desc")}}
+        set_block_shapes(nargs)
+        bm, bn, bk = (config.kwargs[f"BLOCK_SIZE_{d}"] for d in "MNK")
+        part_m, part_n = bm // config.kwargs["SPLIT_M"], bn // config.kwargs["SPLIT_N"]
+        assert nargs["a_desc"].block_shape == [part_m, bk]
+        assert nargs["b_desc"].block_shape == [part_n, bk]
+        assert nargs["c_desc"].block_shape == [part_m, part_n]
+        assert bk == 128  # the promotion interval: one K tile, as cuBLAS

@@ -73,24 +73,22 @@ class TritonFp8Backend(TritonBackend):
     the conformance bound.
 
     On a GPU, operands that are not K-major (A row-major, B column-major) are copied first (see
-    :func:`k_major`: a row-major B costs a transpose per call), then
-    :mod:`~gemmzoo_triton.fp8_kernel`'s pointer kernel computes the product; it also runs on the
-    CPU under Triton's interpreter (reading any layout through strides there, and working around
-    the interpreter's E4M3 decoding and bfloat16 rounding). With :attr:`tma` set, problems that
-    :func:`tma_fp8_eligible` allows go to :mod:`~gemmzoo_triton.fp8_tma_kernel` instead (TMA loads
-    and stores). Each kernel autotunes once per problem. Available on CUDA GPUs of capability 8.9
-    and later, and under the interpreter.
+    :func:`k_major`: a row-major B costs a transpose per call). Problems that
+    :func:`tma_fp8_eligible` allows (Hopper, large, aligned) go to
+    :mod:`~gemmzoo_triton.fp8_tma_kernel` (TMA loads and stores, a persistent grid, two programs
+    per SM); the others to :mod:`~gemmzoo_triton.fp8_kernel`'s pointer kernel, which also runs on
+    the CPU under Triton's interpreter (reading any layout through strides there, and working
+    around the interpreter's E4M3 decoding and bfloat16 rounding). Each kernel autotunes once per
+    problem. Available on CUDA GPUs of capability 8.9 and later, and under the interpreter.
     """
 
     name = "triton-fp8"
     #: Partial-sum promotion for the kernels (``None``: the kernels' default, once per K tile);
     #: benchmarks/fp8.py sets it on variants to time and check the other choices.
     promote: int | None = None
-    #: Whether Hopper problems may take the TMA kernel. Off: the kernel compiles for sm_90 (TMA
-    #: copies, wgmma on fp8, three pipeline stages) and its tiles index right under the
-    #: interpreter, but it has not run on a GPU yet; ``benchmarks/fp8.py`` times it as
-    #: ``triton-fp8-tma`` and runs the suite on it, and this default should follow that.
-    tma: bool = False
+    #: Whether Hopper problems may take the TMA kernel; off, every problem takes the pointer
+    #: kernel (``benchmarks/fp8.py`` times that as ``triton-fp8-pointer``).
+    tma: bool = True
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,11 +1,38 @@
 """triton-fp8's Hopper kernel: fp8 tiles fetched by the tensor memory accelerator, C stored by it.
 
-One program per tile of C, in grouped order (:func:`gemmzoo_triton.grouped_tma_kernel.tile_position`).
 A is read through a descriptor over itself (row-major, K contiguous) and B through a descriptor
 over its transpose (B column-major, so Bᵀ is row-major with K contiguous): both K-major, the only
-layout Hopper's fp8 MMA instructions take from shared memory. Partial sums are promoted to the
-fp32 accumulator as in :mod:`gemmzoo_triton.fp8_kernel` (``PROMOTE``), and C is rounded once to
-bfloat16. Tiles past a matrix's edge load as zeros and store clipped, so nothing is masked.
+layout Hopper's fp8 MMA instructions take from shared memory. Tiles past a matrix's edge load as
+zeros and store clipped, so nothing is masked. C is rounded once to bfloat16.
+
+Promotion (``PROMOTE``, see :data:`gemmzoo_triton.fp8_kernel.PROMOTE_EVERY`): with 0, each K
+tile's product is summed by the tensor cores into a fresh zero (their reduced-precision sum, over
+BLOCK_SIZE_K products) and added to the fp32 accumulator with an ordinary fp32 add, cuBLAS's
+``use_fast_accum=False`` numerics: on the H100 the results were bitwise those of
+``torch._scaled_mm``. A positive value asks Triton for promotion every that many products through
+``max_num_imprecise_acc`` (at BLOCK_SIZE_K: the same bits and speed there). A negative value never
+promotes (Triton's default on Hopper: faster, and out of gemmzoo's float8_e4m3fn bound).
+
+Register budget: a warpgroup holds its share of the fp32 accumulator (64 registers a thread per
+64x128 of C) and, while a K tile's product is being added, the same again for the fresh partial
+sum. ``SPLIT_M`` or ``SPLIT_N`` 2 computes a BLOCK_SIZE_M x BLOCK_SIZE_N tile of C as two halves,
+each its own dot sharing the other operand's tile (loaded once): only half the partial sum is live
+at a time, so 128x256 tiles, or 128x128 ones in one warpgroup, fit in registers with promotion.
+Halves of M keep the MMA instructions as wide as the tile (m64n128 for 128x128 in 4 warps); halves
+of N narrow them.
+
+The kernel is persistent: the grid's programs (PROGRAMS_PER_SM per SM, fewer for small problems)
+walk C's tiles in grouped order (:func:`gemmzoo_triton.grouped_tma_kernel.tile_position`), and with
+``FLATTEN`` the tile loop and the K loop are pipelined as one, so that the loads of a program's
+next tile overlap the epilogue of its last. With one program per tile it is the classic kernel.
+
+Why two programs per SM: Triton runs a program's warps in lockstep (the pipeline's barriers), and
+its wgmma pipeliner waits for a dot whose result the loop uses before going on; so while a
+program adds a K tile's partial sums into the accumulator, its tensor cores idle: 20-30% of the
+time at one program per SM on the H100. A second program on the same SM, at its own point of the
+K loop, keeps them busy meanwhile, as a second consumer warpgroup does in cuBLAS. With 128x128
+tiles in halves of M, 4 warps and three stages (112 KiB of shared memory), two fit an SM, and the
+promoted kernel ran as fast as the unpromoted one (docs/results/2026-11-23-h100-fp8-tma.md).
 
 The backend takes this kernel where :func:`gemmzoo_triton.fp8_backend.tma_fp8_eligible` allows;
 imported only then.
@@ -22,39 +49,62 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from gemmzoo_triton.fp8_kernel import PROMOTE_EVERY
-from gemmzoo_triton.grouped_kernel import _config, launch_tuned, prune_configs
-from gemmzoo_triton.grouped_tma_kernel import tile_position
+from gemmzoo_triton.grouped_kernel import _autotune_options, _config, launch_tuned, prune_configs
+from gemmzoo_triton.grouped_tma_kernel import num_sms, tile_position
 
 
 def set_block_shapes(nargs: dict[str, Any]) -> None:
     """Each config's ``pre_hook``: give the descriptors the block shapes of the config about to run."""
     bm, bn, bk = (nargs[f"BLOCK_SIZE_{d}"] for d in "MNK")
-    nargs["a_desc"].block_shape = [bm, bk]
-    nargs["b_desc"].block_shape = [bn, bk]
-    nargs["c_desc"].block_shape = [bm, bn]
+    part_m, part_n = bm // nargs["SPLIT_M"], bn // nargs["SPLIT_N"]
+    nargs["a_desc"].block_shape = [part_m, bk]
+    nargs["b_desc"].block_shape = [part_n, bk]
+    nargs["c_desc"].block_shape = [part_m, part_n]
 
 
-def _tma_config(bm: int, bn: int, bk: int, stages: int, warps: int) -> triton.Config:
-    return _config(bm, bn, bk, stages, warps, pre_hook=set_block_shapes)
+def _tma_config(bm: int, bn: int, stages: int, warps: int, split_m: int = 1, split_n: int = 1,
+                per_sm: int = 1, maxnreg: int | None = None, flatten: bool = True) -> triton.Config:
+    config = _config(bm, bn, 128, stages, warps, pre_hook=set_block_shapes)
+    config.kwargs.update(
+        {"SPLIT_M": split_m, "SPLIT_N": split_n, "FLATTEN": flatten, "PROGRAMS_PER_SM": per_sm}
+    )
+    config.maxnreg = maxnreg
+    return config
 
 
-#: Configs for Hopper's fp8 tensor cores, BLOCK_SIZE_K 128 (a 128-byte row of each tile) or 64.
-#: Three stages of a 128x256x128 pair of tiles take 144 KiB of shared memory and C's bf16 tile
-#: another 64 KiB for the store: four would not fit in 227 KiB.
+#: Configs for Hopper's fp8 tensor cores, all with K tiles of 128 (one 128-byte row of each
+#: operand per stage, the widest swizzle, and the promotion interval cuBLAS uses). Two programs per
+#: SM of 128x128 tiles in halves (see the module's docstring; halves of M were the fastest promoted
+#: config on the H100 at 4096^3 and 8192^3, 0.87-0.88x cuBLAS); one program of a 128x256 or
+#: 256x128 tile in halves (three stages: 144 KiB, C's staging tile 32 KiB more); 128x128 whole,
+#: the fastest of these without promotion; 64x128 for narrow problems. prune_configs drops those
+#: wider or taller than a problem and those past shared memory.
 HOPPER_FP8_TMA_CONFIGS = [
-    _tma_config(128, 256, 128, 3, 8),
-    _tma_config(256, 128, 128, 3, 8),
-    _tma_config(128, 128, 128, 4, 8),
-    _tma_config(128, 128, 128, 4, 4),
-    _tma_config(128, 256, 64, 4, 8),
-    _tma_config(64, 128, 128, 4, 4),
+    _tma_config(128, 128, 3, 4, split_m=2, per_sm=2),
+    _tma_config(128, 128, 3, 8, split_n=2, per_sm=2, maxnreg=128),
+    _tma_config(128, 256, 3, 8, split_n=2),
+    _tma_config(256, 128, 3, 8, split_m=2),
+    _tma_config(128, 128, 4, 8),
+    _tma_config(64, 128, 4, 4, per_sm=2),
 ]
+
+
+@triton.jit
+def promoted_dot(a, b, accumulator, PROMOTE: tl.constexpr):
+    """``accumulator + a @ b`` in fp32, the tensor cores' partial sums promoted as PROMOTE says."""
+    if PROMOTE == 0:  # a fresh zero per K tile, then one fp32 add (cuBLAS's numerics)
+        return accumulator + tl.dot(a, b)
+    elif PROMOTE < 0:  # Triton's default on Hopper: no promotion (measured, not used)
+        return tl.dot(a, b, accumulator)
+    else:
+        return tl.dot(a, b, accumulator, max_num_imprecise_acc=PROMOTE)
 
 
 @triton.autotune(
     configs=HOPPER_FP8_TMA_CONFIGS,
     key=["M", "N", "K", "PROMOTE"],
     prune_configs_by={"early_config_prune": prune_configs},
+    **_autotune_options(),
 )
 @triton.jit
 def fp8_tma_matmul_kernel(
@@ -65,23 +115,44 @@ def fp8_tma_matmul_kernel(
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
     GROUP_SIZE_M: tl.constexpr,
+    SPLIT_M: tl.constexpr,
+    SPLIT_N: tl.constexpr,
+    FLATTEN: tl.constexpr,
+    PROGRAMS_PER_SM: tl.constexpr,
 ):
-    """C (bf16) = A @ B (fp8 E4M3) for the tile of C that this program's grouped id maps to."""
-    pid_m, pid_n = tile_position(
-        tl.program_id(axis=0), tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N), GROUP_SIZE_M
-    )
-    off_m, off_n = pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N
-    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for off_k in range(0, K, BLOCK_SIZE_K):
-        a = a_desc.load([off_m, off_k])
-        b = b_desc.load([off_n, off_k]).T
-        if PROMOTE < 0:  # Triton's default: on Hopper, no promotion at all (measured, not used)
-            accumulator = tl.dot(a, b, accumulator)
-        elif PROMOTE == 0:  # once per K tile
-            accumulator = tl.dot(a, b, accumulator, max_num_imprecise_acc=BLOCK_SIZE_K)
-        else:
-            accumulator = tl.dot(a, b, accumulator, max_num_imprecise_acc=PROMOTE)
-    c_desc.store([off_m, off_n], accumulator.to(tl.bfloat16))
+    """C (bf16) = A @ B (fp8 E4M3) for tiles ``program_id, program_id + num_programs, ...`` of C.
+
+    PROGRAMS_PER_SM is the launch's: how many programs the grid has per SM (0: one per tile).
+    """
+    PART_M: tl.constexpr = BLOCK_SIZE_M // SPLIT_M
+    PART_N: tl.constexpr = BLOCK_SIZE_N // SPLIT_N
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    # The epilogue finds its tile from a counter of its own, as Triton's persistent tutorial does:
+    # a value used both before the K loop and in the epilogue trips up the flattened pipeline.
+    programs = tl.num_programs(axis=0)
+    epilogue_tile = tl.program_id(axis=0) - programs
+    for tile_id in tl.range(tl.program_id(axis=0), num_pid_m * num_pid_n, programs, flatten=FLATTEN):
+        pid_m, pid_n = tile_position(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        off_m, off_n = pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N
+        first = tl.zeros((PART_M, PART_N), dtype=tl.float32)
+        second = tl.zeros((PART_M, PART_N), dtype=tl.float32)
+        for off_k in range(0, K, BLOCK_SIZE_K):
+            a = a_desc.load([off_m, off_k])
+            b = b_desc.load([off_n, off_k]).T
+            first = promoted_dot(a, b, first, PROMOTE)
+            if SPLIT_N == 2:
+                second = promoted_dot(a, b_desc.load([off_n + PART_N, off_k]).T, second, PROMOTE)
+            elif SPLIT_M == 2:
+                second = promoted_dot(a_desc.load([off_m + PART_M, off_k]), b, second, PROMOTE)
+        epilogue_tile += programs
+        pid_m, pid_n = tile_position(epilogue_tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        off_m, off_n = pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N
+        c_desc.store([off_m, off_n], first.to(tl.bfloat16))
+        if SPLIT_N == 2:
+            c_desc.store([off_m, off_n + PART_N], second.to(tl.bfloat16))
+        elif SPLIT_M == 2:
+            c_desc.store([off_m + PART_M, off_n], second.to(tl.bfloat16))
 
 
 def _descriptor(view: Any) -> TensorDescriptor:
@@ -89,13 +160,26 @@ def _descriptor(view: Any) -> TensorDescriptor:
     return TensorDescriptor(view, list(view.shape), list(view.stride()), [1, 1])
 
 
-def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY) -> triton.Config:
-    """Compute ``c = x @ y``: ``x`` row-major, ``y`` column-major, both fp8; ``c`` bf16, contiguous."""
-    M, K = x.shape
-    N = y.shape[1]
-    args = (_descriptor(x), _descriptor(y.T), _descriptor(c), M, N, K)
+def grid_for(M: int, N: int, sms: int) -> Any:
+    """The launch grid, a function of the config: PROGRAMS_PER_SM programs per SM, at most one
+    per tile of C (one per tile with PROGRAMS_PER_SM 0)."""
 
     def grid(meta: dict[str, Any]) -> tuple[int]:
-        return (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
+        tiles = triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"])
+        per_sm = meta["PROGRAMS_PER_SM"]
+        return (min(per_sm * sms, tiles) if per_sm > 0 else tiles,)
 
-    return launch_tuned(fp8_tma_matmul_kernel, grid, args, {"PROMOTE": promote}, (M, N, K, promote))
+    return grid
+
+
+def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY) -> triton.Config:
+    """Compute ``c = x @ y``: ``x`` row-major, ``y`` column-major, both fp8; ``c`` bf16, contiguous.
+
+    Returns the config that ran.
+    """
+    M, K = x.shape
+    N = y.shape[1]
+    sms = num_sms(x.device)
+    args = (_descriptor(x), _descriptor(y.T), _descriptor(c), M, N, K)
+    return launch_tuned(fp8_tma_matmul_kernel, grid_for(M, N, sms), args, {"PROMOTE": promote},
+                        (M, N, K, promote, sms))
