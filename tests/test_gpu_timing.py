@@ -239,9 +239,6 @@ def test_engine_agrees_with_do_bench_off_the_grids():
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(reason="torch's and CuPy's host times at 128^3 lie within each other's run-to-run "
-                          "spread and swap places between measurements; missed on the H100 "
-                          "(docs/results/2026-11-23-timing-engine.md)", strict=False)
 def test_best_backend_picks_within_3_percent_of_the_fastest_caller_time():
     for row in best_backend_rows([(128, 128, 128)]):
         assert row["ratio"] <= 1 + CALLER_SLACK, row
