@@ -1,9 +1,12 @@
-"""Test-wide setup: Triton's interpreter on machines without a CUDA GPU, and the ``gpu`` marker."""
+"""Test-wide setup: Triton's interpreter on machines without a CUDA GPU, the ``gpu`` marker, and an
+empty tuning cache for the modules that ask for one (``pytest.mark.usefixtures("empty_cache")``)."""
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +36,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty tuning cache directory (yielded), no backend selection or tuning switch from the
+    environment, wide tables, and gemmzoo's in-memory answers and plans reset before and after."""
+    from gemmzoo.tuning import state
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(cache))
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
+    monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
+    state.reset()
+    yield cache
+    state.reset()

@@ -31,14 +31,7 @@ def dies_on_the_third(point: GridPoint) -> int:
     return point.m
 
 
-@pytest.fixture(autouse=True)
-def fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
-    state.reset()
-    yield
-    state.reset()
+pytestmark = pytest.mark.usefixtures("empty_cache")
 
 
 def test_visible_gpus_and_parse_devices():

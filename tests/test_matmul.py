@@ -17,13 +17,7 @@ from gemmzoo.tuning.fingerprint import device_fingerprint
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture(autouse=True)
-def fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
-    state.reset()
-    yield
-    state.reset()
+pytestmark = pytest.mark.usefixtures("empty_cache")
 
 
 def operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

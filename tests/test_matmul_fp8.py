@@ -8,18 +8,11 @@ import pytest
 import gemmzoo
 from gemmzoo.conformance.bounds import error_bound
 from gemmzoo.fp8 import BFLOAT16, E4M3, to_e4m3
-from gemmzoo.tuning import state
 
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture(autouse=True)
-def fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
-    state.reset()
-    yield
-    state.reset()
+pytestmark = pytest.mark.usefixtures("empty_cache")
 
 
 def e4m3_operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

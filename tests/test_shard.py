@@ -12,15 +12,7 @@ from gemmzoo.grids import get_grid, resolve_points
 from gemmzoo.scale import Shard, ShardError, assign, parse_shard, point_cost, shard_points
 from gemmzoo.tuning import state
 
-
-@pytest.fixture(autouse=True)
-def fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
-    state.reset()
-    yield
-    state.reset()
+pytestmark = pytest.mark.usefixtures("empty_cache")
 
 
 def test_parse_shard():

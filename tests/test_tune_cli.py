@@ -7,15 +7,7 @@ import pytest
 from gemmzoo.cli import main
 from gemmzoo.tuning import state
 
-
-@pytest.fixture(autouse=True)
-def fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
-    state.reset()
-    yield
-    state.reset()
+pytestmark = pytest.mark.usefixtures("empty_cache")
 
 
 def test_tune_stores_and_best_explains(capsys, tmp_path):
