@@ -15,6 +15,7 @@ On the CPU: 64x64 float32 NumPy and torch arrays. With CUDA: 128³ and 512³ flo
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -30,24 +31,17 @@ import numpy as np
 Call = Callable[[Any, Any], Any]
 
 
-def per_call_s(call: Call, a: Any, b: Any, sync: Callable[[], None], calls: int) -> float:
-    sync()
-    start = time.perf_counter()
-    for _ in range(calls):
-        call(a, b)
-    sync()
-    return (time.perf_counter() - start) / calls
-
-
 def run_group(title: str, rows: list[tuple[str, Call, Any, Any]], sync: Callable[[], None], calls: int,
               rounds: int, targets: dict[str, float]) -> dict[str, Any]:
+    from gemmzoo.measure import loop_per_call_s
+
     for _name, call, a, b in rows:  # warm up: plans, compilation, allocator
         for _ in range(20):
             call(a, b)
     samples: dict[str, list[float]] = {name: [] for name, *_ in rows}
     for _ in range(rounds):
         for name, call, a, b in rows:
-            samples[name].append(per_call_s(call, a, b, sync, calls))
+            samples[name].append(loop_per_call_s(functools.partial(call, a, b), calls, sync))
     medians = {name: statistics.median(values) for name, values in samples.items()}
     base = medians[rows[0][0]]
     fastest_base = min(samples[rows[0][0]])

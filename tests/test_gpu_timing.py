@@ -13,6 +13,7 @@ tables. It writes JSON under OUT_DIR and prints a summary.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -132,7 +133,7 @@ def caller_loop_times(backends: list[Any], point: Any, rounds: int = 7,
     """Each backend's caller time on ``point``, measured as a program gets it: its plan called
     ``calls`` times in a loop, then one synchronisation, divided by ``calls``; ``rounds`` rounds
     taking the backends in turn, the median kept."""
-    from gemmzoo.measure import planned, prepare
+    from gemmzoo.measure import loop_per_call_s, planned, prepare
 
     loops = []
     for backend in backends:
@@ -144,12 +145,8 @@ def caller_loop_times(backends: list[Any], point: Any, rounds: int = 7,
     times: dict[str, list[float]] = {backend.name: [] for backend in backends}
     for number in range(rounds):
         for backend, run, a, b in (loops if number % 2 == 0 else loops[::-1]):
-            backend.synchronize()
-            start = time.perf_counter()
-            for _ in range(calls):
-                run(a, b)
-            backend.synchronize()
-            times[backend.name].append((time.perf_counter() - start) / calls)
+            call = functools.partial(run, a, b)
+            times[backend.name].append(loop_per_call_s(call, calls, backend.synchronize))
     return {name: statistics.median(values) for name, values in times.items()}
 
 

@@ -11,7 +11,8 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    versions are never used.
 3. Candidates with no such row are measured now (when measuring is on), in about
    :data:`MISS_BUDGET_S` of timing split between them, and stored; launch-bound candidates have
-   their host times measured again in interleaved rounds (:func:`gemmzoo.tuning.tune.measure_records`).
+   their caller times measured again as loops of calls in interleaved rounds
+   (:func:`gemmzoo.tuning.tune.measure_records`).
    Results are checked against
    the conformance bound when ``M·N·K <= VERIFY_LIMIT`` (the float64 host reference is then cheap);
    larger shapes rely on the conformance verdict.

@@ -6,6 +6,7 @@ launches, under one lock: see :mod:`gemmzoo_torch.precision`.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Callable
 from typing import Any
@@ -46,17 +47,12 @@ class TorchCpuBackend(TorchTensors, Backend):
         self.check_operands(a, b)
         return torch.matmul(a, b)
 
-    @property
+    @functools.cached_property
     def _torch_dtypes(self) -> frozenset[Any]:
         """The torch dtypes of the declared dtypes: operands of these go straight to torch."""
-        try:
-            return self.__dict__["_torch_dtype_set"]
-        except KeyError:
-            import torch
+        import torch
 
-            found = frozenset(getattr(torch, name) for name in self.dtypes if hasattr(torch, name))
-            self.__dict__["_torch_dtype_set"] = found
-            return found
+        return frozenset(getattr(torch, name) for name in self.dtypes if hasattr(torch, name))
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """``torch.matmul`` itself: nothing is left to do per call."""
