@@ -26,7 +26,7 @@ from gemmzoo.backend import TF32Array, shape_text
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
 from gemmzoo.tuning import state
-from gemmzoo.tuning.select import environment_key, plan_choice
+from gemmzoo.tuning.select import environment_reader, plan_choice
 
 _KINDS: dict[type, str] = {}
 _DTYPE_NAMES: dict[Any, str | None] = {}
@@ -163,29 +163,38 @@ def _from_host(h: np.ndarray, kind: str, like: Any, dtype: str = "") -> Any:
     return torch.from_numpy(np.ascontiguousarray(h)).to(device=like.device, dtype=result_dtype)
 
 
-def _numpy_key(a: Any, b: Any) -> tuple[Any, ...]:
-    return a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype
+_read, (_N0, _N1, _N2) = environment_reader()
 
 
-def _torch_key(a: Any, b: Any) -> tuple[Any, ...]:
-    return (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
-            a.requires_grad, b.requires_grad)
+# A problem's key: both array types, then what a plan was made for (see
+# :meth:`gemmzoo.Backend.prepare`) — shapes, strides, dtypes, devices, and for torch whether
+# autograd is on — then the environment variables that change the choice, the backend named and
+# the accuracy class. Each function builds it in one expression: it is read on every call.
+def _numpy_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
+    return (type(a), type(b), a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype,
+            _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
 
 
-def _cupy_key(a: Any, b: Any) -> tuple[Any, ...]:
-    return a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device.id, b.device.id
+def _torch_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
+    return (type(a), type(b), a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device,
+            b.device, a.requires_grad, b.requires_grad, _read(_N0), _read(_N1), _read(_N2), backend,
+            accuracy)
 
 
-def _tf32_key(a: Any, b: Any) -> tuple[Any, ...]:
-    inner, other = a.data, b.data
-    return type(inner), type(other), _KEYS[type(inner)](inner, other)
+def _cupy_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
+    # MemoryPointer.device_id is the array's device, read for a third of what a.device.id costs
+    return (type(a), type(b), a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype,
+            a.data.device_id, b.data.device_id, _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
+
+
+def _tf32_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
+    inner = a.data
+    return (type(a), type(b), *_KEYS[type(inner)](inner, b.data, backend, accuracy))
 
 
 _KEY_OF_KIND = {"numpy": _numpy_key, "torch": _torch_key, "cupy": _cupy_key}
-_KEYS: dict[type, Callable[[Any, Any], tuple[Any, ...]]] = {TF32Array: _tf32_key}
-"""What identifies a problem, by the type of A: everything a plan was made for (see
-:meth:`gemmzoo.Backend.prepare`) — shapes, strides, dtypes, devices, and for torch whether
-autograd is on. The array types themselves are part of every key."""
+_KEYS: dict[type, Callable[[Any, Any, Any, str], tuple[Any, ...]]] = {TF32Array: _tf32_key}
+"""The key function of each array type of A met so far."""
 
 MAX_PLANS = 4096
 """Plans kept per process; past that the cache starts again (a program that meets thousands of
@@ -220,10 +229,7 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
     (:mod:`gemmzoo.accuracy`); a backend named in ``backend`` is used whatever its class.
     """
     try:
-        if backend is None:
-            plan = _PLANS[type(a), type(b), _KEYS[type(a)](a, b), environment_key(), accuracy]
-        else:
-            plan = _PLANS[type(a), type(b), _KEYS[type(a)](a, b), backend]
+        plan = _PLANS[_KEYS[type(a)](a, b, backend, accuracy)]
     except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
         return _plan_and_call(a, b, backend, accuracy)
     return plan(a, b)
@@ -234,9 +240,7 @@ def _plan_and_call(a: Any, b: Any, backend: Any, accuracy: str = "componentwise"
         _learn_key(type(a))
     plan = make_plan(a, b, backend, accuracy)
     try:
-        problem = _KEYS[type(a)](a, b)
-        key = ((type(a), type(b), problem, environment_key(), accuracy) if backend is None
-               else (type(a), type(b), problem, backend))
+        key = _KEYS[type(a)](a, b, backend, accuracy)
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()
         _PLANS[key] = plan

@@ -119,17 +119,22 @@ _ENV_NAMES = ("GEMMZOO_BACKENDS", "GEMMZOO_CACHE_DIR", "GEMMZOO_TUNE")
 # behind os.environ answers the same question in 50 ns. It is private, so fall back when absent.
 _RAW_ENVIRON = getattr(os.environ, "_data", None)
 if os.name == "posix" and isinstance(_RAW_ENVIRON, dict):
-    _RAW_NAMES = tuple(os.fsencode(name) for name in _ENV_NAMES)
-
-    def environment_key() -> tuple[Any, ...]:
-        """The values of the variables that change an answer (a key part, read cheaply)."""
-        get = _RAW_ENVIRON.get
-        return get(_RAW_NAMES[0]), get(_RAW_NAMES[1]), get(_RAW_NAMES[2])
+    _READ: Callable[[Any], Any] = _RAW_ENVIRON.get
+    _READ_NAMES: tuple[Any, ...] = tuple(os.fsencode(name) for name in _ENV_NAMES)
 else:
+    _READ = os.environ.get
+    _READ_NAMES = _ENV_NAMES
 
-    def environment_key() -> tuple[Any, ...]:
-        """The values of the variables that change an answer (a key part)."""
-        return tuple(os.environ.get(name) for name in _ENV_NAMES)
+
+def environment_reader() -> tuple[Callable[[Any], Any], tuple[Any, ...]]:
+    """``(read, names)``: ``read(name)`` for each of ``names`` gives the values that make up
+    :func:`environment_key`, for callers that put them in a key of their own without a call."""
+    return _READ, _READ_NAMES
+
+
+def environment_key() -> tuple[Any, ...]:
+    """The values of the variables that change an answer (a key part, read cheaply)."""
+    return _READ(_READ_NAMES[0]), _READ(_READ_NAMES[1]), _READ(_READ_NAMES[2])
 
 
 def measuring_enabled(measure: bool | None) -> bool:
