@@ -106,3 +106,25 @@ def test_torch_backend_conforms_for_fp8_on_the_gpu():
         pytest.skip("the GPU has no fp8 tensor cores (capability < 8.9)")
     report = check_backend(backend, dtypes=["float8_e4m3fn"])
     assert report.passed, [(r.check, r.detail) for r in report.failures]
+
+
+@cpu_scaled_mm
+def test_torch_backend_rejects_a_k_that_the_fp8_padding_would_hide():
+    from gemmzoo import GemmInputError
+
+    class Fp8OnCpu(TorchBackend):
+        name = "torch-fp8-on-cpu"
+        dtypes = frozenset({"float8_e4m3fn"})
+
+    backend = Fp8OnCpu()
+    rng = np.random.default_rng(7)
+
+    def operand(rows, cols):  # on the CPU: integers, exact in E4M3
+        return torch.from_numpy(rng.integers(-3, 4, (rows, cols)).astype(np.float32)).to(torch.float8_e4m3fn)
+
+    a, b = operand(8, 20), operand(20, 16)
+    expected = a.float() @ b.float()
+    torch.testing.assert_close(backend.matmul(a, b).float(), expected, rtol=0, atol=0)
+    # K 20 against 24: both pad to 32, so _scaled_mm alone would take them
+    with pytest.raises(GemmInputError, match=r"torch-fp8-on-cpu.*\(8, 20\).*\(24, 16\)"):
+        backend.matmul(a, operand(24, 16))

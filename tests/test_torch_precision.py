@@ -1,7 +1,7 @@
 """The torch backend's precision switches: held per dtype for the launch only, safe across threads.
 
 On the CPU the switches under ``torch.backends.cuda.matmul`` can be read and written but do not
-change a product, so these tests put a spy in place of ``torch.matmul`` that notes the switches
+change a product, so these tests put a spy in place of ``torch.mm`` that notes the switches
 each launch saw. The GPU test runs real products of three dtypes from several threads.
 """
 
@@ -36,7 +36,7 @@ def settings():
 
 @pytest.fixture
 def launches(monkeypatch, settings):
-    """Replace torch.matmul by a spy that records (dtype tag, switches seen) at every launch."""
+    """Replace torch.mm by a spy that records (dtype tag, switches seen) at every launch."""
     seen: list[tuple[str, dict[str, bool]]] = []
 
     def spy(a, b):
@@ -45,7 +45,7 @@ def launches(monkeypatch, settings):
         seen.append((tag, {name: bool(getattr(settings, name)) for name in SWITCHES}))
         return a
 
-    monkeypatch.setattr(torch, "matmul", spy)
+    monkeypatch.setattr(torch, "mm", spy)
     return seen
 
 

@@ -38,14 +38,16 @@ class TorchCpuBackend(TorchTensors, Backend):
     def matmul(self, a: Any, b: Any) -> Any:
         import torch
 
+        # torch.mm rejects what is not two matrices of one dtype; that error is then said as
+        # check_operands says it, naming the shapes.
         try:
-            if type(a) is type(b) and a.ndim == 2 and b.ndim == 2 and a.dtype in self._torch_dtypes:
-                return torch.matmul(a, b)
-        except Exception:  # torch's own error: say it the way every backend does, naming the shapes
+            if type(a) is type(b) and a.dtype in self._torch_dtypes:
+                return torch.mm(a, b)
+        except Exception:
             self.check_operands(a, b)
             raise
         self.check_operands(a, b)
-        return torch.matmul(a, b)
+        return torch.mm(a, b)
 
     @functools.cached_property
     def _torch_dtypes(self) -> frozenset[Any]:
@@ -55,13 +57,14 @@ class TorchCpuBackend(TorchTensors, Backend):
         return frozenset(getattr(torch, name) for name in self.dtypes if hasattr(torch, name))
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
-        """``torch.matmul`` itself: nothing is left to do per call."""
+        """``torch.mm`` itself (``torch.matmul``'s product of two matrices): nothing is left to do
+        per call."""
         if type(self).matmul is not TorchCpuBackend.matmul:  # a subclass's own product: plan through it
             return super().prepare(a, b)
         import torch
 
         self.check_operands(a, b)
-        return torch.matmul
+        return torch.mm
 
 
 class TorchBackend(TorchCpuBackend):
@@ -99,25 +102,29 @@ class TorchBackend(TorchCpuBackend):
         """The launcher for ``dtype`` (see :mod:`gemmzoo_torch.precision`), built once.
 
         It is kept under the operands' own dtype object too (torch's dtype, or ``"tf32"`` for
-        :class:`gemmzoo.TF32Array`), which is how :meth:`matmul` looks it up.
+        :class:`gemmzoo.TF32Array`), which is how :meth:`matmul` looks it up — except for fp8:
+        its launcher pads K, so a K that does not match would not be rejected by torch, and
+        :meth:`matmul` checks such operands first.
         """
         try:
             return self._runs[dtype]
         except KeyError:
             import torch
 
-            run = self._runs[dtype] = fp8.scaled_matmul if dtype == "float8_e4m3fn" else runner(dtype)
+            if dtype == "float8_e4m3fn":
+                return fp8.scaled_matmul
+            run = self._runs[dtype] = runner(dtype)
             if dtype != "tf32":
                 self._runs[getattr(torch, dtype)] = run
             return run
 
     def matmul(self, a: Any, b: Any) -> Any:
-        # Operands of a dtype met before go straight to its launcher; torch itself rejects a K,
-        # dtype or device that does not match, and that error is then said as check_operands
-        # says it. Only what torch would accept silently is checked here (2-D, one array type).
+        # Operands of a dtype met before go straight to its launcher; torch.mm itself rejects
+        # operands that are not matrices, or whose K, dtype or device do not match, and that error
+        # is then said as check_operands says it. Only one array type is checked here.
         try:
             run = self._runs.get(a.dtype) if type(a) is type(b) else None
-            if run is not None and a.ndim == 2 and b.ndim == 2:
+            if run is not None:
                 return run(a, b)
         except Exception:
             self.check_operands(a, b)

@@ -3,8 +3,10 @@
 torch's switches under ``torch.backends.cuda.matmul`` are process-wide, and a product reads them
 when it is launched. Each dtype needs at most two of them to hold a value (fp32 accumulation for
 the 16-bit types, IEEE or TF32 math for fp32); float64 needs none. :func:`runner` builds, once per
-dtype, a function that checks those switches and launches ``torch.matmul`` under one process-wide
-lock: when the caller's settings already match (the usual case) nothing is written; otherwise the
+dtype, a function that checks those switches and launches ``torch.mm`` (the product ``torch.matmul``
+calls for two matrices, without its dispatch on the number of dimensions) under one process-wide
+lock: when the caller's settings already match nothing is written (torch's defaults match for
+float32 and float64, not for the 16-bit types); otherwise the
 switches are set, the product launched and the caller's values restored before the lock is let
 go. So concurrent gemmzoo products of different dtypes in several threads never see each other's
 settings. (Code that calls ``torch.matmul`` itself, outside gemmzoo, is not covered by the lock.)
@@ -94,7 +96,8 @@ def _launch_held(launch: Callable[[Any, Any], Any], a: Any, b: Any, switches: tu
 
 
 def runner(dtype: str) -> Callable[[Any, Any], Any]:
-    """``run(a, b)``: ``torch.matmul(a, b)`` with ``dtype``'s switches held for the launch.
+    """``run(a, b)``: ``torch.mm(a, b)`` with ``dtype``'s switches held for the launch (torch rejects
+    operands that are not two matrices of one dtype on one device).
 
     ``tf32`` operands are :class:`gemmzoo.TF32Array` wrappers and the result is one too.
     """
@@ -103,7 +106,7 @@ def runner(dtype: str) -> Callable[[Any, Any], Any]:
     from gemmzoo import TF32Array
 
     settings = torch.backends.cuda.matmul
-    matmul = torch.matmul
+    matmul = torch.mm
     switches = tuple(found for attribute, wanted in _NEEDS[dtype]
                      if (found := _switch(settings, attribute, wanted)) is not None)
 
