@@ -39,14 +39,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def wide_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables printed 200 columns wide. rich reads COLUMNS once when a console is made, and the
+    CLI's consoles are made at import, which may come before any test sets it: set both."""
+    from gemmzoo.cli import console
+
+    monkeypatch.setenv("COLUMNS", "200")
+    for shown in (console.console, console.errors):
+        monkeypatch.setattr(shown, "width", 200)
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wide_tables: None) -> Iterator[Path]:
     """An empty tuning cache directory (yielded), no backend selection or tuning switch from the
     environment, wide tables, and gemmzoo's in-memory answers and plans reset before and after."""
     from gemmzoo.tuning import state
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(cache))
-    monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
     state.reset()

@@ -12,8 +12,8 @@ from gemmzoo.runs import load_run
 
 
 @pytest.fixture(autouse=True)
-def wide(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
+def wide(wide_tables):
+    """Every test here prints wide tables."""
 
 
 def _result(m, backend, median, spread=0.0, status="ok", dtype="float16"):

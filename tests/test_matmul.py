@@ -114,8 +114,7 @@ def recorded() -> list:
     return state.store().recorded(device_fingerprint("cpu"))
 
 
-def test_a_new_shape_is_answered_unmeasured_recorded_and_tuned_offline(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
+def test_a_new_shape_is_answered_unmeasured_recorded_and_tuned_offline(capsys, wide_tables):
     a, b = (x.astype(np.float32) for x in operands(16, 24, 8, 5))
     for _ in range(3):
         assert_close(gemmzoo.matmul(a, b), a, b, "float32")

@@ -12,9 +12,8 @@ from gemmzoo.tuning.portable import FORMAT, VERSION
 
 
 @pytest.fixture(autouse=True)
-def fresh(tmp_path, monkeypatch):
+def fresh(tmp_path, monkeypatch, wide_tables):
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "machine-a"))
-    monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
     state.reset()
