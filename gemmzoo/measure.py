@@ -379,11 +379,13 @@ class DeviceClock:
 
     ``clock.wrap(call, calls)`` gives a target that, each time it is called, takes the next batch
     of ``calls`` timed calls from :meth:`Engine.stream` (the batch after it is already queued, so
-    the GPU runs from batch to batch without waiting for the host) and adds the batch's mean
+    the GPU runs from batch to batch without waiting for the host) and adds the batch's median
     device time per call to a running total; reading the clock (``clock()``) returns that total.
     pytest-benchmark reads its timer before and after each round, so with ``iterations=1`` a
-    round's duration is the mean device time of one GEMM over a batch that ran back to back: not
-    launch time, not the flush, not a synchronisation. :meth:`finish` drains the last batch.
+    round's duration is the median device time of one GEMM in a batch that ran back to back: not
+    launch time, not the flush, not a synchronisation. The median, not the mean, so that a few
+    slow calls in a batch (a clock dip under the power cap) move a round as little as they move
+    the engine's and do_bench's medians over single calls. :meth:`finish` drains the last batch.
     """
 
     __name__ = "DeviceClock"  # pytest-benchmark names its timer by __module__ and __name__
@@ -405,8 +407,7 @@ class DeviceClock:
         stream = self._stream = self.engine.stream(call, calls, flush)
 
         def timed() -> None:
-            samples = next(stream)
-            self._total += sum(samples) / len(samples)
+            self._total += statistics.median(next(stream))
             self.batches += 1
 
         return timed

@@ -11,7 +11,7 @@ are timed with :data:`DEVICE_CLOCK`, a :class:`gemmzoo.measure.DeviceClock` that
 from :meth:`gemmzoo.measure.Engine.stream` (about :data:`ROUND_S` of GEMMs, at most
 :data:`gemmzoo.measure.MAX_QUEUED_CALLS`; each batch queued behind a hold on the stream while
 the batch before it runs, the L2 flush before each call outside its events), and the clock moves
-by the batch's mean device time per GEMM. As many rounds run as fit the wall-clock budget
+by the batch's median device time per GEMM. As many rounds run as fit the wall-clock budget
 (``--benchmark-max-time``, read at configuration by :func:`configure`), at least
 ``--benchmark-min-rounds``: pytest-benchmark's own calibration would spin forever measuring the
 precision of a clock that only moves when a GEMM runs.
@@ -158,7 +158,7 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
             raise TimerNotSetError(
                 f"{backend.name}: {point.id}: the benchmark's timer is not the device clock; mark the test "
                 "with pytest.mark.benchmark(timer=gemmzoo.pytest_bench.DEVICE_CLOCK)")
-        timing = (f"{clock.engine.method}; each round the mean of {calls} GEMMs run back to back, "
+        timing = (f"{clock.engine.method}; each round the median of {calls} GEMMs run back to back, "
                   "the next round's already queued")
         extra["calls_per_round"] = calls
         median = _median(benchmark)
