@@ -103,6 +103,7 @@ def cuda_groups(calls: int, rounds: int) -> list[dict[str, Any]]:
         picked = gemmzoo.best_backend((size, size, size), "float16", "cuda", measure=False).name
         groups.append(run_group(f"CUDA {size}³ float16, torch tensors (gemmzoo.matmul picks {picked})", [
             ("torch.matmul", torch.matmul, a, b),
+            ("torch.mm (what the torch backend launches)", torch.mm, a, b),
             ("torch backend .matmul", torch_backend.matmul, a, b),
             ("torch backend plan (prepare)", torch_backend.prepare(a, b), a, b),
             ("gemmzoo.matmul (no backend named)", gemmzoo.matmul, a, b),
@@ -118,6 +119,7 @@ def cuda_groups(calls: int, rounds: int) -> list[dict[str, Any]]:
         sync = cupy.cuda.get_current_stream().synchronize
         groups.append(run_group(f"CUDA {size}³ float16, CuPy arrays", [
             ("cupy.matmul", cupy.matmul, ca, cb),
+            ("cupy.dot", cupy.dot, ca, cb),
             ("cupy backend .matmul", cupy_backend.matmul, ca, cb),
             ("gemmzoo.matmul(a, b, 'cupy')", lambda x, y: gemmzoo.matmul(x, y, "cupy"), ca, cb),
         ], sync, calls, rounds, {"gemmzoo.matmul(a, b, 'cupy')": 1.15}))

@@ -2,11 +2,11 @@
 fresh caller times.
 
 As tests (``gpu`` marker) a few shapes are checked. As a script,
-``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J] [--skip-best] [--skip-tables] [--pytest-first]``
+``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J] [--skip-best] [--skip-tables] [--seconds=S]``
 runs the whole check recorded in docs/results/2026-11-23-timing-engine.md: every GPU backend,
 float16 and bfloat16, on the shapes of :data:`OFF_GRID` (in none of the named grids; ``I:J``
-takes a slice of them), timed by ``gemmzoo bench``'s engine, by pytest-benchmark (the
-benchmarks, in a subprocess) and by do_bench; ``best_backend`` at 128³ and 512³ float16 against
+takes a slice of them), shape by shape timed by do_bench, ``gemmzoo bench``'s engine and
+pytest-benchmark (the benchmarks, in a subprocess); ``best_backend`` at 128³ and 512³ float16 against
 every candidate's caller time measured afresh in interleaved rounds; and two ``gemmzoo bench``
 tables. It writes JSON under OUT_DIR and prints a summary.
 """
@@ -283,29 +283,21 @@ def main(argv: list[str]) -> int:
     shapes = OFF_GRID[:4] if quick else OFF_GRID[first:last]
     points = [GridPoint(*shape, dtype) for shape in shapes for dtype in DTYPES]
     medians: dict[tuple[str, str], float] = {}
-    pytest_first = "--pytest-first" in argv
-    if pytest_first:  # pytest-benchmark over every point first, then do_bench and the engine on what it timed
-        until = time.perf_counter() + 0.55 * (deadline - time.perf_counter())
-        for start in range(0, len(points), 4):  # small runs: one that runs out of time loses only its own
-            left = until - time.perf_counter()
-            if left < 20:
-                print(f"pytest-benchmark: out of time from {points[start].id} on", flush=True)
-                break
-            medians.update(pytest_benchmark_medians(points[start:start + 4], out, max_time_s=0.05,
-                                                    name=f"pytest_{start // 4}", timeout_s=left))
-        points = [p for p in points if any(key[0] == p.id for key in medians)] + \
-                 [p for p in points if all(key[0] != p.id for key in medians)]
-    # leave about a third of the time for pytest-benchmark when it runs after
-    rows = engine_rows(points, budget_s=0.05, sink=out / "engine_rows.json", verify_limit=0,
-                       deadline=deadline - (0 if pytest_first else 0.42 * (deadline - time.perf_counter())))
-    (out / "agreement.json").write_text(json.dumps({"environment": info, "rows": rows}, indent=1))
-    timed = {row["point"] for row in rows}
-    for number, dtype in enumerate(() if pytest_first else DTYPES):
-        left = (deadline - time.perf_counter() - 5) / (len(DTYPES) - number)
-        chosen = [p for p in points if p.dtype == dtype and p.id in timed]
-        if chosen and left > 20:
-            medians.update(pytest_benchmark_medians(chosen, out, max_time_s=0.05, name=f"pytest_{dtype}",
-                                                    timeout_s=left))
+    rows: list[dict[str, Any]] = []
+    # Shape by shape (both dtypes): do_bench and the engine, then pytest-benchmark in a subprocess
+    # on the same points while the GPU's state is close to the same, reusing the autotuning.
+    for start in range(0, len(points), len(DTYPES)):
+        chunk = points[start:start + len(DTYPES)]
+        left = deadline - time.perf_counter()
+        if left < 30:
+            print(f"out of time: {chunk[0].id} and later points not timed", flush=True)
+            break
+        rows += engine_rows(chunk, budget_s=0.05, verify_limit=0, deadline=deadline - 20)
+        (out / "engine_rows.json").write_text(json.dumps(rows, indent=1))
+        left = deadline - time.perf_counter()
+        if left > 15:
+            medians.update(pytest_benchmark_medians(chunk, out, max_time_s=0.05, name=f"pytest_{start // 2}",
+                                                    timeout_s=left - 5))
     for row in rows:
         median = medians.get((row["point"], row["backend"]))
         if median is not None and "do_bench_s" in row:
