@@ -5,10 +5,10 @@ As tests (``gpu`` marker) a few shapes are checked. As a script,
 ``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J] [--skip-best] [--skip-tables] [--seconds=S]``
 runs the whole check recorded in docs/results/2026-11-23-timing-engine.md: every GPU backend,
 float16 and bfloat16, on the shapes of :data:`OFF_GRID` (in none of the named grids; ``I:J``
-takes a slice of them), shape by shape timed by do_bench, ``gemmzoo bench``'s engine and
-pytest-benchmark (the benchmarks, in a subprocess); ``best_backend`` at 128³ and 512³ float16 against
-every candidate's caller time measured afresh in interleaved rounds; and two ``gemmzoo bench``
-tables. It writes JSON under OUT_DIR and prints a summary.
+takes a slice of them), backend by backend timed by do_bench, ``gemmzoo bench``'s engine,
+pytest-benchmark (the benchmarks, run in this process) and do_bench again; ``best_backend`` at
+128³ and 512³ float16 against every candidate's caller time measured afresh in interleaved
+rounds; and two ``gemmzoo bench`` tables. It writes JSON under OUT_DIR and prints a summary.
 """
 
 from __future__ import annotations
@@ -61,9 +61,13 @@ def _do_bench_s(backend: Any, point: Any, budget_s: float) -> float:
 
 
 def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
-                sink: Path | None = None, deadline: float = float("inf")) -> list[dict[str, Any]]:
-    """For each point and GPU backend: do_bench, the bench engine, do_bench again (interleaved,
-    so drift of the GPU's clock between them shows), and the engine's ratio to do_bench."""
+                sink: Path | None = None, deadline: float = float("inf"),
+                pytest_out: Path | None = None) -> list[dict[str, Any]]:
+    """For each point and GPU backend: do_bench, the bench engine, pytest-benchmark (in this
+    process, when ``pytest_out`` is given), do_bench again, and each timer's ratio to the mean of
+    the two do_bench reads. The timers of one backend run within about a second: the GPU's clock
+    under its power cap moves by more than 5% over longer spans, and a timer compared with a
+    reference taken elsewhere in time would measure that drift."""
     from gemmzoo.measure import measure
 
     rows = []
@@ -79,6 +83,7 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
                 before = _do_bench_s(backend, point, budget_s)
                 verify = point.m * point.n * point.k <= verify_limit
                 result = measure(backend, point, budget_s=budget_s, verify=verify)
+                pytest_s = None if pytest_out is None else pytest_median(point, backend.name, pytest_out)
                 after = _do_bench_s(backend, point, budget_s)
             except Exception as error:  # one failing backend must not end the check
                 row["error"] = f"{type(error).__name__}: {error}"
@@ -89,43 +94,30 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
                        bench_s=result.timing.median_s, bench_iqr_s=result.timing.spread_s,
                        host_s=result.host_s, caller_s=result.caller_s, method=result.timing.method,
                        bench_ratio=result.timing.median_s / reference)
+            if pytest_s is not None:
+                row.update(pytest_s=pytest_s, pytest_ratio=pytest_s / reference)
             rows.append(row)
             if sink is not None:
                 sink.write_text(json.dumps(rows, indent=1))
             print(f"{point.id:28} {backend.name:15} do_bench {reference * 1e6:9.1f} us  bench "
-                  f"{result.timing.median_s * 1e6:9.1f} us ({row['bench_ratio']:.3f})  host "
-                  f"{result.host_s * 1e6:7.1f} us", flush=True)
+                  f"{result.timing.median_s * 1e6:9.1f} us ({row['bench_ratio']:.3f})  pytest "
+                  f"{row.get('pytest_ratio', float('nan')):.3f}  host {result.host_s * 1e6:7.1f} us",
+                  flush=True)
     return rows
 
 
-def pytest_benchmark_medians(points: list[Any], out: Path, max_time_s: float, name: str = "pytest_benchmark",
-                             timeout_s: float | None = None) -> dict[tuple[str, str], float]:
-    """Median seconds per (point id, backend) from the benchmarks under pytest-benchmark."""
-    report = out / f"{name}.json"
-    command = [sys.executable, "-m", "pytest", "--pyargs", "gemmzoo.benchmarks", "-q",
-               "-p", "no:cacheprovider", "--benchmark-only", f"--benchmark-max-time={max_time_s}",
-               f"--benchmark-json={report}"]
-    for point in points:
-        command += ["--shape", point.id]
-    for name in sorted({b.name for dtype in {p.dtype for p in points} for b in _cuda_backends(dtype)}):
-        command += ["--backend", name]  # the GPU backends only: no float64 reference run on the host
-    naive = [p.id for p in points if p.flops > NAIVE_FLOPS]
-    if naive:  # the benchmark ids end in the backend's name
-        command += ["-k", "not (" + " or ".join(f"{pid}-triton-naive" for pid in naive) + ")"]
-    try:
-        run = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        print(f"{name}: out of time", flush=True)
-        return {}
-    (out / f"{name}.log").write_text(run.stdout[-20000:] + "\n" + run.stderr[-20000:])
+def pytest_median(point: Any, backend: str, out: Path, max_time_s: float = 0.05) -> float | None:
+    """pytest-benchmark's median seconds for one backend on one point: the benchmarks
+    (``pytest --pyargs gemmzoo.benchmarks``) run in this process, so that it is timed right beside
+    the other timers; ``None`` if it did not run."""
+    report = out / f"pytest-{point.id}-{backend}.json"
+    pytest.main(["--pyargs", "gemmzoo.benchmarks", "-q", "-p", "no:cacheprovider", "--benchmark-only",
+                 f"--benchmark-max-time={max_time_s}", f"--benchmark-json={report}", "--shape", point.id,
+                 "--backend", backend])
     if not report.exists():
-        return {}
-    medians = {}
-    for bench in json.loads(report.read_text())["benchmarks"]:
-        info = bench["extra_info"]
-        point_id = f"{info['m']}x{info['n']}x{info['k']}-{info['dtype']}-{info['layout']}"
-        medians[(point_id, info["backend"])] = bench["stats"]["median"]
-    return medians
+        return None
+    found = json.loads(report.read_text())["benchmarks"]
+    return found[0]["stats"]["median"] if len(found) == 1 else None
 
 
 def caller_loop_times(backends: list[Any], point: Any, rounds: int = 7,
@@ -282,26 +274,18 @@ def main(argv: list[str]) -> int:
         print(table.stdout, flush=True)
     shapes = OFF_GRID[:4] if quick else OFF_GRID[first:last]
     points = [GridPoint(*shape, dtype) for shape in shapes for dtype in DTYPES]
-    medians: dict[tuple[str, str], float] = {}
     rows: list[dict[str, Any]] = []
-    # Shape by shape (both dtypes): do_bench and the engine, then pytest-benchmark in a subprocess
-    # on the same points while the GPU's state is close to the same, reusing the autotuning.
+    pytest_out = out / "pytest"
+    pytest_out.mkdir(exist_ok=True)
     for start in range(0, len(points), len(DTYPES)):
         chunk = points[start:start + len(DTYPES)]
         left = deadline - time.perf_counter()
         if left < 30:
             print(f"out of time: {chunk[0].id} and later points not timed", flush=True)
             break
-        rows += engine_rows(chunk, budget_s=0.05, verify_limit=0, deadline=deadline - 20)
+        rows += engine_rows(chunk, budget_s=0.05, verify_limit=0, deadline=deadline - 20,
+                            pytest_out=pytest_out)
         (out / "engine_rows.json").write_text(json.dumps(rows, indent=1))
-        left = deadline - time.perf_counter()
-        if left > 15:
-            medians.update(pytest_benchmark_medians(chunk, out, max_time_s=0.05, name=f"pytest_{start // 2}",
-                                                    timeout_s=left - 5))
-    for row in rows:
-        median = medians.get((row["point"], row["backend"]))
-        if median is not None and "do_bench_s" in row:
-            row.update(pytest_s=median, pytest_ratio=median / row["do_bench_s"])
     (out / "agreement.json").write_text(json.dumps({"environment": info, "rows": rows}, indent=1))
     ratios = [(r["point"], r["backend"], r.get("bench_ratio"), r.get("pytest_ratio")) for r in rows]
     misses = [r for r in ratios if any(x is None or abs(x - 1) > AGREEMENT for x in r[2:])]
