@@ -1,9 +1,9 @@
 """CuPy's matrix product on a CUDA GPU (cuBLAS underneath).
 
 The launch is ``cupy.dot``: for two matrices it is the product ``cupy.matmul`` computes (the same
-bits), without the generalized-ufunc wrapper ``cupy.matmul`` goes through first, which costs 1-2 µs
-of host time per call on an H100 host (docs/results/2026-11-23-hot-path.md). Operands are checked to be matrices before it is reached, where ``dot`` and
-``matmul`` would differ.
+bits), without the generalized-ufunc wrapper ``cupy.matmul`` goes through first, which costs 1-2
+µs of host time per call on an H100 host (docs/results/2026-11-23-hot-path.md). Operands are
+checked to be matrices before it is reached, where ``dot`` and ``matmul`` would differ.
 
 Precision is set per call on the cuBLAS handle CuPy uses for this thread, only where it differs,
 and restored after:
