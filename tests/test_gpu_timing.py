@@ -2,10 +2,10 @@
 fresh caller times.
 
 As tests (``gpu`` marker) a few shapes are checked. As a script,
-``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J[,K:L]] [--skip-best] [--skip-tables] [--seconds=S]``
+``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J] [--skip-best] [--skip-tables] [--seconds=S]``
 runs the whole check recorded in docs/results/2026-11-23-timing-engine.md: every GPU backend,
 float16 and bfloat16, on the shapes of :data:`OFF_GRID` (in none of the named grids; ``I:J``
-takes a slice of them, commas join slices), backend by backend timed by do_bench, ``gemmzoo bench``'s engine,
+takes a slice of them), backend by backend timed by do_bench, ``gemmzoo bench``'s engine,
 pytest-benchmark (the benchmarks, run in this process) and do_bench again; ``best_backend`` at
 128³ and 512³ float16 against every candidate's caller time measured afresh in interleaved
 rounds; and two ``gemmzoo bench`` tables. It writes JSON under OUT_DIR and prints a summary.
@@ -36,7 +36,6 @@ OFF_GRID: tuple[tuple[int, int, int], ...] = (
 )
 DTYPES = ("float16", "bfloat16")
 AGREEMENT = 0.05  # medians within 5% of do_bench's
-SOAK_S, SOAK_CALLS = 0.3, 2000  # load before the first do_bench of a backend
 #: triton-naive (a baseline kernel without tl.dot) is checked up to this size: beyond it a call
 #: takes several milliseconds and the whole check would take many minutes.
 NAIVE_FLOPS = 2e10
@@ -52,21 +51,12 @@ def _cuda_backends(dtype: str, selectable_only: bool = False) -> list[Any]:
             and (getattr(b, "selectable", True) or not selectable_only)]
 
 
-def _do_bench_s(backend: Any, point: Any, budget_s: float, soak_s: float = 0.0) -> float:
-    """do_bench's median for the plan the engine and pytest-benchmark time; ``soak_s`` seconds
-    of calls first (at most :data:`SOAK_CALLS`), so that a large GEMM meets do_bench at the clock
-    it holds under sustained load, as it does in the other timers, not at the boost clock of a
-    GPU that was idle or running something lighter."""
+def _do_bench_s(backend: Any, point: Any, budget_s: float) -> float:
     from gemmzoo.measure import do_bench_timing, planned, prepare
 
     problem = prepare(backend, point)
     a, b = problem.a, problem.b
-    run = planned(backend, a, b)
-    until = time.perf_counter() + soak_s
-    for _ in range(SOAK_CALLS if soak_s else 0):
-        run(a, b)
-        if time.perf_counter() >= until:
-            break
+    run = planned(backend, a, b)  # the call the engine and pytest-benchmark time
     return do_bench_timing(lambda: run(a, b), budget_s).median_s
 
 
@@ -90,7 +80,7 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
             if backend.name == "triton-naive" and point.flops > NAIVE_FLOPS:
                 continue
             try:
-                before = _do_bench_s(backend, point, budget_s, SOAK_S)
+                before = _do_bench_s(backend, point, budget_s)
                 verify = point.m * point.n * point.k <= verify_limit
                 result = measure(backend, point, budget_s=budget_s, verify=verify)
                 pytest_s = None if pytest_out is None else pytest_median(point, backend.name, pytest_out)
@@ -262,8 +252,7 @@ def main(argv: list[str]) -> int:
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
     quick = "--quick" in argv
-    picked = [int(i) for part in next((a for a in argv if ":" in a), "0:99").split(",")
-              for i in range(*(int(x) for x in part.split(":")))]
+    first, last = (int(x) for x in next((a for a in argv if ":" in a), "0:99").split(":"))
     info = device_info("cuda")
     print(f"device {info['device_name']}, driver {info['driver']} (CUDA {info['cuda_driver']}), "
           f"{info['libraries']}; stream hold from {default_gpu().holder_name}", flush=True)
@@ -283,7 +272,7 @@ def main(argv: list[str]) -> int:
         table = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
         (out / name).write_text(table.stdout + table.stderr[-5000:])
         print(table.stdout, flush=True)
-    shapes = OFF_GRID[:4] if quick else [OFF_GRID[i] for i in picked if i < len(OFF_GRID)]
+    shapes = OFF_GRID[:4] if quick else OFF_GRID[first:last]
     points = [GridPoint(*shape, dtype) for shape in shapes for dtype in DTYPES]
     rows: list[dict[str, Any]] = []
     pytest_out = out / "pytest"
