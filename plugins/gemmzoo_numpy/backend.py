@@ -40,21 +40,28 @@ class NumpyBackend(Backend):
         return np.array(y, copy=True)
 
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        # Two matrices of one declared dtype go straight to their launcher. np.matmul rejects a K
+        # that does not match, and that error is then said as check_operands says it; it would
+        # take other array types, other dimensions and mixed dtypes, so those are checked here.
+        try:
+            dtype = a.dtype
+            if type(a) is np.ndarray and type(b) is np.ndarray and b.dtype == dtype \
+                    and a.ndim == 2 and b.ndim == 2:
+                launch = _LAUNCHERS.get(dtype)
+                if launch is not None:
+                    return launch(a, b)
+        except Exception:
+            self.check_operands(a, b)
+            raise
         self.check_operands(a, b)
-        if a.dtype == E4M3:
-            return _fp8_matmul(a, b)
-        if a.dtype == np.float16:
-            return _half_matmul(a, b)
-        return np.matmul(a, b)
+        return _LAUNCHERS[a.dtype](a, b)
 
     def prepare(self, a: np.ndarray, b: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         """``numpy.matmul`` itself, or its float32 detour for float16: nothing is left per call."""
         if type(self).matmul is not NumpyBackend.matmul:  # a subclass's own product: plan through it
             return super().prepare(a, b)
         self.check_operands(a, b)
-        if a.dtype == E4M3:
-            return _fp8_matmul
-        return _half_matmul if a.dtype == np.float16 else np.matmul
+        return _LAUNCHERS[a.dtype]
 
 
 def _half_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -65,3 +72,12 @@ def _half_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _fp8_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """E4M3 operands widened exactly to float32, fp32 BLAS, C rounded once to bfloat16."""
     return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(BFLOAT16)
+
+
+#: The launcher of each declared dtype, by NumPy dtype.
+_LAUNCHERS: dict[np.dtype, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    np.dtype(np.float32): np.matmul,
+    np.dtype(np.float64): np.matmul,
+    np.dtype(np.float16): _half_matmul,
+    E4M3: _fp8_matmul,
+}
