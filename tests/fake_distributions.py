@@ -30,8 +30,10 @@ def write_distribution(
 
 def subprocess_env(site: Path, **variables: str) -> dict[str, str]:
     """This process's environment with ``site`` first on PYTHONPATH, no GEMMZOO_* settings
-    except ``variables``, and a wide terminal so rich does not wrap lines."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GEMMZOO_")}
+    except ``variables``, no pytest-xdist worker variables (a pytest started from a worker's test
+    would take itself for a worker), and a wide terminal so rich does not wrap lines."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("GEMMZOO_", "PYTEST_XDIST_"))}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
     env["COLUMNS"] = "400"
     env.update(variables)

@@ -285,7 +285,8 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
     fails."""
     (tmp_path / "test_fake_bench.py").write_text(textwrap.dedent(FAKE_BENCH))
     out = tmp_path / "out.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_XDIST_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
     run = subprocess.run(
         [sys.executable, "-m", "pytest", str(tmp_path), "-p", "no:cacheprovider", "-q", "--benchmark-only",
          "--benchmark-max-time=0.05", f"--benchmark-json={out}", "--rootdir", str(tmp_path)],
