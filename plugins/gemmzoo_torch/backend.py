@@ -1,4 +1,5 @@
-"""torch.matmul on the CPU and on CUDA (cuBLAS), with TF32 as a per-call mode on CUDA.
+"""torch.mm (torch.matmul's product of two matrices) on the CPU and on CUDA (cuBLAS), with TF32 as
+a per-call mode on CUDA.
 
 On CUDA the cuBLAS precision switches each dtype needs are held only while gemmzoo's product
 launches, under one lock: see :mod:`gemmzoo_torch.precision`.
@@ -26,7 +27,7 @@ def torch_missing_reason() -> str | None:
 
 
 class TorchCpuBackend(TorchTensors, Backend):
-    """``torch.matmul`` on CPU tensors."""
+    """``torch.mm`` on CPU tensors."""
 
     name = "torch-cpu"
     device = "cpu"
@@ -68,7 +69,7 @@ class TorchCpuBackend(TorchTensors, Backend):
 
 
 class TorchBackend(TorchCpuBackend):
-    """``torch.matmul`` on CUDA tensors: cuBLAS. ``float32`` is IEEE; ``tf32`` is its own mode.
+    """``torch.mm`` on CUDA tensors: cuBLAS. ``float32`` is IEEE; ``tf32`` is its own mode.
 
     ``float8_e4m3fn`` (on GPUs of capability 8.9 and later) goes through ``torch._scaled_mm`` with
     fp32 promotion of partial sums, C in bfloat16: see :mod:`gemmzoo_torch.fp8`.

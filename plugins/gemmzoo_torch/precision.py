@@ -3,12 +3,12 @@
 torch's switches under ``torch.backends.cuda.matmul`` are process-wide, and a product reads them
 when it is launched. Each dtype needs at most two of them to hold a value (fp32 accumulation for
 the 16-bit types, IEEE or TF32 math for fp32); float64 needs none. :func:`runner` builds, once per
-dtype, a function that checks those switches and launches ``torch.mm`` (the product ``torch.matmul``
-calls for two matrices, without its dispatch on the number of dimensions) under one process-wide
-lock: when the caller's settings already match nothing is written (torch's defaults match for
-float32 and float64, not for the 16-bit types); otherwise the
-switches are set, the product launched and the caller's values restored before the lock is let
-go. So concurrent gemmzoo products of different dtypes in several threads never see each other's
+dtype, a function that checks those switches and launches ``torch.mm`` (the product
+``torch.matmul`` calls for two matrices, without its dispatch on the number of dimensions) under
+one process-wide lock: when the caller's settings already match nothing is written (torch's
+defaults match for float32 and float64, not for the 16-bit types); otherwise the switches are
+set, the product launched and the caller's values restored before the lock is let go. So
+concurrent gemmzoo products of different dtypes in several threads never see each other's
 settings. (Code that calls ``torch.matmul`` itself, outside gemmzoo, is not covered by the lock.)
 """
 
@@ -106,14 +106,14 @@ def runner(dtype: str) -> Callable[[Any, Any], Any]:
     from gemmzoo import TF32Array
 
     settings = torch.backends.cuda.matmul
-    matmul = torch.mm
+    mm = torch.mm
     switches = tuple(found for attribute, wanted in _NEEDS[dtype]
                      if (found := _switch(settings, attribute, wanted)) is not None)
 
     def launch_tf32(a: Any, b: Any) -> Any:
-        return TF32Array(matmul(a.data, b.data))
+        return TF32Array(mm(a.data, b.data))
 
-    launch = launch_tf32 if dtype == "tf32" else matmul
+    launch = launch_tf32 if dtype == "tf32" else mm
     if not switches:
         return launch
 
