@@ -30,7 +30,13 @@ import triton
 import triton.language as tl
 
 from gemmzoo_triton.common import interpreter_mode
-from gemmzoo_triton.grouped_kernel import _autotune_options, _config, launch_tuned, prune_configs
+from gemmzoo_triton.grouped_kernel import (
+    _autotune_options,
+    _config,
+    launch_tuned,
+    prune_configs,
+    tile_position,
+)
 
 #: Configs for Hopper's fp8 tensor cores: BLOCK_SIZE_K 128 (one 128-byte row of fp8 per stage)
 #: or 64, tiles of 128x256 down to 64x64; pruned per problem by triton-grouped's rules (the smallest
@@ -93,14 +99,8 @@ def fp8_matmul_kernel(
     GROUP_SIZE_M: tl.constexpr,
 ):
     """C (bf16) = A @ B (fp8 E4M3) for the tile of C that this program's grouped id maps to."""
-    pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    num_pid_in_group = GROUP_SIZE_M * num_pid_n
-    first_pid_m = (pid // num_pid_in_group) * GROUP_SIZE_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
-    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = tile_position(tl.program_id(axis=0), tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N),
+                                 GROUP_SIZE_M)
 
     # Rows and columns past M and N wrap to rows that exist (the store drops them); K's tail is
     # masked to zeros, which add nothing (0 times a NaN of the other operand never occurs: the

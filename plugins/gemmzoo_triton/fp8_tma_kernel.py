@@ -22,7 +22,7 @@ Halves of M keep the MMA instructions as wide as the tile (m64n128 for 128x128 i
 of N narrow them.
 
 The kernel is persistent: the grid's programs (PROGRAMS_PER_SM per SM, fewer for small problems)
-walk C's tiles in grouped order (:func:`gemmzoo_triton.grouped_tma_kernel.tile_position`), and with
+walk C's tiles in grouped order (:func:`gemmzoo_triton.grouped_kernel.tile_position`), and with
 ``FLATTEN`` the tile loop and the K loop are pipelined as one, so that the loads of a program's
 next tile overlap the epilogue of its last. With one program per tile it is the classic kernel.
 
@@ -49,8 +49,14 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from gemmzoo_triton.fp8_kernel import PROMOTE_EVERY
-from gemmzoo_triton.grouped_kernel import _autotune_options, _config, launch_tuned, prune_configs
-from gemmzoo_triton.grouped_tma_kernel import num_sms, tile_position
+from gemmzoo_triton.grouped_kernel import (
+    _autotune_options,
+    _config,
+    launch_tuned,
+    prune_configs,
+    tile_position,
+)
+from gemmzoo_triton.grouped_tma_kernel import num_sms
 
 
 def set_block_shapes(nargs: dict[str, Any]) -> None:

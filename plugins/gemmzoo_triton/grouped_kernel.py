@@ -125,6 +125,18 @@ PICKED: dict[tuple[Any, ...], triton.Config] = {}
 
 
 @triton.jit
+def tile_position(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M: tl.constexpr):
+    """The (row, column) of C's tile number ``tile_id`` in grouped order: GROUP_SIZE_M rows of
+    tiles at a time, column-major inside a group, so that tiles computed together share rows of
+    A and columns of B in L2."""
+    tiles_in_group = GROUP_SIZE_M * num_pid_n
+    first_pid_m = (tile_id // tiles_in_group) * GROUP_SIZE_M
+    group_rows = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
+    in_group = tile_id % tiles_in_group
+    return first_pid_m + in_group % group_rows, in_group // group_rows
+
+
+@triton.jit
 def leaky_relu(x):
     """max(x, 0.01 x), with NaN kept."""
     return tl.where(x >= 0, x, 0.01 * x)
@@ -157,16 +169,10 @@ def grouped_matmul_kernel(
     GROUP_SIZE_M: tl.constexpr,
 ):
     """C = ACTIVATION(A @ B) for the tile of C that this program's grouped id maps to."""
-    # Map the 1-D program id to a tile of C, GROUP_SIZE_M rows of tiles at a time, column-major
-    # inside a group, so that programs running together reuse the same A rows and B columns.
-    pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    num_pid_in_group = GROUP_SIZE_M * num_pid_n
-    first_pid_m = (pid // num_pid_in_group) * GROUP_SIZE_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
-    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    # The 1-D program id is a tile of C in grouped order, so that programs running together reuse
+    # the same A rows and B columns.
+    pid_m, pid_n = tile_position(tl.program_id(axis=0), tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N),
+                                 GROUP_SIZE_M)
 
     # Rows and columns past M and N wrap around (modulo) to rows that exist, so their loads need
     # no mask; the store below drops them. K has no such slack: its tail is masked to zeros.

@@ -38,6 +38,7 @@ from gemmzoo_triton.grouped_kernel import (
     leaky_relu,
     prune_configs,
     relu,
+    tile_position,
 )
 from gemmzoo_triton.launcher import BoundLaunch
 
@@ -112,18 +113,6 @@ _autotuned = triton.autotune(
     prune_configs_by={"early_config_prune": prune_configs},
     **_autotune_options(),
 )
-
-
-@triton.jit
-def tile_position(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M: tl.constexpr):
-    """The (row, column) of C's tile number ``tile_id`` in grouped order: GROUP_SIZE_M rows of
-    tiles at a time, column-major inside a group, so that tiles computed together share rows of
-    A and columns of B in L2."""
-    tiles_in_group = GROUP_SIZE_M * num_pid_n
-    first_pid_m = (tile_id // tiles_in_group) * GROUP_SIZE_M
-    group_rows = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
-    in_group = tile_id % tiles_in_group
-    return first_pid_m + in_group % group_rows, in_group // group_rows
 
 
 @triton.jit
