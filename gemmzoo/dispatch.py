@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from gemmzoo.backend import TF32Array, shape_text
+from gemmzoo.backend import TF32Array, is_self_checking, shape_text
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
 from gemmzoo.tuning import state
@@ -175,10 +175,10 @@ def _numpy_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
             _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
 
 
+# torch's holds A's dtype only: a plan checks B's itself (see make_plan).
 def _torch_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
-    return (type(a), type(b), a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device,
-            b.device, a.requires_grad, b.requires_grad, _read(_N0), _read(_N1), _read(_N2), backend,
-            accuracy)
+    return (type(a), type(b), a.shape, b.shape, a.stride(), b.stride(), a.dtype, a.device, b.device,
+            a.requires_grad, b.requires_grad, _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
 
 
 def _cupy_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
@@ -201,6 +201,7 @@ MAX_PLANS = 4096
 problems pays the planning again, never unbounded memory)."""
 
 _PLANS = state.plans
+_LAST = state.last_plan
 
 
 def _learn_key(array_type: type) -> None:
@@ -229,10 +230,26 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
     (:mod:`gemmzoo.accuracy`); a backend named in ``backend`` is used whatever its class.
     """
     try:
-        plan = _PLANS[_KEYS[type(a)](a, b, backend, accuracy)]
+        key = _KEYS[type(a)](a, b, backend, accuracy)
+        last_key, plan = _LAST[0]
+        if key != last_key:  # not the problem of the call before: find its plan
+            plan = _PLANS[key]
+            _LAST[0] = key, plan
     except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
         return _plan_and_call(a, b, backend, accuracy)
-    return plan(a, b)
+    try:
+        return plan(a, b)
+    except Exception:
+        _reject(a, b, backend, accuracy)
+        raise
+
+
+def _reject(a: Any, b: Any, backend: Any, accuracy: str) -> None:
+    """Raise the error that names what is wrong with operands a plan refused, if anything is."""
+    try:
+        make_plan(a, b, backend, accuracy)
+    except GemmInputError as error:
+        raise error from None
 
 
 def _plan_and_call(a: Any, b: Any, backend: Any, accuracy: str = "componentwise") -> Any:
@@ -244,6 +261,7 @@ def _plan_and_call(a: Any, b: Any, backend: Any, accuracy: str = "componentwise"
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()
         _PLANS[key] = plan
+        _LAST[0] = key, plan
     except Exception:  # an unhashable backend object: correct, only not cached
         pass
     return plan(a, b)
@@ -305,11 +323,14 @@ def make_plan(a: Any, b: Any, backend: Any = None,
         except Exception:  # no zero-copy route (negative strides, a dtype DLPack lacks): copy instead
             target = None
     if target is None:  # another device, or arrays gemmzoo cannot exchange: host copies both ways
-        return _host_plan(chosen, a, b, kind, dtype, tf32, detach)
+        plan = _host_plan(chosen, a, b, kind, dtype, tf32, detach)
+        return _checking_b(plan, a, backend, accuracy, tf32) if kind == "torch" else plan
     wrap = TF32Array if tf32 else _same
     run = chosen.prepare(wrap(a_native), wrap(b_native))
-    if target == kind and not detach:
-        return run  # the caller's own arrays are the backend's: nothing between them
+    if target == kind and not detach:  # the caller's own arrays are the backend's: nothing between
+        if kind != "torch" or is_self_checking(run):
+            return run
+        return _checking_b(run, a, backend, accuracy, tf32)
 
     def plan(a: Any, b: Any) -> Any:
         if tf32:
@@ -320,7 +341,21 @@ def make_plan(a: Any, b: Any, backend: Any = None,
         c = _convert(c.data if tf32 else c, target, kind)
         return TF32Array(c) if tf32 else c
 
-    return plan
+    return _checking_b(plan, a, backend, accuracy, tf32) if kind == "torch" else plan
+
+
+def _checking_b(plan: Callable[[Any, Any], Any], a: Any, backend: Any, accuracy: str,
+                tf32: bool) -> Callable[[Any, Any], Any]:
+    """``plan`` behind a check of B's dtype against A's, for torch operands (whose key holds A's
+    only) and a plan that does not reject a mismatch itself."""
+    dtype = a.dtype
+
+    def checked(a: Any, b: Any) -> Any:
+        if (b.data if tf32 else b).dtype is not dtype:  # bad input: make_plan says what is wrong
+            return make_plan(a, b, backend, accuracy)(a, b)
+        return plan(a, b)
+
+    return checked
 
 
 def _same(x: Any) -> Any:

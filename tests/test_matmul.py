@@ -211,6 +211,52 @@ def test_bad_input_after_a_plan_is_still_a_clear_error():
         gemmzoo.matmul(ta, tb.to("meta"))
 
 
+@pytest.mark.parametrize("backend", ["torch-cpu", "numpy"])
+def test_a_torch_plan_refuses_a_b_of_another_dtype(backend):
+    """torch problems are keyed on A's dtype: a plan that torch.mm runs lets torch refuse B, one
+    that converts the operands (here to NumPy) checks B first; both then say what is wrong."""
+    a64, b64 = operands(5, 6, 7, 3)
+    a, b = torch.from_numpy(a64).float(), torch.from_numpy(b64).float()
+    np.testing.assert_allclose(gemmzoo.matmul(a, b, backend).numpy(), a64 @ b64, rtol=1e-5, atol=1e-5)
+    for other in (b.double(), b.half(), b.to(torch.bfloat16)):
+        expected = r"A \(5, 7\), B \(7, 6\): A is torch.float32 and B is"
+        with pytest.raises(GemmInputError, match=expected) as caught:
+            gemmzoo.matmul(a, other, backend)
+        assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    c = gemmzoo.matmul(a, b, backend)  # the plan still serves its own problem
+    np.testing.assert_allclose(c.numpy(), a64 @ b64, rtol=1e-5, atol=1e-5)
+
+
+def test_which_plans_check_b_themselves():
+    from gemmzoo.backend import is_self_checking, self_checking
+
+    def run(a, b):
+        return a @ b
+
+    assert not is_self_checking(run) and not is_self_checking(len) and not is_self_checking(3)
+    assert self_checking(run) is run and is_self_checking(run)
+    assert is_self_checking(gemmzoo.get_backend("numpy").matmul)  # matmul must check its operands
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    assert is_self_checking(gemmzoo.get_backend("torch-cpu").prepare(a, b))
+
+
+def test_forgetting_answers_drops_the_last_plan_too(monkeypatch):
+    from gemmzoo.tuning import state
+
+    backend = gemmzoo.get_backend("torch-cpu")
+    prepared = []
+    original = type(backend).prepare
+    monkeypatch.setattr(type(backend), "prepare",
+                        lambda self, a, b: prepared.append(1) or original(self, a, b))
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    gemmzoo.matmul(a, b, "torch-cpu")
+    gemmzoo.matmul(a, b, "torch-cpu")
+    assert len(prepared) == 1
+    state.forget_answers()
+    gemmzoo.matmul(a, b, "torch-cpu")
+    assert len(prepared) == 2
+
+
 def test_a_plan_is_never_reused_for_operands_that_differ(monkeypatch):
     backend = gemmzoo.get_backend("torch-cpu")
     prepared = []

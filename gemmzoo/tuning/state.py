@@ -18,6 +18,10 @@ plans: dict[tuple[Any, ...], Any] = {}
 """``gemmzoo.matmul``'s plans by problem (see :mod:`gemmzoo.dispatch`); they embed answers, so
 they are dropped with them."""
 
+last_plan: list[tuple[Any, Any]] = [((), None)]
+"""``[(key, plan)]``: the problem ``gemmzoo.matmul`` met last and its plan, looked at before
+:data:`plans` (a program that repeats one problem skips hashing its key); dropped with them."""
+
 verdicts: dict[tuple[str, str, str, str], bool] = {}
 """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
 
@@ -52,6 +56,7 @@ def forget_answers() -> None:
     """Drop cached answers and the plans built on them (new measurements were stored)."""
     answers.clear()
     plans.clear()
+    last_plan[0] = ((), None)
 
 
 def reset() -> None:
@@ -59,6 +64,7 @@ def reset() -> None:
     with lock:
         answers.clear()
         plans.clear()
+        last_plan[0] = ((), None)
         verdicts.clear()
         availability.clear()
         for (pid, _directory), opened in _stores.items():

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gemmzoo import Backend
-from gemmzoo.backend import dtype_name
+from gemmzoo.backend import dtype_name, self_checking
 from gemmzoo.torch_tensors import TorchTensors
 from gemmzoo_torch import fp8
 from gemmzoo_torch.precision import runner
@@ -59,13 +59,13 @@ class TorchCpuBackend(TorchTensors, Backend):
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """``torch.mm`` itself (``torch.matmul``'s product of two matrices): nothing is left to do
-        per call."""
+        per call, and torch rejects a B of another dtype."""
         if type(self).matmul is not TorchCpuBackend.matmul:  # a subclass's own product: plan through it
             return super().prepare(a, b)
         import torch
 
         self.check_operands(a, b)
-        return torch.mm
+        return self_checking(torch.mm)
 
 
 class TorchBackend(TorchCpuBackend):
@@ -134,11 +134,17 @@ class TorchBackend(TorchCpuBackend):
         return self._run(dtype_name(a))(a, b)
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
-        """The dtype's launcher: the precision switches are checked, and set only when they differ."""
+        """The dtype's launcher: the precision switches are checked, and set only when they differ.
+
+        torch rejects a B of another dtype, except through fp8's launcher (it converts
+        the operands before ``torch._scaled_mm`` sees them), which is not declared self-checking.
+        """
         if type(self).matmul is not TorchBackend.matmul:  # a subclass's own product: plan through it
             return super().prepare(a, b)
         self.check_operands(a, b)
-        return self._run(dtype_name(a))
+        dtype = dtype_name(a)
+        run = self._run(dtype)
+        return run if dtype == "float8_e4m3fn" else self_checking(run)
 
     def synchronize(self) -> None:
         import torch
