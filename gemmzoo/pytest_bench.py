@@ -42,6 +42,7 @@ from gemmzoo.device import device_info
 from gemmzoo.grids import GridPoint, parse_point
 from gemmzoo.measure import (
     MAX_QUEUED_CALLS,
+    WARMUP_S,
     DeviceClock,
     Engine,
     Measurement,
@@ -58,9 +59,10 @@ DEVICE_CLOCK = DeviceClock()
 """The process's device clock; every CUDA benchmark param names it as its timer."""
 
 MAX_ROUNDS = 100_000
-WARMUP_ROUNDS = 5
+#: Rounds before the timed ones: at least this many, and at least ``WARMUP_S`` of GEMMs.
+WARMUP_ROUNDS = 2
 #: Device time of the GEMMs of one round (one batch) of a CUDA benchmark.
-ROUND_S = 0.02
+ROUND_S = 0.01
 _WORKEROUTPUT_KEY = "gemmzoo_benchmarks"
 
 #: ``--benchmark-max-time`` and ``--benchmark-min-rounds`` of this run (pytest-benchmark's
@@ -143,15 +145,17 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
             calls = max(1, min(MAX_QUEUED_CALLS, int(ROUND_S / first)))
             target = clock.wrap(call, calls)
             try:
-                for _ in range(WARMUP_ROUNDS):
+                # The warm-up sizes the rounds too, and the rounds follow it in one stream: as
+                # long a stretch of GEMMs as the engine's and do_bench's, since a large GEMM's
+                # clock under the power cap sinks the longer it runs.
+                warmed, start, device = 0, time.perf_counter(), clock()
+                while warmed < WARMUP_ROUNDS or (clock() - device) * calls < WARMUP_S:
                     target()
-                start = time.perf_counter()
-                for _ in range(3):
-                    target()
-                wall = (time.perf_counter() - start) / 3
+                    warmed += 1
+                wall = (time.perf_counter() - start) / warmed
                 rounds = max(int(SETTINGS["min_rounds"]), min(MAX_ROUNDS, int(SETTINGS["max_time"] / wall)))
                 reads = clock.reads
-                benchmark.pedantic(target, rounds=rounds, iterations=1, warmup_rounds=WARMUP_ROUNDS)
+                benchmark.pedantic(target, rounds=rounds, iterations=1, warmup_rounds=0)
             finally:
                 clock.finish()
         if benchmark.enabled and clock.reads == reads:
