@@ -80,20 +80,21 @@ _SELF_CHECKING: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def self_checking(run: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """Declare that ``run``, a plan from :meth:`Backend.prepare`, raises by itself when B's dtype is
-    not A's (as ``torch.mm`` does), and return it.
+    """Declare that ``run``, a plan from :meth:`Backend.prepare`, raises by itself when B's dtype or
+    device is not A's (as ``torch.mm`` does, the meta device aside), and return it.
 
-    ``gemmzoo.matmul`` keys the plans of torch operands on A's dtype only: it checks B's before
-    calling a plan, except a plan declared here (or a backend's own ``matmul``, which must
-    reject such operands anyway). When a plan raises, the operands are checked again, so bad input
-    still gets the error that names the shapes and what is wrong.
+    ``gemmzoo.matmul`` keys the plans of torch operands on A's dtype and device only (and on
+    whether B is on the meta device): it checks B's before calling a plan, except a plan declared
+    here (or a backend's own ``matmul``, which must reject such operands anyway). When a plan
+    raises, the operands are checked again, so bad input still gets the error that names the
+    shapes and what is wrong.
     """
     _SELF_CHECKING.add(run)
     return run
 
 
 def is_self_checking(run: Any) -> bool:
-    """Whether ``run`` rejects a B of another dtype itself (see :func:`self_checking`)."""
+    """Whether ``run`` rejects a B of another dtype or device itself (see :func:`self_checking`)."""
     if isinstance(run, MethodType):
         return run.__name__ == "matmul" and isinstance(run.__self__, Backend)
     return run in _SELF_CHECKING

@@ -175,10 +175,14 @@ def _numpy_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
             _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
 
 
-# torch's holds A's dtype only: a plan checks B's itself (see make_plan).
+# torch's is read in fewer attributes. Strides: ``True`` for a contiguous tensor (the strides
+# of its dimensions of size 1, the only ones contiguity leaves open, address nothing). B's dtype
+# and device: only A's are held, and whether B is on the meta device; torch.mm refuses a B of
+# another dtype or on another real device, and a plan that would not checks B (see make_plan).
 def _torch_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
-    return (type(a), type(b), a.shape, b.shape, a.stride(), b.stride(), a.dtype, a.device, b.device,
-            a.requires_grad, b.requires_grad, _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
+    return (type(a), type(b), a.shape, b.shape, a.is_contiguous() or a.stride(),
+            b.is_contiguous() or b.stride(), a.dtype, a.device, b.is_meta, a.requires_grad,
+            b.requires_grad, _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
 
 
 def _cupy_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
@@ -346,12 +350,13 @@ def make_plan(a: Any, b: Any, backend: Any = None,
 
 def _checking_b(plan: Callable[[Any, Any], Any], a: Any, backend: Any, accuracy: str,
                 tf32: bool) -> Callable[[Any, Any], Any]:
-    """``plan`` behind a check of B's dtype against A's, for torch operands (whose key holds A's
-    only) and a plan that does not reject a mismatch itself."""
-    dtype = a.dtype
+    """``plan`` behind a check of B's dtype and device against A's, for torch operands (whose
+    key holds A's only) and a plan that does not reject a mismatch itself."""
+    dtype, device = a.dtype, a.device
 
     def checked(a: Any, b: Any) -> Any:
-        if (b.data if tf32 else b).dtype is not dtype:  # bad input: make_plan says what is wrong
+        inner = b.data if tf32 else b
+        if inner.dtype is not dtype or inner.device != device:  # bad input: make_plan says why
             return make_plan(a, b, backend, accuracy)(a, b)
         return plan(a, b)
 

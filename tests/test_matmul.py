@@ -227,6 +227,30 @@ def test_a_torch_plan_refuses_a_b_of_another_dtype(backend):
     np.testing.assert_allclose(c.numpy(), a64 @ b64, rtol=1e-5, atol=1e-5)
 
 
+def test_contiguous_operands_share_a_plan_whatever_their_size_1_strides():
+    a64, b64 = operands(1, 6, 7, 4)
+    rows = torch.from_numpy(np.ascontiguousarray(a64)).float()  # (1, 7), strides (7, 1)
+    column = rows.clone().as_strided((1, 7), (1, 1))
+    assert rows.stride() != column.stride() and column.is_contiguous()
+    b = torch.from_numpy(b64).float()
+    for x in (rows, column, torch.from_numpy(np.asfortranarray(a64)).float()):
+        np.testing.assert_allclose(gemmzoo.matmul(x, b).numpy(), a64 @ b64, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_cuda_plan_refuses_b_on_another_device():
+    a64, b64 = operands(9, 8, 7, 5)
+    a, b = torch.from_numpy(a64).half().cuda(), torch.from_numpy(b64).half().cuda()
+    expected = (a.double() @ b.double()).cpu().numpy()
+    np.testing.assert_allclose(gemmzoo.matmul(a, b).double().cpu().numpy(), expected, rtol=2e-3, atol=2e-3)
+    for other, message in ((b.cpu(), "A is on cuda:0 and B on cpu"), (b.to("meta"), "B on meta"),
+                           (b.float(), "A is torch.float16 and B is torch.float32")):
+        with pytest.raises(GemmInputError, match=message):
+            gemmzoo.matmul(a, other)
+        with pytest.raises(GemmInputError, match=message):
+            gemmzoo.matmul(a, other, "triton-grouped")
+
+
 def test_which_plans_check_b_themselves():
     from gemmzoo.backend import is_self_checking, self_checking
 

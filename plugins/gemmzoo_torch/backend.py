@@ -59,7 +59,7 @@ class TorchCpuBackend(TorchTensors, Backend):
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """``torch.mm`` itself (``torch.matmul``'s product of two matrices): nothing is left to do
-        per call, and torch rejects a B of another dtype."""
+        per call, and torch rejects a B of another dtype or device."""
         if type(self).matmul is not TorchCpuBackend.matmul:  # a subclass's own product: plan through it
             return super().prepare(a, b)
         import torch
@@ -136,7 +136,7 @@ class TorchBackend(TorchCpuBackend):
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """The dtype's launcher: the precision switches are checked, and set only when they differ.
 
-        torch rejects a B of another dtype, except through fp8's launcher (it converts
+        torch rejects a B of another dtype or device, except through fp8's launcher (it converts
         the operands before ``torch._scaled_mm`` sees them), which is not declared self-checking.
         """
         if type(self).matmul is not TorchBackend.matmul:  # a subclass's own product: plan through it
