@@ -4,7 +4,8 @@
 
 Each row times a loop of N calls followed by one synchronisation and divides by N: what a
 program calling in a loop waits per call. Variants of one group run interleaved, R rounds, and the
-median of the rounds is kept; the ratio is to the group's first row (the library's own call). The
+median of the rounds is kept; the ratio is the median over rounds of each round's ratio to the
+group's first row (the library's own call) timed in that round. The
 ratio of the fastest rounds is printed too: host timings on a shared machine carry interference
 that only ever adds time.
 On the CPU: 64x64 float32 NumPy and torch arrays. With CUDA: 128³ and 512³ float16 torch tensors
@@ -39,16 +40,18 @@ def run_group(title: str, rows: list[tuple[str, Call, Any, Any]], sync: Callable
         for _ in range(20):
             call(a, b)
     samples: dict[str, list[float]] = {name: [] for name, *_ in rows}
-    for _ in range(rounds):
-        for name, call, a, b in rows:
+    for number in range(rounds):
+        for name, call, a, b in (rows if number % 2 == 0 else rows[::-1]):  # no row always first
             samples[name].append(loop_per_call_s(functools.partial(call, a, b), calls, sync))
     medians = {name: statistics.median(values) for name, values in samples.items()}
-    base = medians[rows[0][0]]
-    fastest_base = min(samples[rows[0][0]])
+    base_samples = samples[rows[0][0]]
+    fastest_base = min(base_samples)
     print(f"\n{title}")
     result = []
     for name, *_ in rows:
-        ratio = medians[name] / base
+        # each round's ratio to the library call timed in that round, then the median of those:
+        # interference that slows a whole round cancels out
+        ratio = statistics.median(t / t0 for t, t0 in zip(samples[name], base_samples, strict=True))
         # the fastest round of each: the cost of the code itself, with the least interference
         ratio_min = min(samples[name]) / fastest_base
         target = targets.get(name)

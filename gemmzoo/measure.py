@@ -27,6 +27,7 @@ import functools
 import gc
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -422,11 +423,11 @@ class DeviceClock:
         return "DeviceClock()"
 
 
-#: Seconds of timed-but-discarded calls before the samples on a GPU (do_bench warms up for
-#: 25 ms): a large GEMM's clock settles under the power cap in that time.
-WARMUP_S = 0.05
+#: Seconds of timed-but-discarded calls before the samples on a GPU: do_bench's warm-up, since a
+#: large GEMM's clock keeps sinking for longer than that and the two must sample the same stretch.
+WARMUP_S = 0.025
 #: Device time per batch of timed calls, and the host-time batches taken per measurement.
-BATCH_S = 0.02
+BATCH_S = 0.01
 HOST_BATCHES = 9
 CALLER_ROUNDS = 5
 """Rounds of :func:`interleaved_caller_timings`."""
@@ -521,8 +522,12 @@ def interleaved_caller_timings(problems: Sequence[Problem], caller_s: Sequence[f
 
 def graph_call(call: Callable[[], Any]) -> Callable[[], Any]:
     """``call`` captured once in a CUDA graph (torch); the result replays it. The call must
-    launch its work on torch's current stream."""
+    launch its work on torch's current stream and return a torch tensor: a call that launches
+    elsewhere (CuPy on its own stream) would leave the graph empty, and raises
+    :class:`~gemmzoo.errors.GemmError` instead of replaying nothing."""
     import torch
+
+    from gemmzoo.backend import TF32Array
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -530,12 +535,22 @@ def graph_call(call: Callable[[], Any]) -> Callable[[], Any]:
         call()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            output = call()
-    except Exception as error:
-        raise GemmError(
-            f"this call cannot be captured in a CUDA graph: {type(error).__name__}: {error}") from error
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.cuda.graph(graph):
+                output = call()
+        except Exception as error:
+            raise GemmError(
+                f"this call cannot be captured in a CUDA graph: {type(error).__name__}: {error}") from error
+    empty = [w for w in caught if "graph is empty" in str(w.message).lower()]
+    for w in caught:
+        if w not in empty:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    result = output.data if isinstance(output, TF32Array) else output
+    if empty or not isinstance(result, torch.Tensor):
+        raise GemmError(f"a CUDA graph of this call would be empty: it returns {type(result).__name__} "
+                        "and launches nothing on torch's current stream")
 
     def replay() -> Any:
         graph.replay()

@@ -36,6 +36,9 @@ OFF_GRID: tuple[tuple[int, int, int], ...] = (
 )
 DTYPES = ("float16", "bfloat16")
 AGREEMENT = 0.05  # medians within 5% of do_bench's
+#: Idle seconds before each timer of a row: each starts from a GPU at rest, as the first does,
+#: instead of from the heat the timer before it left (a large GEMM's clock sinks as it runs).
+REST_S = 0.2
 #: triton-naive (a baseline kernel without tl.dot) is checked up to this size: beyond it a call
 #: takes several milliseconds and the whole check would take many minutes.
 NAIVE_FLOPS = 2e10
@@ -86,10 +89,11 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
     under its power cap moves by more than 5% over longer spans, and a timer compared with a
     reference taken elsewhere in time would measure that drift.
 
-    Where the engine finds the call launch-bound (host time above device time), do_bench's events
-    hold the GPU's wait for the host, and the device time is compared with do_bench of the call
-    replayed as a CUDA graph instead (``reference`` says which); the caller time is compared with
-    plain do_bench there (``caller_ratio``)."""
+    Each timer starts after :data:`REST_S` of idle GPU. Where the engine finds the call
+    launch-bound (host time above device time), do_bench's events hold the GPU's wait for the
+    host, and the device time is compared with do_bench of the call replayed as a CUDA graph
+    instead (``reference`` says which); the caller time is compared with plain do_bench there
+    (``caller_ratio``)."""
     from gemmzoo.measure import measure
 
     rows = []
@@ -104,8 +108,11 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
             try:
                 before = _do_bench_s(backend, point, budget_s)
                 verify = point.m * point.n * point.k <= verify_limit
+                time.sleep(REST_S)
                 result = measure(backend, point, budget_s=budget_s, verify=verify)
+                time.sleep(REST_S)
                 pytest_s = None if pytest_out is None else pytest_median(point, backend.name, pytest_out)
+                time.sleep(REST_S)
                 after = _do_bench_s(backend, point, budget_s)
             except Exception as error:  # one failing backend must not end the check
                 row["error"] = f"{type(error).__name__}: {error}"
@@ -242,6 +249,26 @@ def test_the_stream_hold_keeps_host_pauses_out_of_device_time():
     assert rows, hold_rows()
     for row in rows:
         assert row["held"] and not row["expired"] and row["gap_s"] < 1e-3, row
+
+
+@pytest.mark.gpu
+def test_a_graph_of_a_call_on_another_stream_is_refused():
+    import gemmzoo
+    from gemmzoo.errors import GemmError
+    from gemmzoo.grids import GridPoint
+    from gemmzoo.measure import graph_call, planned, prepare, time_calls
+
+    cupy = gemmzoo.get_backend("cupy")
+    if cupy.unavailable_reason() is not None:
+        pytest.skip(cupy.unavailable_reason())
+    problem = prepare(cupy, GridPoint(256, 128, 64, "float16"))
+    run = planned(cupy, problem.a, problem.b)
+    with pytest.raises(GemmError, match="empty"):
+        graph_call(lambda: run(problem.a, problem.b))
+    with pytest.raises(GemmError, match="empty"):
+        time_calls(problem, 0.01, timer="graph")
+    torch_problem = prepare(gemmzoo.get_backend("torch"), GridPoint(256, 128, 64, "float16"))
+    assert time_calls(torch_problem, 0.01, timer="graph")[0].median_s > 1e-6
 
 
 @pytest.mark.gpu
