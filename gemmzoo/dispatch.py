@@ -208,10 +208,21 @@ _PLANS = state.plans
 _LAST = state.last_plan
 
 
+class _NoTensor:
+    """Stands for torch.Tensor until gemmzoo.matmul has met torch."""
+
+
+_TENSOR: type = _NoTensor
+"""``torch.Tensor`` once met: :func:`matmul` builds its key inline (as :func:`_torch_key` does)."""
+
+
 def _learn_key(array_type: type) -> None:
+    global _TENSOR
     kind = array_kind(array_type)
     if kind is not None:
         _KEYS[array_type] = _KEY_OF_KIND[kind]
+        if kind == "torch" and array_type.__module__ == "torch" and array_type.__name__ == "Tensor":
+            _TENSOR = array_type
 
 
 def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwise") -> Any:
@@ -234,7 +245,12 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
     (:mod:`gemmzoo.accuracy`); a backend named in ``backend`` is used whatever its class.
     """
     try:
-        key = _KEYS[type(a)](a, b, backend, accuracy)
+        if type(a) is _TENSOR:  # _torch_key(a, b, backend, accuracy), without the call
+            key = (_TENSOR, type(b), a.shape, b.shape, a.is_contiguous() or a.stride(),
+                   b.is_contiguous() or b.stride(), a.dtype, a.device, b.is_meta, a.requires_grad,
+                   b.requires_grad, _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
+        else:
+            key = _KEYS[type(a)](a, b, backend, accuracy)
         last_key, plan = _LAST[0]
         if key != last_key:  # not the problem of the call before: find its plan
             plan = _PLANS[key]

@@ -264,6 +264,15 @@ def test_which_plans_check_b_themselves():
     assert is_self_checking(gemmzoo.get_backend("torch-cpu").prepare(a, b))
 
 
+def test_the_inline_torch_key_is_the_torch_key_function():
+    from gemmzoo import dispatch
+
+    a, b = torch.ones(2, 3), torch.ones(4, 3).T
+    for backend in (None, "torch-cpu"):
+        gemmzoo.matmul(a, b, backend)
+        assert state.last_plan[0][0] == dispatch._torch_key(a, b, backend, "componentwise")
+
+
 def test_forgetting_answers_drops_the_last_plan_too(monkeypatch):
     from gemmzoo.tuning import state
 
