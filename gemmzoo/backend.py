@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable
-from types import MethodType
 from typing import Any
 
 import numpy as np
@@ -85,18 +84,16 @@ def self_checking(run: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 
     ``gemmzoo.matmul`` keys the plans of torch operands on A's dtype and device only (and on
     whether B is on the meta device): it checks B's before calling a plan, except a plan declared
-    here (or a backend's own ``matmul``, which must reject such operands anyway). When a plan
-    raises, the operands are checked again, so bad input still gets the error that names the
-    shapes and what is wrong.
+    here, called with plain tensors on a real device. When a plan raises, the operands are checked
+    again, so bad input still gets the error that names the shapes and what is wrong.
     """
     _SELF_CHECKING.add(run)
     return run
 
 
 def is_self_checking(run: Any) -> bool:
-    """Whether ``run`` rejects a B of another dtype or device itself (see :func:`self_checking`)."""
-    if isinstance(run, MethodType):
-        return run.__name__ == "matmul" and isinstance(run.__self__, Backend)
+    """Whether ``run`` was declared to reject a B of another dtype or device itself (see
+    :func:`self_checking`)."""
     return run in _SELF_CHECKING
 
 

@@ -546,11 +546,13 @@ def graph_call(call: Callable[[], Any]) -> Callable[[], Any]:
     empty = [w for w in caught if "graph is empty" in str(w.message).lower()]
     for w in caught:
         if w not in empty:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            warnings.warn(w.message, w.category, stacklevel=2)
     result = output.data if isinstance(output, TF32Array) else output
-    if empty or not isinstance(result, torch.Tensor):
-        raise GemmError(f"a CUDA graph of this call would be empty: it returns {type(result).__name__} "
-                        "and launches nothing on torch's current stream")
+    if empty:
+        raise GemmError("a CUDA graph of this call is empty: it launches nothing on torch's current stream")
+    if not isinstance(result, torch.Tensor):
+        raise GemmError(f"this call returns {type(result).__name__}, not a torch tensor: its work is not "
+                        "launched on torch's stream, and a CUDA graph of that stream would not hold it")
 
     def replay() -> Any:
         graph.replay()

@@ -61,6 +61,8 @@ DEVICE_CLOCK = DeviceClock()
 MAX_ROUNDS = 100_000
 #: Rounds before the timed ones: at least this many, and at least ``WARMUP_S`` of GEMMs.
 WARMUP_ROUNDS = 2
+#: ... and at most this many (a GEMM whose device time reads 0 would never warm up otherwise).
+MAX_WARMUP_ROUNDS = 1000
 #: Device time of the GEMMs of one round (one batch) of a CUDA benchmark.
 ROUND_S = 0.01
 _WORKEROUTPUT_KEY = "gemmzoo_benchmarks"
@@ -149,7 +151,8 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
                 # long a stretch of GEMMs as the engine's and do_bench's, since a large GEMM's
                 # clock under the power cap sinks the longer it runs.
                 warmed, start, device = 0, time.perf_counter(), clock()
-                while warmed < WARMUP_ROUNDS or (clock() - device) * calls < WARMUP_S:
+                while warmed < WARMUP_ROUNDS or (
+                        (clock() - device) * calls < WARMUP_S and warmed < MAX_WARMUP_ROUNDS):
                     target()
                     warmed += 1
                 wall = (time.perf_counter() - start) / warmed

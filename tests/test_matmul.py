@@ -259,9 +259,40 @@ def test_which_plans_check_b_themselves():
 
     assert not is_self_checking(run) and not is_self_checking(len) and not is_self_checking(3)
     assert self_checking(run) is run and is_self_checking(run)
-    assert is_self_checking(gemmzoo.get_backend("numpy").matmul)  # matmul must check its operands
+    assert not is_self_checking(gemmzoo.get_backend("numpy").matmul)  # only what is declared
     a, b = torch.ones(2, 3), torch.ones(3, 4)
     assert is_self_checking(gemmzoo.get_backend("torch-cpu").prepare(a, b))
+
+
+class _ContractOnlyTorch(gemmzoo.Backend):
+    """A backend with only the contract's members, whose matmul checks nothing about B."""
+
+    name = "contract-only-torch"
+    dtypes = frozenset({"float32"})
+
+    def from_numpy(self, x, dtype):
+        return torch.from_numpy(np.array(x, dtype=np.float32))
+
+    def to_numpy(self, y):
+        return y.numpy().copy()
+
+    def matmul(self, a, b):
+        return torch.from_numpy(a.numpy() @ b.numpy()).to(a.dtype)
+
+
+@pytest.mark.parametrize("backend", [_ContractOnlyTorch(), "torch-cpu", None])
+def test_a_plan_that_trusts_torch_still_refuses_what_torch_lets_through(backend):
+    """A backend's own matmul need not check B's dtype, and torch.mm checks nothing on the meta
+    device: such plans are checked by gemmzoo.matmul."""
+    a, b = torch.randn(4, 5), torch.randn(5, 3)
+    np.testing.assert_allclose(gemmzoo.matmul(a, b, backend).numpy(), a.numpy() @ b.numpy(), rtol=1e-5)
+    with pytest.raises(GemmInputError, match=r"A is torch\.float32 and B is torch\.float64"):
+        gemmzoo.matmul(a, b.double(), backend)
+    if not isinstance(backend, gemmzoo.Backend):
+        meta_a, meta_b = a.to("meta"), b.to("meta")
+        assert gemmzoo.matmul(meta_a, meta_b, backend).is_meta
+        with pytest.raises(GemmInputError, match=r"A is torch\.float32 and B is torch\.float64"):
+            gemmzoo.matmul(meta_a, meta_b.double(), backend)
 
 
 def test_the_inline_torch_key_is_the_torch_key_function():

@@ -276,6 +276,10 @@ def test_fake_gpu_without_the_clock_as_timer(benchmark):
 def test_wrong_fake_gpu(benchmark):
     run_benchmark(benchmark, FakeCudaBackend(EVENTS, name="wrong-cuda", wrong=True), GridPoint(24, 16, 8),
                   clock=CLOCK)
+
+@pytest.mark.benchmark(timer=CLOCK, group="instant")
+def test_instant_fake_gpu(benchmark):  # a GEMM whose device time reads 0 still ends its warm-up
+    run_benchmark(benchmark, FakeCudaBackend(EVENTS, gemm_s=0.0), GridPoint(24, 16, 8), clock=CLOCK)
 '''
 
 
@@ -292,7 +296,7 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
          "--benchmark-max-time=0.05", f"--benchmark-json={out}", "--rootdir", str(tmp_path)],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
     )
-    assert "2 failed, 1 passed" in run.stdout, run.stdout + run.stderr
+    assert "2 failed, 2 passed" in run.stdout, run.stdout + run.stderr
     assert "WrongResultError" in run.stdout and "wrong-cuda" in run.stdout
     assert "TimerNotSetError" in run.stdout
     data = json.loads(out.read_text())
