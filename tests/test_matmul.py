@@ -304,6 +304,38 @@ def test_the_inline_torch_key_is_the_torch_key_function():
         assert state.last_plan[0][0] == dispatch._torch_key(a, b, backend, "componentwise")
 
 
+def test_answers_dropped_while_a_plan_is_found_or_made_leave_no_stale_plan(monkeypatch):
+    from gemmzoo import dispatch
+
+    backend = gemmzoo.get_backend("torch-cpu")
+    original = type(backend).prepare
+
+    def forgetting(self, a, b):  # new measurements stored while this problem is planned
+        state.forget_answers()
+        return original(self, a, b)
+
+    x, y = torch.ones(2, 3), torch.ones(3, 4)
+    monkeypatch.setattr(type(backend), "prepare", forgetting)
+    gemmzoo.matmul(x, y, "torch-cpu")
+    assert not state.plans and state.last_plan[0] == state.NO_PLAN
+    monkeypatch.setattr(type(backend), "prepare", original)
+
+    class Forgets(dict):  # the answers dropped right after a plan was looked up
+        def __getitem__(self, key):
+            found = super().__getitem__(key)
+            state.forget_answers()
+            return found
+
+    gemmzoo.matmul(x, y, "torch-cpu")
+    gemmzoo.matmul(y.T, x.T, "torch-cpu")  # another problem comes last
+    plans = Forgets(state.plans)
+    monkeypatch.setattr(dispatch, "_PLANS", plans)
+    monkeypatch.setattr(state, "plans", plans)
+    c = gemmzoo.matmul(x, y, "torch-cpu")
+    np.testing.assert_array_equal(c.numpy(), np.full((2, 4), 3.0))
+    assert state.last_plan[0] == state.NO_PLAN
+
+
 def test_forgetting_answers_drops_the_last_plan_too(monkeypatch):
     from gemmzoo.tuning import state
 

@@ -18,9 +18,13 @@ plans: dict[tuple[Any, ...], Any] = {}
 """``gemmzoo.matmul``'s plans by problem (see :mod:`gemmzoo.dispatch`); they embed answers, so
 they are dropped with them."""
 
-last_plan: list[tuple[Any, Any]] = [((), None)]
+NO_PLAN: tuple[Any, Any] = ((), None)
+last_plan: list[tuple[Any, Any]] = [NO_PLAN]
 """``[(key, plan)]``: the problem ``gemmzoo.matmul`` met last and its plan, looked at before
 :data:`plans` (a program that repeats one problem skips hashing its key); dropped with them."""
+
+generation: list[int] = [0]
+"""How many times the answers were dropped: a plan made while they were is not kept."""
 
 verdicts: dict[tuple[str, str, str, str], bool] = {}
 """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
@@ -54,17 +58,19 @@ def unavailable_reason(backend: Any) -> str | None:
 
 def forget_answers() -> None:
     """Drop cached answers and the plans built on them (new measurements were stored)."""
+    generation[0] += 1
     answers.clear()
     plans.clear()
-    last_plan[0] = ((), None)
+    last_plan[0] = NO_PLAN
 
 
 def reset() -> None:
     """Forget everything: answers, verdicts, availability, and close the databases."""
     with lock:
+        generation[0] += 1
         answers.clear()
         plans.clear()
-        last_plan[0] = ((), None)
+        last_plan[0] = NO_PLAN
         verdicts.clear()
         availability.clear()
         for (pid, _directory), opened in _stores.items():
