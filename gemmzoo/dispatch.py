@@ -222,8 +222,15 @@ def _learn_key(array_type: type) -> None:
     kind = array_kind(array_type)
     if kind is not None:
         _KEYS[array_type] = _KEY_OF_KIND[kind]
-        if kind == "torch" and array_type.__module__ == "torch" and array_type.__name__ == "Tensor":
+        if kind == "torch" and _is_plain_tensor_type(array_type):
             _TENSOR = array_type
+
+
+def _is_plain_tensor_type(array_type: type) -> bool:
+    """Whether ``array_type`` is ``torch.Tensor`` itself (torch is loaded: it made the array)."""
+    import torch
+
+    return array_type is torch.Tensor
 
 
 def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwise") -> Any:
@@ -359,12 +366,12 @@ def make_plan(a: Any, b: Any, backend: Any = None,
     wrap = TF32Array if tf32 else _same
     run = chosen.prepare(wrap(a_native), wrap(b_native))
     if target == kind and not detach:  # the caller's own arrays are the backend's: nothing between
+        if kind != "torch":
+            return run
         # torch.mm checks B's dtype on real devices only: not on meta, nor for tensor subclasses
         # (FakeTensor) that answer it themselves
-        trusted = type(a) is type(b) and type(a).__module__ == "torch" and not a.is_meta
-        if kind != "torch" or (trusted and is_self_checking(run)):
-            return run
-        return _checking_b(run, a, backend, accuracy, tf32)
+        plain = type(a) is type(b) and _is_plain_tensor_type(type(a)) and not a.is_meta
+        return run if plain and is_self_checking(run) else _checking_b(run, a, backend, accuracy, tf32)
 
     def plan(a: Any, b: Any) -> Any:
         if tf32:
