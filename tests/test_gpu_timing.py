@@ -54,13 +54,20 @@ def _cuda_backends(dtype: str, selectable_only: bool = False) -> list[Any]:
             and (getattr(b, "selectable", True) or not selectable_only)]
 
 
-def _do_bench_s(backend: Any, point: Any, budget_s: float) -> float:
-    from gemmzoo.measure import do_bench_timing, planned, prepare
+def _timed_call(backend: Any, point: Any) -> Any:
+    """The call the engine and pytest-benchmark time: the backend's plan on ``point``'s operands."""
+    from gemmzoo.measure import planned, prepare
 
     problem = prepare(backend, point)
     a, b = problem.a, problem.b
-    run = planned(backend, a, b)  # the call the engine and pytest-benchmark time
-    return do_bench_timing(lambda: run(a, b), budget_s).median_s
+    run = planned(backend, a, b)
+    return lambda: run(a, b)
+
+
+def _do_bench_s(backend: Any, point: Any, budget_s: float) -> float:
+    from gemmzoo.measure import do_bench_timing
+
+    return do_bench_timing(_timed_call(backend, point), budget_s).median_s
 
 
 def _graph_do_bench_s(backend: Any, point: Any, budget_s: float) -> float | None:
@@ -68,13 +75,10 @@ def _graph_do_bench_s(backend: Any, point: Any, budget_s: float) -> float | None
     fall behind the GPU between do_bench's events; ``None`` when the call cannot be captured
     (CuPy launches on its own stream)."""
     from gemmzoo.errors import GemmError
-    from gemmzoo.measure import do_bench_timing, graph_call, planned, prepare
+    from gemmzoo.measure import do_bench_timing, graph_call
 
-    problem = prepare(backend, point)
-    a, b = problem.a, problem.b
-    run = planned(backend, a, b)
     try:
-        replay = graph_call(lambda: run(a, b))
+        replay = graph_call(_timed_call(backend, point))
     except GemmError:
         return None
     return do_bench_timing(replay, budget_s).median_s
