@@ -207,6 +207,7 @@ problems pays the planning again, never unbounded memory)."""
 _PLANS = state.plans
 _LAST = state.last_plan
 _NO_PLAN = state.NO_PLAN
+_GENERATION = state.generation
 
 
 class _NoTensor:
@@ -261,9 +262,10 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
             key = _KEYS[type(a)](a, b, backend, accuracy)
         last_key, plan = _LAST[0]
         if key != last_key:  # not the problem of the call before: find its plan
+            seen = _GENERATION[0]
             plan = _PLANS[key]
             _LAST[0] = key, plan
-            if _PLANS.get(key) is not plan:  # the plans were dropped meanwhile: so is this one
+            if _GENERATION[0] != seen or seen & 1:  # the plans were dropped meanwhile: this too
                 _LAST[0] = _NO_PLAN
     except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
         return _plan_and_call(a, b, backend, accuracy)
@@ -288,18 +290,17 @@ def _reject(a: Any, b: Any, backend: Any, accuracy: str) -> None:
 def _plan_and_call(a: Any, b: Any, backend: Any, accuracy: str = "componentwise") -> Any:
     if type(a) not in _KEYS:
         _learn_key(type(a))
-    generation = state.generation[0]
+    seen = _GENERATION[0]
     plan = make_plan(a, b, backend, accuracy)
     try:
         key = _KEYS[type(a)](a, b, backend, accuracy)
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()
-        if generation == state.generation[0]:  # no answers were dropped while planning
-            _PLANS[key] = plan
-            _LAST[0] = key, plan
-            if generation != state.generation[0]:
-                _LAST[0] = _NO_PLAN
-                _PLANS.pop(key, None)
+        _PLANS[key] = plan
+        _LAST[0] = key, plan
+        if _GENERATION[0] != seen or seen & 1:  # answers dropped while planning: keep none of it
+            _LAST[0] = _NO_PLAN
+            _PLANS.pop(key, None)
     except Exception:  # an unhashable backend object: correct, only not cached
         pass
     return plan(a, b)

@@ -24,7 +24,8 @@ last_plan: list[tuple[Any, Any]] = [NO_PLAN]
 :data:`plans` (a program that repeats one problem skips hashing its key); dropped with them."""
 
 generation: list[int] = [0]
-"""How many times the answers were dropped: a plan made while they were is not kept."""
+"""Counts up once as the answers start being dropped and once when they are gone (odd while they
+are): a plan found or made while the count moved is not kept."""
 
 verdicts: dict[tuple[str, str, str, str], bool] = {}
 """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
@@ -62,6 +63,7 @@ def forget_answers() -> None:
     answers.clear()
     plans.clear()
     last_plan[0] = NO_PLAN
+    generation[0] += 1
 
 
 def reset() -> None:
@@ -71,6 +73,7 @@ def reset() -> None:
         answers.clear()
         plans.clear()
         last_plan[0] = NO_PLAN
+        generation[0] += 1
         verdicts.clear()
         availability.clear()
         for (pid, _directory), opened in _stores.items():
