@@ -105,7 +105,8 @@ class TorchBackend(TorchCpuBackend):
         It is kept under the operands' own dtype object too (torch's dtype, or ``"tf32"`` for
         :class:`gemmzoo.TF32Array`), which is how :meth:`matmul` looks it up — except for fp8:
         its launcher pads K, so a K that does not match would not be rejected by torch, and
-        :meth:`matmul` checks such operands first.
+        :meth:`matmul` checks such operands first. The other launchers are declared
+        self-checking (:func:`gemmzoo.backend.self_checking`) when they are built.
         """
         try:
             return self._runs[dtype]
@@ -113,8 +114,8 @@ class TorchBackend(TorchCpuBackend):
             import torch
 
             if dtype == "float8_e4m3fn":
-                return fp8.scaled_matmul
-            run = self._runs[dtype] = runner(dtype)
+                return fp8.scaled_matmul  # converts the operands first: not self-checking
+            run = self._runs[dtype] = self_checking(runner(dtype))  # torch.mm refuses a B that differs
             if dtype != "tf32":
                 self._runs[getattr(torch, dtype)] = run
             return run
@@ -142,9 +143,7 @@ class TorchBackend(TorchCpuBackend):
         if type(self).matmul is not TorchBackend.matmul:  # a subclass's own product: plan through it
             return super().prepare(a, b)
         self.check_operands(a, b)
-        dtype = dtype_name(a)
-        run = self._run(dtype)
-        return run if dtype == "float8_e4m3fn" else self_checking(run)
+        return self._run(dtype_name(a))
 
     def synchronize(self) -> None:
         import torch
