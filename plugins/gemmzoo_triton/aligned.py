@@ -69,16 +69,15 @@ class AlignedCopy:
         strides = like.stride()[::-1] if column_major else like.stride()
         self._launch = None
         if COPIER == "triton" and like.numel() > 0 and strides[1] <= strides[0]:
-            import triton
-
             from gemmzoo_triton import copy_kernel
             from gemmzoo_triton.launcher import BoundLaunch
 
-            blocks = copy_kernel.BLOCK_R, copy_kernel.BLOCK_C
-            grid = (triton.cdiv(self._rows, blocks[0]), triton.cdiv(self._cols, blocks[1]))
-            constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C}
-            self._launch = BoundLaunch(copy_kernel.copy_kernel, grid, constexprs, pointers=(0, 1))
-            self._sizes = (self._rows, self._cols, strides[0], strides[1], self._buffer_shape[1])
+            units = max(1, 16 // size)
+            constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C, "DST_ALIGN": units}
+            self._launch = BoundLaunch(copy_kernel.copy_kernel, copy_kernel.grid(self._rows, self._cols),
+                                       constexprs, pointers=(0, 1))
+            self._sizes = (self._rows, self._cols, self._rows, self._cols, strides[0], strides[1],
+                           self._buffer_shape[1])
 
     def __call__(self, tensor: Any) -> Any:
         import torch

@@ -1,0 +1,155 @@
+"""``torch-padded``: cuBLAS on copies of A and B padded with zeros to whole 16-byte rows.
+
+cuBLAS slows down by several times when K or N is not a multiple of 16 bytes' worth of elements
+(a float16 matrix with 4097 columns): even views whose rows are aligned but whose K or N is odd
+get its slow kernels. Padding K and N with zeros to the next multiple gives it a shape it runs at
+full speed: the extra products are 0·0, which leave every sum as it was, and the extra columns
+of C are cut off by returning a view of the padded result. The copies cost one read and one write
+of each operand that needs one; see ``docs/results`` for where that pays.
+
+The plan for a problem (:func:`padded_plan`) decides once which operands to copy and into what
+layout: an operand keeps its own layout (row- or column-major) so that the copy never transposes,
+so a column-major A has its M padded too and C is cut in both dimensions. Where nothing needs
+padding the plan is the ``torch`` backend's own launcher: this backend then is cuBLAS exactly.
+The copies are a Triton kernel (:mod:`gemmzoo_triton.copy_kernel`) where Triton is installed,
+``torch.nn.functional.pad`` otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+from gemmzoo.backend import TF32Array, dtype_name
+from gemmzoo_torch.backend import TorchBackend
+
+
+def padded_length(length: int, element_size: int) -> int:
+    """``length`` elements rounded up to a whole number of 16-byte units."""
+    per_unit = max(1, 16 // element_size)
+    return -(-length // per_unit) * per_unit
+
+
+def _column_major(x: Any) -> bool:
+    """Whether ``x`` is stored column by column (a transposed view), so its copy is too."""
+    return x.stride(0) == 1 and x.stride(1) != 1 and x.shape[1] > 1
+
+
+def _cublas_ready(x: Any, rows: int, cols: int, column_major: bool) -> bool:
+    """Whether ``x`` already has the padded extent ``rows`` x ``cols`` in a layout whose leading
+    dimension is a whole number of 16-byte units (nothing to copy)."""
+    if tuple(x.shape) != (rows, cols):
+        return False
+    unit = max(1, 16 // x.element_size())
+    inner, outer = (0, 1) if column_major else (1, 0)
+    return (x.stride(inner) == 1 or x.shape[inner] == 1) and x.stride(outer) % unit == 0
+
+
+class PaddedCopy:
+    """A copy of a 2-D tensor like ``like`` into a zeroed ``rows`` x ``cols`` tensor (the
+    tensor's values top left), stored column-major when ``column_major``."""
+
+    def __init__(self, like: Any, rows: int, cols: int, column_major: bool) -> None:
+        self._column_major = column_major
+        # what is written: the transposed problem for a column-major copy, so rows are adjacent
+        self._shape = (cols, rows) if column_major else (rows, cols)
+        self._dtype, self._device = like.dtype, like.device
+        self._launch = None
+        if like.is_cuda and importlib.util.find_spec("triton") is not None:
+            from gemmzoo_triton import copy_kernel
+            from gemmzoo_triton.launcher import BoundLaunch
+
+            source = like.T if column_major else like
+            constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C,
+                          "DST_ALIGN": max(1, 16 // like.element_size())}
+            self._launch = BoundLaunch(copy_kernel.copy_kernel, copy_kernel.grid(*self._shape),
+                                       constexprs, pointers=(0, 1))
+            self._sizes = (*source.shape, *self._shape, *source.stride(), self._shape[1])
+
+    def __call__(self, tensor: Any) -> Any:
+        import torch
+
+        source = tensor.T if self._column_major else tensor
+        if self._launch is not None:
+            buffer = torch.empty(self._shape, dtype=self._dtype, device=self._device)
+            self._launch(source, buffer, *self._sizes)
+        else:
+            rows, cols = source.shape
+            buffer = torch.nn.functional.pad(source, (0, self._shape[1] - cols, 0, self._shape[0] - rows))
+        return buffer.T if self._column_major else buffer
+
+
+def padded_plan(a: Any, b: Any, launch: Callable[[Any, Any], Any],
+                tf32: bool = False) -> Callable[[Any, Any], Any]:
+    """``run(a, b)`` for tensors like ``a`` and ``b`` (shape, strides, dtype, device): ``launch``
+    on zero-padded copies of the operands that need one, C cut to M x N; ``launch`` itself when
+    no operand does. With ``tf32`` the operands and the result are :class:`TF32Array` wrappers
+    (``launch`` takes and gives them too)."""
+    x, y = (a.data, b.data) if tf32 else (a, b)
+    (m, k), n = x.shape, y.shape[1]
+    if m == 0 or n == 0 or k == 0:
+        return launch
+    size = x.element_size()
+    a_columns, b_columns = _column_major(x), _column_major(y)
+    kp, np_ = padded_length(k, size), padded_length(n, size)
+    mp = padded_length(m, size) if a_columns else m
+    copy_a = None if _cublas_ready(x, mp, kp, a_columns) else PaddedCopy(x, mp, kp, a_columns)
+    copy_b = None if _cublas_ready(y, kp, np_, b_columns) else PaddedCopy(y, kp, np_, b_columns)
+    if copy_a is None and copy_b is None:
+        return launch
+    cut = (mp, np_) != (m, n)
+
+    def run(a: Any, b: Any) -> Any:
+        if tf32:
+            a, b = a.data, b.data
+        if copy_a is not None:
+            a = copy_a(a)
+        if copy_b is not None:
+            b = copy_b(b)
+        if tf32:
+            c = launch(TF32Array(a), TF32Array(b)).data
+            return TF32Array(c[:m, :n] if cut else c)
+        c = launch(a, b)
+        return c[:m, :n] if cut else c
+
+    return run
+
+
+class TorchPaddedBackend(TorchBackend):
+    """``torch-padded``: ``torch.mm`` (cuBLAS) on operands whose K and N are padded with zeros to
+    whole 16-byte units, for shapes where cuBLAS is slow; cuBLAS itself where nothing needs padding.
+
+    C is returned as an M x N view of the padded product (rows ``N`` rounded up apart) when N is
+    padded, and cut in M as well when a column-major A had M padded. The precision switches are
+    those of ``torch`` (:mod:`gemmzoo_torch.precision`).
+    """
+
+    name = "torch-padded"
+    dtypes = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})
+    REMEMBERED_PLANS = 64
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._plans: dict[Any, Callable[[Any, Any], Any]] = {}
+
+    def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+        """The plan for this problem: which operands are copied, into what, decided once."""
+        self.check_operands(a, b)
+        dtype = dtype_name(a)
+        return padded_plan(a, b, self._run(dtype), tf32=dtype == "tf32")
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        x, y = (a.data, b.data) if isinstance(a, TF32Array) else (a, b)
+        try:
+            key = (type(a), type(b), x.shape, y.shape, x.stride(), y.stride(), x.dtype, y.dtype,
+                   x.device, y.device)
+        except AttributeError:  # not tensors: prepare says what is wrong
+            return self.prepare(a, b)(a, b)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self.prepare(a, b)
+            if len(self._plans) >= self.REMEMBERED_PLANS:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan(a, b)
