@@ -13,7 +13,7 @@ import gemmzoo
 
 torch = pytest.importorskip("torch")
 
-from gemmzoo_torch.padded import PaddedCopy, padded_length, padded_plan  # noqa: E402
+from gemmzoo_torch.padded import PaddedCopy, PaddedPair, padded_length, padded_plan  # noqa: E402
 
 
 def operand(rows: int, cols: int, layout: str, dtype, seed: int):
@@ -146,6 +146,26 @@ def test_copy_kernel_writes_values_then_zeros_to_the_buffer_edge(layout, dtype):
     outside = torch.ones(rows, cols, dtype=torch.bool, device=device)
     outside[:19, :37] = False
     assert (destination[outside] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_pair_copies_both_operands_in_one_launch(dtype):
+    """A row-major A and a column-major B, odd in every dimension, copied by one launch into one
+    allocation: each padded operand holds the values top left and zeros elsewhere."""
+    pytest.importorskip("triton")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a = operand(13, 21, "N", dtype, 1).to(device)
+    b = operand(21, 11, "T", dtype, 2).to(device)
+    kp, np_ = padded_length(21, a.element_size()), padded_length(11, a.element_size())
+    pair = PaddedPair(PaddedCopy(a, 13, kp, column_major=False), PaddedCopy(b, kp, np_, column_major=True))
+    padded_a, padded_b = pair(a, b)
+    assert padded_a.shape == (13, kp) and padded_b.shape == (kp, np_)
+    assert padded_b.stride(0) == 1  # B stays column-major
+    assert padded_b.data_ptr() % 16 == 0 and padded_b.stride(1) % (16 // a.element_size()) == 0
+    for padded, original in ((padded_a, a), (padded_b, b)):
+        rows, cols = original.shape
+        assert torch.equal(padded[:rows, :cols], original)
+        assert (padded[rows:] == 0).all() and (padded[:, cols:] == 0).all()
 
 
 @pytest.mark.gpu

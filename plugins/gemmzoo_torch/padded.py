@@ -46,38 +46,81 @@ def _cublas_ready(x: Any, rows: int, cols: int, column_major: bool) -> bool:
     return (x.stride(inner) == 1 or x.shape[inner] == 1) and x.stride(outer) % unit == 0
 
 
+def _triton_copies(like: Any) -> bool:
+    """Whether the copies of tensors like ``like`` are made by the Triton kernel."""
+    return like.is_cuda and importlib.util.find_spec("triton") is not None
+
+
 class PaddedCopy:
     """A copy of a 2-D tensor like ``like`` into a zeroed ``rows`` x ``cols`` tensor (the
     tensor's values top left), stored column-major when ``column_major``."""
 
     def __init__(self, like: Any, rows: int, cols: int, column_major: bool) -> None:
-        self._column_major = column_major
+        self.column_major = column_major
         # what is written: the transposed problem for a column-major copy, so rows are adjacent
-        self._shape = (cols, rows) if column_major else (rows, cols)
-        self._dtype, self._device = like.dtype, like.device
+        self.shape = (cols, rows) if column_major else (rows, cols)
+        self.numel = rows * cols
+        self.dtype, self.device = like.dtype, like.device
+        # the kernel's sizes after its two pointers: the source's extent, the destination's, the
+        # source's strides and the destination's row stride
+        self.sizes = (*self.source(like).shape, *self.shape, *self.source(like).stride(), self.shape[1])
         self._launch = None
-        if like.is_cuda and importlib.util.find_spec("triton") is not None:
+        if _triton_copies(like):
             from gemmzoo_triton import copy_kernel
             from gemmzoo_triton.launcher import BoundLaunch
 
-            source = like.T if column_major else like
-            constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C,
-                          "DST_ALIGN": max(1, 16 // like.element_size())}
-            self._launch = BoundLaunch(copy_kernel.copy_kernel, copy_kernel.grid(*self._shape),
+            units = max(1, 16 // like.element_size())
+            constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C, "DST_ALIGN": units}
+            self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(*self.shape),),
                                        constexprs, pointers=(0, 1))
-            self._sizes = (*source.shape, *self._shape, *source.stride(), self._shape[1])
+
+    def source(self, tensor: Any) -> Any:
+        """What the kernel reads: ``tensor``, or its transpose for a column-major copy."""
+        return tensor.T if self.column_major else tensor
+
+    def result(self, written: Any) -> Any:
+        """The padded operand, from the tensor the kernel wrote."""
+        return written.T if self.column_major else written
 
     def __call__(self, tensor: Any) -> Any:
         import torch
 
-        source = tensor.T if self._column_major else tensor
+        source = self.source(tensor)
         if self._launch is not None:
-            buffer = torch.empty(self._shape, dtype=self._dtype, device=self._device)
-            self._launch(source, buffer, *self._sizes)
+            written = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+            self._launch(source, written, *self.sizes)
         else:
             rows, cols = source.shape
-            buffer = torch.nn.functional.pad(source, (0, self._shape[1] - cols, 0, self._shape[0] - rows))
-        return buffer.T if self._column_major else buffer
+            written = torch.nn.functional.pad(source, (0, self.shape[1] - cols, 0, self.shape[0] - rows))
+        return self.result(written)
+
+
+class PaddedPair:
+    """Both copies, A's and B's, from one allocation and one launch of the Triton kernel."""
+
+    def __init__(self, copy_a: PaddedCopy, copy_b: PaddedCopy) -> None:
+        from gemmzoo_triton import copy_kernel
+        from gemmzoo_triton.launcher import BoundLaunch
+
+        self._a, self._b = copy_a, copy_b
+        self._numel = copy_a.numel + copy_b.numel  # A's part ends on whole rows of 16 bytes
+        constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C,
+                      "DST_ALIGN": max(1, 16 // copy_a.dtype.itemsize)}
+        blocks_a = copy_kernel.blocks(*copy_a.shape)
+        grid = (blocks_a + copy_kernel.blocks(*copy_b.shape),)
+        self._launch = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10))
+        self._blocks_a = blocks_a
+
+    def __call__(self, a: Any, b: Any) -> tuple[Any, Any]:
+        import torch
+
+        copy_a, copy_b = self._a, self._b
+        buffer = torch.empty(self._numel, dtype=copy_a.dtype, device=copy_a.device)
+        written_a = buffer[: copy_a.numel].view(copy_a.shape)
+        written_b = buffer[copy_a.numel :].view(copy_b.shape)
+        self._launch(copy_a.source(a), written_a, *copy_a.sizes, copy_b.source(b), written_b, *copy_b.sizes,
+                     self._blocks_a)
+        return copy_a.result(written_a), copy_b.result(written_b)
 
 
 def padded_plan(a: Any, b: Any, launch: Callable[[Any, Any], Any],
@@ -99,14 +142,18 @@ def padded_plan(a: Any, b: Any, launch: Callable[[Any, Any], Any],
     if copy_a is None and copy_b is None:
         return launch
     cut = (mp, np_) != (m, n)
+    both = PaddedPair(copy_a, copy_b) if copy_a and copy_b and _triton_copies(x) else None
 
     def run(a: Any, b: Any) -> Any:
         if tf32:
             a, b = a.data, b.data
-        if copy_a is not None:
-            a = copy_a(a)
-        if copy_b is not None:
-            b = copy_b(b)
+        if both is not None:
+            a, b = both(a, b)
+        else:
+            if copy_a is not None:
+                a = copy_a(a)
+            if copy_b is not None:
+                b = copy_b(b)
         if tf32:
             c = launch(TF32Array(a), TF32Array(b)).data
             return TF32Array(c[:m, :n] if cut else c)

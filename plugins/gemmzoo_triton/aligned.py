@@ -72,9 +72,9 @@ class AlignedCopy:
             from gemmzoo_triton import copy_kernel
             from gemmzoo_triton.launcher import BoundLaunch
 
-            units = max(1, 16 // size)
-            constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C, "DST_ALIGN": units}
-            self._launch = BoundLaunch(copy_kernel.copy_kernel, copy_kernel.grid(self._rows, self._cols),
+            constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C,
+                          "DST_ALIGN": max(1, 16 // size)}
+            self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(self._rows, self._cols),),
                                        constexprs, pointers=(0, 1))
             self._sizes = (self._rows, self._cols, self._rows, self._cols, strides[0], strides[1],
                            self._buffer_shape[1])
