@@ -10,6 +10,7 @@ methods only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,10 +27,35 @@ _TORCH_DTYPES = {
 
 
 class TorchTensors:
-    """Conversions between NumPy arrays and torch tensors on the backend's device."""
+    """Conversions between NumPy arrays and torch tensors on the backend's device, and the
+    plans of the problems ``matmul`` met last (:meth:`remembered_plan`)."""
 
     device: str
     check_dtype: Any  # provided by gemmzoo.Backend
+    prepare: Any  # provided by gemmzoo.Backend
+
+    #: How many plans :meth:`remembered_plan` keeps (the most recent problems).
+    REMEMBERED_PLANS = 32
+    #: The plans kept, by problem; a backend that calls :meth:`remembered_plan` sets it to ``{}``.
+    _plans: dict[tuple[Any, ...], Callable[[Any, Any], Any]]
+
+    def remembered_plan(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+        """``prepare(a, b)``, remembered for the problem (types, shapes, strides, dtype, device),
+        so that ``matmul`` on a problem it has seen calls its plan straight away. Bad input is
+        never remembered: it raises in ``prepare``."""
+        x, y = (a.data, b.data) if isinstance(a, TF32Array) else (a, b)
+        try:
+            key = (type(a), type(b), x.shape, y.shape, x.stride(), y.stride(), x.dtype, y.dtype,
+                   x.device, y.device)
+        except AttributeError:  # not tensors: prepare says what is wrong
+            return self.prepare(a, b)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self.prepare(a, b)
+            if len(self._plans) >= self.REMEMBERED_PLANS:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
 
     def from_numpy(self, x: np.ndarray, dtype: str) -> Any:
         """``x`` as a tensor of ``dtype`` on ``self.device`` (a :class:`TF32Array` for tf32)."""

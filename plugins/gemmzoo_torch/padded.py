@@ -174,7 +174,6 @@ class TorchPaddedBackend(TorchBackend):
 
     name = "torch-padded"
     dtypes = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})
-    REMEMBERED_PLANS = 64
 
     def __init__(self) -> None:
         super().__init__()
@@ -187,16 +186,4 @@ class TorchPaddedBackend(TorchBackend):
         return padded_plan(a, b, self._run(dtype), tf32=dtype == "tf32")
 
     def matmul(self, a: Any, b: Any) -> Any:
-        x, y = (a.data, b.data) if isinstance(a, TF32Array) else (a, b)
-        try:
-            key = (type(a), type(b), x.shape, y.shape, x.stride(), y.stride(), x.dtype, y.dtype,
-                   x.device, y.device)
-        except AttributeError:  # not tensors: prepare says what is wrong
-            return self.prepare(a, b)(a, b)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self.prepare(a, b)
-            if len(self._plans) >= self.REMEMBERED_PLANS:
-                self._plans.clear()
-            self._plans[key] = plan
-        return plan(a, b)
+        return self.remembered_plan(a, b)(a, b)

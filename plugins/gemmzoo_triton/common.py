@@ -94,33 +94,12 @@ class TritonBackend(TorchTensors, Backend):
     :func:`mode_dtypes` for why the interpreter declares fewer.
     """
 
-    #: How many plans ``matmul`` keeps (the most recent problems); a plan holds no tensor.
-    REMEMBERED_PLANS = 32
-
     def __init__(self) -> None:
         # Decided once: triton.jit reads TRITON_INTERPRET when it decorates the kernels, so the
         # mode cannot change for a process's backends after they are first used anyway.
         self.device = "cpu" if interpreter_mode() else "cuda"
         self.dtypes = mode_dtypes()
         self._plans: dict[tuple[Any, ...], Callable[[Any, Any], Any]] = {}
-
-    def remembered_plan(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
-        """``prepare(a, b)``, remembered for the problem (types, shapes, strides, dtype, device),
-        so that ``matmul`` on a problem it has seen launches the bound kernel. Bad input is
-        never remembered: it raises in ``prepare``."""
-        x, y = (a.data, b.data) if isinstance(a, TF32Array) else (a, b)
-        try:
-            key = (type(a), type(b), x.shape, y.shape, x.stride(), y.stride(), x.dtype, y.dtype,
-                   x.device, y.device)
-        except AttributeError:  # not tensors: prepare says what is wrong
-            return self.prepare(a, b)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self.prepare(a, b)
-            if len(self._plans) >= self.REMEMBERED_PLANS:
-                self._plans.clear()
-            self._plans[key] = plan
-        return plan
 
     def unavailable_reason(self) -> str | None:
         return triton_unavailable_reason()
