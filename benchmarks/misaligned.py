@@ -48,7 +48,7 @@ def measure(shape: tuple[int, int, int], dtype_name: str, backends: list[str]) -
     import torch
 
     import gemmzoo
-    from gemmzoo_torch.padded import padded_length
+    from gemmzoo_triton.aligned import padded as padded_length
 
     m, n, k = shape
     dtype = getattr(torch, dtype_name)

@@ -13,7 +13,8 @@ import gemmzoo
 
 torch = pytest.importorskip("torch")
 
-from gemmzoo_torch.padded import PaddedCopy, PaddedPair, padded_length, padded_plan  # noqa: E402
+from gemmzoo_torch.padded import PaddedCopy, PaddedPair, padded_plan  # noqa: E402
+from gemmzoo_triton.aligned import padded as padded_length  # noqa: E402
 
 
 def operand(rows: int, cols: int, layout: str, dtype, seed: int):

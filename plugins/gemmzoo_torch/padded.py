@@ -23,12 +23,7 @@ from typing import Any
 
 from gemmzoo.backend import TF32Array, dtype_name
 from gemmzoo_torch.backend import TorchBackend
-
-
-def padded_length(length: int, element_size: int) -> int:
-    """``length`` elements rounded up to a whole number of 16-byte units."""
-    per_unit = max(1, 16 // element_size)
-    return -(-length // per_unit) * per_unit
+from gemmzoo_triton.aligned import padded
 
 
 def _column_major(x: Any) -> bool:
@@ -135,14 +130,15 @@ def padded_plan(a: Any, b: Any, launch: Callable[[Any, Any], Any],
         return launch
     size = x.element_size()
     a_columns, b_columns = _column_major(x), _column_major(y)
-    kp, np_ = padded_length(k, size), padded_length(n, size)
-    mp = padded_length(m, size) if a_columns else m
+    kp, np_ = padded(k, size), padded(n, size)
+    mp = padded(m, size) if a_columns else m
     copy_a = None if _cublas_ready(x, mp, kp, a_columns) else PaddedCopy(x, mp, kp, a_columns)
     copy_b = None if _cublas_ready(y, kp, np_, b_columns) else PaddedCopy(y, kp, np_, b_columns)
     if copy_a is None and copy_b is None:
         return launch
     cut = (mp, np_) != (m, n)
-    both = PaddedPair(copy_a, copy_b) if copy_a and copy_b and _triton_copies(x) else None
+    pair = copy_a is not None and copy_b is not None and _triton_copies(x)
+    both = PaddedPair(copy_a, copy_b) if pair else None
 
     def run(a: Any, b: Any) -> Any:
         if tf32:
