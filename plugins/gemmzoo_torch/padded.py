@@ -23,7 +23,7 @@ from typing import Any
 
 from gemmzoo.backend import TF32Array, dtype_name
 from gemmzoo_torch.backend import TorchBackend
-from gemmzoo_triton.aligned import padded
+from gemmzoo_triton.aligned import padded, units
 
 
 def _column_major(x: Any) -> bool:
@@ -36,9 +36,8 @@ def _cublas_ready(x: Any, rows: int, cols: int, column_major: bool) -> bool:
     dimension is a whole number of 16-byte units (nothing to copy)."""
     if tuple(x.shape) != (rows, cols):
         return False
-    unit = max(1, 16 // x.element_size())
     inner, outer = (0, 1) if column_major else (1, 0)
-    return (x.stride(inner) == 1 or x.shape[inner] == 1) and x.stride(outer) % unit == 0
+    return (x.stride(inner) == 1 or x.shape[inner] == 1) and x.stride(outer) % units(x.element_size()) == 0
 
 
 def _triton_copies(like: Any) -> bool:
@@ -64,10 +63,8 @@ class PaddedCopy:
             from gemmzoo_triton import copy_kernel
             from gemmzoo_triton.launcher import BoundLaunch
 
-            units = max(1, 16 // like.element_size())
-            constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C, "DST_ALIGN": units}
             self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(*self.shape),),
-                                       constexprs, pointers=(0, 1))
+                                       copy_kernel.constexprs(units(like.element_size())), pointers=(0, 1))
 
     def source(self, tensor: Any) -> Any:
         """What the kernel reads: ``tensor``, or its transpose for a column-major copy."""
@@ -99,8 +96,7 @@ class PaddedPair:
 
         self._a, self._b = copy_a, copy_b
         self._numel = copy_a.numel + copy_b.numel  # A's part ends on whole rows of 16 bytes
-        constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C,
-                      "DST_ALIGN": max(1, 16 // copy_a.dtype.itemsize)}
+        constexprs = copy_kernel.constexprs(units(copy_a.dtype.itemsize))
         blocks_a = copy_kernel.blocks(*copy_a.shape)
         grid = (blocks_a + copy_kernel.blocks(*copy_b.shape),)
         self._launch = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10))

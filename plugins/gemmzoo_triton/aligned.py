@@ -12,9 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 
+def units(element_size: int) -> int:
+    """Elements in 16 bytes (1 for elements of 16 bytes or more)."""
+    return max(1, 16 // element_size)
+
+
 def padded(length: int, element_size: int) -> int:
     """``length`` elements rounded up to a whole number of 16-byte units."""
-    per_unit = max(1, 16 // element_size)
+    per_unit = units(element_size)
     return -(-length // per_unit) * per_unit
 
 
@@ -72,10 +77,8 @@ class AlignedCopy:
             from gemmzoo_triton import copy_kernel
             from gemmzoo_triton.launcher import BoundLaunch
 
-            constexprs = {"BLOCK_R": copy_kernel.BLOCK_R, "BLOCK_C": copy_kernel.BLOCK_C,
-                          "DST_ALIGN": max(1, 16 // size)}
             self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(self._rows, self._cols),),
-                                       constexprs, pointers=(0, 1))
+                                       copy_kernel.constexprs(units(size)), pointers=(0, 1))
             self._sizes = (self._rows, self._cols, self._rows, self._cols, strides[0], strides[1],
                            self._buffer_shape[1])
 

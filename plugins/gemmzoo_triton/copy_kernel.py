@@ -19,6 +19,8 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from gemmzoo_triton.aligned import units
+
 BLOCK_R = 16
 BLOCK_C = 256
 
@@ -79,21 +81,22 @@ def arguments(source: Any, destination: Any) -> tuple[Any, ...]:
     return (source, destination, *source.shape, *destination.shape, *source.stride(), destination.stride(0))
 
 
-def constexprs(destination: Any) -> dict[str, int]:
-    """The copy kernels' constexprs for a destination like ``destination``."""
-    return {"BLOCK_R": BLOCK_R, "BLOCK_C": BLOCK_C, "DST_ALIGN": alignment(destination)}
+def constexprs(dst_align: int) -> dict[str, int]:
+    """The copy kernels' constexprs for destinations whose row stride is a multiple of ``dst_align``."""
+    return {"BLOCK_R": BLOCK_R, "BLOCK_C": BLOCK_C, "DST_ALIGN": dst_align}
 
 
 def alignment(destination: Any) -> int:
     """The ``DST_ALIGN`` a destination's row stride is a multiple of (16 bytes' worth, or 1)."""
-    units = max(1, 16 // destination.element_size())
-    return units if destination.stride(0) % units == 0 else 1
+    unit = units(destination.element_size())
+    return unit if destination.stride(0) % unit == 0 else 1
 
 
 def copy(source: Any, destination: Any) -> None:
     """``destination[:rows, :cols] = source`` and zeros in the rest of ``destination``, for 2-D
     tensors where ``destination`` is at least as large and its columns are adjacent."""
-    copy_kernel[(blocks(*destination.shape),)](*arguments(source, destination), **constexprs(destination))
+    copy_kernel[(blocks(*destination.shape),)](
+        *arguments(source, destination), **constexprs(alignment(destination)))
 
 
 def copy_pair(source_a: Any, destination_a: Any, source_b: Any, destination_b: Any) -> None:
@@ -101,4 +104,4 @@ def copy_pair(source_a: Any, destination_a: Any, source_b: Any, destination_b: A
     blocks_a = blocks(*destination_a.shape)
     copy_pair_kernel[(blocks_a + blocks(*destination_b.shape),)](
         *arguments(source_a, destination_a), *arguments(source_b, destination_b), blocks_a,
-        **constexprs(destination_a))
+        **constexprs(alignment(destination_a)))
