@@ -12,6 +12,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+#: (shape, dtypes) whose K or N is not a multiple of 8 (rows not 16-byte aligned), square and not,
+#: and one with aligned rows where M alone is odd: triton_grouped_sweep.py's and misaligned.py's.
+MISALIGNED: list[tuple[tuple[int, int, int], tuple[str, ...]]] = [
+    ((4097, 4097, 4097), ("float16", "bfloat16")),
+    ((4096, 4096, 4097), ("float16",)),
+    ((4096, 4097, 4096), ("float16",)),
+    ((4097, 4096, 4096), ("float16",)),  # aligned rows: M alone is odd
+    ((2049, 2049, 2049), ("float16",)),
+    ((1021, 2039, 4093), ("float16",)),
+    ((2048, 11008, 4100), ("bfloat16",)),
+    ((512, 4097, 4096), ("float16",)),
+    ((1031, 1029, 4097), ("float16",)),
+    ((1025, 1025, 1025), ("float16",)),
+    ((8191, 8191, 8191), ("bfloat16",)),
+]
+
+
 #: Largest relative Frobenius error against a float32 IEEE product that a result may have.
 MAX_REL_ERROR = {"float16": 2e-3, "bfloat16": 1e-2, "float32": 1e-5, "tf32": 2e-3}
 

@@ -19,24 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpu_results import MAX_REL_ERROR, environment, median_ms, relative_error, write_results
+from gpu_results import MAX_REL_ERROR, MISALIGNED, environment, median_ms, relative_error, write_results
 
-#: (shape, dtypes): K or N not a multiple of 8, square and not; the last two have aligned rows,
-#: where torch-padded must be cuBLAS itself.
-SHAPES = [
-    ((4097, 4097, 4097), ("float16", "bfloat16")),
-    ((4096, 4096, 4097), ("float16",)),
-    ((4096, 4097, 4096), ("float16",)),
-    ((8191, 8191, 8191), ("bfloat16",)),
-    ((2048, 11008, 4100), ("bfloat16",)),
-    ((2049, 2049, 2049), ("float16",)),
-    ((512, 4097, 4096), ("float16",)),
-    ((1021, 2039, 4093), ("float16",)),
-    ((1031, 1029, 4097), ("float16",)),
-    ((1025, 1025, 1025), ("float16",)),
-    ((4096, 4096, 4096), ("float16",)),
-    ((4097, 4096, 4096), ("float16",)),
-]
+#: (shape, dtypes): the shared list of misaligned shapes, and one aligned shape, where
+#: torch-padded must be cuBLAS itself.
+SHAPES = [*MISALIGNED, ((4096, 4096, 4096), ("float16",))]
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:

@@ -30,19 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-MISALIGNED = [
-    ((4097, 4097, 4097), ("float16", "bfloat16")),
-    ((4096, 4096, 4097), ("float16",)),
-    ((4096, 4097, 4096), ("float16",)),
-    ((4097, 4096, 4096), ("float16",)),  # aligned rows: M alone is odd
-    ((2049, 2049, 2049), ("float16",)),
-    ((1021, 2039, 4093), ("float16",)),
-    ((2048, 11008, 4100), ("bfloat16",)),
-    ((512, 4097, 4096), ("float16",)),
-    ((1031, 1029, 4097), ("float16",)),
-    ((1025, 1025, 1025), ("float16",)),
-    ((8191, 8191, 8191), ("bfloat16",)),
-]
+from gpu_results import MISALIGNED
 
 ALIGNED = [
     (1024, 1024, 1024), (1536, 1536, 1536), (2048, 2048, 2048), (2176, 2176, 2176),
