@@ -36,15 +36,39 @@ class Verdict:
     host: np.ndarray = field(repr=False, compare=False)
 
 
+#: Elements of a temporary in :func:`plain_product` (128 MiB of float64).
+PLAIN_CHUNK = 1 << 24
+
+
+def plain_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` in float64 as elementwise products and plain sums, so IEEE's NaN and Inf rules
+    hold (0·Inf is NaN, Inf - Inf is NaN) with no BLAS shortcut. The sum runs over slices of K
+    sized so that no temporary holds more than :data:`PLAIN_CHUNK` elements."""
+    m, k = a.shape
+    n = b.shape[1]
+    a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+    out = np.zeros((m, n))
+    step = max(1, PLAIN_CHUNK // max(1, m * n))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for start in range(0, k, step):
+            out += (a64[:, start:start + step, None] * b64[None, start:start + step, :]).sum(axis=1)
+    return out
+
+
 def reference_product(a: np.ndarray, b: np.ndarray,
                       exact_ieee: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """The float64 product and the product of absolute values. With ``exact_ieee`` the product is
-    elementwise products and a plain sum: IEEE NaN/Inf rules, no BLAS shortcuts."""
+    """The float64 product and the product of absolute values. With ``exact_ieee`` every element
+    whose row of A or column of B holds a NaN or an Inf is the :func:`plain_product` of that row
+    and column (IEEE NaN/Inf rules, no BLAS shortcuts); the others, all of whose terms are finite,
+    keep the float64 product (no term of 8-, 16- or 32-bit operands can overflow float64)."""
     ref, magnitude = float64_reference(a, b)
     if exact_ieee:
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):
-            ref = (a64[:, :, None] * b64[None, :, :]).sum(axis=1)
+        ref = ref.copy()
+        for i in np.flatnonzero(~np.isfinite(a64).all(axis=1)):
+            ref[i, :] = plain_product(a64[i:i + 1, :], b64)[0]
+        for j in np.flatnonzero(~np.isfinite(b64).all(axis=0)):
+            ref[:, j] = plain_product(a64, b64[:, j:j + 1])[:, 0]
     return ref, magnitude
 
 
