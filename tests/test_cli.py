@@ -34,6 +34,11 @@ def test_check_passes_for_conforming_backends(nowhere):
     result = run_gemmzoo(nowhere, "check", "numpy", "torch-cpu")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("conforms") == 2
+    lines = result.stdout.splitlines()
+    finished = [i for i, line in enumerate(lines) if line.endswith(" checks, 0 failed")]
+    assert [lines[i].split(":")[0] for i in finished] == ["numpy", "torch-cpu"]
+    table = next(i for i, line in enumerate(lines) if "gemmzoo conformance" in line)
+    assert finished[-1] < table  # each backend's line as it finishes, then the table
 
 
 def test_check_of_an_unavailable_backend_fails_with_its_reason(nowhere):

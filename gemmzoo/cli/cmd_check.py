@@ -63,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
                 mark = "[green]ok[/]" if result.passed else "[red]FAIL[/]"
                 detail = escape(result.detail)  # it quotes errors and values: brackets are text
                 console.print(f"{mark} {backend.name} {result.check}: {detail}", soft_wrap=True)
+        # One line as each backend finishes: a log of a long run (no terminal, so no progress bar)
+        # then shows how far it got.
+        console.print(f"{backend.name}: {len(report.results)} checks, {len(report.failures)} failed",
+                      markup=False)
         verdict = "[green]conforms[/]" if report.passed else "[red]does not conform[/]"
         summary.add_row(backend.name, ",".join(dtypes), escape(str(accuracy_of(backend))),
                         str(len(report.results)), str(len(report.failures)), verdict)
