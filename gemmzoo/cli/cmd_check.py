@@ -11,6 +11,7 @@ from rich.table import Table
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.cli.console import console
 from gemmzoo.conformance import check_backend, conformance_cases, input_checks
+from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import UnknownBackendError
 from gemmzoo.registry import get_registry
@@ -22,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", action="append", choices=DTYPES,
                         help="check only this dtype (repeatable; default: every dtype the backend declares)")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every check, not only failures")
+    parser.add_argument("--random", type=int, default=0, metavar="N",
+                        help="also N random problems per backend, in no fixed list (default: 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random problems (default: 0)")
+    parser.add_argument("--max-work", type=float, default=DEFAULT_MAX_WORK, metavar="MNK",
+                        help=f"largest M·N·K of a random problem (default: {DEFAULT_MAX_WORK:g}; "
+                             "1e10 reaches a GPU's large-problem routes)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,12 +52,13 @@ def run(args: argparse.Namespace) -> int:
         try:
             dtypes = [d for d in DTYPES if d in backend.dtypes and (not args.dtype or d in args.dtype)]
             cases = sum(len(conformance_cases(d, backend.device)) for d in dtypes)
-            total = len(input_checks(backend)) + cases
+            total = len(input_checks(backend)) + cases + (args.random if dtypes else 0)
         except Exception:  # a malformed backend: check_backend reports what is wrong with it
             dtypes, total = [], None
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"checking {backend.name}", total=total)
-            report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t))
+            report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t),
+                                   random=args.random, seed=args.seed, max_work=args.max_work)
         if report.unavailable is not None:
             all_passed = False
             reason = escape(report.unavailable)

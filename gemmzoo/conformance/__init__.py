@@ -6,6 +6,7 @@ Run it with ``gemmzoo check NAME...``, from pytest through the ``conformance_cas
 
 from gemmzoo.conformance.bounds import error_bound
 from gemmzoo.conformance.cases import Case, conformance_cases
+from gemmzoo.conformance.random_problems import random_cases
 from gemmzoo.conformance.runner import (
     CheckResult,
     ConformanceReport,
@@ -23,6 +24,7 @@ __all__ = [
     "conformance_cases",
     "error_bound",
     "input_checks",
+    "random_cases",
     "run_case",
     "run_input_check",
 ]

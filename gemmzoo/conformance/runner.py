@@ -12,6 +12,7 @@ import numpy as np
 
 from gemmzoo.conformance.cases import Case, conformance_cases, scale_decades
 from gemmzoo.conformance.judge import CheckFailedError, judge_result
+from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
 from gemmzoo.dtypes import DTYPES, result_dtype
 from gemmzoo.validation import backend_problem
 
@@ -322,8 +323,14 @@ def check_backend(
     backend: Any,
     dtypes: Iterable[str] | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
+    *,
+    random: int = 0,
+    seed: int = 0,
+    max_work: float = DEFAULT_MAX_WORK,
 ) -> ConformanceReport:
-    """Run the whole suite on one backend (or only some of its dtypes).
+    """Run the whole suite on one backend (or only some of its dtypes), then ``random`` problems
+    drawn by :func:`gemmzoo.conformance.random_problems.random_cases` with ``seed`` and M·N·K at most
+    ``max_work``.
 
     Nothing a backend does stops the suite: a malformed backend (see
     :func:`gemmzoo.validation.backend_problem`) fails a ``backend-members`` check, and a check that
@@ -360,6 +367,9 @@ def check_backend(
         for d in chosen
         for case in conformance_cases(d, backend.device)
     ]
+    if random and chosen:
+        checks += [(case.id, lambda case=case: run_case(backend, case))
+                   for case in random_cases(chosen, random, seed, max_work)]
     for label, check in checks:
         try:
             result = check()

@@ -1,0 +1,106 @@
+"""Random conformance problems (gemmzoo.conformance.random_problems, ``gemmzoo check --random``,
+benchmarks/fuzz_conformance.py): reproducible, bounded, and able to fail a backend that is wrong
+only on problems larger than any of the suite's CPU shapes."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fake_distributions import run_gemmzoo
+
+from gemmzoo.conformance import check_backend, random_cases, random_problems, run_case
+from gemmzoo.conformance.random_problems import KINDS, LAYOUTS, MAX_OPERAND, PROFILES, draw_shape
+from gemmzoo_numpy import NumpyBackend
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz_conformance.py"
+
+
+class WrongOnLargeProblems(NumpyBackend):
+    """Right on every shape of the CPU suite; zeros C's last row once M·N·K passes 2e6."""
+
+    name = "wrong-on-large-problems"
+
+    def matmul(self, a, b):
+        self.check_operands(a, b)
+        c = np.matmul(a, b)
+        if a.shape[0] * b.shape[1] * a.shape[1] > 2_000_000:
+            c[-1] = 0
+        return c
+
+
+def _profile(index: int) -> str:
+    return PROFILES[index % len(PROFILES)]
+
+
+def test_cases_repeat_for_a_seed_and_stay_within_bounds():
+    first = random_cases(["float32", "float16"], 25, seed=3, max_work=1e9)
+    assert first == random_cases(["float32", "float16"], 25, seed=3, max_work=1e9)
+    assert first != random_cases(["float32", "float16"], 25, seed=4, max_work=1e9)
+    for case in first:
+        assert case.m * case.n * case.k <= 1e9
+        assert case.m * case.k <= MAX_OPERAND and case.k * case.n <= MAX_OPERAND
+        assert min(case.m, case.n, case.k) >= 1
+        assert case.layout in LAYOUTS and case.kind in KINDS and case.dtype in ("float32", "float16")
+        if case.kind == "nonfinite":
+            assert case.m >= 8 and case.n >= 9 and case.k >= 6
+    decode = [c for i, c in enumerate(first) if _profile(i) == "decode"]
+    assert decode and all(c.m <= 64 and c.n >= 512 and c.k >= 512 for c in decode)
+    long_k = [c for i, c in enumerate(first) if _profile(i) == "long_k"]
+    assert long_k and all(c.k >= 8000 and c.m <= 600 and c.n <= 600 for c in long_k)
+    assert len({c.layout for c in random_cases(["float32"], 200, seed=1)}) == 9
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_bound_no_profile_can_meet_still_gives_a_shape_within_it(profile):
+    m, n, k = draw_shape(random.Random(5), profile, max_work=50)
+    assert m * n * k <= 50 and min(m, n, k) >= 1
+
+
+def test_random_problems_catch_what_the_fixed_shapes_miss():
+    wrong = WrongOnLargeProblems()
+    assert check_backend(wrong, dtypes=["float32"]).passed  # the fixed CPU shapes are all small
+    cases = random_cases(["float32"], 10, seed=0, max_work=2e8)
+    results = [run_case(wrong, case) for case in cases]
+    large = [r for r, c in zip(results, cases, strict=True) if c.m * c.n * c.k > 2_000_000]
+    assert large and not any(r.passed for r in large)
+    report = check_backend(wrong, dtypes=["float32"], random=10, seed=0, max_work=2e8)
+    assert not report.passed
+    assert {r.check for r in report.failures} == {r.check for r in large}
+
+
+def test_check_backend_adds_the_random_problems_after_the_suite(monkeypatch):
+    drawn = []
+
+    def recording(dtypes, count, seed, max_work):
+        drawn.append((tuple(dtypes), count, seed, max_work))
+        return random_cases(dtypes, count, seed, max_work)
+
+    monkeypatch.setattr("gemmzoo.conformance.runner.random_cases", recording)
+    plain = check_backend(NumpyBackend(), dtypes=["float32"])
+    report = check_backend(NumpyBackend(), dtypes=["float32"], random=4, seed=9, max_work=1e6)
+    assert drawn == [(("float32",), 4, 9, 1e6)]
+    assert report.passed and len(report.results) == len(plain.results) + 4
+    assert [r.check for r in report.results[-4:]] == [c.id for c in random_cases(["float32"], 4, 9, 1e6)]
+    assert random_problems.DEFAULT_MAX_WORK == 1e8
+
+
+def test_gemmzoo_check_random_runs_them(tmp_path):
+    plain = run_gemmzoo(tmp_path, "check", "numpy", "--dtype", "float32")
+    result = run_gemmzoo(tmp_path, "check", "numpy", "--dtype", "float32", "--random", "3", "--seed", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    count = int(plain.stdout.split("numpy: ")[1].split(" checks")[0])
+    assert f"numpy: {count + 3} checks, 0 failed" in result.stdout
+
+
+def test_the_fuzz_script_judges_a_right_backend_and_writes_every_case(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("fuzz_conformance", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "fuzz.json"
+    assert module.main(["--backends", "numpy", "--cases", "5", "--max-work", "2e6", str(out)]) == 0
+    assert "5 of 5 cases conform (seed 0)" in capsys.readouterr().out
+    assert out.read_text().count('"passed": true') == 5
