@@ -48,6 +48,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="gemmzoo benchmark dtype (repeatable; default: float16 with a GPU, else float32)")
     group.addoption("--layout", action="append", default=[], choices=LAYOUTS,
                     help="gemmzoo benchmark operand layout (repeatable; default NN)")
+    group.addoption("--gemmzoo-random", type=int, default=0, metavar="N",
+                    help="gemmzoo conformance: N random problems per backend after the fixed cases")
+    group.addoption("--gemmzoo-seed", type=int, default=0, metavar="S", help="seed of those problems")
+    group.addoption("--gemmzoo-max-work", type=float, default=None, metavar="MNK",
+                    help="largest M·N·K of a random problem (default: gemmzoo check's)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -126,6 +131,17 @@ def _benchmark_params(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(_BENCH_FIXTURES, params)
 
 
+def _random_cases(config: pytest.Config, dtypes: list[str]) -> list[Any]:
+    """The ``--gemmzoo-random`` problems for a backend of ``dtypes`` (none unless asked)."""
+    from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
+
+    count = config.getoption("--gemmzoo-random")
+    if not count or not dtypes:
+        return []
+    max_work = config.getoption("--gemmzoo-max-work") or DEFAULT_MAX_WORK
+    return random_cases(dtypes, count, config.getoption("--gemmzoo-seed"), max_work)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if set(_BENCH_FIXTURES) <= set(metafunc.fixturenames):
         _benchmark_params(metafunc)
@@ -141,9 +157,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             params.append(_unavailable_param(backend, reason))
             continue
         if fixture == "conformance_case":
-            for dtype in (d for d in DTYPES if d in backend.dtypes):
-                params += [pytest.param((backend, case), id=f"{backend.name}-{case.id}")
-                           for case in conformance_cases(dtype, backend.device)]
+            dtypes = [d for d in DTYPES if d in backend.dtypes]
+            cases = [case for dtype in dtypes for case in conformance_cases(dtype, backend.device)]
+            cases += _random_cases(metafunc.config, dtypes)
+            params += [pytest.param((backend, case), id=f"{backend.name}-{case.id}") for case in cases]
         else:
             params += [pytest.param((backend, check), id=f"{backend.name}-{check}")
                        for check in input_checks(backend)]

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_distributions import run_gemmzoo
+from fake_distributions import run_gemmzoo, subprocess_env
 
 from gemmzoo.conformance import check_backend, random_cases, random_problems, run_case
 from gemmzoo.conformance.random_problems import KINDS, LAYOUTS, MAX_OPERAND, PROFILES, draw_shape
+from gemmzoo.dtypes import DTYPES
 from gemmzoo_numpy import NumpyBackend
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz_conformance.py"
@@ -104,3 +107,22 @@ def test_the_fuzz_script_judges_a_right_backend_and_writes_every_case(tmp_path, 
     assert module.main(["--backends", "numpy", "--cases", "5", "--max-work", "2e6", str(out)]) == 0
     assert "5 of 5 cases conform (seed 0)" in capsys.readouterr().out
     assert out.read_text().count('"passed": true') == 5
+
+
+def test_pytest_gemmzoo_random_adds_the_problems_to_the_conformance_tests(tmp_path):
+    (tmp_path / "test_mine.py").write_text("from gemmzoo.testing import test_conformance  # noqa: F401\n")
+
+    def collected(*options: str) -> list[str]:
+        command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                   "--backend", "numpy", *options]
+        run = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path,
+                             env=subprocess_env(tmp_path), timeout=300, check=False)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        return [line for line in run.stdout.splitlines() if "::test_conformance[" in line]
+
+    fixed = collected()
+    more = collected("--gemmzoo-random", "4", "--gemmzoo-seed", "3", "--gemmzoo-max-work", "1e6")
+    dtypes = [d for d in DTYPES if d in NumpyBackend().dtypes]
+    assert more[:len(fixed)] == fixed
+    assert more[len(fixed):] == [f"test_mine.py::test_conformance[numpy-{case.id}]"
+                                 for case in random_cases(dtypes, 4, 3, 1e6)]
