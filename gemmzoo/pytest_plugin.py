@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from gemmzoo.conformance import conformance_cases, input_checks
+from gemmzoo.conformance import conformance_cases, input_checks, random_cases
+from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK
 from gemmzoo.dtypes import DTYPES
 
 _BENCH_FIXTURES = ("gemm_backend", "gemm_point")
@@ -51,8 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gemmzoo-random", type=int, default=0, metavar="N",
                     help="gemmzoo conformance: N random problems per backend after the fixed cases")
     group.addoption("--gemmzoo-seed", type=int, default=0, metavar="S", help="seed of those problems")
-    group.addoption("--gemmzoo-max-work", type=float, default=None, metavar="MNK",
-                    help="largest M·N·K of a random problem (default: gemmzoo check's)")
+    group.addoption("--gemmzoo-max-work", type=float, default=DEFAULT_MAX_WORK, metavar="MNK",
+                    help=f"largest M·N·K of a random problem (default: {DEFAULT_MAX_WORK:g})")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -133,13 +134,11 @@ def _benchmark_params(metafunc: pytest.Metafunc) -> None:
 
 def _random_cases(config: pytest.Config, dtypes: list[str]) -> list[Any]:
     """The ``--gemmzoo-random`` problems for a backend of ``dtypes`` (none unless asked)."""
-    from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
-
     count = config.getoption("--gemmzoo-random")
     if not count or not dtypes:
         return []
-    max_work = config.getoption("--gemmzoo-max-work") or DEFAULT_MAX_WORK
-    return random_cases(dtypes, count, config.getoption("--gemmzoo-seed"), max_work)
+    return random_cases(dtypes, count, config.getoption("--gemmzoo-seed"),
+                        config.getoption("--gemmzoo-max-work"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -64,7 +64,6 @@ def reference_product(a: np.ndarray, b: np.ndarray,
     ref, magnitude = float64_reference(a, b)
     if exact_ieee:
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        ref = ref.copy()
         for i in np.flatnonzero(~np.isfinite(a64).all(axis=1)):
             ref[i, :] = plain_product(a64[i:i + 1, :], b64)[0]
         for j in np.flatnonzero(~np.isfinite(b64).all(axis=0)):
