@@ -126,3 +126,17 @@ def test_pytest_gemmzoo_random_adds_the_problems_to_the_conformance_tests(tmp_pa
     assert more[:len(fixed)] == fixed
     assert more[len(fixed):] == [f"test_mine.py::test_conformance[numpy-{case.id}]"
                                  for case in random_cases(dtypes, 4, 3, 1e6)]
+
+
+@pytest.mark.parametrize("name", ["triton-grouped", "triton-splitk", "triton-decode"])
+def test_random_problems_conform_on_the_triton_backends_here(name):
+    """Under Triton's interpreter (no GPU) the routes for small problems, with random shapes."""
+    pytest.importorskip("triton")
+    import gemmzoo
+
+    backend = gemmzoo.get_backend(name)
+    if backend.unavailable_reason() is not None:
+        pytest.skip(backend.unavailable_reason())
+    for case in random_cases(sorted(backend.dtypes), 10, seed=21, max_work=2e5):
+        result = run_case(backend, case)
+        assert result.passed, f"{name} {case.id}: {result.detail}"
