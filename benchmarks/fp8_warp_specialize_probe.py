@@ -34,18 +34,14 @@ def _kernel() -> Any:
     import triton
     import triton.language as tl
 
+    from gemmzoo_triton.grouped_kernel import tile_position
+
     @triton.jit
     def fp8_ws_kernel(a_desc, b_desc, c_desc, M, N, K,  # noqa: N803
                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,  # noqa: N803
                       WS: tl.constexpr, PROMOTE: tl.constexpr, GROUP: tl.constexpr):  # noqa: N803
-        pid = tl.program_id(0)
-        num_pid_m = tl.cdiv(M, BM)
-        num_pid_n = tl.cdiv(N, BN)
-        in_group = GROUP * num_pid_n
-        first_m = (pid // in_group) * GROUP
-        size_m = min(num_pid_m - first_m, GROUP)
-        off_m = (first_m + (pid % in_group) % size_m) * BM
-        off_n = ((pid % in_group) // size_m) * BN
+        pid_m, pid_n = tile_position(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), GROUP)
+        off_m, off_n = pid_m * BM, pid_n * BN
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for off_k in tl.range(0, K, BK, warp_specialize=WS):
             a = a_desc.load([off_m, off_k])

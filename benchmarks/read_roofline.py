@@ -61,6 +61,7 @@ def best_read(x: Any, timer: CleanL2Timer, sms: int, reps: int) -> tuple[float, 
 
     kernel = _read_kernel()
     expected = x.float().sum().item()
+    tolerance = 1e-3 * max(1.0, x.float().abs().sum().item())
     best = (float("inf"), "")
     for per_sm, block, warps, stages in READ_CONFIGS:
         n_blocks = x.numel() // block
@@ -73,7 +74,7 @@ def best_read(x: Any, timer: CleanL2Timer, sms: int, reps: int) -> tuple[float, 
 
         call()
         got = out.sum().item()
-        if abs(got - expected) > 1e-3 * max(1.0, x.float().abs().sum().item()):
+        if abs(got - expected) > tolerance:
             raise AssertionError(f"read kernel {per_sm}/SM {block} w{warps} s{stages}: "
                                  f"sum {got} != {expected}")
         ms = timer.median_ms(call, reps)
@@ -124,7 +125,6 @@ def measure_size(mib: int, timer: CleanL2Timer, sms: int, rounds: int, reps: int
 
 
 def main(argv: list[str] | None = None) -> int:
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--mib", nargs="+", type=int, default=[8, 16, 32, 64, 128, 1024])
