@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from gemmzoo_triton.common import (
@@ -17,6 +18,10 @@ from gemmzoo_triton.common import (
 
 #: The oldest CUDA capability with fp8 tensor cores (Ada 8.9; Hopper is 9.0).
 FP8_MIN_CAPABILITY = (8, 9)
+#: The capability the Gluon kernel is written for (Hopper's warpgroup MMA instructions).
+GLUON_CAPABILITY = (9, 0)
+#: Smallest M and N the Gluon kernel takes (its tiles are 128x128).
+GLUON_MIN_MN = 128
 
 
 @functools.cache
@@ -63,6 +68,34 @@ def tma_fp8_eligible(x: Any, y: Any, c: Any) -> bool:
         and x.stride(0) >= K and y.stride(1) >= K
 
 
+@functools.cache
+def _gluon_config(device_index: int) -> Any:
+    """The Gluon kernel's config for a CUDA device (:mod:`~gemmzoo_triton.fp8_gluon_kernel`), or
+    None where it cannot run: not capability 9.0 (its warpgroup MMAs are Hopper's own), a Triton
+    without Gluon's Hopper API, or too little shared memory a block."""
+    import torch
+
+    if torch.cuda.get_device_capability(device_index) != GLUON_CAPABILITY:
+        return None
+    try:
+        from gemmzoo_triton import fp8_gluon_kernel
+    except (ImportError, AttributeError):  # a Triton before Gluon's Hopper API
+        return None
+    properties = torch.cuda.get_device_properties(device_index)
+    shared = getattr(properties, "shared_memory_per_block_optin", 0)
+    return fp8_gluon_kernel.config_for(shared)
+
+
+def gluon_fp8_config(x: Any, y: Any) -> Any:
+    """The Gluon kernel's config for ``x @ y`` on operands :func:`tma_fp8_eligible` accepted, or
+    None where the problem stays on the Triton TMA kernel: the GPU cannot run it, or M or N is
+    under one 128-wide tile (the Triton kernel's autotuned tiles include 64-row ones)."""
+    M, N = x.shape[0], y.shape[1]
+    if min(M, N) < GLUON_MIN_MN:
+        return None
+    return _gluon_config(x.device.index)  # a CUDA tensor's device always has its index
+
+
 class TritonFp8Backend(TritonBackend):
     """``triton-fp8``: Triton kernels on fp8 operands, partial sums promoted to fp32, C in bf16.
 
@@ -75,20 +108,25 @@ class TritonFp8Backend(TritonBackend):
     On a GPU, operands that are not K-major (A row-major, B column-major) are copied first (see
     :func:`k_major`: a row-major B costs a transpose per call). Problems that
     :func:`tma_fp8_eligible` allows (Hopper, large, aligned) go to
-    :mod:`~gemmzoo_triton.fp8_tma_kernel` (TMA loads and stores, a persistent grid, two programs
-    per SM); the others to :mod:`~gemmzoo_triton.fp8_kernel`'s pointer kernel, which also runs on
-    the CPU under Triton's interpreter (reading any layout through strides there, and working
-    around the interpreter's E4M3 decoding and bfloat16 rounding). Each kernel autotunes once per
-    problem. Available on CUDA GPUs of capability 8.9 and later, and under the interpreter.
+    :mod:`~gemmzoo_triton.fp8_gluon_kernel` (warp-specialized Gluon, at cuBLAS's speed on the
+    H100) where :func:`gluon_fp8_config` allows, else to :mod:`~gemmzoo_triton.fp8_tma_kernel`
+    (TMA loads and stores, a persistent grid, two programs per SM, autotuned once per problem);
+    the others to :mod:`~gemmzoo_triton.fp8_kernel`'s pointer kernel (autotuned likewise), which
+    also runs on the CPU under Triton's interpreter (reading any layout through strides there,
+    and working around the interpreter's E4M3 decoding and bfloat16 rounding). Available on CUDA
+    GPUs of capability 8.9 and later, and under the interpreter.
     """
 
     name = "triton-fp8"
     #: Partial-sum promotion for the kernels (``None``: the kernels' default, once per K tile);
     #: benchmarks/fp8.py sets it on variants to time and check the other choices.
     promote: int | None = None
-    #: Whether Hopper problems may take the TMA kernel; off, every problem takes the pointer
+    #: Whether Hopper problems may take the TMA kernels; off, every problem takes the pointer
     #: kernel (``benchmarks/fp8.py`` times that as ``triton-fp8-pointer``).
     tma: bool = True
+    #: Whether problems the Gluon kernel takes (:func:`gluon_fp8_config`) go to it rather than
+    #: to the Triton TMA kernel (``benchmarks/fp8.py`` times the latter as ``triton-fp8-tma``).
+    gluon: bool = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,6 +137,41 @@ class TritonFp8Backend(TritonBackend):
         if reason is not None or interpreter_mode():
             return reason
         return _fp8_gpu_reason()
+
+    def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+        """A plan that launches the Gluon kernel bound once for the problem, where
+        :meth:`matmul` would take it; :meth:`matmul` itself for every other problem."""
+        M, N, K = self.check_operands(a, b)
+        if self.device != "cuda" or not (self.tma and self.gluon) or M * N * K == 0:
+            return self.matmul
+        import torch
+
+        from gemmzoo_triton import fp8_kernel
+
+        x, y, _ = self.operands(a, b)
+        promote = fp8_kernel.PROMOTE_EVERY if self.promote is None else self.promote
+        copy_a, copy_b = x.stride(1) != 1, y.stride(0) != 1
+        x, y = k_major(x, y)
+        c = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
+        config = gluon_fp8_config(x, y) if promote == 0 and tma_fp8_eligible(x, y, c) else None
+        if config is None:
+            return self.matmul
+        from gemmzoo_triton import fp8_gluon_kernel
+        from gemmzoo_triton.grouped_tma_kernel import num_sms
+
+        run = fp8_gluon_kernel.bind(M, N, K, num_sms(x.device), config)
+        matmul, empty, device, bf16 = self.matmul, torch.empty, x.device, torch.bfloat16
+
+        def gluon_plan(a: Any, b: Any) -> Any:
+            x = a.contiguous() if copy_a else a
+            y = b.t().contiguous().t() if copy_b else b
+            if (x.data_ptr() | y.data_ptr()) % 16:  # a start the descriptors cannot take
+                return matmul(a, b)
+            c = empty((M, N), device=device, dtype=bf16)
+            run(x, y, c)
+            return c
+
+        return gluon_plan
 
     def matmul(self, a: Any, b: Any) -> Any:
         import torch
@@ -119,6 +192,13 @@ class TritonFp8Backend(TritonBackend):
         if self.device == "cuda":
             x, y = k_major(x, y)
             if self.tma and tma_fp8_eligible(x, y, c):
+                config = gluon_fp8_config(x, y) if self.gluon and promote == 0 else None
+                if config is not None:
+                    from gemmzoo_triton import fp8_gluon_kernel
+                    from gemmzoo_triton.grouped_tma_kernel import num_sms
+
+                    fp8_gluon_kernel.launch(x, y, c, num_sms(x.device), config)
+                    return c
                 from gemmzoo_triton import fp8_tma_kernel
 
                 fp8_tma_kernel.launch(x, y, c, promote)

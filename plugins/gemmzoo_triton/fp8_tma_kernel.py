@@ -34,8 +34,9 @@ K loop, keeps them busy meanwhile, as a second consumer warpgroup does in cuBLAS
 tiles in halves of M, 4 warps and three stages (112 KiB of shared memory), two fit an SM, and the
 promoted kernel ran as fast as the unpromoted one (docs/results/2026-11-23-h100-fp8-tma.md).
 
-The backend takes this kernel where :func:`gemmzoo_triton.fp8_backend.tma_fp8_eligible` allows;
-imported only then.
+The backend takes this kernel where :func:`gemmzoo_triton.fp8_backend.tma_fp8_eligible` allows
+and :mod:`~gemmzoo_triton.fp8_gluon_kernel` (warp-specialized, faster) does not take the problem:
+M or N under 128, a GPU other than Hopper, a Triton without Gluon; imported only then.
 """
 
 # ruff: noqa: N803, N806 - named as in the tutorial: M, N, K and upper-case constexprs

@@ -1,0 +1,305 @@
+"""triton-fp8's Gluon kernel for Hopper: warp-specialized, with promotion that overlaps the MMAs.
+
+Triton's ``tl.dot`` pipeliner waits for a dot whose result the loop uses before it issues the
+next one, so in :mod:`~gemmzoo_triton.fp8_tma_kernel` the tensor cores idle while a K tile's
+partial sums are added into the fp32 accumulator. Gluon, Triton's lower-level language, lets the
+kernel issue Hopper's warpgroup MMAs and its own barriers:
+
+- each K tile's product starts from zero (``use_acc=False``) *before* the previous tile's
+  product is waited for and added, so the fp32 add of tile k runs while the tensor cores compute
+  tile k+1 (cuBLAS's ``use_fast_accum=False`` numerics: every K tile of 128 summed by the tensor
+  cores from zero, then one fp32 add per tile, in K order);
+- the loads run in a warp of their own (``gl.warp_specialize``): it fills ``STAGES`` shared-memory
+  slots through the tensor memory accelerator as fast as the MMA warps hand slots back, with one
+  barrier per slot each way (``ready``: the copy has landed; ``empty``: the MMAs reading it are
+  done). With the loads issued from the MMA warps instead, the barriers Triton places around each
+  copy held both warpgroups in lockstep and the kernel ran at 0.72x cuBLAS on the H100
+  (docs/results/2026-11-23-fp8-gluon.md);
+- persistent: one program per SM walks C's tiles in grouped order, and the next tile's first
+  product starts before a tile's epilogue (C rounded once to bfloat16, staged in shared memory,
+  stored by the TMA, which clips the edges; tiles past A's or B's edges load as zeros);
+- 8 MMA warps (two warpgroups, 64 rows of the 128x128 tile each) holding the accumulator and two
+  products (3 x 64 registers a thread); the loading warp keeps 24.
+
+Gluon is experimental: the kernel needs ``triton.experimental.gluon`` with Hopper's
+``warpgroup_mma`` and ``warp_specialize`` (Triton 3.6 and later; the few names that changed
+since are looked up below) and a GPU of capability 9.0. It has no interpreter: CI compiles it for
+sm_90a without a GPU (tests/test_triton_fp8_gluon.py), the GPU tests run it. Imported only where
+:func:`gemmzoo_triton.fp8_backend.gluon_fp8_eligible` allows.
+"""
+
+# ruff: noqa: N803, N806 - named as in the tutorials: M, N, K and upper-case constexprs
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Any
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+# The TMA copies were renamed after Triton 3.6 (async_copy_global_to_shared -> async_load,
+# async_copy_shared_to_global -> async_store; the old names now raise): take whichever this has.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+# Likewise the barrier across a partition's warps (thread_barrier -> barrier).
+_warps_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
+
+#: Shared memory counted on top of the kernel's own buffers (Triton 3.6 and 3.9 added 48-212 bytes).
+SHARED_ALLOWANCE = 1024
+
+
+@dataclass(frozen=True)
+class GluonFp8Config:
+    """One launch configuration of :func:`fp8_gluon_kernel`."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 128  # the promotion interval: one K tile per fresh partial sum
+    stages: int = 6
+    group_m: int = 8
+    num_warps: int = 8  # the MMA warps; the loading warp comes on top
+
+    def shared_bytes(self) -> int:
+        """Shared memory the kernel needs: operand slots, C's staging tile (bf16), barriers, and
+        :data:`SHARED_ALLOWANCE` for what the compiler adds (alignment, its own scratch)."""
+        operands = self.stages * (self.block_m + self.block_n) * self.block_k
+        return operands + self.block_m * self.block_n * 2 + 2 * 8 * self.stages + SHARED_ALLOWANCE
+
+
+#: The default: 128x128 tiles in two warpgroups (the accumulator and two products fit a thread's
+#: registers), six 32 KiB slots (229 KB with C's staging tile; the H100 gives a block 227 KiB),
+#: grouped tile order. :func:`config_for` takes fewer slots where a GPU has less shared memory.
+DEFAULT_CONFIG = GluonFp8Config()
+
+#: Fewest slots the kernel is run with (fewer measured slower on the H100).
+MIN_STAGES = 4
+
+
+def config_for(shared_memory: int) -> GluonFp8Config | None:
+    """:data:`DEFAULT_CONFIG` with as many slots (up to its own) as ``shared_memory`` bytes a
+    block may use hold; None below :data:`MIN_STAGES`."""
+    for stages in range(DEFAULT_CONFIG.stages, MIN_STAGES - 1, -1):
+        config = replace(DEFAULT_CONFIG, stages=stages)
+        if config.shared_bytes() <= shared_memory:
+            return config
+    return None
+
+
+@gluon.jit
+def _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 GROUP_M: gl.constexpr):
+    """The first row and column of tile ``tile`` of C in grouped order (GROUP_M rows of tiles
+    at a time, column by column within a group: the operands a group reads stay in L2)."""
+    tiles_in_group = GROUP_M * num_pid_n
+    first_m = (tile // tiles_in_group) * GROUP_M
+    group_rows = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % tiles_in_group) % group_rows
+    pid_n = (tile % tiles_in_group) // group_rows
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@gluon.jit
+def _start_product(step, into, a_slots, b_slots, ready, STAGES: gl.constexpr):
+    """Wait for load step ``step`` and start its tile's product from zero (async), in the
+    registers of ``into`` (a finished product whose value is no longer needed)."""
+    slot = step % STAGES
+    mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
+    return warpgroup_mma(a_slots.index(slot), b_slots.index(slot).permute((1, 0)), into,
+                         use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _store_tile(accumulator, local_tile, c_desc, c_stage, num_pid_m, num_pid_n,
+                GROUP_M: gl.constexpr):
+    """Round tile ``local_tile`` of this program to bfloat16 and start its TMA store."""
+    BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
+    tile = gl.program_id(0) + local_tile * gl.num_programs(0)
+    off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+    tma.store_wait(pendings=0)  # the tile before has left the staging buffer
+    c_stage.store(accumulator.to(c_desc.dtype))
+    fence_async_shared()
+    _tma_store(c_desc, [off_m, off_n], c_stage)
+
+
+@gluon.jit
+def _load_slots(a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pid_n, k_steps,
+                my_tiles, STAGES: gl.constexpr, GROUP_M: gl.constexpr):
+    """The loading warp: this program's K tiles of A and Bᵀ, tile after tile, each into the next
+    slot once the MMA warps have handed it back (``empty``); ``ready`` tells them it landed."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    step = 0
+    for local_tile in range(my_tiles):
+        tile = gl.program_id(0) + local_tile * gl.num_programs(0)
+        off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        for kk in range(k_steps):
+            slot = step % STAGES
+            # the first pass over the slots waits for nothing (the parity before phase 0)
+            mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            _tma_load(a_desc, [off_m, kk * BLOCK_K], ready.index(slot), a_slots.index(slot))
+            _tma_load(b_desc, [off_n, kk * BLOCK_K], ready.index(slot), b_slots.index(slot))
+            step += 1
+
+
+@gluon.jit
+def _release(step, empty, STAGES: gl.constexpr):
+    """Hand load step ``step``'s slot back to the loading warp once every MMA warp is done with
+    it (each warpgroup waits only for its own MMAs, so the warps meet first)."""
+    _warps_barrier()
+    mbarrier.arrive(empty.index(step % STAGES), count=1)
+
+
+@gluon.jit
+def _tile_sum(running, first, second, step, k_steps, a_slots, b_slots, ready, empty,
+              mma_layout: gl.constexpr, STAGES: gl.constexpr):
+    """The fp32 sum of one tile's K products, the first of which (``running``, in ``first``'s
+    registers, load step ``step - 1``) is already started; returns it, both register sets free
+    again and the next load step.
+
+    Two register sets take the products in turn, so that no product is moved while an MMA may
+    still write it (ptxas then serialises every MMA of the kernel): the K loop is unrolled by
+    two, and each product starts in the registers of the one finished before it. Waiting until
+    one MMA group is left in flight means the product before it is done: its slot goes back to
+    the loader and it is added while the next product runs.
+    """
+    BLOCK_M: gl.constexpr = a_slots.type.shape[1]
+    BLOCK_N: gl.constexpr = b_slots.type.shape[1]
+    accumulator = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=mma_layout)
+    for _ in range((k_steps - 1) // 2):
+        running_second = _start_product(step, second, a_slots, b_slots, ready, STAGES)
+        step += 1
+        first = warpgroup_mma_wait(num_outstanding=1, deps=(running,))
+        _release(step - 2, empty, STAGES)
+        accumulator = accumulator + first
+        running = _start_product(step, first, a_slots, b_slots, ready, STAGES)
+        step += 1
+        second = warpgroup_mma_wait(num_outstanding=1, deps=(running_second,))
+        _release(step - 2, empty, STAGES)
+        accumulator = accumulator + second
+    if (k_steps - 1) % 2 == 1:
+        running_second = _start_product(step, second, a_slots, b_slots, ready, STAGES)
+        step += 1
+        first = warpgroup_mma_wait(num_outstanding=1, deps=(running,))
+        _release(step - 2, empty, STAGES)
+        accumulator = accumulator + first
+        second = warpgroup_mma_wait(num_outstanding=0, deps=(running_second,))
+        accumulator = accumulator + second
+    else:
+        first = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+        accumulator = accumulator + first
+    _release(step - 1, empty, STAGES)
+    return accumulator, first, second, step
+
+
+@gluon.jit
+def _multiply(a_slots, b_slots, ready, empty, c_desc, c_stage, num_pid_m, num_pid_n, k_steps,
+              my_tiles, STAGES: gl.constexpr, GROUP_M: gl.constexpr, num_warps: gl.constexpr):
+    """The MMA warps: each tile's products and their promotion, then its epilogue; every tile but
+    the last starts the next tile's first product before its epilogue, so that the tensor cores
+    run while C is rounded and stored."""
+    BLOCK_M: gl.constexpr = a_slots.type.shape[1]
+    BLOCK_N: gl.constexpr = b_slots.type.shape[1]
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, 32])
+    first = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=mma_layout)
+    second = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=mma_layout)
+    running = _start_product(0, first, a_slots, b_slots, ready, STAGES)
+    step = 1
+    for local_tile in range(my_tiles - 1):
+        accumulator, first, second, step = _tile_sum(
+            running, first, second, step, k_steps, a_slots, b_slots, ready, empty, mma_layout, STAGES)
+        running = _start_product(step, first, a_slots, b_slots, ready, STAGES)
+        step += 1
+        _store_tile(accumulator, local_tile, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M)
+    accumulator, first, second, step = _tile_sum(
+        running, first, second, step, k_steps, a_slots, b_slots, ready, empty, mma_layout, STAGES)
+    _store_tile(accumulator, my_tiles - 1, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def fp8_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                     num_warps: gl.constexpr):
+    """C (bf16) = A @ B (fp8 E4M3; ``b_desc`` over Bᵀ), partial sums promoted once per K tile:
+    ``num_warps`` MMA warps and one loading warp (its 24 registers leave the rest to them)."""
+    # (list concatenation: Gluon's frontend has no starred unpacking)
+    a_slots = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)  # noqa: RUF005
+    b_slots = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)  # noqa: RUF005
+    c_stage = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    num_pid_m = gl.cdiv(M, a_desc.block_type.shape[0])
+    num_pid_n = gl.cdiv(N, b_desc.block_type.shape[0])
+    k_steps = gl.cdiv(K, a_desc.block_type.shape[1])
+    my_tiles = gl.cdiv(num_pid_m * num_pid_n - gl.program_id(0), gl.num_programs(0))
+    gl.warp_specialize(
+        [(_multiply, (a_slots, b_slots, ready, empty, c_desc, c_stage, num_pid_m, num_pid_n,
+                      k_steps, my_tiles, STAGES, GROUP_M, num_warps)),
+         (_load_slots, (a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pid_n,
+                        k_steps, my_tiles, STAGES, GROUP_M))],
+        [1], [24])
+
+
+@functools.cache
+def _layouts(config: GluonFp8Config) -> tuple[Any, Any, Any]:
+    """The shared-memory layouts of A's, Bᵀ's and C's tiles (128-byte swizzles)."""
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    return (gl.NVMMASharedLayout.get_default_for([bm, bk], gl.float8e4nv),
+            gl.NVMMASharedLayout.get_default_for([bn, bk], gl.float8e4nv),
+            gl.NVMMASharedLayout.get_default_for([bm, bn], gl.bfloat16))
+
+
+def descriptors(x: Any, y: Any, c: Any, config: GluonFp8Config = DEFAULT_CONFIG) -> tuple[Any, Any, Any]:
+    """TMA descriptors over A (``x``, row-major), Bᵀ (``y`` column-major) and C (bf16, row-major)."""
+    a_layout, b_layout, c_layout = _layouts(config)
+    y_t = y.T
+    return (TensorDescriptor(x, list(x.shape), [x.stride(0), 1], [config.block_m, config.block_k], a_layout),
+            TensorDescriptor(y_t, list(y_t.shape), [y_t.stride(0), 1], [config.block_n, config.block_k],
+                             b_layout),
+            TensorDescriptor(c, list(c.shape), [c.stride(0), 1], [config.block_m, config.block_n], c_layout))
+
+
+def grid(M: int, N: int, sms: int, config: GluonFp8Config = DEFAULT_CONFIG) -> tuple[int]:
+    """One program per SM, at most one per tile of C."""
+    tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
+    return (max(1, min(sms, tiles)),)
+
+
+def bind(M: int, N: int, K: int, sms: int, config: GluonFp8Config = DEFAULT_CONFIG) -> Any:
+    """``run(x, y, c)``: :func:`launch` for every problem of this shape, bound once (the launch
+    grid, the layouts and the compiled kernel); only the descriptors are made per call, since
+    the operands' addresses change."""
+    from gemmzoo_triton.launcher import BoundLaunch
+
+    constexprs = {"STAGES": config.stages, "GROUP_M": config.group_m, "num_warps": config.num_warps}
+    launch_bound = BoundLaunch(fp8_gluon_kernel, grid(M, N, sms, config), constexprs, pointers=())
+
+    def run(x: Any, y: Any, c: Any) -> None:
+        launch_bound(*descriptors(x, y, c, config), M, N, K)
+
+    return run
+
+
+def launch(x: Any, y: Any, c: Any, sms: int, config: GluonFp8Config = DEFAULT_CONFIG) -> None:
+    """Compute ``c = x @ y``: ``x`` row-major, ``y`` column-major, both fp8 E4M3 with rows
+    16-byte aligned; ``c`` bf16, contiguous. ``sms``: the device's SM count."""
+    M, K = x.shape
+    bind(M, y.shape[1], K, sms, config)(x, y, c)
