@@ -15,16 +15,19 @@ What is timed per shape and layout:
 - ``bf16``: ``torch.matmul`` on bfloat16 tensors (cuBLAS) in the same layout;
 - ``scaled_mm``: ``torch._scaled_mm`` on operands already in its layout (A row-major, B
   column-major), ``use_fast_accum=False``; ``scaled_mm-fast``: the same with fast accumulation;
-- ``torch``: gemmzoo's torch backend on operands in the layout (its copies included);
-- ``triton-fp8``: gemmzoo's triton-fp8 backend (on Hopper its TMA kernel where the problem allows,
-  promotion once per K tile); ``triton-fp8-pointer``: the same kept to its pointer kernel
+- ``torch``: gemmzoo's torch backend on operands in the layout (its copies included), through its
+  plan (``Backend.prepare``, the call ``gemmzoo.matmul`` makes), as every gemmzoo variant below;
+- ``triton-fp8``: gemmzoo's triton-fp8 backend (on Hopper its Gluon kernel, or its Triton TMA
+  kernel, where the problem allows; promotion once per K tile); ``triton-fp8-tma``: the same kept
+  off the Gluon kernel (``gluon=False``); ``triton-fp8-pointer``: the same kept to its pointer kernel
   (``tma=False``); ``-tma-fast``, ``-fast`` (pointer) and ``-32`` (pointer): promoting never
   (Triton's default on Hopper) and after every 32-deep MMA instruction, each autotuned for itself.
 
 Prints the table and the target ratios (triton-fp8 / scaled_mm and scaled_mm / bf16) and writes
 OUT_DIR/fp8.json and fp8.md. With ``--variants-conformance``, also runs the conformance suite's
 float8_e4m3fn cases, with two beyond the TMA kernel's size threshold, on triton-fp8 and the
-variants that are not bundled (triton-fp8-pointer, scaled_mm-fast, triton-fp8-fast, triton-fp8-32),
+variants that are not bundled (triton-fp8-tma, triton-fp8-pointer, scaled_mm-fast, triton-fp8-fast,
+triton-fp8-32),
 reports which conform, and for every path the block-sum roundoff its errors imply (the largest
 (|C - R| - u_out·|R| - 4·sqrt(K)·u_acc·|A||B|) / |A||B|, against the bound's 2**-13) over a range
 of K. Not a pytest file.
@@ -43,10 +46,10 @@ from gpu_results import environment, median_ms, write_results
 
 SHAPES = ["4096x4096x4096", "8192x8192x8192"]
 LAYOUTS = ["NT", "NN"]
-VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-pointer",
-            "triton-fp8-fast", "triton-fp8-tma-fast", "triton-fp8-32"]
-DEFAULT_VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-pointer",
-                    "triton-fp8-tma-fast"]
+VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-tma",
+            "triton-fp8-pointer", "triton-fp8-fast", "triton-fp8-tma-fast", "triton-fp8-32"]
+DEFAULT_VARIANTS = ["bf16", "scaled_mm", "scaled_mm-fast", "torch", "triton-fp8", "triton-fp8-tma",
+                    "triton-fp8-pointer"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -112,20 +115,28 @@ def scaled_mm_layout(a: Any, b: Any) -> tuple[Any, Any]:
     return a.contiguous(), b.t().contiguous().t()
 
 
-def triton_fp8(promote: int | None = None, name: str = "triton-fp8", tma: bool = True) -> Any:
+def triton_fp8(promote: int | None = None, name: str = "triton-fp8", tma: bool = True,
+               gluon: bool = True) -> Any:
     """The triton-fp8 backend, or a variant of it promoting partial sums as ``promote`` says and
-    taking its TMA kernel or not."""
+    taking its TMA kernels or not, its Gluon kernel or not."""
     from gemmzoo_triton import TritonFp8Backend
 
     backend = TritonFp8Backend()
-    backend.promote, backend.name, backend.tma = promote, name, tma
+    backend.promote, backend.name, backend.tma, backend.gluon = promote, name, tma, gluon
     return backend
 
 
 def picked_config(m: int, n: int, k: int) -> str:
-    """The kernel and config the triton-fp8 backend ran on this problem (the TMA kernel's where
-    it ran, else the pointer kernel's)."""
+    """The kernel and config the triton-fp8 backend ran on this problem (the Gluon kernel's where
+    it takes the problem, else the autotuned TMA or pointer kernel's)."""
+    import torch
+
+    from gemmzoo_triton.fp8_backend import GLUON_MIN_MN, _gluon_config
     from gemmzoo_triton.grouped_kernel import PICKED
+
+    gluon = _gluon_config(torch.cuda.current_device())
+    if gluon is not None and min(m, n) >= GLUON_MIN_MN and k % 16 == 0:
+        return f"fp8_gluon_kernel: {gluon}"
 
     for kernel in ("fp8_tma_matmul_kernel", "fp8_matmul_kernel"):
         for key, config in PICKED.items():
@@ -143,6 +154,7 @@ def calls_for(a: Any, b: Any, a16: Any, b16: Any, variants: list[str]) -> dict[s
     one = torch.ones((), dtype=torch.float32, device="cuda")
     torch_backend, triton_backend = gemmzoo.get_backend("torch"), gemmzoo.get_backend("triton-fp8")
     extra = {
+        "triton-fp8-tma": triton_fp8(None, "triton-fp8-tma", gluon=False),
         "triton-fp8-pointer": triton_fp8(None, "triton-fp8-pointer", tma=False),
         "triton-fp8-fast": triton_fp8(-1, "triton-fp8-fast", tma=False),
         "triton-fp8-tma-fast": triton_fp8(-1, "triton-fp8-tma-fast"),
@@ -154,9 +166,10 @@ def calls_for(a: Any, b: Any, a16: Any, b16: Any, variants: list[str]) -> dict[s
         "scaled_mm": lambda: torch._scaled_mm(sa, sb, one, one, out_dtype=torch.bfloat16),
         "scaled_mm-fast": lambda: torch._scaled_mm(sa, sb, one, one, out_dtype=torch.bfloat16,
                                                    use_fast_accum=True),
-        "torch": lambda: torch_backend.matmul(a, b),
-        "triton-fp8": lambda: triton_backend.matmul(a, b),
-        **{name: functools.partial(backend.matmul, a, b) for name, backend in extra.items()},
+        # gemmzoo's backends through their plans, the call gemmzoo.matmul makes
+        "torch": functools.partial(torch_backend.prepare(a, b), a, b),
+        "triton-fp8": functools.partial(triton_backend.prepare(a, b), a, b),
+        **{name: functools.partial(backend.prepare(a, b), a, b) for name, backend in extra.items()},
     }
     return {name: calls[name] for name in variants if name in calls}
 
@@ -246,7 +259,8 @@ def variants_conformance(out: list[str]) -> None:
     big = (2112, 2080, 2064, "float8_e4m3fn")  # past TMA_MIN_WORK: the TMA kernel, tails included
     cases = [*conformance_cases("float8_e4m3fn", "cpu"), Case("random", 64, 2048, 8192, "float8_e4m3fn"),
              Case("random", *big), Case("random", *big, "TT")]
-    variants = [triton_fp8(None, "triton-fp8-pointer", tma=False), scaled_mm_fast(),
+    variants = [triton_fp8(None, "triton-fp8-tma", gluon=False),
+                triton_fp8(None, "triton-fp8-pointer", tma=False), scaled_mm_fast(),
                 triton_fp8(-1, "triton-fp8-fast", tma=False), triton_fp8(32, "triton-fp8-32", tma=False)]
     for backend in [gemmzoo.get_backend("triton-fp8"), *variants]:
         results = [run_case(backend, case) for case in cases]
