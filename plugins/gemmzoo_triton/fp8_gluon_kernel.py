@@ -39,25 +39,16 @@ from typing import Any
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-# The TMA copies were renamed after Triton 3.6 (async_copy_global_to_shared -> async_load,
-# async_copy_shared_to_global -> async_store; the old names now raise): take whichever this has.
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-# Likewise the barrier across a partition's warps (thread_barrier -> barrier).
-_warps_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-
-
-#: Shared memory counted on top of the kernel's own buffers (Triton 3.6 and 3.9 added 48-212 bytes).
-SHARED_ALLOWANCE = 1024
+from gemmzoo_triton.gluon_parts import (
+    SHARED_ALLOWANCE,
+    load_slots,
+    release,
+    slot_operands,
+    store_tile,
+)
 
 
 @dataclass(frozen=True)
@@ -98,70 +89,11 @@ def config_for(shared_memory: int) -> GluonFp8Config | None:
 
 
 @gluon.jit
-def _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 GROUP_M: gl.constexpr):
-    """The first row and column of tile ``tile`` of C in grouped order (GROUP_M rows of tiles
-    at a time, column by column within a group: the operands a group reads stay in L2)."""
-    tiles_in_group = GROUP_M * num_pid_n
-    first_m = (tile // tiles_in_group) * GROUP_M
-    group_rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile % tiles_in_group) % group_rows
-    pid_n = (tile % tiles_in_group) // group_rows
-    return pid_m * BLOCK_M, pid_n * BLOCK_N
-
-
-@gluon.jit
 def _start_product(step, into, a_slots, b_slots, ready, STAGES: gl.constexpr):
     """Wait for load step ``step`` and start its tile's product from zero (async), in the
     registers of ``into`` (a finished product whose value is no longer needed)."""
-    slot = step % STAGES
-    mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
-    return warpgroup_mma(a_slots.index(slot), b_slots.index(slot).permute((1, 0)), into,
-                         use_acc=False, is_async=True)
-
-
-@gluon.jit
-def _store_tile(accumulator, local_tile, c_desc, c_stage, num_pid_m, num_pid_n,
-                GROUP_M: gl.constexpr):
-    """Round tile ``local_tile`` of this program to bfloat16 and start its TMA store."""
-    BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
-    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
-    tile = gl.program_id(0) + local_tile * gl.num_programs(0)
-    off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-    tma.store_wait(pendings=0)  # the tile before has left the staging buffer
-    c_stage.store(accumulator.to(c_desc.dtype))
-    fence_async_shared()
-    _tma_store(c_desc, [off_m, off_n], c_stage)
-
-
-@gluon.jit
-def _load_slots(a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pid_n, k_steps,
-                my_tiles, STAGES: gl.constexpr, GROUP_M: gl.constexpr):
-    """The loading warp: this program's K tiles of A and Bᵀ, tile after tile, each into the next
-    slot once the MMA warps have handed it back (``empty``); ``ready`` tells them it landed."""
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    step = 0
-    for local_tile in range(my_tiles):
-        tile = gl.program_id(0) + local_tile * gl.num_programs(0)
-        off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        for kk in range(k_steps):
-            slot = step % STAGES
-            # the first pass over the slots waits for nothing (the parity before phase 0)
-            mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-            _tma_load(a_desc, [off_m, kk * BLOCK_K], ready.index(slot), a_slots.index(slot))
-            _tma_load(b_desc, [off_n, kk * BLOCK_K], ready.index(slot), b_slots.index(slot))
-            step += 1
-
-
-@gluon.jit
-def _release(step, empty, STAGES: gl.constexpr):
-    """Hand load step ``step``'s slot back to the loading warp once every MMA warp is done with
-    it (each warpgroup waits only for its own MMAs, so the warps meet first)."""
-    _warps_barrier()
-    mbarrier.arrive(empty.index(step % STAGES), count=1)
+    a, b = slot_operands(step, a_slots, b_slots, ready, STAGES, False, True)
+    return warpgroup_mma(a, b, into, use_acc=False, is_async=True)
 
 
 @gluon.jit
@@ -184,25 +116,25 @@ def _tile_sum(running, first, second, step, k_steps, a_slots, b_slots, ready, em
         running_second = _start_product(step, second, a_slots, b_slots, ready, STAGES)
         step += 1
         first = warpgroup_mma_wait(num_outstanding=1, deps=(running,))
-        _release(step - 2, empty, STAGES)
+        release(step - 2, empty, STAGES)
         accumulator = accumulator + first
         running = _start_product(step, first, a_slots, b_slots, ready, STAGES)
         step += 1
         second = warpgroup_mma_wait(num_outstanding=1, deps=(running_second,))
-        _release(step - 2, empty, STAGES)
+        release(step - 2, empty, STAGES)
         accumulator = accumulator + second
     if (k_steps - 1) % 2 == 1:
         running_second = _start_product(step, second, a_slots, b_slots, ready, STAGES)
         step += 1
         first = warpgroup_mma_wait(num_outstanding=1, deps=(running,))
-        _release(step - 2, empty, STAGES)
+        release(step - 2, empty, STAGES)
         accumulator = accumulator + first
         second = warpgroup_mma_wait(num_outstanding=0, deps=(running_second,))
         accumulator = accumulator + second
     else:
         first = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
         accumulator = accumulator + first
-    _release(step - 1, empty, STAGES)
+    release(step - 1, empty, STAGES)
     return accumulator, first, second, step
 
 
@@ -225,10 +157,10 @@ def _multiply(a_slots, b_slots, ready, empty, c_desc, c_stage, num_pid_m, num_pi
             running, first, second, step, k_steps, a_slots, b_slots, ready, empty, mma_layout, STAGES)
         running = _start_product(step, first, a_slots, b_slots, ready, STAGES)
         step += 1
-        _store_tile(accumulator, local_tile, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M)
+        store_tile(accumulator, local_tile, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M)
     accumulator, first, second, step = _tile_sum(
         running, first, second, step, k_steps, a_slots, b_slots, ready, empty, mma_layout, STAGES)
-    _store_tile(accumulator, my_tiles - 1, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M)
+    store_tile(accumulator, my_tiles - 1, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M)
     tma.store_wait(pendings=0)
 
 
@@ -253,8 +185,8 @@ def fp8_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, GROU
     gl.warp_specialize(
         [(_multiply, (a_slots, b_slots, ready, empty, c_desc, c_stage, num_pid_m, num_pid_n,
                       k_steps, my_tiles, STAGES, GROUP_M, num_warps)),
-         (_load_slots, (a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pid_n,
-                        k_steps, my_tiles, STAGES, GROUP_M))],
+         (load_slots, (a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pid_n,
+                       k_steps, my_tiles, STAGES, GROUP_M, False, True))],
         [1], [24])
 
 

@@ -1,0 +1,122 @@
+"""Pieces the warp-specialized Gluon kernels share (Hopper): the loading warp, slot hand-back,
+tile order and the epilogue.
+
+A kernel built from them runs one program per SM over C's tiles in grouped order, with
+``STAGES`` shared-memory slots for A's and B's K tiles and two barriers per slot: ``ready`` (the
+TMA copy has landed; the loading warp arms it) and ``empty`` (the MMA warps are done with it;
+they arrive on it). The loading warp (:func:`load_slots`) runs ahead of the MMA warps by as many
+slots as there are, independently of them.
+
+Operands come through TMA descriptors over A or Aᵀ and B or Bᵀ, whichever is row-major
+(``A_T``, ``B_T``: the descriptor is over the transpose), so each of the four layouts is read in
+place; the MMA warps take a transposed view of a slot where the instruction wants the other
+major-ness (:func:`slot_operands`).
+
+Names that changed after Triton 3.6 are looked up here once: the TMA copies
+(``async_copy_global_to_shared`` -> ``async_load``, ``async_copy_shared_to_global`` ->
+``async_store``; the old names now raise) and the barrier across a partition's warps
+(``thread_barrier`` -> ``barrier``).
+"""
+
+# ruff: noqa: N803, N806 - upper-case constexprs, as in the kernels
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+warps_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
+#: Shared memory counted on top of a kernel's own buffers (Triton 3.6 and 3.9 added 48-212 bytes).
+SHARED_ALLOWANCE = 1024
+
+
+@gluon.jit
+def tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                GROUP_M: gl.constexpr):
+    """The first row and column of tile ``tile`` of C in grouped order (GROUP_M rows of tiles
+    at a time, column by column within a group: the operands a group reads stay in L2)."""
+    tiles_in_group = GROUP_M * num_pid_n
+    first_m = (tile // tiles_in_group) * GROUP_M
+    group_rows = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % tiles_in_group) % group_rows
+    pid_n = (tile % tiles_in_group) // group_rows
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@gluon.jit
+def load_slots(a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pid_n, k_steps,
+               my_tiles, STAGES: gl.constexpr, GROUP_M: gl.constexpr, A_T: gl.constexpr,
+               B_T: gl.constexpr):
+    """The loading warp: this program's K tiles of A and B, tile after tile, each into the next
+    slot once the MMA warps have handed it back (``empty``); ``ready`` tells them it landed."""
+    if A_T:
+        BLOCK_K: gl.constexpr = a_desc.block_type.shape[0]
+        BLOCK_M: gl.constexpr = a_desc.block_type.shape[1]
+    else:
+        BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+        BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    if B_T:
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    else:
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
+    step = 0
+    for local_tile in range(my_tiles):
+        tile = gl.program_id(0) + local_tile * gl.num_programs(0)
+        off_m, off_n = tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        for kk in range(k_steps):
+            slot = step % STAGES
+            # the first pass over the slots waits for nothing (the parity before phase 0)
+            mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            off_k = kk * BLOCK_K
+            if A_T:
+                tma_load(a_desc, [off_k, off_m], ready.index(slot), a_slots.index(slot))
+            else:
+                tma_load(a_desc, [off_m, off_k], ready.index(slot), a_slots.index(slot))
+            if B_T:
+                tma_load(b_desc, [off_n, off_k], ready.index(slot), b_slots.index(slot))
+            else:
+                tma_load(b_desc, [off_k, off_n], ready.index(slot), b_slots.index(slot))
+            step += 1
+
+
+@gluon.jit
+def slot_operands(step, a_slots, b_slots, ready, STAGES: gl.constexpr, A_T: gl.constexpr,
+                  B_T: gl.constexpr):
+    """Wait for load step ``step``'s slot; its A tile (M x K) and B tile (K x N) as the MMA
+    takes them (views of the slot, transposed where the descriptor was over the transpose)."""
+    slot = step % STAGES
+    mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
+    a = a_slots.index(slot)
+    b = b_slots.index(slot)
+    if A_T:
+        a = a.permute((1, 0))
+    if B_T:
+        b = b.permute((1, 0))
+    return a, b
+
+
+@gluon.jit
+def release(step, empty, STAGES: gl.constexpr):
+    """Hand load step ``step``'s slot back to the loading warp once every MMA warp is done with
+    it (each warpgroup waits only for its own MMAs, so the warps meet first)."""
+    warps_barrier()
+    mbarrier.arrive(empty.index(step % STAGES), count=1)
+
+
+@gluon.jit
+def store_tile(accumulator, local_tile, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
+    """Round tile ``local_tile`` of this program to C's dtype and start its TMA store (which
+    clips the edges)."""
+    BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
+    tile = gl.program_id(0) + local_tile * gl.num_programs(0)
+    off_m, off_n = tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+    tma.store_wait(pendings=0)  # the tile before has left the staging buffer
+    c_stage.store(accumulator.to(c_desc.dtype))
+    fence_async_shared()
+    tma_store(c_desc, [off_m, off_n], c_stage)

@@ -1,0 +1,93 @@
+"""Build the Gluon kernels for sm_90a without a GPU and report what the compiler made of them.
+
+Run as a script, in a process of its own (``python tests/gluon_build.py``): Triton's interpreter,
+which the rest of the test suite runs kernels under, patches ``triton.language`` while it
+interprets, and a compile in the same process afterwards can trip over what it left behind.
+Prints one JSON object: for each kernel variant, its shared memory and the PTX facts the tests
+check. The driver here only names the target (compiling needs no device; nothing is launched).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from typing import Any
+
+
+def _hopper_driver() -> None:
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class HopperWithoutGpu:
+        def get_current_target(self) -> GPUTarget:
+            return GPUTarget("cuda", 90, 32)
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: int | None = None) -> int:
+            return 0
+
+    driver.set_active(HopperWithoutGpu())
+
+
+def _facts(compiled: Any) -> dict[str, Any]:
+    ptx = compiled.asm["ptx"]
+    return {
+        "shared": compiled.metadata.shared,
+        "setmaxnreg": sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx))),
+        "mma": sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.(\w+)\.\w+", ptx))),
+        "wait_groups": sorted(set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))),
+    }
+
+
+def build_fp8(m: int, n: int, k: int) -> dict[str, Any]:
+    import torch
+
+    from gemmzoo_triton import fp8_gluon_kernel as kernel
+
+    config = kernel.DEFAULT_CONFIG
+    x = torch.empty(m, k, dtype=torch.float8_e4m3fn)
+    y = torch.empty(n, k, dtype=torch.float8_e4m3fn).T  # column-major, as the backend passes B
+    c = torch.empty(m, n, dtype=torch.bfloat16)
+    compiled = kernel.fp8_gluon_kernel.warmup(
+        *kernel.descriptors(x, y, c, config), m, n, k, config.stages, config.group_m,
+        num_warps=config.num_warps, grid=(132,))
+    return _facts(compiled)
+
+
+def build_grouped(m: int, n: int, k: int, dtype: str, layout: str, block_n: int) -> dict[str, Any]:
+    import torch
+
+    from gemmzoo_triton import grouped_gluon_kernel as kernel
+
+    config = kernel.WIDE if block_n == kernel.WIDE.block_n else kernel.SQUARE
+    torch_dtype = getattr(torch, dtype)
+    a_t, b_t = layout[0] == "T", layout[1] == "T"
+    x = torch.empty(k, m, dtype=torch_dtype).T if a_t else torch.empty(m, k, dtype=torch_dtype)
+    y = torch.empty(n, k, dtype=torch_dtype).T if b_t else torch.empty(k, n, dtype=torch_dtype)
+    c = torch.empty(m, n, dtype=torch_dtype)
+    compiled = kernel.grouped_gluon_kernel.warmup(
+        *kernel.descriptors(x, y, c, a_t, b_t, config), m, n, k, config.stages, config.group_m,
+        a_t, b_t, num_warps=config.num_warps, grid=(132,))
+    return _facts(compiled)
+
+
+def main() -> int:
+    os.environ.pop("TRITON_INTERPRET", None)
+    _hopper_driver()
+    facts = {
+        "fp8 4096x4096x4096": build_fp8(4096, 4096, 4096),
+        "fp8 1000x1040x2064": build_fp8(1000, 1040, 2064),
+    }
+    for layout in ("NN", "NT", "TN", "TT"):
+        facts[f"float16 {layout} 256"] = build_grouped(1000, 2056, 1032, "float16", layout, 256)
+    facts["bfloat16 NN 128"] = build_grouped(4096, 4096, 4096, "bfloat16", "NN", 128)
+    json.dump(facts, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The Gluon kernels (Hopper only): their configs, their build for sm_90a without a GPU, and, on
+a Hopper GPU, triton-grouped's results through its Gluon kernel."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("triton")
+pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+
+from gemmzoo_triton import fp8_gluon_kernel, grouped_gluon_kernel
+
+H100_SHARED = 232448  # bytes a block may opt in to on the H100 (227 KiB)
+H100_SMS = 132
+
+
+def test_fp8_config_takes_as_many_slots_as_shared_memory_holds():
+    config_for, default = fp8_gluon_kernel.config_for, fp8_gluon_kernel.DEFAULT_CONFIG
+    assert config_for(H100_SHARED) == default
+    assert default.shared_bytes() <= H100_SHARED
+    smaller = config_for(200 * 1024)
+    assert smaller is not None and fp8_gluon_kernel.MIN_STAGES <= smaller.stages < default.stages
+    assert smaller.shared_bytes() <= 200 * 1024
+    assert config_for(smaller.shared_bytes() - 1).stages == smaller.stages - 1
+    assert config_for(100 * 1024) is None
+
+
+def test_grids_are_one_program_per_sm_and_at_most_one_per_tile():
+    assert fp8_gluon_kernel.grid(4096, 4096, H100_SMS) == (H100_SMS,)
+    assert fp8_gluon_kernel.grid(256, 384, H100_SMS) == (6,)
+    assert fp8_gluon_kernel.grid(129, 129, H100_SMS) == (4,)
+    wide = grouped_gluon_kernel.WIDE
+    assert grouped_gluon_kernel.grid(4096, 4096, H100_SMS, wide) == (H100_SMS,)
+    assert grouped_gluon_kernel.grid(300, 600, H100_SMS, wide) == (9,)
+
+
+def test_grouped_tile_is_the_one_whose_last_wave_wastes_least():
+    pick = grouped_gluon_kernel.pick_config
+    wide, square = grouped_gluon_kernel.WIDE, grouped_gluon_kernel.SQUARE
+    # 4096^2: 512 wide tiles are 3.9 waves; 1024 square ones 7.8: wide
+    assert pick(4096, 4096, H100_SMS, H100_SHARED) == wide
+    # 3072^2: 288 wide tiles are 2.2 waves (three rounds of 128x256), 576 square ones 4.4 (five
+    # rounds of 128x128, less work per SM even at square's lower rate)
+    assert pick(3072, 3072, H100_SMS, H100_SHARED) == square
+    # 512 x 4096: 64 wide tiles leave half the SMs idle, 128 square ones fill them
+    assert pick(512, 4096, H100_SMS, H100_SHARED) == square
+    # M or N under one tile, or too little shared memory for either tile: no Gluon kernel
+    assert pick(64, 4096, H100_SMS, H100_SHARED) is None
+    assert pick(4096, 4096, H100_SMS, 160 * 1024) is None
+    assert wide.shared_bytes() <= H100_SHARED and square.shared_bytes() <= H100_SHARED
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, Any]:
+    """What the compiler made of each kernel variant, built in a process of its own (see
+    tests/gluon_build.py)."""
+    script = Path(__file__).with_name("gluon_build.py")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def _warp_specialized(facts: dict[str, Any]) -> bool:
+    # the loading warp gives its registers up (to 24), the MMA warps take more
+    regs = {(way, int(count)) for way, count in facts["setmaxnreg"]}
+    return ("dec", 24) in regs and any(way == "inc" and count >= 200 for way, count in regs)
+
+
+@pytest.mark.parametrize("variant", ["fp8 4096x4096x4096", "fp8 1000x1040x2064"])
+def test_fp8_kernel_builds_for_hopper_warp_specialized(built, variant):
+    facts = built[variant]
+    assert _warp_specialized(facts)
+    # fp8 MMAs of 64x128 per warpgroup, started async, one group left in flight while adding
+    assert facts["mma"] == [["m64n128k32", "e4m3"]]
+    assert facts["wait_groups"] == ["0", "1"]
+    assert facts["shared"] <= fp8_gluon_kernel.DEFAULT_CONFIG.shared_bytes() <= H100_SHARED
+
+
+@pytest.mark.parametrize("variant, mma, config", [
+    ("float16 NN 256", ["m64n256k16", "f16"], "WIDE"),
+    ("float16 NT 256", ["m64n256k16", "f16"], "WIDE"),
+    ("float16 TN 256", ["m64n256k16", "f16"], "WIDE"),
+    ("float16 TT 256", ["m64n256k16", "f16"], "WIDE"),
+    ("bfloat16 NN 128", ["m64n128k16", "bf16"], "SQUARE"),
+])
+def test_grouped_kernel_builds_for_hopper_in_every_layout(built, variant, mma, config):
+    facts = built[variant]
+    assert _warp_specialized(facts)
+    assert facts["mma"] == [mma]
+    assert facts["wait_groups"] == ["0", "1"]
+    assert facts["shared"] <= getattr(grouped_gluon_kernel, config).shared_bytes() <= H100_SHARED
+
+
+def _hopper() -> bool:
+    torch = pytest.importorskip("torch")
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_triton_grouped_conforms_through_the_gluon_kernel(dtype):
+    if not _hopper():
+        pytest.skip("needs a GPU of capability 9.0")
+    import torch
+
+    import gemmzoo
+    from gemmzoo.conformance import Case, run_case
+    from gemmzoo_triton import grouped_plan
+
+    backend = type(gemmzoo.get_backend("triton-grouped"))()  # plans of its own, made here
+    # 2112x2080x2064: the tma route in place; 2049x2051x2053: the aligned route (copies, C a view)
+    for m, n, k in ((2112, 2080, 2064), (2049, 2051, 2053)):
+        for layout in ("NN", "NT", "TN", "TT"):
+            result = run_case(backend, Case("random", m, n, k, dtype, layout))
+            assert result.passed, result.detail
+    x = torch.empty(2112, 2064, device="cuda", dtype=getattr(torch, dtype))
+    y = torch.empty(2064, 2080, device="cuda", dtype=getattr(torch, dtype))
+    c = torch.empty(2112, 2080, device="cuda", dtype=getattr(torch, dtype))
+    assert grouped_plan.route(x, y, "tf32") == "tma"
+    assert grouped_plan.gluon_run(x, y, c, None) is not None
+    assert run_case(backend, Case("repeat", 2112, 2080, 2064, dtype)).passed
