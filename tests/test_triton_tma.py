@@ -264,9 +264,12 @@ def test_tma_kernels_autotuned_on_gpu(variant):
 
 @pytest.mark.gpu
 def test_backend_picks_tma_only_for_eligible_problems_on_gpu(monkeypatch):
-    backend = tma_backend()
+    backend = type(tma_backend())()  # a fresh instance: no plans made before the patch below
     monkeypatch.setattr(common, "TMA_MIN_WORK", 0)  # small problems here, to test the other rules
-    from gemmzoo_triton import grouped_kernel, grouped_tma_kernel
+    from gemmzoo_triton import grouped_kernel, grouped_plan, grouped_tma_kernel
+
+    # the Triton TMA kernel's picks (on Hopper fp16 would take the Gluon kernel: test_gluon_kernels)
+    monkeypatch.setattr(grouped_plan, "USE_GLUON", False)
 
     tma = KERNELS[grouped_tma_kernel.VARIANT]
     rng = np.random.default_rng(4)
@@ -286,9 +289,11 @@ def test_backend_picks_tma_only_for_eligible_problems_on_gpu(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_backend_takes_tma_only_above_the_minimum_work_on_gpu():
-    backend = tma_backend()
-    from gemmzoo_triton import grouped_kernel, grouped_tma_kernel
+def test_backend_takes_tma_only_above_the_minimum_work_on_gpu(monkeypatch):
+    backend = type(tma_backend())()  # a fresh instance: no plans made before the patch below
+    from gemmzoo_triton import grouped_kernel, grouped_plan, grouped_tma_kernel
+
+    monkeypatch.setattr(grouped_plan, "USE_GLUON", False)  # the Triton TMA kernel's picks
 
     rng = np.random.default_rng(5)
     for (m, n, k), kernel in [((2112, 2080, 2064), KERNELS[grouped_tma_kernel.VARIANT]),

@@ -3,9 +3,10 @@
 Four routes:
 
 - ``pointer``: the tutorial's kernel (grouped_kernel), for everything the others do not take;
-- ``tma``: a TMA kernel (grouped_tma_kernel) on the operands as they are, where their rows and
-  C's are 16-byte aligned (see :func:`~gemmzoo_triton.common.tma_eligible`); an operand whose
-  start address is not aligned is copied in that call;
+- ``tma``: a TMA kernel on the operands as they are, where their rows and C's are 16-byte
+  aligned (see :func:`~gemmzoo_triton.common.tma_eligible`); an operand whose start address is
+  not aligned is copied in that call. On Hopper fp16 and bf16 run on the warp-specialized Gluon
+  kernel (grouped_gluon_kernel, see :func:`gluon_run`), everything else on grouped_tma_kernel;
 - ``aligned``: the same TMA kernel on copies of the operands whose rows are not aligned
   (:func:`~gemmzoo_triton.aligned.aligned_copy`); C with unaligned rows as :data:`C_OUTPUT`
   says. cuBLAS is several times slower on such shapes (4097^3 fp16 on the H100: 131 TFLOPS
@@ -44,6 +45,39 @@ ALIGNED_MIN_WORK = 2 * 1024**3
 #: through a descriptor, or ``"pointers"``, a contiguous C that the kernel stores through masked
 #: pointers. A module setting, so that benchmarks can compare the two.
 C_OUTPUT = "view"
+
+
+#: Whether the TMA routes run fp16 and bf16 problems on the Gluon kernel
+#: (:mod:`~gemmzoo_triton.grouped_gluon_kernel`) where it takes them; off, on the Triton TMA
+#: kernel (autotuned). A module setting, so that benchmarks can compare the two.
+USE_GLUON = True
+
+
+def gluon_run(x: Any, y: Any, c: Any, activation: str | None) -> Callable[[Any, Any, Any], None] | None:
+    """``run(x, y, c)``: the Gluon kernel bound for ``x @ y`` (operands and C already laid out for
+    TMA), or None where it does not take the problem: a fused activation, a GPU other than
+    capability 9.0 or a Triton without Gluon's Hopper API, C stored through pointers, M or N
+    under one tile (:func:`~gemmzoo_triton.grouped_gluon_kernel.pick_config`)."""
+    import torch
+
+    from gemmzoo_triton.grouped_tma_kernel import c_needs_pointers, num_sms
+
+    if activation or c_needs_pointers(c) or common.interpreter_mode() or x.device.type != "cuda":
+        return None
+    if torch.cuda.get_device_capability(x.device) != (9, 0):
+        return None
+    try:
+        from gemmzoo_triton import grouped_gluon_kernel as kernel
+    except (ImportError, AttributeError):  # a Triton before Gluon's Hopper API
+        return None
+    M, K = x.shape
+    N = y.shape[1]
+    properties = torch.cuda.get_device_properties(x.device)
+    sms = properties.multi_processor_count
+    config = kernel.pick_config(M, N, sms, getattr(properties, "shared_memory_per_block_optin", 0))
+    if config is None:
+        return None
+    return kernel.bind(M, N, K, common.column_major(x), common.column_major(y), num_sms(x.device), config)
 
 
 def route(x: Any, y: Any, precision: str) -> str:
@@ -127,8 +161,8 @@ class GroupedPlan:
         return TF32Array(c) if self._wrap else c
 
     def _first_call(self, x: Any, y: Any, c: Any) -> None:
-        """Pick the config (autotuning unless a problem of this key did), bind the launch and
-        run it: C always comes from the bound kernel, so that every call computes alike."""
+        """Pick the kernel and config (autotuning unless a problem of this key did), bind the
+        launch and run it: C always comes from the bound kernel, so that every call computes alike."""
         if self.route == "pointer":
             from gemmzoo_triton import grouped_kernel as kernel
 
@@ -137,6 +171,11 @@ class GroupedPlan:
                 config = kernel.launch(x, y, c, self._precision, self._activation)
             self._bound = kernel.bind(x, y, self._precision, config, self._activation)
         else:
+            gluon = gluon_run(x, y, c, self._activation) if USE_GLUON and self.route != "tf32" else None
+            if gluon is not None:
+                self._bound = gluon
+                self._bound(x, y, c)
+                return
             from gemmzoo_triton import grouped_tma_kernel as kernel
 
             config = kernel.picked(x, y, c, self._precision, self._activation)

@@ -1,0 +1,194 @@
+"""triton-grouped's Gluon kernel for Hopper: fp16 and bf16, warp-specialized, persistent.
+
+The TMA route's kernel in Gluon, the same shape as triton-fp8's
+(:mod:`~gemmzoo_triton.fp8_gluon_kernel`) without its promotion: one loading warp fills
+``STAGES`` shared-memory slots through the tensor memory accelerator
+(:func:`~gemmzoo_triton.gluon_parts.load_slots`), and 8 MMA warps (two warpgroups, 64 rows of the
+tile each) chain warpgroup MMAs into one fp32 accumulator, keeping one MMA in flight: after
+issuing K tile k they wait for tile k-1 and hand its slot back. One program per SM walks C's
+tiles in grouped order; C is rounded once to the operands' dtype, staged in shared memory and
+stored by the TMA, which clips the edges (tiles past A's or B's edges load as zeros).
+
+Any of the four layouts is read in place: the descriptors are over A or Aᵀ and B or Bᵀ,
+whichever is row-major, and the MMA reads a transposed view of the slot where needed (16-bit
+MMAs take either major-ness from shared memory).
+
+Tiles: 128x256 (the accumulator is 128 registers a thread; three 48 KiB slots and a 64 KiB
+staging tile) or 128x128 (64 registers; six 32 KiB slots); TMA boxes are powers of two, which
+rules out widths between. :func:`pick_config` weighs how much of the GPU each one's last wave of
+tiles leaves idle against its speed.
+
+Needs ``triton.experimental.gluon`` with Hopper's ``warpgroup_mma`` and ``warp_specialize``
+(Triton 3.6 and later) and a GPU of capability 9.0; no interpreter (CI compiles it for sm_90a
+without a GPU). Imported only where :mod:`~gemmzoo_triton.grouped_plan` takes it.
+"""
+
+# ruff: noqa: N803, N806 - named as in the tutorials: M, N, K and upper-case constexprs
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from gemmzoo_triton.gluon_parts import (
+    SHARED_ALLOWANCE,
+    load_slots,
+    release,
+    slot_operands,
+    store_tile,
+)
+
+
+@dataclass(frozen=True)
+class GluonConfig:
+    """One launch configuration of :func:`grouped_gluon_kernel` (2-byte operands)."""
+
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 64
+    stages: int = 3
+    group_m: int = 8
+    num_warps: int = 8  # the MMA warps; the loading warp comes on top
+
+    def shared_bytes(self) -> int:
+        """Shared memory the kernel needs: operand slots, C's staging tile, barriers, and an
+        allowance for what the compiler adds."""
+        operands = self.stages * (self.block_m + self.block_n) * self.block_k * 2
+        return operands + self.block_m * self.block_n * 2 + 2 * 8 * self.stages + SHARED_ALLOWANCE
+
+
+#: The tiles, each with as many slots as the H100's 227 KiB a block hold, and the throughput of
+#: a program on it relative to WIDE's, per element of C per K step (narrower tiles read each
+#: shared-memory byte for less MMA work): estimates for :func:`pick_config` from 4096x14336x4096
+#: fp16 on the H100 (docs/results/2026-11-23-grouped-gluon.md), not a table of shapes.
+WIDE = GluonConfig(block_n=256, stages=3)
+SQUARE = GluonConfig(block_n=128, stages=6)
+RATES = ((WIDE, 1.0), (SQUARE, 0.9))
+
+
+def pick_config(M: int, N: int, sms: int, shared_memory: int) -> GluonConfig | None:
+    """The tile for an M x N product on ``sms`` SMs: the one with the least modelled time, where
+    a program's time is its tiles (the busiest SM's count, ``ceil(tiles / sms)``) times its tile
+    area over its rate. None when none fits ``shared_memory`` or M, N are under 128."""
+    if min(M, N) < 128:
+        return None
+    best, best_time = None, float("inf")
+    for config, rate in RATES:
+        if config.shared_bytes() > shared_memory:
+            continue
+        tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
+        time = triton.cdiv(tiles, sms) * config.block_m * config.block_n / rate
+        if time < best_time:
+            best, best_time = config, time
+    return best
+
+
+@gluon.jit
+def _multiply(a_slots, b_slots, ready, empty, c_desc, c_stage, num_pid_m, num_pid_n, k_steps,
+              my_tiles, STAGES: gl.constexpr, GROUP_M: gl.constexpr, A_T: gl.constexpr,
+              B_T: gl.constexpr, num_warps: gl.constexpr):
+    """The MMA warps: each tile's K steps chained into one accumulator, then its epilogue."""
+    BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, 16])
+    step = 0
+    for local_tile in range(my_tiles):
+        accumulator = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=mma_layout)
+        a, b = slot_operands(step, a_slots, b_slots, ready, STAGES, A_T, B_T)
+        accumulator = warpgroup_mma(a, b, accumulator, is_async=True)
+        accumulator = warpgroup_mma_wait(num_outstanding=1, deps=(accumulator,))
+        step += 1
+        for _ in range(1, k_steps):
+            a, b = slot_operands(step, a_slots, b_slots, ready, STAGES, A_T, B_T)
+            accumulator = warpgroup_mma(a, b, accumulator, is_async=True)
+            # one MMA left in flight: the one before it is done, and so is its slot
+            accumulator = warpgroup_mma_wait(num_outstanding=1, deps=(accumulator,))
+            release(step - 1, empty, STAGES)
+            step += 1
+        accumulator = warpgroup_mma_wait(num_outstanding=0, deps=(accumulator,))
+        release(step - 1, empty, STAGES)
+        store_tile(accumulator, local_tile, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def grouped_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                         A_T: gl.constexpr, B_T: gl.constexpr, num_warps: gl.constexpr):
+    """C = A @ B (fp16 or bf16, fp32 accumulation): ``num_warps`` MMA warps and one loading warp.
+    ``A_T``/``B_T``: ``a_desc``/``b_desc`` is over Aᵀ/Bᵀ (that operand is column-major)."""
+    BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
+    if A_T:
+        BLOCK_K: gl.constexpr = a_desc.block_type.shape[0]
+    else:
+        BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    # (list concatenation: Gluon's frontend has no starred unpacking)
+    a_slots = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)  # noqa: RUF005
+    b_slots = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)  # noqa: RUF005
+    c_stage = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    k_steps = gl.cdiv(K, BLOCK_K)
+    my_tiles = gl.cdiv(num_pid_m * num_pid_n - gl.program_id(0), gl.num_programs(0))
+    gl.warp_specialize(
+        [(_multiply, (a_slots, b_slots, ready, empty, c_desc, c_stage, num_pid_m, num_pid_n,
+                      k_steps, my_tiles, STAGES, GROUP_M, A_T, B_T, num_warps)),
+         (load_slots, (a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pid_n,
+                       k_steps, my_tiles, STAGES, GROUP_M, A_T, B_T))],
+        [1], [24])
+
+
+@functools.cache
+def _layout(block: tuple[int, int], dtype: Any) -> Any:
+    return gl.NVMMASharedLayout.get_default_for(list(block), dtype)
+
+
+_GL_DTYPES = {"float16": gl.float16, "bfloat16": gl.bfloat16}
+
+
+def descriptors(x: Any, y: Any, c: Any, a_t: bool, b_t: bool, config: GluonConfig) -> tuple[Any, Any, Any]:
+    """TMA descriptors over A (or Aᵀ when ``a_t``), B (or Bᵀ when ``b_t``) and C (row-major)."""
+    dtype = _GL_DTYPES[str(x.dtype).removeprefix("torch.")]
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+
+    def over(view: Any, block: tuple[int, int]) -> Any:
+        layout = _layout(block, dtype)
+        return TensorDescriptor(view, list(view.shape), [view.stride(0), 1], list(block), layout)
+
+    a_desc = over(x.T, (bk, bm)) if a_t else over(x, (bm, bk))
+    b_desc = over(y.T, (bn, bk)) if b_t else over(y, (bk, bn))
+    return a_desc, b_desc, over(c, (bm, bn))
+
+
+def grid(M: int, N: int, sms: int, config: GluonConfig) -> tuple[int]:
+    """One program per SM, at most one per tile of C."""
+    tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
+    return (max(1, min(sms, tiles)),)
+
+
+def bind(M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, config: GluonConfig) -> Any:
+    """``run(x, y, c)`` for every problem of this shape and layout, bound once (grid, layouts,
+    compiled kernel); only the descriptors are made per call."""
+    from gemmzoo_triton.launcher import BoundLaunch
+
+    constexprs = {"STAGES": config.stages, "GROUP_M": config.group_m, "A_T": a_t, "B_T": b_t,
+                  "num_warps": config.num_warps}
+    launch_bound = BoundLaunch(grouped_gluon_kernel, grid(M, N, sms, config), constexprs, pointers=())
+
+    def run(x: Any, y: Any, c: Any) -> None:
+        launch_bound(*descriptors(x, y, c, a_t, b_t, config), M, N, K)
+
+    return run
