@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("triton")
-pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+pytest.importorskip("gemmzoo_triton.gluon_parts")  # Triton 3.6 or later, with Gluon
 
 from gemmzoo_triton import fp8_gluon_kernel, grouped_gluon_kernel
 
@@ -29,6 +29,18 @@ def test_fp8_config_takes_as_many_slots_as_shared_memory_holds():
     assert smaller.shared_bytes() <= 200 * 1024
     assert config_for(smaller.shared_bytes() - 1).stages == smaller.stages - 1
     assert config_for(100 * 1024) is None
+
+
+def test_a_triton_before_3_6_gets_no_gluon_kernels(monkeypatch):
+    import importlib
+
+    import triton
+
+    monkeypatch.setattr(triton, "__version__", "3.5.1")
+    monkeypatch.delitem(sys.modules, "gemmzoo_triton.gluon_parts")
+    # the backends import the kernels inside try/except ImportError and keep their tl kernels
+    with pytest.raises(ImportError, match=r"Triton 3\.6 or later; this is 3\.5\.1"):
+        importlib.import_module("gemmzoo_triton.gluon_parts")
 
 
 def test_grids_are_one_program_per_sm_and_at_most_one_per_tile():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("triton")
-pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+pytest.importorskip("gemmzoo_triton.gluon_parts")  # Triton 3.6 or later, with Gluon
 
 
 def _hopper() -> bool:

@@ -22,9 +22,20 @@ Names that changed after Triton 3.6 are looked up here once: the TMA copies
 
 from __future__ import annotations
 
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+import re
+
+import triton
+
+#: The oldest Triton whose Gluon these kernels were written and checked against; the API moved
+#: fast before it, so an older Triton keeps the backends on their ``tl`` kernels.
+MIN_TRITON = (3, 6)
+
+if tuple(int(part) for part in re.findall(r"\d+", triton.__version__)[:2]) < MIN_TRITON:
+    raise ImportError(f"gemmzoo's Gluon kernels need Triton 3.6 or later; this is {triton.__version__}")
+
+from triton.experimental import gluon  # noqa: E402 - after the version check
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma  # noqa: E402
 
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
