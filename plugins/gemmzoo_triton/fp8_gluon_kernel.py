@@ -33,52 +33,35 @@ sm_90a without a GPU (tests/test_triton_fp8_gluon.py), the GPU tests run it. Imp
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from gemmzoo_triton.gluon_parts import (
-    SHARED_ALLOWANCE,
+    GluonConfig,
+    allocate_pipeline,
     load_slots,
+    my_tile_count,
     release,
     slot_operands,
     store_tile,
 )
 
-
-@dataclass(frozen=True)
-class GluonFp8Config:
-    """One launch configuration of :func:`fp8_gluon_kernel`."""
-
-    block_m: int = 128
-    block_n: int = 128
-    block_k: int = 128  # the promotion interval: one K tile per fresh partial sum
-    stages: int = 6
-    group_m: int = 8
-    num_warps: int = 8  # the MMA warps; the loading warp comes on top
-
-    def shared_bytes(self) -> int:
-        """Shared memory the kernel needs: operand slots, C's staging tile (bf16), barriers, and
-        :data:`SHARED_ALLOWANCE` for what the compiler adds (alignment, its own scratch)."""
-        operands = self.stages * (self.block_m + self.block_n) * self.block_k
-        return operands + self.block_m * self.block_n * 2 + 2 * 8 * self.stages + SHARED_ALLOWANCE
-
-
 #: The default: 128x128 tiles in two warpgroups (the accumulator and two products fit a thread's
 #: registers), six 32 KiB slots (229 KB with C's staging tile; the H100 gives a block 227 KiB),
 #: grouped tile order. :func:`config_for` takes fewer slots where a GPU has less shared memory.
-DEFAULT_CONFIG = GluonFp8Config()
+DEFAULT_CONFIG = GluonConfig(block_m=128, block_n=128, block_k=128, stages=6, operand_bytes=1)
 
 #: Fewest slots the kernel is run with (fewer measured slower on the H100).
 MIN_STAGES = 4
 
 
-def config_for(shared_memory: int) -> GluonFp8Config | None:
+def config_for(shared_memory: int) -> GluonConfig | None:
     """:data:`DEFAULT_CONFIG` with as many slots (up to its own) as ``shared_memory`` bytes a
     block may use hold; None below :data:`MIN_STAGES`."""
     for stages in range(DEFAULT_CONFIG.stages, MIN_STAGES - 1, -1):
@@ -170,18 +153,11 @@ def fp8_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, GROU
     """C (bf16) = A @ B (fp8 E4M3; ``b_desc`` over Bᵀ), partial sums promoted once per K tile:
     ``num_warps`` MMA warps and one loading warp (its 24 registers leave the rest to them)."""
     # (list concatenation: Gluon's frontend has no starred unpacking)
-    a_slots = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)  # noqa: RUF005
-    b_slots = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)  # noqa: RUF005
-    c_stage = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    num_pid_m = gl.cdiv(M, a_desc.block_type.shape[0])
-    num_pid_n = gl.cdiv(N, b_desc.block_type.shape[0])
+    a_slots, b_slots, c_stage, ready, empty = allocate_pipeline(a_desc, b_desc, c_desc, STAGES)
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    num_pid_m, num_pid_n, my_tiles = my_tile_count(M, N, BLOCK_M, BLOCK_N)
     k_steps = gl.cdiv(K, a_desc.block_type.shape[1])
-    my_tiles = gl.cdiv(num_pid_m * num_pid_n - gl.program_id(0), gl.num_programs(0))
     gl.warp_specialize(
         [(_multiply, (a_slots, b_slots, ready, empty, c_desc, c_stage, num_pid_m, num_pid_n,
                       k_steps, my_tiles, STAGES, GROUP_M, num_warps)),
@@ -191,7 +167,7 @@ def fp8_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, GROU
 
 
 @functools.cache
-def _layouts(config: GluonFp8Config) -> tuple[Any, Any, Any]:
+def _layouts(config: GluonConfig) -> tuple[Any, Any, Any]:
     """The shared-memory layouts of A's, Bᵀ's and C's tiles (128-byte swizzles)."""
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     return (gl.NVMMASharedLayout.get_default_for([bm, bk], gl.float8e4nv),
@@ -199,7 +175,7 @@ def _layouts(config: GluonFp8Config) -> tuple[Any, Any, Any]:
             gl.NVMMASharedLayout.get_default_for([bm, bn], gl.bfloat16))
 
 
-def descriptors(x: Any, y: Any, c: Any, config: GluonFp8Config = DEFAULT_CONFIG) -> tuple[Any, Any, Any]:
+def descriptors(x: Any, y: Any, c: Any, config: GluonConfig = DEFAULT_CONFIG) -> tuple[Any, Any, Any]:
     """TMA descriptors over A (``x``, row-major), Bᵀ (``y`` column-major) and C (bf16, row-major)."""
     a_layout, b_layout, c_layout = _layouts(config)
     y_t = y.T
@@ -209,13 +185,13 @@ def descriptors(x: Any, y: Any, c: Any, config: GluonFp8Config = DEFAULT_CONFIG)
             TensorDescriptor(c, list(c.shape), [c.stride(0), 1], [config.block_m, config.block_n], c_layout))
 
 
-def grid(M: int, N: int, sms: int, config: GluonFp8Config = DEFAULT_CONFIG) -> tuple[int]:
+def grid(M: int, N: int, sms: int, config: GluonConfig = DEFAULT_CONFIG) -> tuple[int]:
     """One program per SM, at most one per tile of C."""
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
     return (max(1, min(sms, tiles)),)
 
 
-def bind(M: int, N: int, K: int, sms: int, config: GluonFp8Config = DEFAULT_CONFIG) -> Any:
+def bind(M: int, N: int, K: int, sms: int, config: GluonConfig = DEFAULT_CONFIG) -> Any:
     """``run(x, y, c)``: :func:`launch` for every problem of this shape, bound once (the launch
     grid, the layouts and the compiled kernel); only the descriptors are made per call, since
     the operands' addresses change."""
@@ -230,7 +206,7 @@ def bind(M: int, N: int, K: int, sms: int, config: GluonFp8Config = DEFAULT_CONF
     return run
 
 
-def launch(x: Any, y: Any, c: Any, sms: int, config: GluonFp8Config = DEFAULT_CONFIG) -> None:
+def launch(x: Any, y: Any, c: Any, sms: int, config: GluonConfig = DEFAULT_CONFIG) -> None:
     """Compute ``c = x @ y``: ``x`` row-major, ``y`` column-major, both fp8 E4M3 with rows
     16-byte aligned; ``c`` bf16, contiguous. ``sms``: the device's SM count."""
     M, K = x.shape

@@ -33,6 +33,8 @@ MIN_TRITON = (3, 6)
 if tuple(int(part) for part in re.findall(r"\d+", triton.__version__)[:2]) < MIN_TRITON:
     raise ImportError(f"gemmzoo's Gluon kernels need Triton 3.6 or later; this is {triton.__version__}")
 
+from dataclasses import dataclass  # noqa: E402
+
 from triton.experimental import gluon  # noqa: E402 - after the version check
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma  # noqa: E402
@@ -43,6 +45,50 @@ warps_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 #: Shared memory counted on top of a kernel's own buffers (Triton 3.6 and 3.9 added 48-212 bytes).
 SHARED_ALLOWANCE = 1024
+
+
+@dataclass(frozen=True)
+class GluonConfig:
+    """One launch configuration of a kernel built from these pieces."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    operand_bytes: int  # bytes of an element of A and B (C's are 2: fp16 or bf16)
+    group_m: int = 8
+    num_warps: int = 8  # the MMA warps; the loading warp comes on top
+
+    def shared_bytes(self) -> int:
+        """Shared memory the kernel needs: operand slots, C's staging tile, two barriers a slot,
+        and :data:`SHARED_ALLOWANCE` for what the compiler adds (alignment, its own scratch)."""
+        operands = self.stages * (self.block_m + self.block_n) * self.block_k * self.operand_bytes
+        return operands + self.block_m * self.block_n * 2 + 2 * 8 * self.stages + SHARED_ALLOWANCE
+
+
+@gluon.jit
+def allocate_pipeline(a_desc, b_desc, c_desc, STAGES: gl.constexpr):
+    """The shared memory of a kernel: STAGES slots for A's and B's tiles, C's staging tile, and
+    each slot's ``ready`` and ``empty`` barriers, initialised."""
+    # (list concatenation: Gluon's frontend has no starred unpacking)
+    a_slots = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)  # noqa: RUF005
+    b_slots = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)  # noqa: RUF005
+    c_stage = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    return a_slots, b_slots, c_stage, ready, empty
+
+
+@gluon.jit
+def my_tile_count(M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Tiles of C per row and column, and how many of them this program takes (every
+    ``num_programs``-th from its id on)."""
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    return num_pid_m, num_pid_n, gl.cdiv(num_pid_m * num_pid_n - gl.program_id(0), gl.num_programs(0))
 
 
 @gluon.jit
@@ -64,16 +110,9 @@ def load_slots(a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pi
                B_T: gl.constexpr):
     """The loading warp: this program's K tiles of A and B, tile after tile, each into the next
     slot once the MMA warps have handed it back (``empty``); ``ready`` tells them it landed."""
-    if A_T:
-        BLOCK_K: gl.constexpr = a_desc.block_type.shape[0]
-        BLOCK_M: gl.constexpr = a_desc.block_type.shape[1]
-    else:
-        BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-        BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    if B_T:
-        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    else:
-        BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[1] if A_T else a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_T else a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_T else b_desc.block_type.shape[1]
     step = 0
     for local_tile in range(my_tiles):
         tile = gl.program_id(0) + local_tile * gl.num_programs(0)

@@ -28,48 +28,30 @@ without a GPU). Imported only where :mod:`~gemmzoo_triton.grouped_plan` takes it
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from gemmzoo_triton.gluon_parts import (
-    SHARED_ALLOWANCE,
+    GluonConfig,
+    allocate_pipeline,
     load_slots,
+    my_tile_count,
     release,
     slot_operands,
     store_tile,
 )
 
-
-@dataclass(frozen=True)
-class GluonConfig:
-    """One launch configuration of :func:`grouped_gluon_kernel` (2-byte operands)."""
-
-    block_m: int = 128
-    block_n: int = 256
-    block_k: int = 64
-    stages: int = 3
-    group_m: int = 8
-    num_warps: int = 8  # the MMA warps; the loading warp comes on top
-
-    def shared_bytes(self) -> int:
-        """Shared memory the kernel needs: operand slots, C's staging tile, barriers, and an
-        allowance for what the compiler adds."""
-        operands = self.stages * (self.block_m + self.block_n) * self.block_k * 2
-        return operands + self.block_m * self.block_n * 2 + 2 * 8 * self.stages + SHARED_ALLOWANCE
-
-
 #: The tiles, each with as many slots as the H100's 227 KiB a block hold, and the throughput of
 #: a program on it relative to WIDE's, per element of C per K step (narrower tiles read each
 #: shared-memory byte for less MMA work): estimates for :func:`pick_config` from 4096x14336x4096
 #: fp16 on the H100 (docs/results/2026-11-23-grouped-gluon.md), not a table of shapes.
-WIDE = GluonConfig(block_n=256, stages=3)
-SQUARE = GluonConfig(block_n=128, stages=6)
+WIDE = GluonConfig(block_m=128, block_n=256, block_k=64, stages=3, operand_bytes=2)
+SQUARE = GluonConfig(block_m=128, block_n=128, block_k=64, stages=6, operand_bytes=2)
 RATES = ((WIDE, 1.0), (SQUARE, 0.9))
 
 
@@ -124,25 +106,12 @@ def grouped_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, 
                          A_T: gl.constexpr, B_T: gl.constexpr, num_warps: gl.constexpr):
     """C = A @ B (fp16 or bf16, fp32 accumulation): ``num_warps`` MMA warps and one loading warp.
     ``A_T``/``B_T``: ``a_desc``/``b_desc`` is over Aᵀ/Bᵀ (that operand is column-major)."""
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_T else a_desc.block_type.shape[1]
+    a_slots, b_slots, c_stage, ready, empty = allocate_pipeline(a_desc, b_desc, c_desc, STAGES)
     BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
-    if A_T:
-        BLOCK_K: gl.constexpr = a_desc.block_type.shape[0]
-    else:
-        BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    # (list concatenation: Gluon's frontend has no starred unpacking)
-    a_slots = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)  # noqa: RUF005
-    b_slots = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)  # noqa: RUF005
-    c_stage = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    num_pid_m = gl.cdiv(M, BLOCK_M)
-    num_pid_n = gl.cdiv(N, BLOCK_N)
+    num_pid_m, num_pid_n, my_tiles = my_tile_count(M, N, BLOCK_M, BLOCK_N)
     k_steps = gl.cdiv(K, BLOCK_K)
-    my_tiles = gl.cdiv(num_pid_m * num_pid_n - gl.program_id(0), gl.num_programs(0))
     gl.warp_specialize(
         [(_multiply, (a_slots, b_slots, ready, empty, c_desc, c_stage, num_pid_m, num_pid_n,
                       k_steps, my_tiles, STAGES, GROUP_M, A_T, B_T, num_warps)),
