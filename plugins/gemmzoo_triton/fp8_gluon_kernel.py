@@ -13,8 +13,9 @@ kernel issue Hopper's warpgroup MMAs and its own barriers:
   slots through the tensor memory accelerator as fast as the MMA warps hand slots back, with one
   barrier per slot each way (``ready``: the copy has landed; ``empty``: the MMAs reading it are
   done). With the loads issued from the MMA warps instead, the barriers Triton places around each
-  copy held both warpgroups in lockstep and the kernel ran at 0.72x cuBLAS on the H100
-  (docs/results/2026-11-23-fp8-gluon.md);
+  copy held both warpgroups in lockstep with the loads, and the kernel ran well below cuBLAS
+  (docs/results/2026-11-23-fp8-gluon.md); the loading warp, the hand-back and the epilogue are
+  :mod:`~gemmzoo_triton.gluon_parts`, shared with triton-grouped's kernel;
 - persistent: one program per SM walks C's tiles in grouped order, and the next tile's first
   product starts before a tile's epilogue (C rounded once to bfloat16, staged in shared memory,
   stored by the TMA, which clips the edges; tiles past A's or B's edges load as zeros);
@@ -23,9 +24,9 @@ kernel issue Hopper's warpgroup MMAs and its own barriers:
 
 Gluon is experimental: the kernel needs ``triton.experimental.gluon`` with Hopper's
 ``warpgroup_mma`` and ``warp_specialize`` (Triton 3.6 and later; the few names that changed
-since are looked up below) and a GPU of capability 9.0. It has no interpreter: CI compiles it for
-sm_90a without a GPU (tests/test_triton_fp8_gluon.py), the GPU tests run it. Imported only where
-:func:`gemmzoo_triton.fp8_backend.gluon_fp8_eligible` allows.
+since are looked up in :mod:`~gemmzoo_triton.gluon_parts`) and a GPU of capability 9.0. It has
+no interpreter: CI compiles it for sm_90a without a GPU (tests/test_gluon_kernels.py), the GPU
+tests run it. Imported only where :func:`gemmzoo_triton.fp8_backend.gluon_fp8_config` allows.
 """
 
 # ruff: noqa: N803, N806 - named as in the tutorials: M, N, K and upper-case constexprs
