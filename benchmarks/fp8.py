@@ -131,12 +131,15 @@ def picked_config(m: int, n: int, k: int) -> str:
     it takes the problem, else the autotuned TMA or pointer kernel's)."""
     import torch
 
-    from gemmzoo_triton.fp8_backend import GLUON_MIN_MN, _gluon_config
+    from gemmzoo_triton.common import gluon_shared_memory
+    from gemmzoo_triton.fp8_backend import GLUON_MIN_MN
     from gemmzoo_triton.grouped_kernel import PICKED
 
-    gluon = _gluon_config(torch.cuda.current_device())
-    if gluon is not None and min(m, n) >= GLUON_MIN_MN and k % 16 == 0:
-        return f"fp8_gluon_kernel: {gluon}"
+    shared = gluon_shared_memory(torch.device("cuda", torch.cuda.current_device()))
+    if shared is not None and min(m, n) >= GLUON_MIN_MN and k % 16 == 0:
+        from gemmzoo_triton import fp8_gluon_kernel
+
+        return f"fp8_gluon_kernel: {fp8_gluon_kernel.config_for(shared)}"
 
     for kernel in ("fp8_tma_matmul_kernel", "fp8_matmul_kernel"):
         for key, config in PICKED.items():

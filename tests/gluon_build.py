@@ -47,13 +47,14 @@ def build_fp8(m: int, n: int, k: int) -> dict[str, Any]:
     import torch
 
     from gemmzoo_triton import fp8_gluon_kernel as kernel
+    from gemmzoo_triton.gluon_parts import descriptors
 
     config = kernel.DEFAULT_CONFIG
     x = torch.empty(m, k, dtype=torch.float8_e4m3fn)
     y = torch.empty(n, k, dtype=torch.float8_e4m3fn).T  # column-major, as the backend passes B
     c = torch.empty(m, n, dtype=torch.bfloat16)
     compiled = kernel.fp8_gluon_kernel.warmup(
-        *kernel.descriptors(x, y, c, config), m, n, k, config.stages, config.group_m,
+        *descriptors(x, y, c, False, True, config), m, n, k, config.stages, config.group_m,
         num_warps=config.num_warps, grid=(132,))
     return _facts(compiled)
 
@@ -62,6 +63,7 @@ def build_grouped(m: int, n: int, k: int, dtype: str, layout: str, block_n: int)
     import torch
 
     from gemmzoo_triton import grouped_gluon_kernel as kernel
+    from gemmzoo_triton.gluon_parts import descriptors
 
     config = kernel.WIDE if block_n == kernel.WIDE.block_n else kernel.SQUARE
     torch_dtype = getattr(torch, dtype)
@@ -70,7 +72,7 @@ def build_grouped(m: int, n: int, k: int, dtype: str, layout: str, block_n: int)
     y = torch.empty(n, k, dtype=torch_dtype).T if b_t else torch.empty(k, n, dtype=torch_dtype)
     c = torch.empty(m, n, dtype=torch_dtype)
     compiled = kernel.grouped_gluon_kernel.warmup(
-        *kernel.descriptors(x, y, c, a_t, b_t, config), m, n, k, config.stages, config.group_m,
+        *descriptors(x, y, c, a_t, b_t, config), m, n, k, config.stages, config.group_m,
         a_t, b_t, num_warps=config.num_warps, grid=(132,))
     return _facts(compiled)
 

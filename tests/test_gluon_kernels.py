@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("triton")
 pytest.importorskip("gemmzoo_triton.gluon_parts")  # Triton 3.6 or later, with Gluon
 
-from gemmzoo_triton import fp8_gluon_kernel, grouped_gluon_kernel
+from gemmzoo_triton import fp8_gluon_kernel, gluon_parts, grouped_gluon_kernel
 
 H100_SHARED = 232448  # bytes a block may opt in to on the H100 (227 KiB)
 H100_SMS = 132
@@ -44,12 +44,12 @@ def test_a_triton_before_3_6_gets_no_gluon_kernels(monkeypatch):
 
 
 def test_grids_are_one_program_per_sm_and_at_most_one_per_tile():
-    assert fp8_gluon_kernel.grid(4096, 4096, H100_SMS) == (H100_SMS,)
-    assert fp8_gluon_kernel.grid(256, 384, H100_SMS) == (6,)
-    assert fp8_gluon_kernel.grid(129, 129, H100_SMS) == (4,)
-    wide = grouped_gluon_kernel.WIDE
-    assert grouped_gluon_kernel.grid(4096, 4096, H100_SMS, wide) == (H100_SMS,)
-    assert grouped_gluon_kernel.grid(300, 600, H100_SMS, wide) == (9,)
+    fp8, wide = fp8_gluon_kernel.DEFAULT_CONFIG, grouped_gluon_kernel.WIDE
+    assert gluon_parts.grid(4096, 4096, H100_SMS, fp8) == (H100_SMS,)
+    assert gluon_parts.grid(256, 384, H100_SMS, fp8) == (6,)
+    assert gluon_parts.grid(129, 129, H100_SMS, fp8) == (4,)
+    assert gluon_parts.grid(4096, 4096, H100_SMS, wide) == (H100_SMS,)
+    assert gluon_parts.grid(300, 600, H100_SMS, wide) == (9,)
 
 
 def test_grouped_tile_is_the_one_whose_last_wave_wastes_least():

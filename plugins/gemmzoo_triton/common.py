@@ -203,6 +203,37 @@ def _largest_offset(tensor: Any) -> int:
     return sum((size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
 
 
+# The Gluon kernels (Hopper) --------------------------------------------------------------------
+
+#: The capability the Gluon kernels are written for (Hopper's warpgroup MMA instructions).
+GLUON_CAPABILITY = (9, 0)
+#: The oldest Triton whose Gluon they were written and checked against; the API moved fast
+#: before it, so an older Triton keeps the backends on their ``tl`` kernels.
+GLUON_MIN_TRITON = (3, 6)
+
+
+def gluon_shared_memory(device: Any) -> int | None:
+    """The shared memory a block may use on CUDA ``device`` where the Gluon kernels can run
+    there (capability 9.0, Triton >= 3.6 with Gluon's Hopper API, not the interpreter), else
+    None."""
+    if interpreter_mode() or device.type != "cuda":
+        return None
+    return _gluon_shared_memory(device.index)
+
+
+@functools.cache
+def _gluon_shared_memory(device_index: int) -> int | None:
+    import torch
+
+    if torch.cuda.get_device_capability(device_index) != GLUON_CAPABILITY:
+        return None
+    try:
+        import gemmzoo_triton.gluon_parts  # noqa: F401 - raises on a Triton without what they need
+    except (ImportError, AttributeError):
+        return None
+    return getattr(torch.cuda.get_device_properties(device_index), "shared_memory_per_block_optin", 0)
+
+
 # triton-grouped's TMA path ---------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from gemmzoo_triton.common import (
     TMA_MIN_WORK,
     TritonBackend,
+    gluon_shared_memory,
     interpreter_mode,
     tma_device,
     triton_unavailable_reason,
@@ -18,8 +19,6 @@ from gemmzoo_triton.common import (
 
 #: The oldest CUDA capability with fp8 tensor cores (Ada 8.9; Hopper is 9.0).
 FP8_MIN_CAPABILITY = (8, 9)
-#: The capability the Gluon kernel is written for (Hopper's warpgroup MMA instructions).
-GLUON_CAPABILITY = (9, 0)
 #: Smallest M and N the Gluon kernel takes (its tiles are 128x128).
 GLUON_MIN_MN = 128
 
@@ -68,32 +67,19 @@ def tma_fp8_eligible(x: Any, y: Any, c: Any) -> bool:
         and x.stride(0) >= K and y.stride(1) >= K
 
 
-@functools.cache
-def _gluon_config(device_index: int) -> Any:
-    """The Gluon kernel's config for a CUDA device (:mod:`~gemmzoo_triton.fp8_gluon_kernel`), or
-    None where it cannot run: not capability 9.0 (its warpgroup MMAs are Hopper's own), a Triton
-    without Gluon's Hopper API, or too little shared memory a block."""
-    import torch
-
-    if torch.cuda.get_device_capability(device_index) != GLUON_CAPABILITY:
-        return None
-    try:
-        from gemmzoo_triton import fp8_gluon_kernel
-    except (ImportError, AttributeError):  # a Triton before Gluon's Hopper API
-        return None
-    properties = torch.cuda.get_device_properties(device_index)
-    shared = getattr(properties, "shared_memory_per_block_optin", 0)
-    return fp8_gluon_kernel.config_for(shared)
-
-
 def gluon_fp8_config(x: Any, y: Any) -> Any:
     """The Gluon kernel's config for ``x @ y`` on operands :func:`tma_fp8_eligible` accepted, or
-    None where the problem stays on the Triton TMA kernel: the GPU cannot run it, or M or N is
+    None where the problem stays on the Triton TMA kernel: the GPU or Triton cannot run it
+    (:func:`~gemmzoo_triton.common.gluon_shared_memory`), too little shared memory, or M or N
     under one 128-wide tile (the Triton kernel's autotuned tiles include 64-row ones)."""
-    M, N = x.shape[0], y.shape[1]
-    if min(M, N) < GLUON_MIN_MN:
+    if min(x.shape[0], y.shape[1]) < GLUON_MIN_MN:
         return None
-    return _gluon_config(x.device.index)  # a CUDA tensor's device always has its index
+    shared = gluon_shared_memory(x.device)
+    if shared is None:
+        return None
+    from gemmzoo_triton import fp8_gluon_kernel
+
+    return fp8_gluon_kernel.config_for(shared)
 
 
 class TritonFp8Backend(TritonBackend):

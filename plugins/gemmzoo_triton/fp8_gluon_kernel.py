@@ -33,16 +33,14 @@ tests run it. Imported only where :func:`gemmzoo_triton.fp8_backend.gluon_fp8_co
 
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 from typing import Any
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma, warpgroup_mma_wait
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from gemmzoo_triton import gluon_parts
 from gemmzoo_triton.gluon_parts import (
     GluonConfig,
     allocate_pipeline,
@@ -153,7 +151,6 @@ def fp8_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, GROU
                      num_warps: gl.constexpr):
     """C (bf16) = A @ B (fp8 E4M3; ``b_desc`` over Bᵀ), partial sums promoted once per K tile:
     ``num_warps`` MMA warps and one loading warp (its 24 registers leave the rest to them)."""
-    # (list concatenation: Gluon's frontend has no starred unpacking)
     a_slots, b_slots, c_stage, ready, empty = allocate_pipeline(a_desc, b_desc, c_desc, STAGES)
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -167,44 +164,10 @@ def fp8_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, GROU
         [1], [24])
 
 
-@functools.cache
-def _layouts(config: GluonConfig) -> tuple[Any, Any, Any]:
-    """The shared-memory layouts of A's, Bᵀ's and C's tiles (128-byte swizzles)."""
-    bm, bn, bk = config.block_m, config.block_n, config.block_k
-    return (gl.NVMMASharedLayout.get_default_for([bm, bk], gl.float8e4nv),
-            gl.NVMMASharedLayout.get_default_for([bn, bk], gl.float8e4nv),
-            gl.NVMMASharedLayout.get_default_for([bm, bn], gl.bfloat16))
-
-
-def descriptors(x: Any, y: Any, c: Any, config: GluonConfig = DEFAULT_CONFIG) -> tuple[Any, Any, Any]:
-    """TMA descriptors over A (``x``, row-major), Bᵀ (``y`` column-major) and C (bf16, row-major)."""
-    a_layout, b_layout, c_layout = _layouts(config)
-    y_t = y.T
-    return (TensorDescriptor(x, list(x.shape), [x.stride(0), 1], [config.block_m, config.block_k], a_layout),
-            TensorDescriptor(y_t, list(y_t.shape), [y_t.stride(0), 1], [config.block_n, config.block_k],
-                             b_layout),
-            TensorDescriptor(c, list(c.shape), [c.stride(0), 1], [config.block_m, config.block_n], c_layout))
-
-
-def grid(M: int, N: int, sms: int, config: GluonConfig = DEFAULT_CONFIG) -> tuple[int]:
-    """One program per SM, at most one per tile of C."""
-    tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
-    return (max(1, min(sms, tiles)),)
-
-
 def bind(M: int, N: int, K: int, sms: int, config: GluonConfig = DEFAULT_CONFIG) -> Any:
-    """``run(x, y, c)``: :func:`launch` for every problem of this shape, bound once (the launch
-    grid, the layouts and the compiled kernel); only the descriptors are made per call, since
-    the operands' addresses change."""
-    from gemmzoo_triton.launcher import BoundLaunch
-
-    constexprs = {"STAGES": config.stages, "GROUP_M": config.group_m, "num_warps": config.num_warps}
-    launch_bound = BoundLaunch(fp8_gluon_kernel, grid(M, N, sms, config), constexprs, pointers=())
-
-    def run(x: Any, y: Any, c: Any) -> None:
-        launch_bound(*descriptors(x, y, c, config), M, N, K)
-
-    return run
+    """``run(x, y, c)``: :func:`launch` for every problem of this shape, bound once
+    (:func:`~gemmzoo_triton.gluon_parts.bind`; A row-major, B read through its transpose)."""
+    return gluon_parts.bind(fp8_gluon_kernel, M, N, K, False, True, sms, config)
 
 
 def launch(x: Any, y: Any, c: Any, sms: int, config: GluonConfig = DEFAULT_CONFIG) -> None:

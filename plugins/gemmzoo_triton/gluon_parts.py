@@ -22,22 +22,21 @@ Names that changed after Triton 3.6 are looked up here once: the TMA copies
 
 from __future__ import annotations
 
-import re
+import functools
+from dataclasses import dataclass
+from typing import Any
 
 import triton
 
-#: The oldest Triton whose Gluon these kernels were written and checked against; the API moved
-#: fast before it, so an older Triton keeps the backends on their ``tl`` kernels.
-MIN_TRITON = (3, 6)
+from gemmzoo_triton.common import GLUON_MIN_TRITON, triton_version
 
-if tuple(int(part) for part in re.findall(r"\d+", triton.__version__)[:2]) < MIN_TRITON:
+if triton_version() < GLUON_MIN_TRITON:
     raise ImportError(f"gemmzoo's Gluon kernels need Triton 3.6 or later; this is {triton.__version__}")
 
-from dataclasses import dataclass  # noqa: E402
-
-from triton.experimental import gluon  # noqa: E402 - after the version check
-from triton.experimental.gluon import language as gl  # noqa: E402
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma  # noqa: E402
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
@@ -170,3 +169,51 @@ def store_tile(accumulator, local_tile, c_desc, c_stage, num_pid_m, num_pid_n, G
     c_stage.store(accumulator.to(c_desc.dtype))
     fence_async_shared()
     tma_store(c_desc, [off_m, off_n], c_stage)
+
+
+# The host side ---------------------------------------------------------------------------------
+
+_GL_DTYPES = {"float16": gl.float16, "bfloat16": gl.bfloat16, "float8_e4m3fn": gl.float8e4nv}
+
+
+@functools.cache
+def _layout(block: tuple[int, int], dtype: str) -> Any:
+    """The shared-memory layout of a ``block`` of ``dtype`` (torch's name): a 128-byte swizzle."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), _GL_DTYPES[dtype])
+
+
+def descriptors(x: Any, y: Any, c: Any, a_t: bool, b_t: bool, config: GluonConfig) -> tuple[Any, Any, Any]:
+    """TMA descriptors over A (or Aᵀ when ``a_t``), B (or Bᵀ when ``b_t``) and C (row-major), with
+    ``config``'s block shapes."""
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+
+    def over(view: Any, block: tuple[int, int]) -> Any:
+        layout = _layout(block, str(view.dtype).removeprefix("torch."))
+        return TensorDescriptor(view, list(view.shape), [view.stride(0), 1], list(block), layout)
+
+    a_desc = over(x.T, (bk, bm)) if a_t else over(x, (bm, bk))
+    b_desc = over(y.T, (bn, bk)) if b_t else over(y, (bk, bn))
+    return a_desc, b_desc, over(c, (bm, bn))
+
+
+def grid(M: int, N: int, sms: int, config: GluonConfig) -> tuple[int]:
+    """One program per SM, at most one per tile of C."""
+    tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
+    return (max(1, min(sms, tiles)),)
+
+
+def bind(kernel: Any, M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, config: GluonConfig,
+         **constexprs: Any) -> Any:
+    """``run(x, y, c)``: ``kernel`` for every problem of this shape and layout, bound once (grid,
+    constexprs, compiled kernel); only the descriptors are made per call, since the operands'
+    addresses change. ``constexprs``: the kernel's own beyond STAGES, GROUP_M and num_warps."""
+    from gemmzoo_triton.launcher import BoundLaunch
+
+    constexprs = {"STAGES": config.stages, "GROUP_M": config.group_m, "num_warps": config.num_warps,
+                  **constexprs}
+    launch_bound = BoundLaunch(kernel, grid(M, N, sms, config), constexprs, pointers=())
+
+    def run(x: Any, y: Any, c: Any) -> None:
+        launch_bound(*descriptors(x, y, c, a_t, b_t, config), M, N, K)
+
+    return run

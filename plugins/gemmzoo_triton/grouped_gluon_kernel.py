@@ -27,15 +27,14 @@ without a GPU). Imported only where :mod:`~gemmzoo_triton.grouped_plan` takes it
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma, warpgroup_mma_wait
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from gemmzoo_triton import gluon_parts
 from gemmzoo_triton.gluon_parts import (
     GluonConfig,
     allocate_pipeline,
@@ -120,44 +119,7 @@ def grouped_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, 
         [1], [24])
 
 
-@functools.cache
-def _layout(block: tuple[int, int], dtype: Any) -> Any:
-    return gl.NVMMASharedLayout.get_default_for(list(block), dtype)
-
-
-_GL_DTYPES = {"float16": gl.float16, "bfloat16": gl.bfloat16}
-
-
-def descriptors(x: Any, y: Any, c: Any, a_t: bool, b_t: bool, config: GluonConfig) -> tuple[Any, Any, Any]:
-    """TMA descriptors over A (or Aᵀ when ``a_t``), B (or Bᵀ when ``b_t``) and C (row-major)."""
-    dtype = _GL_DTYPES[str(x.dtype).removeprefix("torch.")]
-    bm, bn, bk = config.block_m, config.block_n, config.block_k
-
-    def over(view: Any, block: tuple[int, int]) -> Any:
-        layout = _layout(block, dtype)
-        return TensorDescriptor(view, list(view.shape), [view.stride(0), 1], list(block), layout)
-
-    a_desc = over(x.T, (bk, bm)) if a_t else over(x, (bm, bk))
-    b_desc = over(y.T, (bn, bk)) if b_t else over(y, (bk, bn))
-    return a_desc, b_desc, over(c, (bm, bn))
-
-
-def grid(M: int, N: int, sms: int, config: GluonConfig) -> tuple[int]:
-    """One program per SM, at most one per tile of C."""
-    tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
-    return (max(1, min(sms, tiles)),)
-
-
 def bind(M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, config: GluonConfig) -> Any:
-    """``run(x, y, c)`` for every problem of this shape and layout, bound once (grid, layouts,
-    compiled kernel); only the descriptors are made per call."""
-    from gemmzoo_triton.launcher import BoundLaunch
-
-    constexprs = {"STAGES": config.stages, "GROUP_M": config.group_m, "A_T": a_t, "B_T": b_t,
-                  "num_warps": config.num_warps}
-    launch_bound = BoundLaunch(grouped_gluon_kernel, grid(M, N, sms, config), constexprs, pointers=())
-
-    def run(x: Any, y: Any, c: Any) -> None:
-        launch_bound(*descriptors(x, y, c, a_t, b_t, config), M, N, K)
-
-    return run
+    """``run(x, y, c)`` for every problem of this shape and layout, bound once
+    (:func:`~gemmzoo_triton.gluon_parts.bind`)."""
+    return gluon_parts.bind(grouped_gluon_kernel, M, N, K, a_t, b_t, sms, config, A_T=a_t, B_T=b_t)

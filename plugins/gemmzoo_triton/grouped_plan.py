@@ -58,26 +58,22 @@ def gluon_run(x: Any, y: Any, c: Any, activation: str | None) -> Callable[[Any, 
     TMA), or None where it does not take the problem: a fused activation, a GPU other than
     capability 9.0 or a Triton without Gluon's Hopper API, C stored through pointers, M or N
     under one tile (:func:`~gemmzoo_triton.grouped_gluon_kernel.pick_config`)."""
-    import torch
-
     from gemmzoo_triton.grouped_tma_kernel import c_needs_pointers, num_sms
 
-    if activation or c_needs_pointers(c) or common.interpreter_mode() or x.device.type != "cuda":
+    if activation or c_needs_pointers(c):
         return None
-    if torch.cuda.get_device_capability(x.device) != (9, 0):
+    shared = common.gluon_shared_memory(x.device)
+    if shared is None:
         return None
-    try:
-        from gemmzoo_triton import grouped_gluon_kernel as kernel
-    except (ImportError, AttributeError):  # a Triton before Gluon's Hopper API
-        return None
+    from gemmzoo_triton import grouped_gluon_kernel as kernel
+
     M, K = x.shape
     N = y.shape[1]
-    properties = torch.cuda.get_device_properties(x.device)
-    sms = properties.multi_processor_count
-    config = kernel.pick_config(M, N, sms, getattr(properties, "shared_memory_per_block_optin", 0))
+    sms = num_sms(x.device)
+    config = kernel.pick_config(M, N, sms, shared)
     if config is None:
         return None
-    return kernel.bind(M, N, K, common.column_major(x), common.column_major(y), num_sms(x.device), config)
+    return kernel.bind(M, N, K, common.column_major(x), common.column_major(y), sms, config)
 
 
 def route(x: Any, y: Any, precision: str) -> str:
