@@ -133,7 +133,7 @@ def picked_config(a: Any, b: Any, run: Any) -> str:
     picked = grouped_kernel.PICKED.items()
     found = [f"{key[0]} {config}" for key, config in picked if tuple(key[1:4]) == shape]
     if not found and getattr(run, "route", "pointer") != "pointer":
-        return "grouped_gluon_kernel (its tile from grouped_gluon_kernel.pick_config; no autotuning)"
+        return "grouped_gluon_kernel (tile and schedule from its pick_schedule; no autotuning)"
     return "; ".join(found)
 
 

@@ -40,6 +40,7 @@ def _facts(compiled: Any) -> dict[str, Any]:
         "setmaxnreg": sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx))),
         "mma": sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.(\w+)\.\w+", ptx))),
         "wait_groups": sorted(set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))),
+        "atomics": sorted(set(re.findall(r"atom\.global\.([\w.]+)\.[bsu]32", ptx))),
     }
 
 
@@ -59,7 +60,8 @@ def build_fp8(m: int, n: int, k: int) -> dict[str, Any]:
     return _facts(compiled)
 
 
-def build_grouped(m: int, n: int, k: int, dtype: str, layout: str, block_n: int) -> dict[str, Any]:
+def build_grouped(m: int, n: int, k: int, dtype: str, layout: str, block_n: int,
+                  sk_tiles: int = 0, split: int = 1) -> dict[str, Any]:
     import torch
 
     from gemmzoo_triton import grouped_gluon_kernel as kernel
@@ -71,9 +73,11 @@ def build_grouped(m: int, n: int, k: int, dtype: str, layout: str, block_n: int)
     x = torch.empty(k, m, dtype=torch_dtype).T if a_t else torch.empty(m, k, dtype=torch_dtype)
     y = torch.empty(n, k, dtype=torch_dtype).T if b_t else torch.empty(k, n, dtype=torch_dtype)
     c = torch.empty(m, n, dtype=torch_dtype)
+    partials = torch.empty(132 * config.block_m * config.block_n, dtype=torch.float32)
+    flags = torch.zeros(132, dtype=torch.int32)
     compiled = kernel.grouped_gluon_kernel.warmup(
-        *descriptors(x, y, c, a_t, b_t, config), m, n, k, config.stages, config.group_m,
-        a_t, b_t, num_warps=config.num_warps, grid=(132,))
+        *descriptors(x, y, c, a_t, b_t, config), m, n, k, partials, flags, sk_tiles, split,
+        config.stages, config.group_m, a_t, b_t, split > 1, num_warps=config.num_warps, grid=(132,))
     return _facts(compiled)
 
 
@@ -87,6 +91,8 @@ def main() -> int:
     for layout in ("NN", "NT", "TN", "TT"):
         facts[f"float16 {layout} 256"] = build_grouped(1000, 2056, 1032, "float16", layout, 256)
     facts["bfloat16 NN 128"] = build_grouped(4096, 4096, 4096, "bfloat16", "NN", 128)
+    for layout in ("NN", "TT"):
+        facts[f"float16 {layout} 128 split"] = build_grouped(2176, 2176, 2176, "float16", layout, 128, 25, 4)
     json.dump(facts, sys.stdout)
     return 0
 

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("triton")
 pytest.importorskip("gemmzoo_triton.gluon_parts")  # Triton 3.6 or later, with Gluon
 
-from gemmzoo_triton import fp8_gluon_kernel, gluon_parts, grouped_gluon_kernel
+from gemmzoo_triton import common, fp8_gluon_kernel, gluon_parts, grouped_gluon_kernel
 
 H100_SHARED = 232448  # bytes a block may opt in to on the H100 (227 KiB)
 H100_SMS = 132
@@ -52,19 +52,26 @@ def test_grids_are_one_program_per_sm_and_at_most_one_per_tile():
     assert gluon_parts.grid(300, 600, H100_SMS, wide) == (9,)
 
 
-def test_grouped_tile_is_the_one_whose_last_wave_wastes_least():
-    pick = grouped_gluon_kernel.pick_config
+def test_grouped_schedule_weighs_idle_sms_against_tile_speed_and_hand_overs():
+    pick, schedule = grouped_gluon_kernel.pick_schedule, grouped_gluon_kernel.Schedule
     wide, square = grouped_gluon_kernel.WIDE, grouped_gluon_kernel.SQUARE
-    # 4096^2: 512 wide tiles are 3.9 waves; 1024 square ones 7.8: wide
-    assert pick(4096, 4096, H100_SMS, H100_SHARED) == wide
-    # 3072^2: 288 wide tiles are 2.2 waves (three rounds of 128x256), 576 square ones 4.4 (five
-    # rounds of 128x128, less work per SM even at square's lower rate)
-    assert pick(3072, 3072, H100_SMS, H100_SHARED) == square
-    # 512 x 4096: 64 wide tiles leave half the SMs idle, 128 square ones fill them
-    assert pick(512, 4096, H100_SMS, H100_SHARED) == square
+    # 4096^2: 512 wide tiles are 3.9 waves: the wide tile, whole
+    assert pick(4096, 4096, 4096, H100_SMS, H100_SHARED) == schedule(wide, H100_SMS)
+    # 3072^2: 288 wide tiles are 2.2 waves (three rounds); 576 square ones are 4 waves and 48
+    # tiles, which split in two fill 96 of the SMs the fifth wave would leave idle
+    assert pick(3072, 3072, 3072, H100_SMS, H100_SHARED) == schedule(square, H100_SMS, 48, 2)
+    # 8192^2: 1024 wide tiles are 7.8 waves; square tiles cannot make up their rate
+    assert pick(8192, 8192, 8192, H100_SMS, H100_SHARED) == schedule(wide, H100_SMS)
+    # 512^2 x 16384: 16 square tiles, each split between several programs (long K)
+    chosen = pick(512, 512, 16384, H100_SMS, H100_SHARED)
+    assert chosen.config == square and chosen.sk_tiles == 16 and 2 < chosen.split <= H100_SMS // 16
+    # 2176^2: two whole waves of square tiles and 25 tiles: too few whole waves to split after
+    assert not pick(2176, 2176, 2176, H100_SMS, H100_SHARED).splits
+    # too few K steps to split: whole tiles
+    assert not pick(2176, 2176, 256, H100_SMS, H100_SHARED).splits
     # M or N under one tile, or too little shared memory for either tile: no Gluon kernel
-    assert pick(64, 4096, H100_SMS, H100_SHARED) is None
-    assert pick(4096, 4096, H100_SMS, 160 * 1024) is None
+    assert pick(64, 4096, 4096, H100_SMS, H100_SHARED) is None
+    assert pick(4096, 4096, 4096, H100_SMS, 160 * 1024) is None
     assert wide.shared_bytes() <= H100_SHARED and square.shared_bytes() <= H100_SHARED
 
 
@@ -109,6 +116,18 @@ def test_grouped_kernel_builds_for_hopper_in_every_layout(built, variant, mma, c
     assert facts["shared"] <= getattr(grouped_gluon_kernel, config).shared_bytes() <= H100_SHARED
 
 
+@pytest.mark.parametrize("variant", ["float16 NN 128 split", "float16 TT 128 split"])
+def test_grouped_split_kernel_builds_with_its_hand_over(built, variant):
+    facts = built[variant]
+    assert _warp_specialized(facts)
+    assert facts["mma"] == [["m64n128k16", "f16"]]
+    # a head's flag raised with release, the heads' flags polled with acquire, at GPU scope
+    assert facts["atomics"] == ["gpu.acquire.add", "gpu.release.exch"]
+    assert facts["shared"] <= grouped_gluon_kernel.SQUARE.shared_bytes() <= H100_SHARED
+    whole = built["bfloat16 NN 128"]
+    assert whole["atomics"] == []
+
+
 def _hopper() -> bool:
     torch = pytest.importorskip("torch")
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -137,3 +156,27 @@ def test_triton_grouped_conforms_through_the_gluon_kernel(dtype):
     assert grouped_plan.route(x, y, "tf32") == "tma"
     assert grouped_plan.gluon_run(x, y, c, None) is not None
     assert run_case(backend, Case("repeat", 2112, 2080, 2064, dtype)).passed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_triton_grouped_conforms_where_programs_split_tiles(dtype):
+    if not _hopper():
+        pytest.skip("needs a GPU of capability 9.0")
+    import torch
+
+    import gemmzoo
+    from gemmzoo.conformance import Case, run_case
+    from gemmzoo_triton.grouped_tma_kernel import num_sms
+
+    backend = type(gemmzoo.get_backend("triton-grouped"))()
+    sms = num_sms(torch.device("cuda"))
+    shared = common.gluon_shared_memory(torch.device("cuda"))
+    # 3072^3: the 48 tiles after four whole waves split in two; 640x512x32768: 20 tiles, each
+    # split between several programs (long K)
+    for m, n, k in ((3072, 3072, 3072), (640, 512, 32768)):
+        assert grouped_gluon_kernel.pick_schedule(m, n, k, sms, shared).splits
+        for layout in ("NN", "NT", "TN", "TT"):
+            result = run_case(backend, Case("random", m, n, k, dtype, layout))
+            assert result.passed, result.detail
+        assert run_case(backend, Case("repeat", m, n, k, dtype)).passed

@@ -340,7 +340,8 @@ def test_routes_by_layout_dtype_and_size(monkeypatch):
 def test_aligned_copy_keeps_values_and_aligns_rows(layout):
     from gemmzoo_triton.aligned import aligned_copy
 
-    values = torch.randn(4 * 13, 2 * 11, generator=torch.Generator().manual_seed(3)).half()
+    device = tma_backend().device  # the copy kernel runs on the GPU, or under the interpreter
+    values = torch.randn(4 * 13, 2 * 11, generator=torch.Generator().manual_seed(3)).half().to(device)
     tensor = {"row": values[:13, :11], "column": values[:11, :13].T, "strided": values[1::4, 1::2]}[layout]
     copy = aligned_copy(tensor)
     assert copy.shape == tensor.shape and torch.equal(copy, tensor)
@@ -429,6 +430,7 @@ def test_plan_binds_the_persistent_kernel_from_two_waves_of_tiles_when_set(monke
     from gemmzoo_triton import grouped_plan, grouped_tma_kernel
 
     monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "tma")
+    monkeypatch.setattr(grouped_plan, "USE_GLUON", False)  # on Hopper fp16 would take the Gluon kernel
     monkeypatch.setattr(grouped_tma_kernel, "interpreter_mode", lambda: False)
     monkeypatch.setattr(grouped_tma_kernel, "PERSISTENT_MIN_WAVES", 2.0)
     x = operand(136, 48, False, torch.float16, backend.device, 7)

@@ -23,6 +23,7 @@ Names that changed after Triton 3.6 are looked up here once: the TMA copies
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,33 +105,44 @@ def tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
 
 
 @gluon.jit
+def load_steps(a_desc, b_desc, a_slots, b_slots, ready, empty, off_m, off_n, k_first, k_last, step,
+               STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr):
+    """K tiles ``k_first`` to ``k_last - 1`` of A's and B's tiles at rows ``off_m`` and columns
+    ``off_n``, each into the next slot once the MMA warps have handed it back (``empty``);
+    ``ready`` tells them it landed. ``step`` counts the loads so far; returns the new count."""
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_T else a_desc.block_type.shape[1]
+    for kk in range(k_first, k_last):
+        slot = step % STAGES
+        # the first pass over the slots waits for nothing (the parity before phase 0)
+        mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+        off_k = kk * BLOCK_K
+        if A_T:
+            tma_load(a_desc, [off_k, off_m], ready.index(slot), a_slots.index(slot))
+        else:
+            tma_load(a_desc, [off_m, off_k], ready.index(slot), a_slots.index(slot))
+        if B_T:
+            tma_load(b_desc, [off_n, off_k], ready.index(slot), b_slots.index(slot))
+        else:
+            tma_load(b_desc, [off_k, off_n], ready.index(slot), b_slots.index(slot))
+        step += 1
+    return step
+
+
+@gluon.jit
 def load_slots(a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pid_n, k_steps,
                my_tiles, STAGES: gl.constexpr, GROUP_M: gl.constexpr, A_T: gl.constexpr,
                B_T: gl.constexpr):
-    """The loading warp: this program's K tiles of A and B, tile after tile, each into the next
-    slot once the MMA warps have handed it back (``empty``); ``ready`` tells them it landed."""
+    """The loading warp: every K tile of this program's tiles of C, tile after tile
+    (:func:`load_steps`)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[1] if A_T else a_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_T else a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_T else b_desc.block_type.shape[1]
     step = 0
     for local_tile in range(my_tiles):
         tile = gl.program_id(0) + local_tile * gl.num_programs(0)
         off_m, off_n = tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        for kk in range(k_steps):
-            slot = step % STAGES
-            # the first pass over the slots waits for nothing (the parity before phase 0)
-            mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-            off_k = kk * BLOCK_K
-            if A_T:
-                tma_load(a_desc, [off_k, off_m], ready.index(slot), a_slots.index(slot))
-            else:
-                tma_load(a_desc, [off_m, off_k], ready.index(slot), a_slots.index(slot))
-            if B_T:
-                tma_load(b_desc, [off_n, off_k], ready.index(slot), b_slots.index(slot))
-            else:
-                tma_load(b_desc, [off_k, off_n], ready.index(slot), b_slots.index(slot))
-            step += 1
+        step = load_steps(a_desc, b_desc, a_slots, b_slots, ready, empty, off_m, off_n, 0, k_steps,
+                          step, STAGES, A_T, B_T)
 
 
 @gluon.jit
@@ -158,17 +170,23 @@ def release(step, empty, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def store_tile(accumulator, local_tile, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
-    """Round tile ``local_tile`` of this program to C's dtype and start its TMA store (which
-    clips the edges)."""
+def store_at(accumulator, tile, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
+    """Round tile ``tile`` of C (grouped order) to C's dtype and start its TMA store (which clips
+    the edges)."""
     BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
-    tile = gl.program_id(0) + local_tile * gl.num_programs(0)
     off_m, off_n = tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
     tma.store_wait(pendings=0)  # the tile before has left the staging buffer
     c_stage.store(accumulator.to(c_desc.dtype))
     fence_async_shared()
     tma_store(c_desc, [off_m, off_n], c_stage)
+
+
+@gluon.jit
+def store_tile(accumulator, local_tile, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
+    """:func:`store_at` for this program's tile number ``local_tile``."""
+    tile = gl.program_id(0) + local_tile * gl.num_programs(0)
+    store_at(accumulator, tile, c_desc, c_stage, num_pid_m, num_pid_n, GROUP_M)
 
 
 # The host side ---------------------------------------------------------------------------------
@@ -203,17 +221,25 @@ def grid(M: int, N: int, sms: int, config: GluonConfig) -> tuple[int]:
 
 
 def bind(kernel: Any, M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, config: GluonConfig,
+         *, programs: int | None = None, extra: Callable[[], tuple[Any, ...]] | None = None,
          **constexprs: Any) -> Any:
     """``run(x, y, c)``: ``kernel`` for every problem of this shape and layout, bound once (grid,
     constexprs, compiled kernel); only the descriptors are made per call, since the operands'
-    addresses change. ``constexprs``: the kernel's own beyond STAGES, GROUP_M and num_warps."""
+    addresses change. ``constexprs``: the kernel's own beyond STAGES, GROUP_M and num_warps.
+    ``programs``: the grid (default :func:`grid`); ``extra()``: run-time arguments the kernel
+    takes after M, N and K, asked for on each call."""
     from gemmzoo_triton.launcher import BoundLaunch
 
     constexprs = {"STAGES": config.stages, "GROUP_M": config.group_m, "num_warps": config.num_warps,
                   **constexprs}
-    launch_bound = BoundLaunch(kernel, grid(M, N, sms, config), constexprs, pointers=())
+    launch_grid = grid(M, N, sms, config) if programs is None else (programs,)
+    launch_bound = BoundLaunch(kernel, launch_grid, constexprs, pointers=())
 
-    def run(x: Any, y: Any, c: Any) -> None:
-        launch_bound(*descriptors(x, y, c, a_t, b_t, config), M, N, K)
+    if extra is None:
+        def run(x: Any, y: Any, c: Any) -> None:
+            launch_bound(*descriptors(x, y, c, a_t, b_t, config), M, N, K)
+    else:
+        def run(x: Any, y: Any, c: Any) -> None:
+            launch_bound(*descriptors(x, y, c, a_t, b_t, config), M, N, K, *extra())
 
     return run

@@ -4,7 +4,8 @@ Four routes:
 
 - ``pointer``: the tutorial's kernel (grouped_kernel), for everything the others do not take;
 - ``tma``: a TMA kernel on the operands as they are, where their rows and C's are 16-byte
-  aligned (see :func:`~gemmzoo_triton.common.tma_eligible`); an operand whose start address is
+  aligned (see :func:`~gemmzoo_triton.common.tma_eligible`, and :data:`GLUON_MIN_WORK` for the
+  smaller problems the Gluon kernel takes); an operand whose start address is
   not aligned is copied in that call. On Hopper fp16 and bf16 run on the warp-specialized Gluon
   kernel (grouped_gluon_kernel, see :func:`gluon_run`), everything else on grouped_tma_kernel;
 - ``aligned``: the same TMA kernel on copies of the operands whose rows are not aligned
@@ -20,7 +21,7 @@ binds the launch; later calls allocate C, make any copies and descriptors their 
 and launch the compiled kernel.
 """
 
-# ruff: noqa: N806 - M, N, K as the tutorial writes them
+# ruff: noqa: N803, N806 - M, N, K as the tutorial writes them
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def gluon_run(x: Any, y: Any, c: Any, activation: str | None) -> Callable[[Any, 
     """``run(x, y, c)``: the Gluon kernel bound for ``x @ y`` (operands and C already laid out for
     TMA), or None where it does not take the problem: a fused activation, a GPU other than
     capability 9.0 or a Triton without Gluon's Hopper API, C stored through pointers, M or N
-    under one tile (:func:`~gemmzoo_triton.grouped_gluon_kernel.pick_config`)."""
+    under one tile (:func:`~gemmzoo_triton.grouped_gluon_kernel.pick_schedule`)."""
     from gemmzoo_triton.grouped_tma_kernel import c_needs_pointers, num_sms
 
     if activation or c_needs_pointers(c):
@@ -70,10 +71,39 @@ def gluon_run(x: Any, y: Any, c: Any, activation: str | None) -> Callable[[Any, 
     M, K = x.shape
     N = y.shape[1]
     sms = num_sms(x.device)
-    config = kernel.pick_config(M, N, sms, shared)
-    if config is None:
+    schedule = kernel.pick_schedule(M, N, K, sms, shared)
+    if schedule is None:
         return None
-    return kernel.bind(M, N, K, common.column_major(x), common.column_major(y), sms, config)
+    return kernel.bind(M, N, K, common.column_major(x), common.column_major(y), sms, schedule, x.device)
+
+
+#: Below :data:`~gemmzoo_triton.common.TMA_MIN_WORK` multiply-adds, the Gluon kernel still takes
+#: problems of more than this many whose schedule keeps at least half the SMs busy, or splits
+#: tiles into pieces of at least :data:`GLUON_MIN_PIECE_STEPS` K steps (long K): on the H100 it beat
+#: the pointer kernel there, and lost to it where half the SMs sat idle or the pieces were short
+#: (docs/results/2026-11-23-grouped-split-wave.md).
+GLUON_MIN_WORK = 1024**3
+GLUON_MIN_PIECE_STEPS = 32
+
+
+def _gluon_fills(x: Any, M: int, N: int, K: int) -> bool:
+    """Whether the Gluon kernel takes an M x N x K problem under TMA_MIN_WORK (see
+    :data:`GLUON_MIN_WORK`)."""
+    if not USE_GLUON or M * N * K <= GLUON_MIN_WORK:
+        return False
+    shared = common.gluon_shared_memory(x.device)
+    if shared is None:
+        return False
+    from gemmzoo_triton import grouped_gluon_kernel as kernel
+    from gemmzoo_triton.grouped_tma_kernel import num_sms
+
+    sms = num_sms(x.device)
+    schedule = kernel.pick_schedule(M, N, K, sms, shared)
+    if schedule is None:
+        return False
+    if schedule.splits:
+        return K // (schedule.config.block_k * schedule.split) >= GLUON_MIN_PIECE_STEPS
+    return 2 * schedule.programs >= sms
 
 
 def route(x: Any, y: Any, precision: str) -> str:
@@ -91,7 +121,7 @@ def route(x: Any, y: Any, precision: str) -> str:
     if x.dtype not in (torch.float16, torch.bfloat16):
         return "pointer"
     if common.tma_layout(x) and common.tma_layout(y) and (N * x.element_size()) % 16 == 0:
-        return "tma" if M * N * K > common.TMA_MIN_WORK else "pointer"
+        return "tma" if M * N * K > common.TMA_MIN_WORK or _gluon_fills(x, M, N, K) else "pointer"
     if min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > ALIGNED_MIN_WORK:
         return "aligned"
     return "pointer"
