@@ -287,7 +287,7 @@ def _scratch(device: Any, rows: int, tile: int) -> tuple[Any, Any]:
 
 
 def bind(M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, schedule: Schedule | GluonConfig,
-         device: Any = None) -> Any:
+         device: Any) -> Any:
     """``run(x, y, c)`` for every problem of this shape and layout on ``device``, bound once
     (:func:`~gemmzoo_triton.gluon_parts.bind`); ``schedule`` a :class:`Schedule` or, for whole
     tiles only, a config."""
