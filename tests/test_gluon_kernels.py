@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("triton")
 pytest.importorskip("gemmzoo_triton.gluon_parts")  # Triton 3.6 or later, with Gluon
 
-from gemmzoo_triton import common, fp8_gluon_kernel, gluon_parts, grouped_gluon_kernel
+from gemmzoo_triton import fp8_gluon_kernel, gluon_parts, grouped_gluon_kernel
 
 H100_SHARED = 232448  # bytes a block may opt in to on the H100 (227 KiB)
 H100_SMS = 132
@@ -101,31 +101,27 @@ def test_fp8_kernel_builds_for_hopper_warp_specialized(built, variant):
     assert facts["shared"] <= fp8_gluon_kernel.DEFAULT_CONFIG.shared_bytes() <= H100_SHARED
 
 
-@pytest.mark.parametrize("variant, mma, config", [
-    ("float16 NN 256", ["m64n256k16", "f16"], "WIDE"),
-    ("float16 NT 256", ["m64n256k16", "f16"], "WIDE"),
-    ("float16 TN 256", ["m64n256k16", "f16"], "WIDE"),
-    ("float16 TT 256", ["m64n256k16", "f16"], "WIDE"),
-    ("bfloat16 NN 128", ["m64n128k16", "bf16"], "SQUARE"),
+# whole tiles raise no flags; split ones raise a head's with release and poll the heads' with
+# acquire, at GPU scope
+HAND_OVER = ["gpu.acquire.add", "gpu.release.exch"]
+
+
+@pytest.mark.parametrize("variant, mma, config, atomics", [
+    ("float16 NN 256", ["m64n256k16", "f16"], "WIDE", []),
+    ("float16 NT 256", ["m64n256k16", "f16"], "WIDE", []),
+    ("float16 TN 256", ["m64n256k16", "f16"], "WIDE", []),
+    ("float16 TT 256", ["m64n256k16", "f16"], "WIDE", []),
+    ("bfloat16 NN 128", ["m64n128k16", "bf16"], "SQUARE", []),
+    ("float16 NN 128 split", ["m64n128k16", "f16"], "SQUARE", HAND_OVER),
+    ("float16 TT 128 split", ["m64n128k16", "f16"], "SQUARE", HAND_OVER),
 ])
-def test_grouped_kernel_builds_for_hopper_in_every_layout(built, variant, mma, config):
+def test_grouped_kernel_builds_for_hopper_in_every_layout(built, variant, mma, config, atomics):
     facts = built[variant]
     assert _warp_specialized(facts)
     assert facts["mma"] == [mma]
     assert facts["wait_groups"] == ["0", "1"]
+    assert facts["atomics"] == atomics
     assert facts["shared"] <= getattr(grouped_gluon_kernel, config).shared_bytes() <= H100_SHARED
-
-
-@pytest.mark.parametrize("variant", ["float16 NN 128 split", "float16 TT 128 split"])
-def test_grouped_split_kernel_builds_with_its_hand_over(built, variant):
-    facts = built[variant]
-    assert _warp_specialized(facts)
-    assert facts["mma"] == [["m64n128k16", "f16"]]
-    # a head's flag raised with release, the heads' flags polled with acquire, at GPU scope
-    assert facts["atomics"] == ["gpu.acquire.add", "gpu.release.exch"]
-    assert facts["shared"] <= grouped_gluon_kernel.SQUARE.shared_bytes() <= H100_SHARED
-    whole = built["bfloat16 NN 128"]
-    assert whole["atomics"] == []
 
 
 def _hopper() -> bool:
@@ -167,15 +163,14 @@ def test_triton_grouped_conforms_where_programs_split_tiles(dtype):
 
     import gemmzoo
     from gemmzoo.conformance import Case, run_case
-    from gemmzoo_triton.grouped_tma_kernel import num_sms
+    from gemmzoo_triton import grouped_plan
 
     backend = type(gemmzoo.get_backend("triton-grouped"))()
-    sms = num_sms(torch.device("cuda"))
-    shared = common.gluon_shared_memory(torch.device("cuda"))
+    on_gpu = torch.empty(1, device="cuda")
     # 3072^3: the 48 tiles after four whole waves split in two; 640x512x32768: 20 tiles, each
     # split between several programs (long K)
     for m, n, k in ((3072, 3072, 3072), (640, 512, 32768)):
-        assert grouped_gluon_kernel.pick_schedule(m, n, k, sms, shared).splits
+        assert grouped_plan.gluon_schedule(on_gpu, m, n, k).splits
         for layout in ("NN", "NT", "TN", "TT"):
             result = run_case(backend, Case("random", m, n, k, dtype, layout))
             assert result.passed, result.detail

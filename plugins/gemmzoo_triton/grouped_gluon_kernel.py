@@ -286,15 +286,12 @@ def _scratch(device: Any, rows: int, tile: int) -> tuple[Any, Any]:
     return found
 
 
-def bind(M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, schedule: Schedule | GluonConfig,
+def bind(M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, schedule: Schedule,
          device: Any) -> Any:
-    """``run(x, y, c)`` for every problem of this shape and layout on ``device``, bound once
-    (:func:`~gemmzoo_triton.gluon_parts.bind`); ``schedule`` a :class:`Schedule` or, for whole
-    tiles only, a config."""
+    """``run(x, y, c)`` for every problem of this shape and layout on ``device`` with
+    ``schedule``, bound once (:func:`~gemmzoo_triton.gluon_parts.bind`)."""
     import torch
 
-    if isinstance(schedule, GluonConfig):
-        schedule = Schedule(schedule, gluon_parts.grid(M, N, sms, schedule)[0])
     config = schedule.config
     if schedule.splits:
         if not split_wave.pieces_fit(schedule.sk_tiles, schedule.split, triton.cdiv(K, config.block_k),

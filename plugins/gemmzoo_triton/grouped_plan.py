@@ -54,27 +54,36 @@ C_OUTPUT = "view"
 USE_GLUON = True
 
 
-def gluon_run(x: Any, y: Any, c: Any, activation: str | None) -> Callable[[Any, Any, Any], None] | None:
-    """``run(x, y, c)``: the Gluon kernel bound for ``x @ y`` (operands and C already laid out for
-    TMA), or None where it does not take the problem: a fused activation, a GPU other than
-    capability 9.0 or a Triton without Gluon's Hopper API, C stored through pointers, M or N
-    under one tile (:func:`~gemmzoo_triton.grouped_gluon_kernel.pick_schedule`)."""
-    from gemmzoo_triton.grouped_tma_kernel import c_needs_pointers, num_sms
-
-    if activation or c_needs_pointers(c):
-        return None
+def gluon_schedule(x: Any, M: int, N: int, K: int) -> Any:
+    """The Gluon kernel's schedule for an M x N x K problem on ``x``'s device
+    (:func:`~gemmzoo_triton.grouped_gluon_kernel.pick_schedule`), or None where it cannot run: a GPU
+    other than capability 9.0, a Triton without Gluon's Hopper API, M or N under one tile."""
     shared = common.gluon_shared_memory(x.device)
     if shared is None:
         return None
     from gemmzoo_triton import grouped_gluon_kernel as kernel
+    from gemmzoo_triton.grouped_tma_kernel import num_sms
 
+    return kernel.pick_schedule(M, N, K, num_sms(x.device), shared)
+
+
+def gluon_run(x: Any, y: Any, c: Any, activation: str | None) -> Callable[[Any, Any, Any], None] | None:
+    """``run(x, y, c)``: the Gluon kernel bound for ``x @ y`` (operands and C already laid out for
+    TMA), or None where it does not take the problem: a fused activation, C stored through
+    pointers, or no :func:`gluon_schedule`."""
+    from gemmzoo_triton.grouped_tma_kernel import c_needs_pointers, num_sms
+
+    if activation or c_needs_pointers(c):
+        return None
     M, K = x.shape
     N = y.shape[1]
-    sms = num_sms(x.device)
-    schedule = kernel.pick_schedule(M, N, K, sms, shared)
+    schedule = gluon_schedule(x, M, N, K)
     if schedule is None:
         return None
-    return kernel.bind(M, N, K, common.column_major(x), common.column_major(y), sms, schedule, x.device)
+    from gemmzoo_triton import grouped_gluon_kernel as kernel
+
+    return kernel.bind(M, N, K, common.column_major(x), common.column_major(y), num_sms(x.device),
+                       schedule, x.device)
 
 
 #: Below :data:`~gemmzoo_triton.common.TMA_MIN_WORK` multiply-adds, the Gluon kernel still takes
@@ -91,19 +100,14 @@ def _gluon_fills(x: Any, M: int, N: int, K: int) -> bool:
     :data:`GLUON_MIN_WORK`)."""
     if not USE_GLUON or M * N * K <= GLUON_MIN_WORK:
         return False
-    shared = common.gluon_shared_memory(x.device)
-    if shared is None:
-        return False
-    from gemmzoo_triton import grouped_gluon_kernel as kernel
-    from gemmzoo_triton.grouped_tma_kernel import num_sms
-
-    sms = num_sms(x.device)
-    schedule = kernel.pick_schedule(M, N, K, sms, shared)
+    schedule = gluon_schedule(x, M, N, K)
     if schedule is None:
         return False
     if schedule.splits:
         return K // (schedule.config.block_k * schedule.split) >= GLUON_MIN_PIECE_STEPS
-    return 2 * schedule.programs >= sms
+    from gemmzoo_triton.grouped_tma_kernel import num_sms
+
+    return 2 * schedule.programs >= num_sms(x.device)
 
 
 def route(x: Any, y: Any, precision: str) -> str:

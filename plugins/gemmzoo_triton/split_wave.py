@@ -2,7 +2,7 @@
 the tiles of the last, partial wave split along K between the programs it would leave idle.
 
 Plain ``triton.jit`` functions of scalars, so that Gluon kernels call them on the GPU and the
-interpreter runs them in CI (tests/test_stream_k.py enumerates every program's units).
+interpreter runs them in CI (tests/test_split_wave.py enumerates every program's units).
 
 A launch of ``programs`` programs over ``tiles`` tiles of ``k_steps`` K steps runs the first
 ``tiles - sk_tiles`` tiles whole, every ``programs``-th from a program's id on. Each of the last
