@@ -138,3 +138,74 @@ def test_concurrent_products_of_three_dtypes_on_the_gpu(tmp_path, monkeypatch):
     for thread in threads:
         thread.join()
     assert not errors, errors
+
+
+def test_a_switch_left_alone_is_never_written_and_the_others_still_are(settings, launches):
+    settings.allow_fp16_reduced_precision_reduction = True
+    settings.allow_bf16_reduced_precision_reduction = True
+    precision.runner("float16", without=("allow_fp16_reduced_precision_reduction",))(
+        Tagged("float16"), Tagged("float16"))
+    settings.allow_tf32 = True
+    precision.runner("float32", without=("allow_fp16_reduced_precision_reduction",))(
+        Tagged("float32"), Tagged("float32"))
+    seen = dict(launches)
+    assert seen["float16"]["allow_fp16_reduced_precision_reduction"] is True  # the caller's, untouched
+    assert seen["float32"]["allow_tf32"] is False  # a switch not named is still held
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("sensitive", [True, False])
+def test_the_probe_says_whether_the_switch_changes_the_product(monkeypatch, settings, dtype, sensitive):
+    attribute = precision.REDUCED_PRECISION[dtype]
+    setattr(settings, attribute, True)
+    real_mm = torch.mm
+    seen: list[bool] = []
+
+    def product(x, y):  # a BLAS whose split-K kernel adds in 16 bits when the switch allows it
+        allowed = bool(getattr(settings, attribute))
+        seen.append(allowed)
+        c = real_mm(x.float(), y.float())
+        return (c + 1e-3 if sensitive and allowed else c).to(x.dtype)
+
+    monkeypatch.setattr(torch, "mm", product)
+    a = torch.randn(7, 300, dtype=getattr(torch, dtype))
+    b = torch.randn(11, 300, dtype=getattr(torch, dtype)).t()  # column-major B: strides are kept
+    rng_before = torch.random.get_rng_state()
+    assert precision.reduced_precision_matters(dtype, a, b) is sensitive
+    assert set(seen) == {False, True}  # launched both ways
+    assert bool(getattr(settings, attribute)) is True  # the caller's value is back
+    assert torch.equal(torch.random.get_rng_state(), rng_before)  # its own generator
+
+
+def test_the_probe_keeps_strides_and_skips_what_it_cannot_probe():
+    x = torch.randn(40, 30).t()[::2]  # 15 x 40, strides (2, 30)
+    y = precision._random_like(x, torch.Generator().manual_seed(3))
+    assert y.shape == x.shape and y.stride() == x.stride() and y.dtype == x.dtype
+    assert precision._extent(x) == 1 + 14 * 2 + 39 * 30
+    half = torch.randn(8, 8, dtype=torch.float16)
+    assert not precision._probeable(half, half)  # CPU tensors: cuBLAS's switches do not apply
+    assert precision.needless_switches("float16", half, half) == ()
+    assert precision.needless_switches("float32", half, half) == ()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_torch_plan_gives_the_bits_of_the_switched_launch(dtype):
+    """Where the plan leaves the reduced-precision switch alone, its product is the one launched
+    with the switch held; on a small product it leaves it alone (cuBLAS splits no K there)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    backend = gemmzoo.get_backend("torch")
+    full = precision.runner(dtype)
+    torch_dtype = getattr(torch, dtype)
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    left_alone = {}
+    for m, n, k, b_rows in ((128, 128, 128, True), (512, 512, 512, True), (300, 7, 9000, False),
+                            (2, 4096, 11008, False), (16, 16, 65536, True)):
+        a = torch.randn(m, k, generator=generator, device="cuda", dtype=torch_dtype)
+        b = (torch.randn(k, n, generator=generator, device="cuda", dtype=torch_dtype) if b_rows
+             else torch.randn(n, k, generator=generator, device="cuda", dtype=torch_dtype).t())
+        plan = backend.prepare(a, b)
+        left_alone[m, n, k] = precision.needless_switches(dtype, a, b) != ()
+        assert torch.equal(plan(a, b), full(a, b)), (m, n, k)
+    assert left_alone[128, 128, 128] and left_alone[512, 512, 512]

@@ -16,7 +16,7 @@ from gemmzoo import Backend
 from gemmzoo.backend import dtype_name, self_checking
 from gemmzoo.torch_tensors import TorchTensors
 from gemmzoo_torch import fp8
-from gemmzoo_torch.precision import runner
+from gemmzoo_torch.precision import needless_switches, runner
 
 
 def torch_missing_reason() -> str | None:
@@ -136,6 +136,9 @@ class TorchBackend(TorchCpuBackend):
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """The dtype's launcher: the precision switches are checked, and set only when they differ.
+        For float16 and bfloat16, the reduced-precision switch is left alone where it does not
+        change this problem's product (:func:`gemmzoo_torch.precision.needless_switches` probes that
+        once, with random operands of the problem's shapes and strides).
 
         torch rejects a B of another dtype or device, except through fp8's launcher (it converts
         the operands before ``torch._scaled_mm`` sees them), which is not declared self-checking.
@@ -143,7 +146,15 @@ class TorchBackend(TorchCpuBackend):
         if type(self).matmul is not TorchBackend.matmul:  # a subclass's own product: plan through it
             return super().prepare(a, b)
         self.check_operands(a, b)
-        return self._run(dtype_name(a))
+        dtype = dtype_name(a)
+        without = needless_switches(dtype, a, b)
+        if not without:
+            return self._run(dtype)
+        try:
+            return self._runs[dtype, without]
+        except KeyError:
+            run = self._runs[dtype, without] = self_checking(runner(dtype, without))
+            return run
 
     def synchronize(self) -> None:
         import torch

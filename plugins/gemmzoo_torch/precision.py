@@ -10,12 +10,18 @@ defaults match for float32 and float64, not for the 16-bit types); otherwise the
 set, the product launched and the caller's values restored before the lock is let go. So
 concurrent gemmzoo products of different dtypes in several threads never see each other's
 settings. (Code that calls ``torch.matmul`` itself, outside gemmzoo, is not covered by the lock.)
+
+The 16-bit types' reduced-precision switch only matters where cuBLAS picks a kernel that splits K
+and adds the pieces in the output type; for most problems it picks the same kernel either way.
+:func:`needless_switches` finds out, once per problem, by launching the product of random operands
+of the problem's shapes and strides with the switch each way: where the bits agree, the problem's
+launcher leaves that switch alone, and a small product costs about what ``torch.mm`` costs.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 lock = threading.Lock()
@@ -95,9 +101,10 @@ def _launch_held(launch: Callable[[Any, Any], Any], a: Any, b: Any, switches: tu
                 put(raw)
 
 
-def runner(dtype: str) -> Callable[[Any, Any], Any]:
+def runner(dtype: str, without: Collection[str] = ()) -> Callable[[Any, Any], Any]:
     """``run(a, b)``: ``torch.mm(a, b)`` with ``dtype``'s switches held for the launch (torch rejects
-    operands that are not two matrices of one dtype on one device).
+    operands that are not two matrices of one dtype on one device), except the switches named in
+    ``without``, which are left as the caller has them.
 
     ``tf32`` operands are :class:`gemmzoo.TF32Array` wrappers and the result is one too.
     """
@@ -107,7 +114,7 @@ def runner(dtype: str) -> Callable[[Any, Any], Any]:
 
     settings = torch.backends.cuda.matmul
     mm = torch.mm
-    switches = tuple(found for attribute, wanted in _NEEDS[dtype]
+    switches = tuple(found for attribute, wanted in _NEEDS[dtype] if attribute not in without
                      if (found := _switch(settings, attribute, wanted)) is not None)
 
     def launch_tf32(a: Any, b: Any) -> Any:
@@ -167,3 +174,99 @@ def runner(dtype: str) -> Callable[[Any, Any], Any]:
             return _launch_held(launch, a, b, switches)
 
     return run
+
+
+#: The switch that allows a 16-bit product to add split-K pieces in 16 bits, per dtype.
+REDUCED_PRECISION = {
+    "float16": "allow_fp16_reduced_precision_reduction",
+    "bfloat16": "allow_bf16_reduced_precision_reduction",
+}
+#: Problems with an operand or a result of more elements than this are not probed: their
+#: products take long enough that the switches' host cost does not matter, and the probe's
+#: random operands would take memory.
+PROBE_MAX_ELEMENTS = 2**24
+
+
+def needless_switches(dtype: str, a: Any, b: Any) -> tuple[str, ...]:
+    """The switches of ``dtype`` that :func:`runner` can leave alone for operands like ``a`` and
+    ``b``: the reduced-precision switch where :func:`reduced_precision_matters` finds that it does
+    not change their product, else none."""
+    reduced = REDUCED_PRECISION.get(dtype)
+    if reduced is None or not _probeable(a, b) or reduced_precision_matters(dtype, a, b):
+        return ()
+    return (reduced,)
+
+
+def _extent(x: Any) -> int:
+    """Elements of storage that ``x``'s shape and strides address (``x`` has no empty dimension)."""
+    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(x.shape, x.stride(), strict=True))
+
+
+def _probeable(a: Any, b: Any) -> bool:
+    """Plain 2-D CUDA tensors of a problem small enough to probe (and not empty)."""
+    import torch
+
+    if type(a) is not torch.Tensor or type(b) is not torch.Tensor or a.ndim != 2 or b.ndim != 2:
+        return False
+    if not (a.is_cuda and b.is_cuda) or a.numel() == 0 or b.numel() == 0:
+        return False
+    rows, columns = a.shape[0], b.shape[1]
+    return max(_extent(a), _extent(b), rows * columns) <= PROBE_MAX_ELEMENTS
+
+
+def _random_like(x: Any, generator: Any) -> Any:
+    """Standard-normal values in ``x``'s shape, strides, dtype and device (from ``generator``, so the
+    caller's random state is not touched)."""
+    import torch
+
+    base = torch.randn(_extent(x), generator=generator, dtype=x.dtype, device=x.device)
+    return base.as_strided(x.shape, x.stride())
+
+
+def reduced_precision_matters(dtype: str, a: Any, b: Any) -> bool:
+    """Whether the reduced-precision switch of ``dtype`` (float16 or bfloat16) changes the product
+    of operands like ``a`` and ``b`` on their device.
+
+    cuBLAS picks its kernel from the shapes, layouts and settings, not from the values: random
+    operands of the same shapes and strides are multiplied with the switch off and on (the other
+    switches at gemmzoo's values), and the switch matters unless the two products agree bit for
+    bit. A product that cannot be launched in a setting counts as agreeing only when it cannot be
+    launched in the other either. Where torch keeps a pair of values, the second (split-K allowed)
+    is true for the probe: torch refuses reduced precision without split-K, so with split-K
+    refused the first value changes nothing.
+    """
+    import torch
+
+    settings = torch.backends.cuda.matmul
+    attribute = REDUCED_PRECISION[dtype]
+    probed = _switch(settings, attribute, False)
+    if probed is None:  # this torch has no such switch: nothing to hold
+        return False
+    get, put, _wanted, pair = probed
+    others = tuple(found for name, wanted in _NEEDS[dtype] if name != attribute
+                   if (found := _switch(settings, name, wanted)) is not None)
+    generator = torch.Generator(device=a.device)
+    generator.manual_seed(0)
+    x, y = _random_like(a, generator), _random_like(b, generator)
+    mm = torch.mm
+
+    def product(allowed: bool) -> Any:
+        if pair:
+            put(allowed, True)
+        else:
+            put(allowed)
+        try:
+            return _launch_held(mm, x, y, others)
+        except RuntimeError:  # a setting this BLAS library refuses: no product
+            return None
+
+    with lock:
+        raw = get()
+        try:
+            off, on = product(False), product(True)
+            return (off is None) != (on is None) or (off is not None and not torch.equal(off, on))
+        finally:
+            if pair:
+                put(*raw)
+            else:
+                put(raw)
