@@ -178,9 +178,10 @@ def test_the_probe_says_whether_the_switch_changes_the_product(monkeypatch, sett
 
 
 def test_the_probe_keeps_strides_and_skips_what_it_cannot_probe():
-    x = torch.randn(40, 30).t()[::2]  # 15 x 40, strides (2, 30)
+    x = torch.randn(41, 30)[1:].t()[::2]  # 15 x 40, strides (2, 30), 120 bytes into its storage
     y = precision._random_like(x, torch.Generator().manual_seed(3))
     assert y.shape == x.shape and y.stride() == x.stride() and y.dtype == x.dtype
+    assert y.data_ptr() % 64 == x.data_ptr() % 64  # torch aligns CPU storage to 64 bytes, CUDA's to more
     assert precision._extent(x) == 1 + 14 * 2 + 39 * 30
     half = torch.randn(8, 8, dtype=torch.float16)
     assert not precision._probeable(half, half)  # CPU tensors: cuBLAS's switches do not apply

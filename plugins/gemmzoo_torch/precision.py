@@ -214,13 +214,19 @@ def _probeable(a: Any, b: Any) -> bool:
     return max(_extent(a), _extent(b), rows * columns) <= PROBE_MAX_ELEMENTS
 
 
+#: Bytes of address alignment a probe operand shares with the operand it stands for (cuBLAS
+#: chooses kernels by the alignment of A, B and C too).
+PROBE_ALIGNMENT = 256
+
+
 def _random_like(x: Any, generator: Any) -> Any:
-    """Standard-normal values in ``x``'s shape, strides, dtype and device (from ``generator``, so the
-    caller's random state is not touched)."""
+    """Standard-normal values in ``x``'s shape, strides, dtype and device, at an address of the same
+    alignment (from ``generator``, so the caller's random state is not touched)."""
     import torch
 
-    base = torch.randn(_extent(x), generator=generator, dtype=x.dtype, device=x.device)
-    return base.as_strided(x.shape, x.stride())
+    offset = (x.data_ptr() % PROBE_ALIGNMENT) // x.element_size()
+    base = torch.randn(offset + _extent(x), generator=generator, dtype=x.dtype, device=x.device)
+    return base.as_strided(x.shape, x.stride(), offset)
 
 
 def reduced_precision_matters(dtype: str, a: Any, b: Any) -> bool:
