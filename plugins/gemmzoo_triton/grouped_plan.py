@@ -153,8 +153,7 @@ class GroupedPlan:
         self._activation = activation
         self._wrap = wrap
         self._shape = (x.shape[0], y.shape[1])
-        self._dtype = x.dtype
-        self._device = x.device
+        self._new_c = common.output_allocator(*self._shape, x.dtype, x.device)
         self._bound: Callable[[Any, Any, Any], None] | None = None
         tma = self.route != "pointer"
         # Hopper's tf32 tensor-core instruction reads both operands K-major from shared memory:
@@ -166,13 +165,8 @@ class GroupedPlan:
         self._c_view = tma and C_OUTPUT == "view" and (y.shape[1] * x.element_size()) % 16 != 0
 
     def __call__(self, a: Any, b: Any) -> Any:
-        import torch
-
         x, y = (a.data, b.data) if self._wrap else (a, b)
-        if self._c_view:
-            c = aligned_empty(*self._shape, x)
-        else:
-            c = torch.empty(self._shape, dtype=self._dtype, device=self._device)
+        c = aligned_empty(*self._shape, x) if self._c_view else self._new_c()
         if self._tma:
             # An operand whose rows (decided per problem) or start (per call: views can start
             # anywhere) are not 16-byte aligned goes through an aligned copy: descriptors need both.
