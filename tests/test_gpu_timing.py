@@ -2,11 +2,13 @@
 fresh caller times.
 
 As tests (``gpu`` marker) a few shapes are checked. As a script,
-``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J[,I:J]] [--skip-best] [--skip-tables] [--seconds=S]``
+``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J[,I:J]] [--skip-best] [--skip-tables] [--seconds=S]
+[--rounds=R]``
 runs the whole check recorded in docs/results/2026-11-23-timing-engine.md: every GPU backend,
 float16 and bfloat16, on the shapes of :data:`OFF_GRID` (in none of the named grids; ``I:J``
 slices take some of them), backend by backend timed by do_bench, ``gemmzoo bench``'s engine,
-pytest-benchmark (the benchmarks, run in this process) and do_bench again; ``best_backend`` at
+pytest-benchmark (the benchmarks, run in this process) and do_bench again (``--rounds=R``: R
+rounds of the first three, then do_bench, medians compared); ``best_backend`` at
 128³ and 512³ float16 against every candidate's caller time measured afresh in interleaved
 rounds; and two ``gemmzoo bench`` tables. It writes JSON under OUT_DIR and prints a summary.
 """
@@ -86,12 +88,14 @@ def _graph_do_bench_s(backend: Any, point: Any, budget_s: float) -> float | None
 
 def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
                 sink: Path | None = None, deadline: float = float("inf"),
-                pytest_out: Path | None = None) -> list[dict[str, Any]]:
-    """For each point and GPU backend: do_bench, the bench engine, pytest-benchmark (in this
-    process, when ``pytest_out`` is given), do_bench again, and each timer's ratio to the mean of
-    the two do_bench reads. The timers of one backend run within about a second: the GPU's clock
-    under its power cap moves by more than 5% over longer spans, and a timer compared with a
-    reference taken elsewhere in time would measure that drift.
+                pytest_out: Path | None = None, rounds: int = 1) -> list[dict[str, Any]]:
+    """For each point and GPU backend, ``rounds`` rounds of: do_bench, the bench engine,
+    pytest-benchmark (in this process, when ``pytest_out`` is given); then do_bench once more.
+    Each timer's median over the rounds is compared with the median of the do_bench reads (with
+    one round, the mean of the two around it). The timers of one backend run within about a
+    second a round: the GPU's clock under its power cap moves by more than 5% over longer spans,
+    and a timer compared with a reference taken elsewhere in time would measure that drift; the
+    rounds interleave the timers, so that such drift reaches each of them alike.
 
     Each timer starts after :data:`REST_S` of idle GPU. Where the engine finds the call
     launch-bound (host time above device time), do_bench's events hold the GPU's wait for the
@@ -110,14 +114,18 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
             if backend.name == "triton-naive" and point.flops > NAIVE_FLOPS:
                 continue
             try:
-                before = _do_bench_s(backend, point, budget_s)
-                verify = point.m * point.n * point.k <= verify_limit
-                time.sleep(REST_S)
-                result = measure(backend, point, budget_s=budget_s, verify=verify)
-                time.sleep(REST_S)
-                pytest_s = None if pytest_out is None else pytest_median(point, backend.name, pytest_out)
-                time.sleep(REST_S)
-                after = _do_bench_s(backend, point, budget_s)
+                do_bench_reads, results, pytest_reads = [], [], []
+                for number in range(rounds):
+                    do_bench_reads.append(_do_bench_s(backend, point, budget_s))
+                    verify = number == 0 and point.m * point.n * point.k <= verify_limit
+                    time.sleep(REST_S)
+                    results.append(measure(backend, point, budget_s=budget_s, verify=verify))
+                    time.sleep(REST_S)
+                    if pytest_out is not None:
+                        pytest_reads.append(pytest_median(point, backend.name, pytest_out))
+                        time.sleep(REST_S)
+                do_bench_reads.append(_do_bench_s(backend, point, budget_s))
+                result = results[0]
                 graph_s = None
                 if result.launch_bound:
                     time.sleep(REST_S)
@@ -126,24 +134,29 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
                 row["error"] = f"{type(error).__name__}: {error}"
                 rows.append(row)
                 continue
-            do_bench_s = (before + after) / 2
+            do_bench_s = statistics.median(do_bench_reads)
+            bench_s = statistics.median(r.timing.median_s for r in results)
             reference = graph_s or do_bench_s
-            row.update(do_bench_s=do_bench_s, do_bench_drift=abs(before - after) / do_bench_s,
+            row.update(do_bench_s=do_bench_s, do_bench_reads=do_bench_reads,
+                       do_bench_drift=(max(do_bench_reads) - min(do_bench_reads)) / do_bench_s,
                        graph_s=graph_s, reference="do_bench of a CUDA graph" if graph_s else "do_bench",
-                       bench_s=result.timing.median_s, bench_iqr_s=result.timing.spread_s,
+                       bench_s=bench_s, bench_reads=[r.timing.median_s for r in results],
+                       bench_iqr_s=result.timing.spread_s,
                        host_s=result.host_s, caller_s=result.caller_s, method=result.timing.method,
                        launch_bound=result.launch_bound, caller_ratio=result.caller_s / do_bench_s,
-                       bench_ratio=result.timing.median_s / reference)
-            if pytest_s is not None:
-                row.update(pytest_s=pytest_s, pytest_ratio=pytest_s / reference)
+                       bench_ratio=bench_s / reference, rounds=rounds)
+            found = [t for t in pytest_reads if t is not None]
+            if pytest_out is not None and len(found) == len(pytest_reads):
+                pytest_s = statistics.median(found)
+                row.update(pytest_s=pytest_s, pytest_reads=found, pytest_ratio=pytest_s / reference)
             rows.append(row)
             if sink is not None:
                 sink.write_text(json.dumps(rows, indent=1))
             graph = f"  graph {graph_s * 1e6:9.1f} us  caller {row['caller_ratio']:.3f}" if graph_s else ""
             print(f"{point.id:28} {backend.name:15} do_bench {do_bench_s * 1e6:9.1f} us  bench "
-                  f"{result.timing.median_s * 1e6:9.1f} us ({row['bench_ratio']:.3f})  pytest "
+                  f"{bench_s * 1e6:9.1f} us ({row['bench_ratio']:.3f})  pytest "
                   f"{row.get('pytest_ratio', float('nan')):.3f}  host {result.host_s * 1e6:7.1f} us"
-                  f"{graph}", flush=True)
+                  f"  do_bench drift {row['do_bench_drift']:.3f}{graph}", flush=True)
     return rows
 
 
@@ -310,6 +323,7 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     seconds = float(next((a.split("=")[1] for a in argv if a.startswith("--seconds=")), "1e9"))
     deadline = started + seconds
+    rounds = int(next((a.split("=")[1] for a in argv if a.startswith("--rounds=")), "1"))
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
     quick = "--quick" in argv
@@ -347,7 +361,7 @@ def main(argv: list[str]) -> int:
             print(f"out of time: {chunk[0].id} and later points not timed", flush=True)
             break
         rows += engine_rows(chunk, budget_s=0.05, verify_limit=0, deadline=deadline - 20,
-                            pytest_out=pytest_out)
+                            pytest_out=pytest_out, rounds=rounds)
         (out / "engine_rows.json").write_text(json.dumps(rows, indent=1))
     (out / "agreement.json").write_text(json.dumps({"environment": info, "rows": rows}, indent=1))
     ratios = [(r["point"], r["backend"], r.get("bench_ratio"), r.get("pytest_ratio")) for r in rows]
