@@ -210,3 +210,24 @@ def test_the_torch_plan_gives_the_bits_of_the_switched_launch(dtype):
         left_alone[m, n, k] = precision.needless_switches(dtype, a, b) != ()
         assert torch.equal(plan(a, b), full(a, b)), (m, n, k)
     assert left_alone[128, 128, 128] and left_alone[512, 512, 512]
+
+
+@pytest.mark.gpu
+def test_a_problem_first_met_inside_a_cuda_graph_capture_is_planned_without_a_probe():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    backend = gemmzoo.get_backend("torch")
+    a = torch.randn(96, 80, device="cuda", dtype=torch.float16)
+    b = torch.randn(80, 72, device="cuda", dtype=torch.float16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        torch.mm(a, b)  # torch's own warm-up before a capture
+        with torch.cuda.graph(graph):
+            plan = backend.prepare(a, b)
+            c = plan(a, b)
+    torch.cuda.current_stream().wait_stream(side)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(c, precision.runner("float16")(a, b))

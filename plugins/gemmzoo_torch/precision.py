@@ -203,12 +203,15 @@ def _extent(x: Any) -> int:
 
 
 def _probeable(a: Any, b: Any) -> bool:
-    """Plain 2-D CUDA tensors of a problem small enough to probe (and not empty)."""
+    """Plain 2-D CUDA tensors of a problem small enough to probe (and not empty), outside a CUDA
+    graph capture (the probe compares its products on the host, which a capture forbids)."""
     import torch
 
     if type(a) is not torch.Tensor or type(b) is not torch.Tensor or a.ndim != 2 or b.ndim != 2:
         return False
     if not (a.is_cuda and b.is_cuda) or a.numel() == 0 or b.numel() == 0:
+        return False
+    if torch.cuda.is_current_stream_capturing():
         return False
     rows, columns = a.shape[0], b.shape[1]
     return max(_extent(a), _extent(b), rows * columns) <= PROBE_MAX_ELEMENTS
