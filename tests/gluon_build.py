@@ -67,7 +67,7 @@ def build_grouped(m: int, n: int, k: int, dtype: str, layout: str, block_n: int,
     from gemmzoo_triton import grouped_gluon_kernel as kernel
     from gemmzoo_triton.gluon_parts import descriptors
 
-    config = kernel.WIDE if block_n == kernel.WIDE.block_n else kernel.SQUARE
+    config = next(c for c in (kernel.WIDE, kernel.SQUARE, kernel.NARROW) if c.block_n == block_n)
     torch_dtype = getattr(torch, dtype)
     a_t, b_t = layout[0] == "T", layout[1] == "T"
     x = torch.empty(k, m, dtype=torch_dtype).T if a_t else torch.empty(m, k, dtype=torch_dtype)
@@ -91,6 +91,7 @@ def main() -> int:
     for layout in ("NN", "NT", "TN", "TT"):
         facts[f"float16 {layout} 256"] = build_grouped(1000, 2056, 1032, "float16", layout, 256)
     facts["bfloat16 NN 128"] = build_grouped(4096, 4096, 4096, "bfloat16", "NN", 128)
+    facts["float16 TN 64"] = build_grouped(1000, 1000, 2040, "float16", "TN", 64)
     for layout in ("NN", "TT"):
         facts[f"float16 {layout} 128 split"] = build_grouped(2176, 2176, 2176, "float16", layout, 128, 25, 4)
     json.dump(facts, sys.stdout)

@@ -75,6 +75,24 @@ def test_grouped_schedule_weighs_idle_sms_against_tile_speed_and_hand_overs():
     assert wide.shared_bytes() <= H100_SHARED and square.shared_bytes() <= H100_SHARED
 
 
+def test_c_too_small_for_the_gpu_gets_narrow_tiles_where_they_fit_one_wave():
+    pick, schedule = grouped_gluon_kernel.pick_schedule, grouped_gluon_kernel.Schedule
+    narrow = grouped_gluon_kernel.NARROW
+    assert narrow.shared_bytes() <= H100_SHARED
+    # 1024^2 x 2048: 64 square tiles leave half the SMs idle (or split in two, with hand-overs);
+    # 128 narrow ones fill 128 of 132
+    assert pick(1024, 1024, 2048, H100_SMS, H100_SHARED) == schedule(narrow, 128)
+    assert pick(512, 1024, 4096, H100_SMS, H100_SHARED) == schedule(narrow, 64)
+    # 1152^2: 162 narrow tiles would be two waves; 81 square ones stay whole
+    assert pick(1152, 1152, 1152, H100_SMS, H100_SHARED).config == grouped_gluon_kernel.SQUARE
+    # 512^2 x 16384: 32 narrow tiles of 256 K steps each lose to square tiles split along K
+    assert pick(512, 512, 16384, H100_SMS, H100_SHARED).splits
+    # 2048^3: 128 wide tiles are one wave already
+    assert pick(2048, 2048, 2048, H100_SMS, H100_SHARED).config == grouped_gluon_kernel.WIDE
+    # a GPU with fewer SMs: 128 narrow tiles are two waves there
+    assert pick(1024, 1024, 2048, 100, H100_SHARED).config != narrow
+
+
 @pytest.fixture(scope="module")
 def built() -> dict[str, Any]:
     """What the compiler made of each kernel variant, built in a process of its own (see
@@ -112,6 +130,7 @@ HAND_OVER = ["gpu.acquire.add", "gpu.release.exch"]
     ("float16 TN 256", ["m64n256k16", "f16"], "WIDE", []),
     ("float16 TT 256", ["m64n256k16", "f16"], "WIDE", []),
     ("bfloat16 NN 128", ["m64n128k16", "bf16"], "SQUARE", []),
+    ("float16 TN 64", ["m64n64k16", "f16"], "NARROW", []),
     ("float16 NN 128 split", ["m64n128k16", "f16"], "SQUARE", HAND_OVER),
     ("float16 TT 128 split", ["m64n128k16", "f16"], "SQUARE", HAND_OVER),
 ])
@@ -171,6 +190,28 @@ def test_triton_grouped_conforms_where_programs_split_tiles(dtype):
     # split between several programs (long K)
     for m, n, k in ((3072, 3072, 3072), (640, 512, 32768)):
         assert grouped_plan.gluon_schedule(on_gpu, m, n, k).splits
+        for layout in ("NN", "NT", "TN", "TT"):
+            result = run_case(backend, Case("random", m, n, k, dtype, layout))
+            assert result.passed, result.detail
+        assert run_case(backend, Case("repeat", m, n, k, dtype)).passed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_triton_grouped_conforms_through_narrow_tiles(dtype):
+    if not _hopper():
+        pytest.skip("needs a GPU of capability 9.0")
+    import torch
+
+    import gemmzoo
+    from gemmzoo.conformance import Case, run_case
+    from gemmzoo_triton import grouped_plan
+
+    backend = type(gemmzoo.get_backend("triton-grouped"))()
+    on_gpu = torch.empty(1, device="cuda")
+    # 1000x1000x2040: 128 narrow tiles, the last row and column of them partly outside C
+    for m, n, k in ((1024, 1024, 2048), (1000, 1000, 2040)):
+        assert grouped_plan.gluon_schedule(on_gpu, m, n, k).config == grouped_gluon_kernel.NARROW
         for layout in ("NN", "NT", "TN", "TT"):
             result = run_case(backend, Case("random", m, n, k, dtype, layout))
             assert result.passed, result.detail

@@ -336,6 +336,26 @@ def test_routes_by_layout_dtype_and_size(monkeypatch):
     assert route(17, 17, 17) == "pointer"
 
 
+def test_the_gluon_kernel_takes_smaller_problems_it_has_a_schedule_for(monkeypatch):
+    from gemmzoo_triton import grouped_plan
+
+    monkeypatch.setattr(common, "tma_device", lambda device: True)
+    monkeypatch.setattr(common, "TMA_MIN_WORK", 32**3)
+    monkeypatch.setattr(grouped_plan, "GLUON_MIN_WORK", 16**3)
+    schedules = {}
+    monkeypatch.setattr(grouped_plan, "gluon_schedule", lambda x, m, n, k: schedules.get((m, n, k)))
+    x, y = operand(24, 24, False, torch.float16), operand(24, 24, False, torch.float16)
+    assert grouped_plan.route(x, y, "tf32") == "pointer"  # over GLUON_MIN_WORK, but no schedule
+    schedules[24, 24, 24] = object()
+    assert grouped_plan.route(x, y, "tf32") == "tma"
+    monkeypatch.setattr(grouped_plan, "USE_GLUON", False)
+    assert grouped_plan.route(x, y, "tf32") == "pointer"
+    monkeypatch.setattr(grouped_plan, "USE_GLUON", True)
+    schedules[8, 8, 8] = object()
+    small = operand(8, 8, False, torch.float16)
+    assert grouped_plan.route(small, small, "tf32") == "pointer"  # not over GLUON_MIN_WORK
+
+
 @pytest.mark.parametrize("layout", ["row", "column", "strided"])
 def test_aligned_copy_keeps_values_and_aligns_rows(layout):
     from gemmzoo_triton.aligned import aligned_copy

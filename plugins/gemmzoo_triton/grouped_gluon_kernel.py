@@ -14,8 +14,9 @@ whichever is row-major, and the MMA reads a transposed view of the slot where ne
 MMAs take either major-ness from shared memory).
 
 Tiles: 128x256 (the accumulator is 128 registers a thread; three 48 KiB slots and a 64 KiB
-staging tile) or 128x128 (64 registers; six 32 KiB slots); TMA boxes are powers of two, which
-rules out widths between. Where the last wave of tiles would leave SMs idle, the 128x128 kernel
+staging tile), 128x128 (64 registers; six 32 KiB slots) or, where C has too few tiles of those to
+fill the GPU, 128x64 (eight 24 KiB slots); TMA boxes are powers of two, which rules out widths
+between. Where the last wave of tiles would leave SMs idle, the 128x128 kernel
 can split that wave's tiles along K between them (:mod:`~gemmzoo_triton.split_wave`; partial
 sums handed over through an fp32 scratch buffer and added in a fixed order, so every call gives
 the same bits). :func:`pick_schedule` weighs the idle SMs, the hand-overs and each tile's speed.
@@ -56,6 +57,14 @@ from gemmzoo_triton.gluon_parts import (
 WIDE = GluonConfig(block_m=128, block_n=256, block_k=64, stages=3, operand_bytes=2)
 SQUARE = GluonConfig(block_m=128, block_n=128, block_k=64, stages=6, operand_bytes=2)
 RATES = ((WIDE, 1.0), (SQUARE, 0.9))
+
+#: Tiles of 128x64 for C too small to fill the GPU with the others, taken only where all of them
+#: fit one wave, and their throughput relative to WIDE's there: with one program an SM and fewer
+#: programs than SMs, a narrow tile's K steps run faster than in a full GPU (4096³ in 128x64
+#: tiles, sixteen waves, ran at 0.57 of WIDE's rate). Estimated like RATES, from products of
+#: 0.6-8.6 G multiply-adds on the H100 (docs/results/2026-11-23-grouped-split-wave.md).
+NARROW = GluonConfig(block_m=128, block_n=64, block_k=64, stages=8, operand_bytes=2)
+NARROW_RATE = 0.8
 
 #: What a split tile's hand-over costs, in K steps of a SQUARE tile, for :func:`pick_schedule`'s
 #: model: polling the heads' flags and storing the tile, and reading and adding each head's 64 KiB
@@ -101,7 +110,8 @@ def pick_schedule(M: int, N: int, K: int, sms: int, shared_memory: int) -> Sched
     last, partial wave's tiles split (SQUARE tiles): the whole waves, then one piece, then the
     hand-over (:data:`HAND_OVER_STEPS`, and :data:`HEAD_STEPS` for each head added), with the
     split that makes that least among those that fit the SMs the wave leaves idle (after no
-    whole wave, or :data:`MIN_WHOLE_WAVES` of them).
+    whole wave, or :data:`MIN_WHOLE_WAVES` of them). NARROW tiles, where all of them fit one wave,
+    at :data:`NARROW_RATE`.
     """
     if min(M, N) < 128:
         return None
@@ -118,6 +128,11 @@ def pick_schedule(M: int, N: int, K: int, sms: int, shared_memory: int) -> Sched
         for schedule, steps in candidates:
             if steps * weight < best_time:
                 best, best_time = schedule, steps * weight
+    narrow_tiles = triton.cdiv(M, NARROW.block_m) * triton.cdiv(N, NARROW.block_n)
+    if narrow_tiles <= sms and NARROW.shared_bytes() <= shared_memory:
+        narrow_time = triton.cdiv(K, NARROW.block_k) * NARROW.block_m * NARROW.block_n / NARROW_RATE
+        if narrow_time < best_time:
+            best = Schedule(NARROW, narrow_tiles)
     return best
 
 

@@ -87,27 +87,16 @@ def gluon_run(x: Any, y: Any, c: Any, activation: str | None) -> Callable[[Any, 
 
 
 #: Below :data:`~gemmzoo_triton.common.TMA_MIN_WORK` multiply-adds, the Gluon kernel still takes
-#: problems of more than this many whose schedule keeps at least half the SMs busy, or splits
-#: tiles into pieces of at least :data:`GLUON_MIN_PIECE_STEPS` K steps (long K): on the H100 it beat
-#: the pointer kernel there, and lost to it where half the SMs sat idle or the pieces were short
-#: (docs/results/2026-11-23-grouped-split-wave.md).
+#: problems of more than this many that it has a schedule for: timed with L2 flushed, as gemmzoo
+#: times every backend, it beat the pointer kernel on the H100 on every such problem measured,
+#: those that leave most SMs idle included (docs/results/2026-11-23-grouped-split-wave.md).
 GLUON_MIN_WORK = 1024**3
-GLUON_MIN_PIECE_STEPS = 32
 
 
-def _gluon_fills(x: Any, M: int, N: int, K: int) -> bool:
+def _gluon_takes(x: Any, M: int, N: int, K: int) -> bool:
     """Whether the Gluon kernel takes an M x N x K problem under TMA_MIN_WORK (see
     :data:`GLUON_MIN_WORK`)."""
-    if not USE_GLUON or M * N * K <= GLUON_MIN_WORK:
-        return False
-    schedule = gluon_schedule(x, M, N, K)
-    if schedule is None:
-        return False
-    if schedule.splits:
-        return K // (schedule.config.block_k * schedule.split) >= GLUON_MIN_PIECE_STEPS
-    from gemmzoo_triton.grouped_tma_kernel import num_sms
-
-    return 2 * schedule.programs >= num_sms(x.device)
+    return USE_GLUON and M * N * K > GLUON_MIN_WORK and gluon_schedule(x, M, N, K) is not None
 
 
 def route(x: Any, y: Any, precision: str) -> str:
@@ -125,7 +114,7 @@ def route(x: Any, y: Any, precision: str) -> str:
     if x.dtype not in (torch.float16, torch.bfloat16):
         return "pointer"
     if common.tma_layout(x) and common.tma_layout(y) and (N * x.element_size()) % 16 == 0:
-        return "tma" if M * N * K > common.TMA_MIN_WORK or _gluon_fills(x, M, N, K) else "pointer"
+        return "tma" if M * N * K > common.TMA_MIN_WORK or _gluon_takes(x, M, N, K) else "pointer"
     if min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > ALIGNED_MIN_WORK:
         return "aligned"
     return "pointer"
