@@ -62,7 +62,7 @@ RATES = ((WIDE, 1.0), (SQUARE, 0.9))
 #: fit one wave, and their throughput relative to WIDE's there: with one program an SM and fewer
 #: programs than SMs, a narrow tile's K steps run faster than in a full GPU (4096³ in 128x64
 #: tiles, sixteen waves, ran at 0.57 of WIDE's rate). Estimated like RATES, from products of
-#: 0.6-8.6 G multiply-adds on the H100 (docs/results/2026-11-23-grouped-split-wave.md).
+#: 1.1-7.5 G multiply-adds on the H100 (docs/results/2026-11-23-grouped-split-wave.md).
 NARROW = GluonConfig(block_m=128, block_n=64, block_k=64, stages=8, operand_bytes=2)
 NARROW_RATE = 0.8
 
