@@ -173,32 +173,25 @@ def test_triton_grouped_conforms_through_the_gluon_kernel(dtype):
     assert run_case(backend, Case("repeat", 2112, 2080, 2064, dtype)).passed
 
 
+def _split(schedule: Any) -> bool:
+    return schedule.splits
+
+
+def _narrow(schedule: Any) -> bool:
+    return schedule.config == grouped_gluon_kernel.NARROW
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_triton_grouped_conforms_where_programs_split_tiles(dtype):
-    if not _hopper():
-        pytest.skip("needs a GPU of capability 9.0")
-    import torch
-
-    import gemmzoo
-    from gemmzoo.conformance import Case, run_case
-    from gemmzoo_triton import grouped_plan
-
-    backend = type(gemmzoo.get_backend("triton-grouped"))()
-    on_gpu = torch.empty(1, device="cuda")
+@pytest.mark.parametrize("shapes, reached", [
     # 3072^3: the 48 tiles after four whole waves split in two; 640x512x32768: 20 tiles, each
     # split between several programs (long K)
-    for m, n, k in ((3072, 3072, 3072), (640, 512, 32768)):
-        assert grouped_plan.gluon_schedule(on_gpu, m, n, k).splits
-        for layout in ("NN", "NT", "TN", "TT"):
-            result = run_case(backend, Case("random", m, n, k, dtype, layout))
-            assert result.passed, result.detail
-        assert run_case(backend, Case("repeat", m, n, k, dtype)).passed
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_triton_grouped_conforms_through_narrow_tiles(dtype):
+    (((3072, 3072, 3072), (640, 512, 32768)), _split),
+    # 1024^2 x 2048: 128 narrow tiles; 1000x1000x2040: the last row and column of them partly
+    # outside C
+    (((1024, 1024, 2048), (1000, 1000, 2040)), _narrow),
+], ids=["split tiles", "narrow tiles"])
+def test_triton_grouped_conforms_on_each_kind_of_gluon_schedule(dtype, shapes, reached):
     if not _hopper():
         pytest.skip("needs a GPU of capability 9.0")
     import torch
@@ -209,9 +202,8 @@ def test_triton_grouped_conforms_through_narrow_tiles(dtype):
 
     backend = type(gemmzoo.get_backend("triton-grouped"))()
     on_gpu = torch.empty(1, device="cuda")
-    # 1000x1000x2040: 128 narrow tiles, the last row and column of them partly outside C
-    for m, n, k in ((1024, 1024, 2048), (1000, 1000, 2040)):
-        assert grouped_plan.gluon_schedule(on_gpu, m, n, k).config == grouped_gluon_kernel.NARROW
+    for m, n, k in shapes:
+        assert reached(grouped_plan.gluon_schedule(on_gpu, m, n, k))
         for layout in ("NN", "NT", "TN", "TT"):
             result = run_case(backend, Case("random", m, n, k, dtype, layout))
             assert result.passed, result.detail
