@@ -99,24 +99,26 @@ class TorchBackend(TorchCpuBackend):
     def __init__(self) -> None:
         self._runs: dict[Any, Callable[[Any, Any], Any]] = {}
 
-    def _run(self, dtype: str) -> Callable[[Any, Any], Any]:
-        """The launcher for ``dtype`` (see :mod:`gemmzoo_torch.precision`), built once.
+    def _run(self, dtype: str, without: tuple[str, ...] = ()) -> Callable[[Any, Any], Any]:
+        """The launcher for ``dtype`` (see :mod:`gemmzoo_torch.precision`), less the switches named
+        in ``without``, built once.
 
-        It is kept under the operands' own dtype object too (torch's dtype, or ``"tf32"`` for
-        :class:`gemmzoo.TF32Array`), which is how :meth:`matmul` looks it up — except for fp8:
-        its launcher pads K, so a K that does not match would not be rejected by torch, and
-        :meth:`matmul` checks such operands first. The other launchers are declared
+        The full launcher is kept under the operands' own dtype object too (torch's dtype, or
+        ``"tf32"`` for :class:`gemmzoo.TF32Array`), which is how :meth:`matmul` looks it up —
+        except for fp8: its launcher pads K, so a K that does not match would not be rejected by
+        torch, and :meth:`matmul` checks such operands first. The other launchers are declared
         self-checking (:func:`gemmzoo.backend.self_checking`) when they are built.
         """
+        key = (dtype, without) if without else dtype
         try:
-            return self._runs[dtype]
+            return self._runs[key]
         except KeyError:
             import torch
 
             if dtype == "float8_e4m3fn":
                 return fp8.scaled_matmul  # converts the operands first: not self-checking
-            run = self._runs[dtype] = self_checking(runner(dtype))  # torch.mm refuses a B that differs
-            if dtype != "tf32":
+            run = self._runs[key] = self_checking(runner(dtype, without))  # torch.mm refuses a B that differs
+            if dtype != "tf32" and not without:
                 self._runs[getattr(torch, dtype)] = run
             return run
 
@@ -147,14 +149,7 @@ class TorchBackend(TorchCpuBackend):
             return super().prepare(a, b)
         self.check_operands(a, b)
         dtype = dtype_name(a)
-        without = needless_switches(dtype, a, b)
-        if not without:
-            return self._run(dtype)
-        try:
-            return self._runs[dtype, without]
-        except KeyError:
-            run = self._runs[dtype, without] = self_checking(runner(dtype, without))
-            return run
+        return self._run(dtype, needless_switches(dtype, a, b))
 
     def synchronize(self) -> None:
         import torch

@@ -77,6 +77,15 @@ def _switch(settings: Any, attribute: str, wanted: bool) -> _Switch | None:
             wanted, False)
 
 
+def _switches(dtype: str, without: Collection[str] = ()) -> tuple[_Switch, ...]:
+    """The switches ``dtype`` needs held (those this torch has), less those named in ``without``."""
+    import torch
+
+    settings = torch.backends.cuda.matmul
+    return tuple(found for attribute, wanted in _NEEDS[dtype] if attribute not in without
+                 if (found := _switch(settings, attribute, wanted)) is not None)
+
+
 def _launch_held(launch: Callable[[Any, Any], Any], a: Any, b: Any, switches: tuple[_Switch, ...]) -> Any:
     """``launch(a, b)`` with every switch at gemmzoo's value; the caller's values restored after.
 
@@ -112,10 +121,8 @@ def runner(dtype: str, without: Collection[str] = ()) -> Callable[[Any, Any], An
 
     from gemmzoo import TF32Array
 
-    settings = torch.backends.cuda.matmul
     mm = torch.mm
-    switches = tuple(found for attribute, wanted in _NEEDS[dtype] if attribute not in without
-                     if (found := _switch(settings, attribute, wanted)) is not None)
+    switches = _switches(dtype, without)
 
     def launch_tf32(a: Any, b: Any) -> Any:
         return TF32Array(mm(a.data, b.data))
@@ -246,14 +253,12 @@ def reduced_precision_matters(dtype: str, a: Any, b: Any) -> bool:
     """
     import torch
 
-    settings = torch.backends.cuda.matmul
     attribute = REDUCED_PRECISION[dtype]
-    probed = _switch(settings, attribute, False)
+    probed = _switch(torch.backends.cuda.matmul, attribute, False)
     if probed is None:  # this torch has no such switch: nothing to hold
         return False
     get, put, _wanted, pair = probed
-    others = tuple(found for name, wanted in _NEEDS[dtype] if name != attribute
-                   if (found := _switch(settings, name, wanted)) is not None)
+    others = _switches(dtype, without=(attribute,))
     generator = torch.Generator(device=a.device)
     generator.manual_seed(0)
     x, y = _random_like(a, generator), _random_like(b, generator)
