@@ -13,6 +13,7 @@ from gemmzoo_triton.common import (
     TritonBackend,
     gluon_shared_memory,
     interpreter_mode,
+    output_allocator,
     tma_device,
     triton_unavailable_reason,
 )
@@ -146,14 +147,14 @@ class TritonFp8Backend(TritonBackend):
         from gemmzoo_triton.grouped_tma_kernel import num_sms
 
         run = fp8_gluon_kernel.bind(M, N, K, num_sms(x.device), config)
-        matmul, empty, device, bf16 = self.matmul, torch.empty, x.device, torch.bfloat16
+        matmul, allocate = self.matmul, output_allocator(M, N, torch.bfloat16, x.device)
 
         def gluon_plan(a: Any, b: Any) -> Any:
             x = a.contiguous() if copy_a else a
             y = b.t().contiguous().t() if copy_b else b
             if (x.data_ptr() | y.data_ptr()) % 16:  # a start the descriptors cannot take
                 return matmul(a, b)
-            c = empty((M, N), device=device, dtype=bf16)
+            c = allocate()
             run(x, y, c)
             return c
 

@@ -231,8 +231,10 @@ def _multiply(a_slots, b_slots, ready, empty, c_desc, c_stage, partials, flags, 
     """The MMA warps: each unit's K steps chained into one accumulator, then its epilogue."""
     BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
+    # an MMA instruction's K: 32 bytes of the operands' type (16 for 16-bit types, 8 for tf32)
+    INSTR_K: gl.constexpr = 256 // a_slots.dtype.primitive_bitwidth
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, 16])
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, INSTR_K])
     tiles = num_pid_m * num_pid_n
     step = 0
     for i in range(split_wave.unit_count(tiles, sk_tiles, split, SPLIT)):
