@@ -13,7 +13,7 @@ import gemmzoo
 
 torch = pytest.importorskip("torch")
 
-from gemmzoo_torch.padded import PaddedCopy, PaddedPair, padded_plan  # noqa: E402
+from gemmzoo_torch.padded import PaddedCopy, PaddedPair, padded_plan, rounded  # noqa: E402
 from gemmzoo_triton.aligned import padded as padded_length  # noqa: E402
 
 
@@ -70,13 +70,21 @@ def test_plan_is_the_launcher_itself_when_nothing_needs_padding():
 
 
 def test_only_the_operands_that_need_it_are_copied():
-    """N of 16 bytes but K odd: both copied (K is shared); K aligned but N odd: only B."""
+    """K aligned but N odd: only B is copied, its N rounded up to 128 bytes (K stays: A is not
+    copied); K odd: both are, and K too is rounded up to 128 bytes."""
     a, b = operand(5, 8, "N", torch.float16, 1), operand(8, 9, "N", torch.float16, 2)
     launch, seen = calls(torch.mm)
     c = padded_plan(a, b, launch)(a, b)
     assert seen[0][0] == (5, 8) and seen[0][1] == a.stride()  # A as it was
-    assert seen[0][2] == (8, 16)
-    assert c.shape == (5, 9) and not c.is_contiguous() and c.stride() == (16, 1)
+    assert seen[0][2] == (8, 64)
+    assert c.shape == (5, 9) and not c.is_contiguous() and c.stride() == (64, 1)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-3, atol=2e-3)
+
+    a, b = operand(5, 9, "N", torch.float16, 3), operand(9, 16, "N", torch.float16, 4)
+    launch, seen = calls(torch.mm)
+    c = padded_plan(a, b, launch)(a, b)
+    assert seen[0][0] == (5, 64) and seen[0][2] == (64, 64)
+    assert c.shape == (5, 16)
     torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-3, atol=2e-3)
 
 
@@ -85,8 +93,8 @@ def test_a_column_major_a_keeps_its_layout_and_c_is_cut_in_m_too():
     launch, seen = calls(torch.mm)
     c = padded_plan(a, b, launch)(a, b)
     (a_shape, a_strides, b_shape, _), = seen
-    assert a_shape == (16, 8) and a_strides == (1, 16)  # column-major, M and K padded
-    assert b_shape == (8, 8)
+    assert a_shape == (16, 32) and a_strides == (1, 16)  # column-major, M and K padded
+    assert b_shape == (32, 32)
     assert c.shape == (13, 5)
     torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)
 
@@ -112,6 +120,12 @@ def test_tf32_operands_come_and_go_wrapped():
     c = padded_plan(TF32Array(a), TF32Array(b), launch, tf32=True)(TF32Array(a), TF32Array(b))
     assert isinstance(c, TF32Array) and c.data.shape == (6, 3)
     torch.testing.assert_close(c.data, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_copied_lengths_are_rounded_to_128_byte_units():
+    assert [rounded(n, 2) for n in (1, 64, 65, 1025, 4097)] == [64, 64, 128, 1088, 4160]
+    assert [rounded(n, 4) for n in (1, 32, 33)] == [32, 32, 64]
+    assert rounded(3, 256) == 3
 
 
 def test_padded_length_counts_16_byte_units():

@@ -2,10 +2,12 @@
 
 cuBLAS slows down by several times when K or N is not a multiple of 16 bytes' worth of elements
 (a float16 matrix with 4097 columns): even views whose rows are aligned but whose K or N is odd
-get its slow kernels. Padding K and N with zeros to the next multiple gives it a shape it runs at
-full speed: the extra products are 0·0, which leave every sum as it was, and the extra columns
-of C are cut off by returning a view of the padded result. The copies cost one read and one write
-of each operand that needs one; see ``docs/results`` for where that pays.
+get its slow kernels. Padding K and N with zeros gives it a shape it runs at full speed (an
+operand that is copied anyway is padded to whole 128-byte units, which it runs faster still than
+16-byte ones; :data:`COPY_UNIT_BYTES`): the extra products are 0·0, which leave every sum as
+it was, and the extra columns of C are cut off by returning a view of the padded result. The
+copies cost one read and one write of each operand that needs one; see ``docs/results`` for
+where that pays.
 
 The plan for a problem (:func:`padded_plan`) decides once which operands to copy and into what
 layout: an operand keeps its own layout (row- or column-major) so that the copy never transposes,
@@ -24,6 +26,17 @@ from typing import Any
 from gemmzoo.backend import TF32Array, dtype_name
 from gemmzoo_torch.backend import TorchBackend
 from gemmzoo_triton.aligned import padded, units
+
+#: Bytes a K or N is rounded up to where its operand is copied anyway: cuBLAS ran padded products
+#: faster with K and N in whole 128-byte units than in 16-byte ones (1025³: 13.1 against 11.7 µs;
+#: docs/results/2026-11-23-torch-padded.md), and the copy writes zeros there for free.
+COPY_UNIT_BYTES = 128
+
+
+def rounded(length: int, element_size: int) -> int:
+    """``length`` elements rounded up to whole :data:`COPY_UNIT_BYTES` units (at least one element)."""
+    per_unit = max(1, COPY_UNIT_BYTES // element_size)
+    return -(-length // per_unit) * per_unit
 
 
 def _column_major(x: Any) -> bool:
@@ -128,10 +141,16 @@ def padded_plan(a: Any, b: Any, launch: Callable[[Any, Any], Any],
     a_columns, b_columns = _column_major(x), _column_major(y)
     kp, np_ = padded(k, size), padded(n, size)
     mp = padded(m, size) if a_columns else m
-    copy_a = None if _cublas_ready(x, mp, kp, a_columns) else PaddedCopy(x, mp, kp, a_columns)
-    copy_b = None if _cublas_ready(y, kp, np_, b_columns) else PaddedCopy(y, kp, np_, b_columns)
-    if copy_a is None and copy_b is None:
+    copies_a, copies_b = not _cublas_ready(x, mp, kp, a_columns), not _cublas_ready(y, kp, np_, b_columns)
+    if not (copies_a or copies_b):
         return launch
+    # what is copied anyway gets whole 128-byte units: K when both operands are copied, N when B is
+    if copies_a and copies_b:
+        kp = rounded(k, size)
+    if copies_b:
+        np_ = rounded(n, size)
+    copy_a = PaddedCopy(x, mp, kp, a_columns) if copies_a else None
+    copy_b = PaddedCopy(y, kp, np_, b_columns) if copies_b else None
     cut = (mp, np_) != (m, n)
     pair = copy_a is not None and copy_b is not None and _triton_copies(x)
     both = PaddedPair(copy_a, copy_b) if pair else None

@@ -21,8 +21,8 @@ import triton.language as tl
 
 from gemmzoo_triton.aligned import units
 
-BLOCK_R = 16
-BLOCK_C = 256
+BLOCK_R = 8
+BLOCK_C = 128
 
 
 @triton.jit
