@@ -81,6 +81,26 @@ def build_grouped(m: int, n: int, k: int, dtype: str, layout: str, block_n: int,
     return _facts(compiled)
 
 
+def build_tf32(m: int, n: int, k: int, b_t: bool) -> dict[str, Any]:
+    import torch
+
+    from gemmzoo_triton import grouped_tf32_kernel as kernel
+
+    config = kernel.CONFIG
+    x = torch.empty(m, k)
+    y = torch.empty(n, k).T if b_t else torch.empty(k, n)
+    c = torch.empty(m, n)
+    compiled = kernel.grouped_tf32_kernel.warmup(
+        *kernel.descriptors(x, y, b_t), c, c.stride(0), m, n, k, config.stages, config.group_m, b_t,
+        num_warps=config.num_warps, grid=(132,))
+    facts = _facts(compiled)
+    ptx = compiled.asm["ptx"]
+    # the registers each MMA reads as its left operand: one set per MMA instruction in the code
+    facts["left_operands"] = sorted(set(re.findall(r"wgmma\.mma_async[^{]*\{[^}]*\},\s*\{([^}]*)\}", ptx)))
+    facts["mma_instructions"] = len(re.findall(r"wgmma\.mma_async", ptx))
+    return facts
+
+
 def main() -> int:
     os.environ.pop("TRITON_INTERPRET", None)
     _hopper_driver()
@@ -94,6 +114,8 @@ def main() -> int:
     facts["float16 TN 64"] = build_grouped(1000, 1000, 2040, "float16", "TN", 64)
     for layout in ("NN", "TT"):
         facts[f"float16 {layout} 128 split"] = build_grouped(2176, 2176, 2176, "float16", layout, 128, 25, 4)
+    facts["tf32 NN"] = build_tf32(3000, 2000, 1000, False)
+    facts["tf32 NT"] = build_tf32(3000, 2000, 1000, True)
     json.dump(facts, sys.stdout)
     return 0
 

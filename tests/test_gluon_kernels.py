@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("triton")
 pytest.importorskip("gemmzoo_triton.gluon_parts")  # Triton 3.6 or later, with Gluon
 
-from gemmzoo_triton import fp8_gluon_kernel, gluon_parts, grouped_gluon_kernel
+from gemmzoo_triton import fp8_gluon_kernel, gluon_parts, grouped_gluon_kernel, grouped_tf32_kernel
 
 H100_SHARED = 232448  # bytes a block may opt in to on the H100 (227 KiB)
 H100_SMS = 132
@@ -143,6 +143,21 @@ def test_grouped_kernel_builds_for_hopper_in_every_layout(built, variant, mma, c
     assert facts["shared"] <= getattr(grouped_gluon_kernel, config).shared_bytes() <= H100_SHARED
 
 
+@pytest.mark.parametrize("variant", ["tf32 NN", "tf32 NT"])
+def test_tf32_kernel_builds_for_hopper_with_two_register_sets(built, variant):
+    facts = built[variant]
+    assert _warp_specialized(facts)
+    # tf32 MMAs of 64x256 per warpgroup (C's tile transposed), one group left in flight
+    assert facts["mma"] == [["m64n256k8", "tf32"]]
+    assert facts["wait_groups"] == ["0", "1"]
+    assert facts["shared"] <= grouped_tf32_kernel.shared_bytes() <= H100_SHARED
+    # two K steps of four k8 MMAs each, whose left operands (from registers) share no register:
+    # the next step's tile is never loaded into registers an MMA in flight reads
+    assert facts["mma_instructions"] == 8
+    registers = [name for operand in facts["left_operands"] for name in operand.split(",")]
+    assert len(registers) == 32 and len(set(registers)) == 32
+
+
 def _hopper() -> bool:
     torch = pytest.importorskip("torch")
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -208,3 +223,25 @@ def test_triton_grouped_conforms_on_each_kind_of_gluon_schedule(dtype, shapes, r
             result = run_case(backend, Case("random", m, n, k, dtype, layout))
             assert result.passed, result.detail
         assert run_case(backend, Case("repeat", m, n, k, dtype)).passed
+
+
+@pytest.mark.gpu
+def test_triton_grouped_conforms_in_tf32_through_the_gluon_tf32_kernel():
+    if not _hopper():
+        pytest.skip("needs a GPU of capability 9.0")
+    import torch
+
+    import gemmzoo
+    from gemmzoo.conformance import Case, run_case
+    from gemmzoo_triton import grouped_plan
+
+    backend = type(gemmzoo.get_backend("triton-grouped"))()
+    on_gpu = torch.empty(1, device="cuda")
+    assert grouped_plan.tf32_gluon_takes(on_gpu, None)
+    # 2112x2080x2064: 65 K steps (an odd count: the last pair's second step loads zeros), C's
+    # last tiles partly outside; 2049x2051x2053: A and B copied (rows not aligned), C a view
+    for m, n, k in ((2112, 2080, 2064), (2049, 2051, 2053)):
+        for layout in ("NN", "NT", "TN", "TT"):
+            result = run_case(backend, Case("random", m, n, k, "tf32", layout))
+            assert result.passed, result.detail
+    assert run_case(backend, Case("repeat", 2112, 2080, 2064, "tf32")).passed

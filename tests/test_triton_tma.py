@@ -336,6 +336,56 @@ def test_routes_by_layout_dtype_and_size(monkeypatch):
     assert route(17, 17, 17) == "pointer"
 
 
+def test_tf32_on_the_gluon_kernel_copies_a_column_major_a_and_nothing_else(monkeypatch):
+    """Hopper's tf32 MMA reads shared-memory operands K-major only: the Gluon tf32 kernel takes a
+    row-major A and B either way (B into registers); the TMA kernel, where the Gluon one does not
+    run, wants B column-major too."""
+    pytest.importorskip("gemmzoo_triton.gluon_parts")  # Triton 3.6 or later
+    from gemmzoo_triton import grouped_plan
+
+    monkeypatch.setattr(common, "tma_device", lambda device: True)
+    monkeypatch.setattr(common, "TMA_MIN_WORK", 1000)
+    monkeypatch.setattr(grouped_plan, "GLUON_MIN_WORK", 1000)
+    monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_SIDE", 8)
+    monkeypatch.setattr(common, "gluon_shared_memory", lambda device: 232448)  # the H100's
+
+    def plan(layout: str, activation: str | None = None) -> grouped_plan.GroupedPlan:
+        x = operand(16, 16, layout[0] == "T", torch.float32)
+        y = operand(16, 16, layout[1] == "T", torch.float32)
+        made = grouped_plan.GroupedPlan(x, y, "tf32", activation, wrap=True)
+        assert made.route == "tf32"
+        return made
+
+    for layout in ("NN", "NT"):
+        made = plan(layout)
+        assert made._tf32_gluon and made._copy_x is None and made._copy_y is None
+    made = plan("TN")
+    assert made._tf32_gluon and made._copy_x is not None and made._copy_y is None
+    made = plan("NN", "relu")  # a fused activation: the TMA kernel
+    assert not made._tf32_gluon and made._copy_y is not None
+    monkeypatch.setattr(common, "gluon_shared_memory", lambda device: 100 * 1024)  # too little
+    assert not plan("NN")._tf32_gluon
+    monkeypatch.setattr(common, "gluon_shared_memory", lambda device: None)  # no Hopper GPU
+    made = plan("NT")
+    assert not made._tf32_gluon and made._copy_y is None
+
+
+def test_the_gluon_tf32_kernel_takes_problems_down_to_the_gluon_minimum(monkeypatch):
+    pytest.importorskip("gemmzoo_triton.gluon_parts")
+    from gemmzoo_triton import grouped_plan
+
+    monkeypatch.setattr(common, "tma_device", lambda device: True)
+    monkeypatch.setattr(common, "TMA_MIN_WORK", 20**3)
+    monkeypatch.setattr(grouped_plan, "GLUON_MIN_WORK", 12**3)
+    monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_SIDE", 8)
+    x, y = operand(16, 16, False, torch.float32), operand(16, 16, False, torch.float32)
+    monkeypatch.setattr(common, "gluon_shared_memory", lambda device: 232448)
+    assert grouped_plan.route(x, y, "tf32") == "tf32"
+    assert grouped_plan.route(x, y, "ieee") == "pointer"
+    monkeypatch.setattr(common, "gluon_shared_memory", lambda device: None)
+    assert grouped_plan.route(x, y, "tf32") == "pointer"  # 16^3 is under TMA_MIN_WORK
+
+
 def test_the_gluon_kernel_takes_smaller_problems_it_has_a_schedule_for(monkeypatch):
     from gemmzoo_triton import grouped_plan
 

@@ -12,9 +12,11 @@ Four routes:
   (:func:`~gemmzoo_triton.aligned.aligned_copy`); C with unaligned rows as :data:`C_OUTPUT`
   says. cuBLAS is several times slower on such shapes (4097^3 fp16 on the H100: 131 TFLOPS
   against 734 at 4096^3), and so is the pointer kernel, whose loads cannot be vectorised;
-- ``tf32``: large float32 problems in tf32, on the TMA kernel with A row-major and B
-  column-major (copied into that layout when they are not): Hopper's tf32 tensor-core
-  instruction reads both operands K-major, and the pointer kernel ran at 0.4x cuBLAS there.
+- ``tf32``: large float32 problems in tf32. Hopper's tf32 tensor-core instruction reads its
+  shared-memory operands only K-major: on Hopper the Gluon tf32 kernel (grouped_tf32_kernel,
+  see :func:`tf32_gluon_takes`) takes A row-major (copied when it is not) and B either way;
+  elsewhere, or with a fused activation, the TMA kernel takes A row-major and B column-major
+  (copied into those layouts). The pointer kernel ran at 0.4x cuBLAS there.
 
 A plan's first call picks the config (autotuning when no earlier problem of this key did) and
 binds the launch; later calls allocate C, make any copies and descriptors their addresses need,
@@ -99,6 +101,19 @@ def _gluon_takes(x: Any, M: int, N: int, K: int) -> bool:
     return USE_GLUON and M * N * K > GLUON_MIN_WORK and gluon_schedule(x, M, N, K) is not None
 
 
+def tf32_gluon_takes(x: Any, activation: str | None) -> bool:
+    """Whether the tf32 route runs on the Gluon tf32 kernel for operands on ``x``'s device: a
+    Hopper GPU with Gluon, shared memory for its slots, no fused activation."""
+    if not USE_GLUON or activation:
+        return False
+    shared = common.gluon_shared_memory(x.device)
+    if shared is None:
+        return False
+    from gemmzoo_triton import grouped_tf32_kernel
+
+    return grouped_tf32_kernel.shared_bytes() <= shared
+
+
 def route(x: Any, y: Any, precision: str) -> str:
     """``"pointer"``, ``"tma"``, ``"aligned"`` or ``"tf32"``: the route for ``x @ y`` (layouts and
     sizes only)."""
@@ -109,7 +124,10 @@ def route(x: Any, y: Any, precision: str) -> str:
     if not common.tma_device(x.device) or max(M * padded_k(x), K * padded_k(y)) > common.MAX_OFFSET:
         return "pointer"
     if x.dtype == torch.float32:
-        large = min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > common.TMA_MIN_WORK
+        # the Gluon tf32 kernel takes smaller problems too (2048^3 on the H100: 0.99x cuBLAS,
+        # against 0.38x on the pointer kernel; docs/results/2026-11-23-tf32-gluon.md)
+        least = GLUON_MIN_WORK if tf32_gluon_takes(x, None) else common.TMA_MIN_WORK
+        large = min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > least
         return "tf32" if precision == "tf32" and large else "pointer"
     if x.dtype not in (torch.float16, torch.bfloat16):
         return "pointer"
@@ -145,9 +163,13 @@ class GroupedPlan:
         self._new_c = common.output_allocator(*self._shape, x.dtype, x.device)
         self._bound: Callable[[Any, Any, Any], None] | None = None
         tma = self.route != "pointer"
-        # Hopper's tf32 tensor-core instruction reads both operands K-major from shared memory:
-        # A row-major, B column-major. 16-bit types take either layout.
-        self._x_layout, self._y_layout = (False, True) if self.route == "tf32" else (None, None)
+        # Hopper's tf32 tensor-core instruction reads shared-memory operands K-major only: A
+        # row-major, and B column-major unless the Gluon kernel takes B into registers. 16-bit
+        # types take either layout.
+        self._tf32_gluon = self.route == "tf32" and tf32_gluon_takes(x, activation)
+        self._x_layout, self._y_layout = (None, None)
+        if self.route == "tf32":
+            self._x_layout, self._y_layout = (False, None) if self._tf32_gluon else (False, True)
         self._copy_x = AlignedCopy(x, self._x_layout) if tma and _needs_copy(x, self._x_layout) else None
         self._copy_y = AlignedCopy(y, self._y_layout) if tma and _needs_copy(y, self._y_layout) else None
         self._tma = tma
@@ -183,6 +205,12 @@ class GroupedPlan:
             if config is None:
                 config = kernel.launch(x, y, c, self._precision, self._activation)
             self._bound = kernel.bind(x, y, self._precision, config, self._activation)
+        elif self._tf32_gluon:
+            from gemmzoo_triton import grouped_tf32_kernel
+            from gemmzoo_triton.grouped_tma_kernel import num_sms
+
+            (M, K), N = x.shape, y.shape[1]
+            self._bound = grouped_tf32_kernel.bind(M, N, K, common.column_major(y), num_sms(x.device))
         else:
             gluon = gluon_run(x, y, c, self._activation) if USE_GLUON and self.route != "tf32" else None
             if gluon is not None:
