@@ -28,8 +28,8 @@ from gemmzoo_torch.backend import TorchBackend
 from gemmzoo_triton.aligned import padded, units
 
 #: Bytes a K or N is rounded up to where its operand is copied anyway: cuBLAS ran padded products
-#: faster with K and N in whole 128-byte units than in 16-byte ones (1025³: 13.1 against 11.7 µs;
-#: docs/results/2026-11-23-torch-padded.md), and the copy writes zeros there for free.
+#: faster with K and N in whole 128-byte units than in 16-byte ones on most shapes measured
+#: (docs/results/2026-11-23-torch-padded.md), and the copy writes those zeros for free.
 COPY_UNIT_BYTES = 128
 
 

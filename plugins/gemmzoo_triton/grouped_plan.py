@@ -124,8 +124,8 @@ def route(x: Any, y: Any, precision: str) -> str:
     if not common.tma_device(x.device) or max(M * padded_k(x), K * padded_k(y)) > common.MAX_OFFSET:
         return "pointer"
     if x.dtype == torch.float32:
-        # the Gluon tf32 kernel takes smaller problems too (2048^3 on the H100: 0.99x cuBLAS,
-        # against 0.38x on the pointer kernel; docs/results/2026-11-23-tf32-gluon.md)
+        # the Gluon tf32 kernel takes smaller problems too: it was level with cuBLAS at 2048^3,
+        # where the pointer kernel was far behind (docs/results/2026-11-23-tf32-gluon.md)
         least = GLUON_MIN_WORK if tf32_gluon_takes(x, None) else common.TMA_MIN_WORK
         large = min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > least
         return "tf32" if precision == "tf32" and large else "pointer"
