@@ -35,7 +35,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 from gemmzoo_triton.gluon_parts import (
     SHARED_ALLOWANCE,
     GluonConfig,
-    load_steps,
+    load_slots,
     my_tile_count,
     release,
     tile_origin,
@@ -60,13 +60,8 @@ def _load(a_desc, b_desc, a_slots, b_slots, ready, empty, M, N, K, STAGES: gl.co
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_T else b_desc.block_type.shape[1]
     num_pid_m, num_pid_n, my_tiles = my_tile_count(M, N, BLOCK_M, BLOCK_N)
-    k_steps = 2 * gl.cdiv(K, 2 * BLOCK_K)
-    step = 0
-    for local_tile in range(my_tiles):
-        tile = gl.program_id(0) + local_tile * gl.num_programs(0)
-        off_m, off_n = tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        step = load_steps(a_desc, b_desc, a_slots, b_slots, ready, empty, off_m, off_n, 0, k_steps,
-                          step, STAGES, False, B_T)
+    load_slots(a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pid_n,
+               2 * gl.cdiv(K, 2 * BLOCK_K), my_tiles, STAGES, GROUP_M, False, B_T)
 
 
 @gluon.jit
