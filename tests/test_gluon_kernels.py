@@ -150,7 +150,7 @@ def test_tf32_kernel_builds_for_hopper_with_two_register_sets(built, variant):
     # tf32 MMAs of 64x256 per warpgroup (C's tile transposed), one group left in flight
     assert facts["mma"] == [["m64n256k8", "tf32"]]
     assert facts["wait_groups"] == ["0", "1"]
-    assert facts["shared"] <= grouped_tf32_kernel.shared_bytes() <= H100_SHARED
+    assert facts["shared"] <= grouped_tf32_kernel.CONFIG.shared_bytes() <= H100_SHARED
     # two K steps of four k8 MMAs each, whose left operands (from registers) share no register:
     # the next step's tile is never loaded into registers an MMA in flight reads
     assert facts["mma_instructions"] == 8

@@ -35,8 +35,7 @@ COPY_UNIT_BYTES = 128
 
 def rounded(length: int, element_size: int) -> int:
     """``length`` elements rounded up to whole :data:`COPY_UNIT_BYTES` units (at least one element)."""
-    per_unit = max(1, COPY_UNIT_BYTES // element_size)
-    return -(-length // per_unit) * per_unit
+    return padded(length, element_size, COPY_UNIT_BYTES)
 
 
 def _column_major(x: Any) -> bool:

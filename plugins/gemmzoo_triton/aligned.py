@@ -12,14 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 
-def units(element_size: int) -> int:
-    """Elements in 16 bytes (1 for elements of 16 bytes or more)."""
-    return max(1, 16 // element_size)
+def units(element_size: int, unit_bytes: int = 16) -> int:
+    """Elements in ``unit_bytes`` bytes (at least 1)."""
+    return max(1, unit_bytes // element_size)
 
 
-def padded(length: int, element_size: int) -> int:
-    """``length`` elements rounded up to a whole number of 16-byte units."""
-    per_unit = units(element_size)
+def padded(length: int, element_size: int, unit_bytes: int = 16) -> int:
+    """``length`` elements rounded up to a whole number of ``unit_bytes``-byte units."""
+    per_unit = units(element_size, unit_bytes)
     return -(-length // per_unit) * per_unit
 
 

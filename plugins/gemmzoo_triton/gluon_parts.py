@@ -55,15 +55,17 @@ class GluonConfig:
     block_n: int
     block_k: int
     stages: int
-    operand_bytes: int  # bytes of an element of A and B (C's are 2: fp16 or bf16)
+    operand_bytes: int  # bytes of an element of A and B
     group_m: int = 8
     num_warps: int = 8  # the MMA warps; the loading warp comes on top
+    staged_c_bytes: int = 2  # bytes of an element of C's staging tile (fp16, bf16); 0: not staged
 
     def shared_bytes(self) -> int:
         """Shared memory the kernel needs: operand slots, C's staging tile, two barriers a slot,
         and :data:`SHARED_ALLOWANCE` for what the compiler adds (alignment, its own scratch)."""
         operands = self.stages * (self.block_m + self.block_n) * self.block_k * self.operand_bytes
-        return operands + self.block_m * self.block_n * 2 + 2 * 8 * self.stages + SHARED_ALLOWANCE
+        staging = self.block_m * self.block_n * self.staged_c_bytes
+        return operands + staging + 2 * 8 * self.stages + SHARED_ALLOWANCE
 
 
 @gluon.jit
@@ -191,7 +193,8 @@ def store_tile(accumulator, local_tile, c_desc, c_stage, num_pid_m, num_pid_n, G
 
 # The host side ---------------------------------------------------------------------------------
 
-_GL_DTYPES = {"float16": gl.float16, "bfloat16": gl.bfloat16, "float8_e4m3fn": gl.float8e4nv}
+_GL_DTYPES = {"float16": gl.float16, "bfloat16": gl.bfloat16, "float8_e4m3fn": gl.float8e4nv,
+              "float32": gl.float32}
 
 
 @functools.cache
@@ -200,15 +203,16 @@ def _layout(block: tuple[int, int], dtype: str) -> Any:
     return gl.NVMMASharedLayout.get_default_for(list(block), _GL_DTYPES[dtype])
 
 
+def over(view: Any, block: tuple[int, int]) -> Any:
+    """A TMA descriptor over a row-major 2-D ``view`` in boxes of ``block``."""
+    layout = _layout(block, str(view.dtype).removeprefix("torch."))
+    return TensorDescriptor(view, list(view.shape), [view.stride(0), 1], list(block), layout)
+
+
 def descriptors(x: Any, y: Any, c: Any, a_t: bool, b_t: bool, config: GluonConfig) -> tuple[Any, Any, Any]:
     """TMA descriptors over A (or Aᵀ when ``a_t``), B (or Bᵀ when ``b_t``) and C (row-major), with
     ``config``'s block shapes."""
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-
-    def over(view: Any, block: tuple[int, int]) -> Any:
-        layout = _layout(block, str(view.dtype).removeprefix("torch."))
-        return TensorDescriptor(view, list(view.shape), [view.stride(0), 1], list(block), layout)
-
     a_desc = over(x.T, (bk, bm)) if a_t else over(x, (bm, bk))
     b_desc = over(y.T, (bn, bk)) if b_t else over(y, (bk, bn))
     return a_desc, b_desc, over(c, (bm, bn))

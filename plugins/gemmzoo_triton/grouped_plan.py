@@ -111,7 +111,7 @@ def tf32_gluon_takes(x: Any, activation: str | None) -> bool:
         return False
     from gemmzoo_triton import grouped_tf32_kernel
 
-    return grouped_tf32_kernel.shared_bytes() <= shared
+    return grouped_tf32_kernel.CONFIG.shared_bytes() <= shared
 
 
 def route(x: Any, y: Any, precision: str) -> str:

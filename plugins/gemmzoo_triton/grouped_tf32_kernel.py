@@ -33,23 +33,17 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from gemmzoo_triton.gluon_parts import (
-    SHARED_ALLOWANCE,
     GluonConfig,
     load_slots,
     my_tile_count,
+    over,
     release,
     tile_origin,
 )
 
 #: C's tile is 256 rows (the MMA's N) by 128 columns (two warpgroups of 64); K tiles of 32 (128
-#: bytes of fp32, one swizzle width).
-CONFIG = GluonConfig(block_m=256, block_n=128, block_k=32, stages=4, operand_bytes=4)
-
-
-def shared_bytes(config: GluonConfig = CONFIG) -> int:
-    """Shared memory the kernel needs: the slots and their barriers (C is not staged)."""
-    operands = config.stages * (config.block_m + config.block_n) * config.block_k * config.operand_bytes
-    return operands + 2 * 8 * config.stages + SHARED_ALLOWANCE
+#: bytes of fp32, one swizzle width); C is stored from registers, not staged.
+CONFIG = GluonConfig(block_m=256, block_n=128, block_k=32, stages=4, operand_bytes=4, staged_c_bytes=0)
 
 
 @gluon.jit
@@ -141,14 +135,8 @@ def grouped_tf32_kernel(a_desc, b_desc, c, stride_cm, M, N, K, STAGES: gl.conste
 
 def descriptors(x: Any, y: Any, b_t: bool, config: GluonConfig = CONFIG) -> tuple[Any, Any]:
     """TMA descriptors over row-major A and over B (or Bᵀ when ``b_t``), fp32."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    def over(view: Any, block: list[int]) -> Any:
-        layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
-        return TensorDescriptor(view, list(view.shape), [view.stride(0), 1], block, layout)
-
-    a_desc = over(x, [config.block_m, config.block_k])
-    b_desc = over(y.T, [config.block_n, config.block_k]) if b_t else over(y, [config.block_k, config.block_n])
+    a_desc = over(x, (config.block_m, config.block_k))
+    b_desc = over(y.T, (config.block_n, config.block_k)) if b_t else over(y, (config.block_k, config.block_n))
     return a_desc, b_desc
 
 
