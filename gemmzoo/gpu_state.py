@@ -16,6 +16,7 @@ import ctypes
 import functools
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 #: NVML's clock-event (throttle) reason bits, by name.
@@ -95,6 +96,21 @@ class _Nvml:
             return None
         return value.value
 
+    def default_sm_clock(self, handle: Any) -> int | None:
+        """The SM clock the GPU runs at by default (its default applications clock), else its
+        highest SM clock."""
+        if self._py is not None:
+            try:
+                return int(self._py.nvmlDeviceGetDefaultApplicationsClock(handle, _CLOCK_SM))
+            except Exception:
+                return self._uint("nvmlDeviceGetMaxClockInfo", handle, _CLOCK_SM)
+        value = self._uint("nvmlDeviceGetDefaultApplicationsClock", handle, _CLOCK_SM)
+        return value if value is not None else self._uint("nvmlDeviceGetMaxClockInfo", handle, _CLOCK_SM)
+
+    def sm_clock(self, handle: Any) -> int | None:
+        """The SM clock now, in MHz."""
+        return self._uint("nvmlDeviceGetClockInfo", handle, _CLOCK_SM)
+
     def count(self) -> int | None:
         if self._py is not None:
             return int(self._py.nvmlDeviceGetCount())
@@ -161,6 +177,34 @@ def _visible_index() -> tuple[int | None, str | None]:
     if first.isdigit():
         return int(first), None
     return None, first if first.startswith(("GPU-", "MIG-")) else None
+
+
+def _current_handle() -> tuple[_Nvml, Any] | None:
+    """NVML and the handle of the GPU this process measures on, or ``None``."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    index, visible_uuid = _visible_index()
+    uuid = _torch_uuid() or visible_uuid
+    for by_index, by_uuid in ((None, uuid), (index, None)):
+        if by_index is None and by_uuid is None:
+            continue
+        try:
+            return nvml, nvml.handle(by_index, by_uuid)
+        except Exception:  # a MIG instance, or a UUID or index NVML does not know
+            continue
+    return None
+
+
+def sm_clock_reader() -> tuple[Callable[[], int | None], int | None] | None:
+    """``(read, default_mhz)`` for the GPU this process measures on: ``read()`` gives its SM
+    clock now in MHz (microseconds per call), ``default_mhz`` its default SM clock; ``None``
+    without NVML."""
+    found = _current_handle()
+    if found is None:
+        return None
+    nvml, handle = found
+    return functools.partial(nvml.sm_clock, handle), nvml.default_sm_clock(handle)
 
 
 def gpu_state() -> dict[str, Any]:

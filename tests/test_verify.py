@@ -1,6 +1,6 @@
 """gemmzoo.verify: the float64 reference computed where the operands are, judged by the suite's judge.
 
-No GPU here: the torch path runs on CPU tensors (the code a CUDA tensor takes), and measure.compare
+No GPU here: the torch path runs on CPU tensors (the code a CUDA tensor takes), and measure.judge_problem
 is driven with it in place of the device dispatch.
 """
 
@@ -15,6 +15,7 @@ from gemmzoo import get_backend, measure, verify
 from gemmzoo.conformance.bounds import error_bound, reference
 from gemmzoo.conformance.judge import CheckFailedError, judge_result
 from gemmzoo.grids import GridPoint
+from gemmzoo.measure import reference as measure_reference
 
 torch = pytest.importorskip("torch")
 
@@ -30,7 +31,7 @@ def _torch_cpu():
                                                ("float64", "TT")])
 def test_the_torch_reference_is_the_host_reference(dtype, layout):
     backend = _torch_cpu()
-    problem = measure.prepare(backend, GridPoint(37, 53, 301, dtype, layout), seed=3)
+    problem = measure.make_problem(backend, GridPoint(37, 53, 301, dtype, layout), seed=3)
 
     product, magnitude = verify.torch_reference(problem.a, problem.b)
     host_product, host_magnitude = reference(problem.a_host, problem.b_host)
@@ -62,7 +63,7 @@ def test_non_finite_operands_give_the_host_references_pattern():
 
 def test_a_wrong_element_is_caught_with_the_device_reference():
     backend = _torch_cpu()
-    problem = measure.prepare(backend, GridPoint(64, 48, 200, "float32"), seed=5)
+    problem = measure.make_problem(backend, GridPoint(64, 48, 200, "float32"), seed=5)
     c = backend.matmul(problem.a, problem.b)
     product, magnitude = verify.torch_reference(problem.a, problem.b)
     bound = error_bound("float32", 200, product, magnitude)
@@ -82,11 +83,12 @@ def test_compare_takes_the_device_reference_for_a_cuda_backend(monkeypatch):
         return verify.torch_reference(a, b)
 
     monkeypatch.setattr(verify, "device_reference", reference_here)
-    monkeypatch.setattr(measure, "_reference", lambda a, b: pytest.fail("the host reference was computed"))
-    problem = measure.prepare(backend, GridPoint(40, 24, 56, "float32"), seed=0)
+    monkeypatch.setattr(measure_reference, "host_reference",
+                        lambda a, b: pytest.fail("the host reference was computed"))
+    problem = measure.make_problem(backend, GridPoint(40, 24, 56, "float32"), seed=0)
     problem.backend = copy.copy(backend)
-    problem.backend.device = "cuda"  # as a GPU backend: compare asks gemmzoo.verify for the reference
-    checked = measure.compare(problem)
+    problem.backend.device = "cuda"  # as a GPU backend: judge_problem asks gemmzoo.verify for the reference
+    checked = measure.judge_problem(problem)
     assert asked == [((40, 56), (56, 24))] and 0 < checked.error_ratio <= 1
 
 

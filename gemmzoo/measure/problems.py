@@ -1,0 +1,57 @@
+"""The inputs of a measurement: random normal operands for a grid point, in a backend's arrays."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gemmzoo.grids import GridPoint
+
+
+@dataclass
+class Problem:
+    """Native inputs for one grid point on one backend, and the host copies they were made from
+    (as the backend holds them, read back with ``to_numpy``)."""
+
+    backend: Any
+    point: GridPoint
+    a: Any
+    b: Any
+    a_host: np.ndarray
+    b_host: np.ndarray
+
+
+def _operand(backend: Any, x: np.ndarray, dtype: str, transposed: bool) -> Any:
+    if transposed:  # stored as its transpose: a column-major view, as BLAS's "T"
+        return backend.from_numpy(np.ascontiguousarray(x.T), dtype).T
+    return backend.from_numpy(x, dtype)
+
+
+@functools.lru_cache(maxsize=1)
+def host_operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random normal A (M×K) and B (K×N), read-only. The last pair is kept: the backends measured
+    one after another on a point get the same values without drawing them again."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    a.setflags(write=False)
+    b.setflags(write=False)
+    return a, b
+
+
+def make_problem(backend: Any, point: GridPoint, seed: int = 0) -> Problem:
+    """Random normal operands for ``point`` on ``backend``, laid out as ``point.layout`` says."""
+    a_values, b_values = host_operands(point.m, point.n, point.k, seed)
+    a = _operand(backend, a_values, point.dtype, point.layout[0] == "T")
+    b = _operand(backend, b_values, point.dtype, point.layout[1] == "T")
+    return Problem(backend, point, a, b, backend.to_numpy(a), backend.to_numpy(b))
+
+
+def planned(backend: Any, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+    """What ``gemmzoo.matmul`` calls for operands like ``a`` and ``b``: the backend's plan
+    (:meth:`gemmzoo.Backend.prepare`), or its ``matmul`` for an object without one."""
+    prepare = getattr(backend, "prepare", None)
+    return prepare(a, b) if prepare is not None else backend.matmul

@@ -1,0 +1,200 @@
+"""Taking the samples: device and host time of one problem's GEMM, and caller time of several.
+
+- **device time**: on a CUDA backend, CUDA events around the GEMM alone, the L2 flushed before
+  each call, the calls queued behind a stream hold (:class:`~gemmzoo.measure.engine.Engine`); on
+  the CPU, the wall time of one call. Samples are taken until the stopping rule says the median is
+  known well enough or the budget is spent (:class:`~gemmzoo.measure.stats.StoppingRule`).
+- **host time**: what one call costs the calling thread, from loops of calls (on a GPU, queued
+  behind a hold, so the loop never waits for the device).
+- **caller time** of several problems: loops of calls ended by one synchronisation, in
+  interleaved rounds (:func:`interleaved_caller_timings`).
+
+Every timed region runs under the thread policy (:mod:`gemmzoo.measure.threads`); on CUDA the SM
+clock is read between batches (:mod:`gemmzoo.measure.clocks`).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gemmzoo.measure.adaptors import do_bench_timing, graph_call, nvbench_timing
+from gemmzoo.measure.clocks import ClockReport, ClockWatch, nvml_watch
+from gemmzoo.measure.engine import MAX_QUEUED_CALLS, Engine, gc_paused
+from gemmzoo.measure.problems import Problem, planned
+from gemmzoo.measure.stats import NOISE_TARGET, StoppingRule, Timing
+from gemmzoo.measure.threads import ThreadLimit, ThreadReport
+
+TIMERS = ("events", "graph", "do_bench", "nvbench")
+"""The device timers on CUDA: the engine's events, the engine replaying a CUDA graph, and the
+timers of ``triton.testing.do_bench`` and nvbench (``cuda-bench``) as cross-checks."""
+
+#: Seconds of timed-but-discarded calls before the samples on a GPU: do_bench's warm-up, since a
+#: large GEMM's clock keeps sinking for longer than that and the two must sample the same stretch.
+WARMUP_S = 0.025
+#: Device time per batch of timed calls, and the host-time batches taken per measurement.
+BATCH_S = 0.01
+HOST_BATCHES = 9
+CALLER_ROUNDS = 5
+"""Rounds of :func:`interleaved_caller_timings`."""
+CALLER_LOOP_S = 0.005
+"""About how long each loop of :func:`interleaved_caller_timings` runs."""
+
+
+@dataclass(frozen=True)
+class TimedCalls:
+    """What :func:`run_timing` found: device and host time, the thread policy as applied, and the
+    SM clock during the device samples (``None`` off CUDA or without NVML)."""
+
+    device: Timing
+    host: Timing
+    threads: ThreadReport
+    clocks: ClockReport | None = None
+
+
+def cpu_samples(call: Callable[[], Any], synchronize: Callable[[], None], rule: StoppingRule) -> list[float]:
+    """Wall seconds of single calls until ``rule`` says stop."""
+    samples: list[float] = []
+    rule.start()
+    with gc_paused():
+        while True:
+            start = time.perf_counter()
+            call()
+            synchronize()
+            samples.append(time.perf_counter() - start)
+            if rule.done(samples):
+                return samples
+
+
+def device_samples(call: Callable[[], Any], engine: Engine, rule: StoppingRule,
+                   watch: ClockWatch | None = None) -> list[float]:
+    """Device seconds of calls in batches of about :data:`BATCH_S` from one stream of batches:
+    :data:`WARMUP_S` of them discarded, then batches until ``rule`` says stop; the SM clock read
+    after each batch."""
+    first = max(engine.batch(call, 1)[0], 1e-7)
+    batches = engine.stream(call, max(1, min(MAX_QUEUED_CALLS, int(BATCH_S / first))))
+    samples: list[float] = []
+    try:
+        warm_until = time.perf_counter() + WARMUP_S  # warm-up and samples from one stream: no gap
+        for _ in batches:
+            if time.perf_counter() >= warm_until:
+                break
+        rule.start()
+        for batch in batches:
+            samples += batch
+            if watch is not None:
+                watch.read()
+            if rule.done(samples):
+                break
+    finally:
+        batches.close()
+    return samples[:rule.max_samples]
+
+
+def host_timing(call: Callable[[], Any], engine: Engine, device_s: float) -> Timing:
+    """Host seconds per call: :data:`HOST_BATCHES` loops of calls behind a hold, each of about
+    10 ms of the GEMM's device time (``device_s`` per call), 1 to :data:`MAX_QUEUED_CALLS` calls
+    (three loops of one call for GEMMs over 10 ms, whose host time hardly matters), after one
+    loop whose time is dropped, a warm-up: the host comes to the loops from waiting on the device.
+    The median over the loops is the figure; host time varies more from one measurement to the
+    next than within one (docs/results/2026-11-23-timing-engine.md)."""
+    count = max(1, min(MAX_QUEUED_CALLS, int(0.01 / max(device_s, 1e-7))))
+    with gc_paused():
+        engine.host_per_call(call, count)
+        samples = [engine.host_per_call(call, count) for _ in range(HOST_BATCHES if count > 1 else 3)]
+    return Timing.of(samples, "host loop behind a stream hold" if engine.holding else "host loop")
+
+
+def loop_per_call_s(call: Callable[[], Any], count: int, synchronize: Callable[[], None]) -> float:
+    """Seconds per call of ``count`` calls in a loop ended by one synchronisation: what a program
+    that calls in a loop gets, launch path and device work overlapping as they do there."""
+    synchronize()
+    start = time.perf_counter()
+    for _ in range(count):
+        call()
+    synchronize()
+    return (time.perf_counter() - start) / count
+
+
+def interleaved_caller_timings(problems: Sequence[Problem], caller_s: Sequence[float],
+                               rounds: int = CALLER_ROUNDS, threads: int | None = None) -> list[Timing]:
+    """Caller time of each problem's GEMM (:func:`loop_per_call_s`, loops of about
+    :data:`CALLER_LOOP_S`), over ``rounds`` rounds that take the problems in turn, alternating which
+    goes first. Host times drift from one measurement to the next by more than they vary within
+    one; taking the backends in turn puts the same drift into every backend's rounds, and the
+    spread over the rounds (their interquartile range) is what ranking them must allow for.
+    ``caller_s`` is a first estimate of each one's time per call (it sets the loop's length);
+    ``threads`` the thread policy's count (see :mod:`gemmzoo.measure.threads`)."""
+    calls = [functools.partial(planned(p.backend, p.a, p.b), p.a, p.b) for p in problems]
+    counts = [max(8, min(2000, int(CALLER_LOOP_S / max(t, 1e-7)))) for t in caller_s]
+    per_round: list[list[float]] = [[] for _ in problems]
+    with ThreadLimit(threads):
+        for call, problem in zip(calls, problems, strict=True):  # warm: allocator, launch caches
+            loop_per_call_s(call, 8, problem.backend.synchronize)
+        order = list(range(len(problems)))
+        for number in range(rounds):
+            for index in (order if number % 2 == 0 else order[::-1]):
+                sync = problems[index].backend.synchronize
+                per_round[index].append(loop_per_call_s(calls[index], counts[index], sync))
+    method = f"loops of calls ended by one synchronisation, {rounds} interleaved rounds"
+    return [Timing.of(values, method) for values in per_round]
+
+
+def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_samples: int = 1000,
+               gpu: Any = None, timer: str = "events", *, threads: int | None = None,
+               noise_target: float = NOISE_TARGET, clock_watch: ClockWatch | None = None) -> TimedCalls:
+    """Device and host time of the GEMM of ``problem``: warm-up calls, then device samples under
+    the stopping rule (``noise_target`` within ``budget_s``, at most ``max_samples``), then host
+    loops, all under the thread policy (``threads``; see :mod:`gemmzoo.measure.threads`).
+    ``timer`` is one of :data:`TIMERS` (it matters only on CUDA); ``gpu`` replaces the CUDA device
+    interface and ``clock_watch`` the NVML clock reader, for tests."""
+    if timer not in TIMERS:
+        raise ValueError(f"unknown timer {timer!r}; known: {', '.join(TIMERS)}")
+    backend = problem.backend
+    a, b = problem.a, problem.b
+    run = planned(backend, a, b)
+
+    def call() -> Any:
+        return run(a, b)
+
+    call()  # loads whatever libraries the call needs, so that the thread limit reaches them
+    backend.synchronize()
+    rule = StoppingRule(budget_s, noise_target, max_samples=max_samples)
+    with ThreadLimit(threads) as limit:
+        for _ in range(warmup):
+            call()
+        backend.synchronize()
+        if backend.device != "cuda":
+            device = rule.timing(cpu_samples(call, backend.synchronize, rule), "wall clock")
+            return TimedCalls(device, device, limit.report())
+        watch = clock_watch if clock_watch is not None else nvml_watch()
+        if timer == "graph":
+            call = graph_call(call)
+        engine = Engine(gpu)
+        if timer in ("do_bench", "nvbench"):
+            device = do_bench_timing(call, budget_s, noise_target) if timer == "do_bench" \
+                else nvbench_timing(call, budget_s, noise_target)
+            watch.read()
+        else:
+            with gc_paused():
+                samples = device_samples(call, engine, rule, watch)
+            method = engine.method + (", CUDA graph replay" if timer == "graph" else "")
+            device = rule.timing(samples, method)
+        host = host_timing(call, engine, device.median_s)
+        return TimedCalls(device, host, limit.report(), watch.report())
+
+
+def time_calls(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_samples: int = 1000,
+               gpu: Any = None, timer: str = "events", threads: int | None = None) -> tuple[Timing, Timing]:
+    """Device and host time of the GEMM of ``problem`` (see :func:`run_timing`)."""
+    timed = run_timing(problem, budget_s, warmup, max_samples, gpu, timer, threads=threads)
+    return timed.device, timed.host
+
+
+def time_problem(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_samples: int = 1000,
+                 gpu: Any = None, timer: str = "events") -> Timing:
+    """The device time of the GEMM of ``problem`` (see :func:`run_timing`)."""
+    return time_calls(problem, budget_s, warmup, max_samples, gpu, timer)[0]
