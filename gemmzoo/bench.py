@@ -12,6 +12,7 @@ the run falls on every backend alike.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,21 +86,41 @@ class BenchResult:
             "peak_tflops": self.peak_tflops,
             "peak_percent": self.peak_percent,
             "error_ratio": self.measurement.error_ratio if self.measurement else None,
+            **_trust_fields(self.measurement),
             "rel_error": self.measurement.rel_error if self.measurement else None,
             "detail": self.detail,
         }
 
 
+def _trust_fields(measured: Measurement | None) -> dict[str, Any]:
+    """How far a result can be trusted: the median's noise and whether it met its target, the
+    thread policy it was timed under, and the SM clock meanwhile (see docs/benchmarks.md)."""
+    timing = measured.timing if measured else None
+    threads = measured.threads.as_dict() if measured and measured.threads else {}
+    clocks = measured.clocks.as_dict() if measured and measured.clocks else {}
+    return {
+        "noise": timing.noise if timing and math.isfinite(timing.noise) else None,
+        "noise_target": timing.target if timing else None,
+        "converged": timing.converged if timing else None,
+        "threads": threads.get("threads"), "thread_policy": threads.get("thread_policy"),
+        "thread_pools": threads.get("thread_pools"),
+        "sm_clock_mhz": clocks.get("sm_clock_mhz"),
+        "default_sm_clock_mhz": clocks.get("default_sm_clock_mhz"),
+        "throttled": clocks.get("throttled"),
+    }
+
+
 def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str = "events",
-              verify: bool = True) -> BenchResult:
+              verify: bool = True, threads: int | None = None) -> BenchResult:
     """Check (unless ``verify`` is False) and time ``backend`` on ``point`` with ``timer`` (see
-    :data:`gemmzoo.measure.TIMERS`); failures become a status, not an exception."""
+    :data:`gemmzoo.measure.TIMERS`) under the thread policy (``threads``, see
+    :mod:`gemmzoo.measure.threads`); failures become a status, not an exception."""
     accuracy = str(accuracy_of(backend))
     if point.dtype not in backend.dtypes:
         return BenchResult(backend.name, backend.device, point, UNSUPPORTED,
                            detail=f"{backend.name} does not compute {point.dtype}", accuracy=accuracy)
     try:
-        result = measure(backend, point, budget_s=budget_s, verify=verify, timer=timer)
+        result = measure(backend, point, budget_s=budget_s, verify=verify, timer=timer, threads=threads)
     except WrongResultError as error:
         return BenchResult(backend.name, backend.device, point, WRONG, detail=str(error), accuracy=accuracy)
     except Exception as error:  # a crashing backend must not end the whole run
@@ -118,7 +139,7 @@ def _ok(backend: Any, point: GridPoint, result: Measurement) -> BenchResult:
 
 def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float = 0.2,
               on_result: Callable[[BenchResult], None] | None = None, timer: str = "events",
-              rounds: int = 1) -> list[BenchResult]:
+              rounds: int = 1, threads: int | None = None) -> list[BenchResult]:
     """Every backend on every point, point by point, in ``rounds`` interleaved rounds of
     ``budget_s / rounds`` each; ``on_result`` hears each result as its last round finishes.
     A backend is checked in the first round only; one that fails there is not timed again."""
@@ -135,7 +156,8 @@ def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: fl
                     if last and on_result is not None:
                         on_result(earlier)
                     continue
-                result = bench_one(backend, point, budget_s / rounds, timer, verify=earlier is None)
+                result = bench_one(backend, point, budget_s / rounds, timer, verify=earlier is None,
+                                   threads=threads)
                 if earlier is not None and result.status == OK and earlier.measurement and result.measurement:
                     merged = earlier.measurement.merged(result.measurement)
                     result = _ok(backend, point, merged)

@@ -24,7 +24,7 @@ CSV_FIELDS = (
     "caller_tflops", "gbps", "peak_tflops", "peak_percent", "bandwidth_gbps", "roofline_bound",
     "roofline_percent", "verdict", "error_ratio", "rel_error", "method", "detail",
 )
-BEST, TIE = "best", "tie"
+BEST, TIE, NOISY = "best", "tie", "noisy"
 
 
 def _backends(results: Sequence[BenchResult]) -> list[str]:
@@ -42,20 +42,25 @@ def _timed(result: BenchResult) -> Timed:
     measured = result.measurement
     assert measured is not None
     bound = "host" if measured.launch_bound else "device"
-    return Timed(result.backend, measured.caller_s, measured.caller_spread_s, bound)
+    return Timed(result.backend, measured.caller_s, measured.caller_spread_s, bound,
+                 measured.caller_timing.half_width_s, not measured.noisy)
 
 
 def verdicts(row: dict[str, BenchResult]) -> dict[str, str]:
-    """``{backend: "best" | "tie"}`` for one point, by caller time: the fastest is ``best``
-    unless others are within measured noise of it (``best_backend``'s rule,
-    :func:`gemmzoo.tuning.select.rank`), and then all of those are ``tie``."""
+    """``{backend: "best" | "tie" | "noisy"}`` for one point, by caller time: the fastest is
+    ``best`` unless others are within measured noise of it (``best_backend``'s rule,
+    :func:`gemmzoo.tuning.select.rank`), and then all of those are ``tie``; a measurement that
+    missed its noise target is ``noisy`` and not ranked with the others."""
     timed = [_timed(r) for r in row.values() if r.caller_s is not None]
     if not timed:
         return {}
+    noisy = {t.backend: NOISY for t in timed if not t.converged}
     _winner, _ranking, tied = rank(timed)
+    if len(noisy) == len(timed):
+        return noisy
     if len(tied) > 1:
-        return dict.fromkeys(tied, TIE)
-    return {min(timed, key=lambda t: t.median_s).backend: BEST}
+        return {**dict.fromkeys(tied, TIE), **noisy}
+    return {tied[0]: BEST, **noisy}
 
 
 def winner(row: dict[str, BenchResult]) -> BenchResult | None:

@@ -9,10 +9,14 @@ of each point's cost (see :func:`point_cost`), largest first onto the lightest p
 part the grid's own order is kept.
 
 ``--devices all|0,1,...`` starts one worker process per GPU (``spawn``, so no CUDA state is
-inherited; ``CUDA_VISIBLE_DEVICES`` set to that GPU alone before the worker starts). Points go to
-whichever worker is free, costliest first, and the results come back in the grid's order as one
-run. :class:`DevicePool` is the engine; :mod:`gemmzoo.scale_jobs` holds what a worker does for
-``bench`` and ``tune``.
+inherited; ``CUDA_VISIBLE_DEVICES`` set to that GPU alone before the worker starts, and the
+host's cores split between the workers: :func:`core_shares`). Points go to whichever worker is
+free, costliest first, and the results come back in the grid's order as one run. Start-up is
+overlapped with the sweep: the points are queued as soon as they are known
+(:meth:`DevicePool.submit`, before the parent has checked its backends), so each worker starts
+measuring the moment its own warm-up is done, while the other workers and the parent are still
+starting. :class:`DevicePool` is the engine; :mod:`gemmzoo.scale_jobs` holds what a worker does
+for ``bench`` and ``tune``.
 """
 
 from __future__ import annotations
@@ -160,10 +164,43 @@ class WorkerReport:
                 "error": self.error}
 
 
+def core_shares(cores: Sequence[int], count: int) -> list[list[int]]:
+    """``cores`` dealt into ``count`` disjoint, near-equal shares (one per worker; a share is all
+    of them when there are fewer cores than workers), so that the workers' host work (launches,
+    making operands, judging results) and thread pools do not compete for the same cores."""
+    ordered = sorted(cores)
+    if len(ordered) < count:
+        return [list(ordered) for _ in range(count)]
+    size, extra = divmod(len(ordered), count)
+    shares, start = [], 0
+    for number in range(count):
+        end = start + size + (1 if number < extra else 0)
+        shares.append(ordered[start:end])
+        start = end
+    return shares
+
+
+def _host_cores() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+_POOL_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def _worker(slot: int, device: str, warm: Callable[[], Any] | None, tasks: Any, results: Any,
-            current: Any) -> None:
+            current: Any, cores: Sequence[int] | None = None) -> None:
     # Before anything can start CUDA in this process: only this worker's GPU is visible.
     os.environ["CUDA_VISIBLE_DEVICES"] = device
+    if cores:
+        try:
+            os.sched_setaffinity(0, cores)
+        except (AttributeError, OSError):  # not on this OS: the pools are still sized to the share
+            pass
+        for name in _POOL_VARIABLES:  # before numpy or torch start their pools
+            os.environ.setdefault(name, str(len(cores)))
     if warm is not None:
         try:
             warm()
@@ -191,28 +228,33 @@ def _worker(slot: int, device: str, warm: Callable[[], Any] | None, tasks: Any, 
 class DevicePool:
     """One worker process per entry of ``devices``, each started by ``spawn`` with
     ``CUDA_VISIBLE_DEVICES`` set to its entry alone, so no CUDA state is inherited and each CUDA
-    sees one GPU from the outset. ``warm()`` (picklable) runs first in each worker: importing the
-    frameworks and starting CUDA there overlaps with whatever the parent does before :meth:`run`.
+    sees one GPU from the outset, and pinned to its share of the host's cores
+    (:func:`core_shares`; ``split_cores=False`` leaves them all to every worker). ``warm()``
+    (picklable) runs first in each worker: importing the frameworks and starting CUDA there
+    overlaps with whatever the parent does meanwhile.
 
-    A pool runs one sweep (:meth:`run`), then its workers exit; :meth:`close` (also on garbage
-    collection) ends a pool that never ran.
+    A pool runs one sweep: :meth:`submit` queues its points (workers take them as soon as they
+    are warm), :meth:`run` collects the results; then the workers exit. :meth:`close` (also on
+    garbage collection) ends a pool that never ran.
     """
 
     def __init__(self, devices: Sequence[str], warm: Callable[[], Any] | None = None,
-                 context: str = "spawn") -> None:
+                 context: str = "spawn", split_cores: bool = True) -> None:
         ctx = multiprocessing.get_context(context)
         self.devices = list(devices)
         self._tasks = ctx.Queue()
         self._current = ctx.Array("i", [-1] * len(self.devices))
         self._readers: dict[Any, tuple[int, str]] = {}
         self._workers: dict[str, Any] = {}
+        self._submitted: tuple[Callable[[GridPoint], Any], list[GridPoint]] | None = None
+        shares = core_shares(_host_cores(), len(self.devices)) if split_cores else [None] * len(self.devices)
         saved = os.environ.get("CUDA_VISIBLE_DEVICES")
         try:
             for slot, device in enumerate(self.devices):
                 reader, writer = ctx.Pipe(duplex=False)
                 # The child inherits the environment at start: its CUDA sees only its GPU.
                 os.environ["CUDA_VISIBLE_DEVICES"] = device
-                args = (slot, device, warm, self._tasks, writer, self._current)
+                args = (slot, device, warm, self._tasks, writer, self._current, shares[slot])
                 process = ctx.Process(target=_worker, args=args, daemon=True, name=f"gemmzoo-gpu-{device}")
                 process.start()
                 writer.close()
@@ -238,18 +280,36 @@ class DevicePool:
         """Let the workers finish and exit (at once if they have nothing to do)."""
         self._finalizer()
 
-    def run(self, job: Callable[[GridPoint], Any], points: Sequence[GridPoint],
-            on_done: Callable[[GridPoint, str, Any], None] | None = None,
-            ) -> tuple[list[tuple[str, Any]], list[WorkerReport]]:
-        """Run ``job(point)`` for every point (``job`` picklable: a module-level function or a
-        ``functools.partial`` of one); points go to whichever worker is free, costliest first
-        (:func:`point_cost`). Returns, in the order of ``points``, ``("ok", value)`` or
-        ``("error", text)`` for each, and a report per worker. ``on_done(point, device, outcome)``
-        hears each point as it finishes. A worker that dies leaves an error for the point it was
-        on; the others finish the rest."""
+    def submit(self, job: Callable[[GridPoint], Any], points: Sequence[GridPoint]) -> None:
+        """Queue ``job(point)`` for every point now (``job`` picklable: a module-level function or
+        a ``functools.partial`` of one), costliest first (:func:`point_cost`); each worker takes
+        the next one as soon as it is warm and free. :meth:`run` collects the results."""
+        if self._submitted is not None:
+            raise RuntimeError("this pool's sweep was already submitted")
+        self._submitted = (job, list(points))
         order = sorted(range(len(points)), key=lambda i: (-point_cost(points[i]), i))
         for number in order:
             self._tasks.put((number, job, points[number]))
+
+    @property
+    def submitted(self) -> tuple[Callable[[GridPoint], Any], list[GridPoint]] | None:
+        """The job and points queued by :meth:`submit`, if any."""
+        return self._submitted
+
+    def run(self, job: Callable[[GridPoint], Any] | None = None, points: Sequence[GridPoint] | None = None,
+            on_done: Callable[[GridPoint, str, Any], None] | None = None,
+            ) -> tuple[list[tuple[str, Any]], list[WorkerReport]]:
+        """Run ``job(point)`` for every point (:meth:`submit`, unless that was done already: then
+        ``job`` and ``points`` may be left out) and wait for them. Returns, in the order of
+        ``points``, ``("ok", value)`` or ``("error", text)`` for each, and a report per worker.
+        ``on_done(point, device, outcome)`` hears each point as it finishes. A worker that dies
+        leaves an error for the point it was on; the others finish the rest."""
+        if self._submitted is None:
+            if job is None or points is None:
+                raise ValueError("run() needs a job and points unless they were submitted")
+            self.submit(job, points)
+        assert self._submitted is not None
+        points = self._submitted[1]
         reports = {device: WorkerReport(device) for device in self.devices}
         outcomes: list[tuple[str, Any] | None] = [None] * len(points)
         self._finalizer.detach()

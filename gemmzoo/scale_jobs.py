@@ -36,11 +36,26 @@ def gpu_extra(result: BenchResult) -> Extra:
     return {"gpu": gpu_state()}
 
 
+@functools.lru_cache(maxsize=64)
+def _available(backend: Any) -> bool:
+    return backend.unavailable_reason() is None
+
+
 def warm_backends(names: tuple[str, ...] | None) -> None:
     """A worker's warm-up: ask the backends whether they are available, which imports their
-    frameworks and starts CUDA, before the first point arrives."""
+    frameworks and starts CUDA, and make the engine's first-use pieces (the stream hold, the
+    flush buffer) when a CUDA backend is available, before the first point is taken."""
+    cuda = False
     for backend in _backends(names):
-        backend.unavailable_reason()
+        cuda = (_available(backend) and backend.device == "cuda") or cuda
+    if cuda:
+        from gemmzoo.gpu_stream import default_gpu
+
+        gpu = default_gpu()
+        hold = gpu.hold()
+        if hold is not None:
+            hold.release()
+        gpu.synchronize()
 
 
 def start_pool(devices: str | None, names: Sequence[str] | None = None) -> DevicePool | None:
@@ -53,13 +68,28 @@ def start_pool(devices: str | None, names: Sequence[str] | None = None) -> Devic
     return DevicePool(chosen, functools.partial(warm_backends, tuple(names) if names else None))
 
 
-def bench_point(names: tuple[str, ...], budget_s: float, timer: str, point: GridPoint,
-                ) -> list[tuple[BenchResult, Extra]]:
-    """Every named backend on ``point`` with ``timer`` (a worker's job): results with their GPU
-    records."""
+def start_bench(devices: str | None, names: Sequence[str] | None, points: Sequence[GridPoint],
+                budget_s: float, timer: str = "events", threads: int | None = None) -> DevicePool | None:
+    """For ``gemmzoo bench --devices``: the pool (:func:`start_pool`) with the sweep already
+    queued, so each worker starts measuring as soon as it is warm while the parent is still
+    checking its backends. A worker leaves out the backends unavailable to it;
+    :func:`bench_on_devices` collects the results of the backends the parent keeps."""
+    pool = start_pool(devices, names)
+    if pool is not None:
+        key = tuple(names) if names else None
+        pool.submit(functools.partial(bench_point, key, budget_s, timer, threads=threads), points)
+    return pool
+
+
+def bench_point(names: tuple[str, ...] | None, budget_s: float, timer: str, point: GridPoint,
+                threads: int | None = None) -> list[tuple[BenchResult, Extra]]:
+    """Every named available backend on ``point`` with ``timer`` under the thread policy
+    (``threads``): results with their GPU records (a worker's job)."""
     out = []
     for backend in _backends(names):
-        result = bench_one(backend, point, budget_s, timer=timer)
+        if not _available(backend):
+            continue
+        result = bench_one(backend, point, budget_s, timer=timer, threads=threads)
         out.append((result, gpu_extra(result)))
     return out
 
@@ -73,22 +103,28 @@ def _cpu_note(backends: Sequence[Any], devices: Sequence[str]) -> None:
 
 def bench_on_devices(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float, devices: str,
                      on_result: Callable[[BenchResult], None] | None = None, pool: DevicePool | None = None,
-                     timer: str = "events") -> tuple[list[BenchResult], list[Extra], list[dict[str, Any]]]:
+                     timer: str = "events", threads: int | None = None,
+                     ) -> tuple[list[BenchResult], list[Extra], list[dict[str, Any]]]:
     """``gemmzoo bench --devices``: one worker per GPU (``all`` or ``0,1,...``), on ``pool`` if
-    one was started (:func:`start_pool`). Returns the results in grid order (point by point,
-    backends in the given order), each one's extra record (``gpu``), and the workers' reports.
-    ``on_result`` hears each result as its point finishes."""
+    one was started (:func:`start_pool`, or :func:`start_bench` with the sweep already queued:
+    then its points are the ones measured). Returns the results of ``backends`` in grid order
+    (point by point, backends in the given order), each one's extra record (``gpu``), and the
+    workers' reports. ``on_result`` hears each result as its point finishes."""
     pool = pool or start_pool(devices, [b.name for b in backends])
     assert pool is not None
     _cpu_note(backends, pool.devices)
     names = tuple(b.name for b in backends)
+    if pool.submitted is None:
+        pool.submit(functools.partial(bench_point, names, budget_s, timer, threads=threads), points)
+    else:
+        points = pool.submitted[1]
 
     def done(point: GridPoint, device: str, outcome: tuple[str, Any]) -> None:
         for result in _unpack(point, names, outcome, backends):
             if on_result is not None:
                 on_result(result[0])
 
-    outcomes, reports = pool.run(functools.partial(bench_point, names, budget_s, timer), points, done)
+    outcomes, reports = pool.run(on_done=done)
     results, extras = [], []
     for point, outcome in zip(points, outcomes, strict=True):
         for result, extra in _unpack(point, names, outcome, backends):
@@ -101,7 +137,10 @@ def _unpack(point: GridPoint, names: tuple[str, ...], outcome: tuple[str, Any],
             backends: Sequence[Any]) -> list[tuple[BenchResult, Extra]]:
     kind, value = outcome
     if kind == "ok":
-        return list(value)
+        by_name = {result.backend: (result, extra) for result, extra in value}
+        lost = "unavailable in the worker process (available in the parent)"
+        return [by_name.get(b.name) or (BenchResult(b.name, b.device, point, ERROR, detail=lost), {})
+                for b in backends if b.name in by_name or point.dtype in b.dtypes]
     return [(BenchResult(b.name, b.device, point, ERROR, detail=str(value)), {})
             for b in backends if point.dtype in b.dtypes]
 

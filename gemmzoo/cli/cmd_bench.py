@@ -29,7 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timer", choices=TIMERS, default="events",
                         help="device timer on a GPU: events (CUDA events, calls queued behind a stream hold; "
                              "default), graph (the same around CUDA-graph replays of the call), do_bench "
-                             "(triton.testing.do_bench, for cross-checks)")
+                             "(triton.testing.do_bench, for cross-checks), nvbench (NVIDIA's nvbench; needs "
+                             "the nvbench extra: pip install 'gemmzoo[nvbench]')")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="threads every BLAS/OpenMP pool may use while a backend is timed (default: "
+                             "all usable cores from 4 cores up, else 1; see docs/benchmarks.md)")
     parser.add_argument("--rounds", type=int, default=1, metavar="N",
                         help="measure in N interleaved rounds (each backend, point by point, N times; the "
                              "budget split between them) and merge them, so drift hits every backend alike")
@@ -66,12 +70,20 @@ def run(args: argparse.Namespace) -> int:
         from gemmzoo.cli.merge import run_merge
 
         return run_merge(args)
-    # The GPU workers start now and warm up while this process picks the backends and points.
-    pool = scale_jobs.start_pool(args.devices, args.backend)
+    if args.threads is not None and args.threads < 1:
+        errors.print("--threads must be at least 1", style="red", markup=False)
+        return 2
+    try:
+        points = points_from_arguments(args)
+    except GridError as error:
+        errors.print(str(error), style="red", markup=False)
+        return 2
+    # The GPU workers start now with the sweep queued: each measures as soon as it is warm, while
+    # this process still checks the backends (scale_jobs.start_bench).
+    pool = scale_jobs.start_bench(args.devices, args.backend, points, args.budget, args.timer, args.threads)
     registry = get_registry()
     try:
         chosen = registry.select(args.backend)
-        points = points_from_arguments(args)
     except (UnknownBackendError, GridError) as error:
         errors.print(str(error), style="red", markup=False)
         return 2
@@ -110,10 +122,11 @@ def run(args: argparse.Namespace) -> int:
         workers = None
         if args.devices:
             results, extras, workers = scale_jobs.bench_on_devices(
-                backends, points, args.budget, args.devices, advance, pool, timer=args.timer)
+                backends, points, args.budget, args.devices, advance, pool, timer=args.timer,
+                threads=args.threads)
         else:
             results = run_bench(backends, points, args.budget, on_result=advance_here, timer=args.timer,
-                                rounds=args.rounds)
+                                rounds=args.rounds, threads=args.threads)
 
     from gemmzoo.report import plain_table, results_table, summary_lines
 

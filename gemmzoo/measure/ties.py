@@ -3,13 +3,13 @@
 
 Each backend's time is an :class:`Estimate`: its median and the half-width of its uncertainty
 (the median's confidence interval where the samples gave one, else half the interquartile
-range), never less than :data:`TIE_FLOOR` of the median, since two runs of one backend drift by
-about that much even when each is tight. Two backends tie only when
+range). Two backends tie only when
 
 - their intervals overlap: the slower median minus its half-width is at most the faster median
   plus its half-width, each interval built from that backend's own noise (the median's
   confidence interval, not the spread of the samples: a noisy backend's spread says little about
-  where its median lies), and
+  where its median lies); medians within :data:`TIE_FLOOR` of the faster one overlap however
+  tight the intervals, since two runs of one backend drift by about that much; and
 - neither median is more than :data:`TIE_MAX_RATIO` times the other: a backend that much slower
   is never a tie, however noisy the measurements.
 
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 TIE_FLOOR = 0.01
-"""The smallest half-width of an interval, as a fraction of the median (run-to-run drift)."""
+"""Medians closer than this fraction of the faster one always overlap (run-to-run drift)."""
 TIE_MAX_RATIO = 1.2
 """Medians further apart than this ratio never tie."""
 
@@ -40,11 +40,11 @@ class Estimate:
 
     @property
     def low_s(self) -> float:
-        return self.median_s - max(self.half_width_s, TIE_FLOOR * self.median_s)
+        return self.median_s - self.half_width_s
 
     @property
     def high_s(self) -> float:
-        return self.median_s + max(self.half_width_s, TIE_FLOOR * self.median_s)
+        return self.median_s + self.half_width_s
 
 
 def tied(a: Estimate, b: Estimate) -> bool:
@@ -55,7 +55,8 @@ def tied(a: Estimate, b: Estimate) -> bool:
         return slow.median_s <= 0
     if slow.median_s > TIE_MAX_RATIO * fast.median_s:
         return False
-    return fast.high_s >= slow.low_s
+    reach = max(fast.half_width_s + slow.half_width_s, TIE_FLOOR * fast.median_s)
+    return slow.median_s - fast.median_s <= reach
 
 
 @dataclass(frozen=True)

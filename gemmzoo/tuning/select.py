@@ -25,10 +25,12 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
 5. Candidates are ranked by *caller time* (``by="caller"``, the default): the larger of the
    median device time and the median host time per call, what a loop of calls achieves; a
    launch-bound backend is ranked by its host time. ``by="device"`` ranks by device time alone.
-   The fastest wins, but every candidate within measured noise of the fastest ties with it:
-   its median is at most ``max((IQR + fastest's IQR) / 2, TIE_FLOOR * fastest median)`` above
-   the fastest's (the bands median ± IQR/2 overlap; run-to-run drift is about 1% even when
-   the IQRs are tighter). Among tied backends the first in :data:`DEFAULT_ORDER` wins, then
+   The fastest wins, but every candidate within measured noise of the fastest ties with it,
+   by the one tie rule of :mod:`gemmzoo.measure.ties`: the two intervals (median ± its
+   uncertainty, at least ``TIE_FLOOR`` of the median; a stored row's uncertainty is half its
+   IQR) overlap, and the slower median is at most ``TIE_MAX_RATIO`` times the faster (a backend
+   that much slower never ties, however noisy). Among tied backends the first in
+   :data:`DEFAULT_ORDER` wins, then
    the first by name: a stable rule, so re-tuning does not flip between equals, and vendor
    libraries are preferred when nothing separates them.
 
@@ -53,6 +55,7 @@ from gemmzoo.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmError
 from gemmzoo.grids import GridPoint
+from gemmzoo.measure import ties
 from gemmzoo.registry import env_list, get_registry
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import Record
@@ -61,7 +64,7 @@ from gemmzoo.tuning.tune import conformance_verdict, measure_records
 
 MISS_BUDGET_S = 0.3
 VERIFY_LIMIT = 2**28
-TIE_FLOOR = 0.01
+TIE_FLOOR = ties.TIE_FLOOR
 DEFAULT_ORDER = ("torch", "cupy", "numpy", "torch-cpu")
 _PREFERENCE = {name: i for i, name in enumerate(DEFAULT_ORDER)}
 _OFF_WORDS = {"0", "false", "no", "off"}
@@ -73,12 +76,21 @@ RANK_BY = ("caller", "device")
 @dataclass(frozen=True)
 class Timed:
     """One candidate's stored timing at the shape that decided: the time it was ranked by, its
-    IQR, and which bound that time is (``"device"`` or ``"host"``)."""
+    IQR, and which bound that time is (``"device"`` or ``"host"``); ``half_width_s``, the
+    median's uncertainty where known (else half the IQR stands for it), and ``converged``,
+    false for a measurement that missed its noise target (noisy: not ranked with the others)."""
 
     backend: str
     median_s: float
     spread_s: float
     bound: str = "device"
+    half_width_s: float | None = None
+    converged: bool = True
+
+    def estimate(self) -> ties.Estimate:
+        """This timing as :mod:`gemmzoo.measure.ties` ranks it."""
+        width = self.spread_s / 2 if self.half_width_s is None else self.half_width_s
+        return ties.Estimate(self.backend, self.median_s, width, self.converged)
 
 
 @dataclass(frozen=True)
@@ -145,16 +157,12 @@ def measuring_enabled(measure: bool | None) -> bool:
 
 
 def rank(timings: list[Timed]) -> tuple[str, tuple[Timed, ...], tuple[str, ...]]:
-    """The winner under the tie rule, the timings fastest first, and the names tied with the fastest."""
+    """The winner under the tie rule (:func:`gemmzoo.measure.ties.rank`), the timings fastest
+    first, and the names tied with the fastest."""
+    ranking = ties.rank([t.estimate() for t in timings], preference)
     ordered = tuple(sorted(timings, key=lambda t: (t.median_s, t.backend)))
-    fastest = ordered[0]
-    tied = tuple(sorted(
-        (t.backend for t in ordered
-         if t.median_s - fastest.median_s
-         <= max((t.spread_s + fastest.spread_s) / 2, TIE_FLOOR * fastest.median_s)),
-        key=preference,
-    ))
-    return tied[0], ordered, tied
+    assert ranking.winner is not None, "rank needs at least one timing"
+    return ranking.winner, ordered, ranking.tied
 
 
 def preference(name: str) -> tuple[int, str]:
