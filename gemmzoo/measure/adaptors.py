@@ -5,6 +5,7 @@ cross-checks of the engine."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import os
 import tempfile
@@ -144,9 +145,8 @@ def nvbench_timing(call: Callable[[], Any], budget_s: float, target: float, devi
             raise GemmError(f"nvbench: the call raised {type(failures[0]).__name__}: {failures[0]}")
         if not os.path.exists(path):
             raise GemmError(f"nvbench wrote no result for {name} (run with --timer events to see why)")
-        from cuda.bench.results import BenchmarkResult
-
-        return nvbench_result_timing(BenchmarkResult.from_json(path), name, target)
+        results = getattr(bench, "results", None) or importlib.import_module("cuda.bench.results")
+        return nvbench_result_timing(results.BenchmarkResult.from_json(path), name, target)
 
 
 def nvbench_result_timing(result: Any, name: str, target: float) -> Timing:
