@@ -23,6 +23,7 @@ CSV_FIELDS = (
     "q3_s", "samples", "host_s", "host_q1_s", "host_q3_s", "caller_s", "launch_bound", "tflops",
     "caller_tflops", "gbps", "peak_tflops", "peak_percent", "bandwidth_gbps", "roofline_bound",
     "roofline_percent", "verdict", "error_ratio", "rel_error", "method", "detail",
+    "noise", "converged", "threads", "throttled",
 )
 BEST, TIE, NOISY = "best", "tie", "noisy"
 
