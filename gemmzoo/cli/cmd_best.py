@@ -31,6 +31,7 @@ def _us(seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gemmzoo.measure.ties import TIE_MAX_RATIO
     from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, explain
 
     shape = (args.M, args.N, args.K)
@@ -69,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(
             f"  tie: yes, {', '.join(choice.tied)} are within measured noise of the fastest "
             f"({fastest.backend}): their median ± IQR/2 bands overlap, or they differ by at most "
-            f"{TIE_FLOOR:.0%}; the first of them in the order {', '.join(DEFAULT_ORDER)}, "
+            f"{TIE_FLOOR:.0%}, and none is over {TIE_MAX_RATIO}x the fastest; the first of them in "
+            f"the order {', '.join(DEFAULT_ORDER)}, "
             "then by name, wins", soft_wrap=True)
     elif other is not None and mine is not None:
         console.print(f"  tie: no, the runner-up is {other.median_s / mine.median_s:.2f}x slower, "
