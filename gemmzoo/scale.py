@@ -151,17 +151,23 @@ def parse_devices(text: str, visible: Sequence[str]) -> list[str]:
 
 @dataclass
 class WorkerReport:
-    """What one worker did: its ``CUDA_VISIBLE_DEVICES`` entry, points done, busy seconds, and the
-    error that ended it early, if one did."""
+    """What one worker did: its ``CUDA_VISIBLE_DEVICES`` entry, points done, busy seconds, seconds
+    from the pool's start until it was warm (``ready_s``) and until its last point was done
+    (``done_s``), and the error that ended it early, if one did."""
 
     device: str
     points: int = 0
     busy_s: float = 0.0
     error: str = ""
+    ready_s: float | None = None
+    done_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        def seconds(value: float | None) -> float | None:
+            return None if value is None else round(value, 3)
+
         return {"device": self.device, "points": self.points, "busy_s": round(self.busy_s, 3),
-                "error": self.error}
+                "ready_s": seconds(self.ready_s), "done_s": seconds(self.done_s), "error": self.error}
 
 
 def core_shares(cores: Sequence[int], count: int) -> list[list[int]]:
@@ -187,6 +193,8 @@ def _host_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+_READY = -1  # the number of the message a worker sends once it is warm
+
 _POOL_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -206,6 +214,7 @@ def _worker(slot: int, device: str, warm: Callable[[], Any] | None, tasks: Any, 
             warm()
         except Exception:  # the jobs will meet and report the same trouble
             pass
+    results.send((_READY, None, 0.0, time.time()))
     while True:
         item = tasks.get()
         if item is None:
@@ -220,7 +229,7 @@ def _worker(slot: int, device: str, warm: Callable[[], Any] | None, tasks: Any, 
             payload = ("error", f"{type(error).__name__}: {error}")
         # A pipe, not a queue: send() has written the result when it returns (a queue's feeder
         # thread could lose it if the process dies on the next point).
-        results.send((number, payload, time.perf_counter() - began))
+        results.send((number, payload, time.perf_counter() - began, time.time()))
         current[slot] = -1
     results.close()
 
@@ -247,6 +256,7 @@ class DevicePool:
         self._readers: dict[Any, tuple[int, str]] = {}
         self._workers: dict[str, Any] = {}
         self._submitted: tuple[Callable[[GridPoint], Any], list[GridPoint]] | None = None
+        self.started = time.time()
         shares = core_shares(_host_cores(), len(self.devices)) if split_cores else [None] * len(self.devices)
         saved = os.environ.get("CUDA_VISIBLE_DEVICES")
         try:
@@ -320,7 +330,7 @@ class DevicePool:
             for reader in multiprocessing.connection.wait(list(readers)):
                 slot, device = readers[reader]
                 try:
-                    number, outcome, busy = reader.recv()
+                    number, outcome, busy, when = reader.recv()
                 except EOFError:  # the worker finished, or died
                     del readers[reader]
                     process = self._workers[device]
@@ -328,7 +338,11 @@ class DevicePool:
                     if process.exitcode != 0 or self._current[slot] >= 0:
                         _lost(device, process, self._current[slot], reports, outcomes, points, on_done)
                     continue
+                if number == _READY:
+                    reports[device].ready_s = when - self.started
+                    continue
                 outcomes[number] = outcome
+                reports[device].done_s = when - self.started
                 reports[device].points += 1
                 reports[device].busy_s += busy
                 if on_done is not None:

@@ -427,6 +427,8 @@ def test_submitted_points_run_while_the_parent_is_still_busy(tmp_path):
     outcomes, reports = pool.run()  # every point was measured before anyone asked for results
     assert all(kind == "ok" for kind, _ in outcomes) and sum(r.points for r in reports) == len(points)
     assert all(value[0] <= asked for _, value in outcomes)
+    assert all(r.ready_s is not None and 0 < r.ready_s <= r.done_s for r in reports if r.points)
+    assert all(r.done_s <= asked - pool.started for r in reports if r.points)
     shares = {tuple(value[1]) for _, value in outcomes}
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) >= 2:
