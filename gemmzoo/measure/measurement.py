@@ -11,7 +11,6 @@ from gemmzoo.measure.problems import make_problem
 from gemmzoo.measure.reference import UNCHECKED, judge_problem
 from gemmzoo.measure.stats import NOISE_TARGET, Timing
 from gemmzoo.measure.threads import ThreadReport
-from gemmzoo.measure.ties import Estimate
 from gemmzoo.measure.timers import run_timing
 
 
@@ -74,11 +73,6 @@ class Measurement:
     def throttled(self) -> bool:
         """Whether the GPU's SM clock was below the throttle threshold during the samples."""
         return bool(self.clocks and self.clocks.throttled)
-
-    def estimate(self, by: str = "caller") -> Estimate:
-        """This measurement for ranking (:mod:`gemmzoo.measure.ties`), by caller or device time."""
-        timing = self.caller_timing if by == "caller" else self.timing
-        return Estimate(self.backend, timing.median_s, timing.half_width_s, not self.noisy)
 
     def merged(self, other: Measurement) -> Measurement:
         """This measurement and a later round's of the same backend and point, as one (the
