@@ -17,37 +17,46 @@
 See docs/benchmarks.md.
 """
 
-from gemmzoo.measure.adaptors import do_bench_timing, graph_call, nvbench_timing
-from gemmzoo.measure.clocks import THROTTLE_THRESHOLD, ClockReport, ClockWatch
-from gemmzoo.measure.engine import MAX_QUEUED_CALLS, DeviceClock, Engine, gc_paused
-from gemmzoo.measure.measurement import Measurement, measure
-from gemmzoo.measure.problems import Problem, host_operands, make_problem, planned
-from gemmzoo.measure.reference import ResultDeviation, WrongResultError, check, judge_problem
-from gemmzoo.measure.stats import NOISE_TARGET, StoppingRule, Timing
-from gemmzoo.measure.threads import ThreadLimit, ThreadReport
-from gemmzoo.measure.ties import Estimate, rank, tied
-from gemmzoo.measure.timers import (
-    TIMERS,
-    WARMUP_S,
-    TimedCalls,
-    host_timing,
-    interleaved_caller_timings,
-    loop_per_call_s,
-    run_timing,
-    time_calls,
-    time_problem,
-)
+from __future__ import annotations
 
-prepare = make_problem
-"""The former name of :func:`make_problem`, kept for importers (it read like ``Backend.prepare``)."""
-compare = judge_problem
-"""The former name of :func:`judge_problem`, kept for importers (it read like ``gemmzoo.compare``)."""
+import importlib
+from typing import Any
 
-__all__ = [
-    "MAX_QUEUED_CALLS", "NOISE_TARGET", "THROTTLE_THRESHOLD", "TIMERS", "WARMUP_S", "ClockReport",
-    "ClockWatch", "DeviceClock", "Engine", "Estimate", "Measurement", "Problem", "ResultDeviation",
-    "StoppingRule", "ThreadLimit", "ThreadReport", "TimedCalls", "Timing", "WrongResultError", "check",
-    "compare", "do_bench_timing", "gc_paused", "graph_call", "host_operands", "host_timing",
-    "interleaved_caller_timings", "judge_problem", "loop_per_call_s", "make_problem", "measure",
-    "nvbench_timing", "planned", "prepare", "rank", "run_timing", "tied", "time_calls", "time_problem",
-]
+# Names are loaded from their module on first use, so that importing one small module of the
+# package (``gemmzoo.measure.ties`` from the dispatch path) does not import the whole engine.
+_HOMES = {
+    "adaptors": ("do_bench_timing", "graph_call", "nvbench_timing"),
+    "clocks": ("THROTTLE_THRESHOLD", "ClockReport", "ClockWatch"),
+    "engine": ("MAX_QUEUED_CALLS", "DeviceClock", "Engine", "gc_paused"),
+    "measurement": ("Measurement", "measure"),
+    "problems": ("Problem", "host_operands", "make_problem", "planned"),
+    "reference": ("ResultDeviation", "WrongResultError", "check", "judge_problem"),
+    "stats": ("NOISE_TARGET", "StoppingRule", "Timing"),
+    "threads": ("ThreadLimit", "ThreadReport"),
+    "ties": ("Estimate", "rank", "tied"),
+    "timers": ("TIMERS", "WARMUP_S", "TimedCalls", "host_timing", "interleaved_caller_timings",
+               "loop_per_call_s", "run_timing", "time_calls", "time_problem"),
+}
+_OLD_NAMES = {
+    "prepare": "make_problem",  # read like Backend.prepare
+    "compare": "judge_problem",  # read like gemmzoo.compare
+}
+_WHERE = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = sorted([*_WHERE, *_OLD_NAMES])
+
+
+def __getattr__(name: str) -> Any:
+    """``gemmzoo.measure.X`` for the names above, from the module that holds X (and the former
+    names ``prepare`` and ``compare`` of :func:`make_problem` and :func:`judge_problem`)."""
+    target = _OLD_NAMES.get(name, name)
+    module = _WHERE.get(target)
+    if module is None:
+        raise AttributeError(f"module 'gemmzoo.measure' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"gemmzoo.measure.{module}"), target)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
