@@ -20,7 +20,7 @@ from typing import Any
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.device import device_info, peak_tflops
 from gemmzoo.grids import GridPoint
-from gemmzoo.measure import Measurement, WrongResultError, measure
+from gemmzoo.measure import NOISE_TARGET, Measurement, WrongResultError, measure
 from gemmzoo.roofline import Roofline, roofline
 
 OK, WRONG, ERROR, UNSUPPORTED = "ok", "wrong", "error", "unsupported"
@@ -111,16 +111,19 @@ def _trust_fields(measured: Measurement | None) -> dict[str, Any]:
 
 
 def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str = "events",
-              verify: bool = True, threads: int | None = None) -> BenchResult:
+              verify: bool = True, threads: int | None = None,
+              noise_target: float = NOISE_TARGET) -> BenchResult:
     """Check (unless ``verify`` is False) and time ``backend`` on ``point`` with ``timer`` (see
     :data:`gemmzoo.measure.TIMERS`) under the thread policy (``threads``, see
-    :mod:`gemmzoo.measure.threads`); failures become a status, not an exception."""
+    :mod:`gemmzoo.measure.threads`), sampling until the median's noise is at most ``noise_target``
+    or the budget is spent (0: the whole budget); failures become a status, not an exception."""
     accuracy = str(accuracy_of(backend))
     if point.dtype not in backend.dtypes:
         return BenchResult(backend.name, backend.device, point, UNSUPPORTED,
                            detail=f"{backend.name} does not compute {point.dtype}", accuracy=accuracy)
     try:
-        result = measure(backend, point, budget_s=budget_s, verify=verify, timer=timer, threads=threads)
+        result = measure(backend, point, budget_s=budget_s, verify=verify, timer=timer, threads=threads,
+                         noise_target=noise_target)
     except WrongResultError as error:
         return BenchResult(backend.name, backend.device, point, WRONG, detail=str(error), accuracy=accuracy)
     except Exception as error:  # a crashing backend must not end the whole run
@@ -139,7 +142,8 @@ def _ok(backend: Any, point: GridPoint, result: Measurement) -> BenchResult:
 
 def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float = 0.2,
               on_result: Callable[[BenchResult], None] | None = None, timer: str = "events",
-              rounds: int = 1, threads: int | None = None) -> list[BenchResult]:
+              rounds: int = 1, threads: int | None = None,
+              noise_target: float = NOISE_TARGET) -> list[BenchResult]:
     """Every backend on every point, point by point, in ``rounds`` interleaved rounds of
     ``budget_s / rounds`` each; ``on_result`` hears each result as its last round finishes.
     A backend is checked in the first round only; one that fails there is not timed again."""
@@ -157,7 +161,7 @@ def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: fl
                         on_result(earlier)
                     continue
                 result = bench_one(backend, point, budget_s / rounds, timer, verify=earlier is None,
-                                   threads=threads)
+                                   threads=threads, noise_target=noise_target)
                 if earlier is not None and result.status == OK and earlier.measurement and result.measurement:
                     merged = earlier.measurement.merged(result.measurement)
                     result = _ok(backend, point, merged)

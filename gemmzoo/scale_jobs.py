@@ -14,6 +14,7 @@ from typing import Any
 
 from gemmzoo.bench import ERROR, BenchResult, bench_one
 from gemmzoo.grids import GridPoint
+from gemmzoo.measure.stats import NOISE_TARGET
 from gemmzoo.scale import DevicePool, parse_devices, visible_gpus
 
 Extra = dict[str, Any]
@@ -69,7 +70,8 @@ def start_pool(devices: str | None, names: Sequence[str] | None = None) -> Devic
 
 
 def start_bench(devices: str | None, names: Sequence[str] | None, points: Sequence[GridPoint],
-                budget_s: float, timer: str = "events", threads: int | None = None) -> DevicePool | None:
+                budget_s: float, timer: str = "events", threads: int | None = None,
+                noise_target: float = NOISE_TARGET) -> DevicePool | None:
     """For ``gemmzoo bench --devices``: the pool (:func:`start_pool`) with the sweep already
     queued, so each worker starts measuring as soon as it is warm while the parent is still
     checking its backends. A worker leaves out the backends unavailable to it;
@@ -77,19 +79,21 @@ def start_bench(devices: str | None, names: Sequence[str] | None, points: Sequen
     pool = start_pool(devices, names)
     if pool is not None:
         key = tuple(names) if names else None
-        pool.submit(functools.partial(bench_point, key, budget_s, timer, threads=threads), points)
+        job = functools.partial(bench_point, key, budget_s, timer, threads=threads, noise_target=noise_target)
+        pool.submit(job, points)
     return pool
 
 
 def bench_point(names: tuple[str, ...] | None, budget_s: float, timer: str, point: GridPoint,
-                threads: int | None = None) -> list[tuple[BenchResult, Extra]]:
+                threads: int | None = None, noise_target: float = NOISE_TARGET,
+                ) -> list[tuple[BenchResult, Extra]]:
     """Every named available backend on ``point`` with ``timer`` under the thread policy
     (``threads``): results with their GPU records (a worker's job)."""
     out = []
     for backend in _backends(names):
         if not _available(backend):
             continue
-        result = bench_one(backend, point, budget_s, timer=timer, threads=threads)
+        result = bench_one(backend, point, budget_s, timer=timer, threads=threads, noise_target=noise_target)
         out.append((result, gpu_extra(result)))
     return out
 
@@ -103,7 +107,7 @@ def _cpu_note(backends: Sequence[Any], devices: Sequence[str]) -> None:
 
 def bench_on_devices(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float, devices: str,
                      on_result: Callable[[BenchResult], None] | None = None, pool: DevicePool | None = None,
-                     timer: str = "events", threads: int | None = None,
+                     timer: str = "events", threads: int | None = None, noise_target: float = NOISE_TARGET,
                      ) -> tuple[list[BenchResult], list[Extra], list[dict[str, Any]]]:
     """``gemmzoo bench --devices``: one worker per GPU (``all`` or ``0,1,...``), on ``pool`` if
     one was started (:func:`start_pool`, or :func:`start_bench` with the sweep already queued:
@@ -115,7 +119,8 @@ def bench_on_devices(backends: Sequence[Any], points: Sequence[GridPoint], budge
     _cpu_note(backends, pool.devices)
     names = tuple(b.name for b in backends)
     if pool.submitted is None:
-        pool.submit(functools.partial(bench_point, names, budget_s, timer, threads=threads), points)
+        pool.submit(functools.partial(bench_point, names, budget_s, timer, threads=threads,
+                                      noise_target=noise_target), points)
     else:
         points = pool.submitted[1]
 

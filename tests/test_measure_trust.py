@@ -264,6 +264,22 @@ def test_bench_json_carries_noise_threads_and_clock():
     json.dumps(record)
 
 
+def test_bench_command_takes_threads_and_max_noise(tmp_path, capsys):
+    from gemmzoo.cli import main
+
+    out = tmp_path / "run.json"
+    code = main(["bench", "--backend", "numpy", "--shape", "24x20x16", "--budget", "0.05", "--threads", "1",
+                 "--max-noise", "0", "--json", str(out)])
+    assert code == 0
+    (record,) = json.loads(out.read_text())["results"]
+    assert record["threads"] == 1 and record["thread_policy"] == "--threads 1"
+    assert record["samples"] > 6  # the whole budget was sampled, and not judged against a target
+    assert record["noise_target"] is None and record["converged"] is None and record["verdict"] == "best"
+    assert main(["bench", "--backend", "numpy", "--shape", "24x20x16", "--threads", "0"]) == 2
+    assert main(["bench", "--backend", "numpy", "--shape", "24x20x16", "--max-noise", "-1"]) == 2
+    assert "--threads must be at least 1" in capsys.readouterr().err
+
+
 # The throttle flag -------------------------------------------------------------------------------
 
 

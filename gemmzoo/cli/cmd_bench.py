@@ -34,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, metavar="N",
                         help="threads every BLAS/OpenMP pool may use while a backend is timed (default: "
                              "all usable cores from 4 cores up, else 1; see docs/benchmarks.md)")
+    parser.add_argument("--max-noise", type=float, default=2.0, metavar="PERCENT",
+                        help="sample until the median is known to within this percent (95%% confidence) or "
+                             "the budget is spent; rows that miss it are marked noisy (default 2; 0: always "
+                             "spend the whole budget)")
     parser.add_argument("--rounds", type=int, default=1, metavar="N",
                         help="measure in N interleaved rounds (each backend, point by point, N times; the "
                              "budget split between them) and merge them, so drift hits every backend alike")
@@ -73,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         errors.print("--threads must be at least 1", style="red", markup=False)
         return 2
+    if args.max_noise < 0:
+        errors.print("--max-noise must be 0 or more (percent)", style="red", markup=False)
+        return 2
+    noise_target = args.max_noise / 100
     try:
         points = points_from_arguments(args)
     except GridError as error:
@@ -80,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # The GPU workers start now with the sweep queued: each measures as soon as it is warm, while
     # this process still checks the backends (scale_jobs.start_bench).
-    pool = scale_jobs.start_bench(args.devices, args.backend, points, args.budget, args.timer, args.threads)
+    pool = scale_jobs.start_bench(args.devices, args.backend, points, args.budget, args.timer, args.threads,
+                                  noise_target)
     registry = get_registry()
     try:
         chosen = registry.select(args.backend)
@@ -123,10 +132,10 @@ def run(args: argparse.Namespace) -> int:
         if args.devices:
             results, extras, workers = scale_jobs.bench_on_devices(
                 backends, points, args.budget, args.devices, advance, pool, timer=args.timer,
-                threads=args.threads)
+                threads=args.threads, noise_target=noise_target)
         else:
             results = run_bench(backends, points, args.budget, on_result=advance_here, timer=args.timer,
-                                rounds=args.rounds, threads=args.threads)
+                                rounds=args.rounds, threads=args.threads, noise_target=noise_target)
 
     from gemmzoo.report import plain_table, results_table, summary_lines
 

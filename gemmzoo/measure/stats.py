@@ -155,5 +155,6 @@ class StoppingRule:
         return count >= self.max_samples or self.clock() >= self._deadline
 
     def timing(self, samples: Sequence[float], method: str) -> Timing:
-        """The samples as a :class:`Timing` judged against this rule's target."""
-        return Timing.of(samples, method, self.target)
+        """The samples as a :class:`Timing` judged against this rule's target (not judged when the
+        target is 0: the whole budget was asked for, not a noise)."""
+        return Timing.of(samples, method, self.target if self.target > 0 else None)
