@@ -146,7 +146,8 @@ def test_packaged_benchmarks_run_from_an_empty_directory(venv, tmp_path):
     empty.mkdir()
     out = tmp_path / "bench.json"
     result = venv.run(venv.bin / "python", "-m", "pytest", "--pyargs", "gemmzoo.benchmarks",
-                      "--benchmark-only", "--grid", "smoke", "--backend", "numpy-blocked", "-q",
+                      "--benchmark-only", "--gemmzoo-grid", "smoke", "--gemmzoo-backend", "numpy-blocked",
+                      "-q",
                       "-p", "no:cacheprovider", "--benchmark-max-time=0.005", "--benchmark-min-rounds=3",
                       f"--benchmark-json={out}", cwd=empty)
 
