@@ -10,131 +10,53 @@ when a kernel is decorated, and the config list depends on it.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 import triton
 import triton.language as tl
 
-from gemmzoo_triton.common import interpreter_mode
-
-
-def _config(
-    bm: int, bn: int, bk: int, stages: int, warps: int, group: int = 8, pre_hook: Any = None
-) -> triton.Config:
-    blocks = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": group}
-    return triton.Config(blocks, num_stages=stages, num_warps=warps, pre_hook=pre_hook)
-
+from gemmzoo_triton.core import triton_internals
+from gemmzoo_triton.core.autotune import PICKED, autotune_options, launch_tuned, make_config, prune_configs
+from gemmzoo_triton.core.env import interpreter_mode
+from gemmzoo_triton.core.tile_order import tile_position
 
 #: The tutorial's ten configs (BLOCK_SIZE_K 32).
 TUTORIAL_CONFIGS = [
-    _config(128, 256, 32, 3, 8),
-    _config(256, 128, 32, 3, 8),
-    _config(256, 64, 32, 4, 4),
-    _config(64, 256, 32, 4, 4),
-    _config(128, 128, 32, 4, 4),
-    _config(128, 64, 32, 4, 4),
-    _config(64, 128, 32, 4, 4),
-    _config(128, 32, 32, 4, 4),
-    _config(64, 32, 32, 5, 2),
-    _config(32, 64, 32, 5, 2),
+    make_config(128, 256, 32, 3, 8),
+    make_config(256, 128, 32, 3, 8),
+    make_config(256, 64, 32, 4, 4),
+    make_config(64, 256, 32, 4, 4),
+    make_config(128, 128, 32, 4, 4),
+    make_config(128, 64, 32, 4, 4),
+    make_config(64, 128, 32, 4, 4),
+    make_config(128, 32, 32, 4, 4),
+    make_config(64, 32, 32, 5, 2),
+    make_config(32, 64, 32, 5, 2),
 ]
 
 #: Configs with BLOCK_SIZE_K 64 for Hopper (measured on the H100: they close most of the gap
 #: the tutorial's configs leave to cuBLAS at 4096^3; see docs/results).
 HOPPER_CONFIGS = [
-    _config(128, 256, 64, 3, 8),
-    _config(256, 128, 64, 3, 8),
-    _config(128, 128, 64, 4, 4),
-    _config(128, 256, 64, 4, 8),
-    _config(64, 256, 64, 4, 4),
-    _config(128, 128, 64, 3, 8),
+    make_config(128, 256, 64, 3, 8),
+    make_config(256, 128, 64, 3, 8),
+    make_config(128, 128, 64, 4, 4),
+    make_config(128, 256, 64, 4, 8),
+    make_config(64, 256, 64, 4, 4),
+    make_config(128, 128, 64, 3, 8),
 ]
 
 #: Found by timing each config alone on the H100 (docs/results/2026-11-21-h100-triton.md): the
 #: best configs at 1024^3 (~195 TFLOPS against 180 for the best above), and a near-tie for the
 #: best at 4096^3 and 8192^3.
 EXTRA_CONFIGS = [
-    _config(64, 128, 64, 4, 4),
-    _config(128, 64, 64, 4, 4),
-    _config(128, 256, 32, 4, 8),
+    make_config(64, 128, 64, 4, 4),
+    make_config(128, 64, 64, 4, 4),
+    make_config(128, 256, 32, 4, 8),
 ]
 
 #: Under the interpreter: one config, so nothing is benchmarked (it would take minutes).
-INTERPRETER_CONFIGS = [_config(64, 64, 32, 1, 4)]
-
-#: Problems with M*N*K at most this (256^3) run the smallest config without autotuning: they take
-#: microseconds, and tuning them would compile and time every config for each new shape.
-SMALL_PROBLEM = 2**24
-
-
-#: Shared memory a program may use on Hopper (227 KiB).
-SHARED_MEMORY = 227 * 1024
-
-#: IEEE fp32 runs on the FMA units, where tiles over this many elements of C only spill.
-FMA_TILE = 128 * 64
-
-
-def prune_configs(
-    configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any
-) -> list[triton.Config]:
-    """Drop configs that cannot pay off for this problem before they are compiled and timed.
-
-    Small problems get the smallest config alone. Otherwise dropped: blocks much taller (wider)
-    than M (N), whose extra rows (columns) are masked-off work; pipelines whose stages overflow
-    shared memory for this element size; and, for IEEE fp32, tiles too large for the FMA units.
-    """
-    m, n, k = named_args["M"], named_args["N"], named_args["K"]
-    size = _element_size(named_args)
-    by_area = sorted(configs, key=lambda c: c.kwargs["BLOCK_SIZE_M"] * c.kwargs["BLOCK_SIZE_N"])
-    if m * n * k <= SMALL_PROBLEM:
-        return by_area[:1]
-    m_cap, n_cap = max(64, triton.next_power_of_2(m)), max(64, triton.next_power_of_2(n))
-
-    def fits(config: triton.Config) -> bool:
-        bm, bn, bk = (config.kwargs[f"BLOCK_SIZE_{d}"] for d in "MNK")
-        if bm > m_cap or bn > n_cap:
-            return False
-        if config.num_stages * (bm + bn) * bk * size > SHARED_MEMORY:
-            return False
-        return kwargs.get("PRECISION") != "ieee" or size != 4 or bm * bn <= FMA_TILE
-
-    return [c for c in configs if fits(c)] or by_area[:1]
-
-
-def _element_size(named_args: dict[str, Any]) -> int:
-    """The bytes per element of A: the kernels' first argument, a tensor or a tensor descriptor."""
-    a = next(iter(named_args.values()))
-    return getattr(a, "base", a).element_size()
-
-
-def _autotune_options() -> dict[str, Any]:
-    """``cache_results=True`` where this Triton has it (3.4 and later): tuning results on disk."""
-    if "cache_results" in inspect.signature(triton.autotune).parameters:
-        return {"cache_results": True}
-    return {}
-
-
-#: The config the autotuner picked for each problem this process has seen, by the kernel's name
-#: and the problem's key (see :func:`launch_tuned`). Later calls launch it straight through the
-#: kernel: the autotuner's per-call path adds ~15 us of host time (43 against 28 us a launch on
-#: the H100's host, Triton 3.6), and host time shows in the timings of products under ~100 us
-#: (docs/results/2026-11-21-h100-triton.md).
-PICKED: dict[tuple[Any, ...], triton.Config] = {}
-
-
-@triton.jit
-def tile_position(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M: tl.constexpr):
-    """The (row, column) of C's tile number ``tile_id`` in grouped order: GROUP_SIZE_M rows of
-    tiles at a time, column-major inside a group, so that tiles computed together share rows of
-    A and columns of B in L2."""
-    tiles_in_group = GROUP_SIZE_M * num_pid_n
-    first_pid_m = (tile_id // tiles_in_group) * GROUP_SIZE_M
-    group_rows = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
-    in_group = tile_id % tiles_in_group
-    return first_pid_m + in_group % group_rows, in_group // group_rows
-
+INTERPRETER_CONFIGS = [make_config(64, 64, 32, 1, 4)]
 
 @triton.jit
 def leaky_relu(x):
@@ -152,7 +74,7 @@ def relu(x):
     configs=INTERPRETER_CONFIGS if interpreter_mode() else TUTORIAL_CONFIGS + HOPPER_CONFIGS + EXTRA_CONFIGS,
     key=["M", "N", "K", "PRECISION"],  # Triton adds the operands' dtypes to the key
     prune_configs_by={"early_config_prune": prune_configs},
-    **_autotune_options(),
+    **autotune_options(),
 )
 @triton.jit
 def grouped_matmul_kernel(
@@ -204,30 +126,6 @@ def grouped_matmul_kernel(
     tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
-def launch_tuned(
-    kernel: Any, grid: Any, args: tuple[Any, ...], options: dict[str, Any], key: tuple[Any, ...]
-) -> triton.Config:
-    """Launch an autotuned ``kernel`` on ``grid`` (a function of the config); return the config.
-
-    A problem's first call goes through the autotuner, which times the configs and keeps the
-    best; :data:`PICKED` remembers it under the kernel's name and ``key``, and later calls launch
-    it directly, without the autotuner's per-call cost. The autotuner runs a config's
-    ``pre_hook`` before its launches; a direct launch runs it here.
-    """
-    picked_key = (kernel.base_fn.__name__, *key)
-    config = PICKED.get(picked_key)
-    if config is None:
-        kernel[grid](*args, **options)
-        config = PICKED[picked_key] = kernel.best_config
-        return config
-    config_kwargs = config.all_kwargs()
-    if config.pre_hook is not None:
-        named_args = dict(zip(kernel.arg_names, args, strict=False))  # args: the leading ones
-        config.pre_hook({**named_args, **options, **config_kwargs})
-    kernel.fn[grid(config_kwargs)](*args, **options, **config_kwargs)
-    return config
-
-
 def launch(x: Any, y: Any, c: Any, precision: str, activation: str | None = None) -> triton.Config:
     """Compute ``c = activation(x @ y)`` with the pointer kernel; return the config that ran."""
     M, K = x.shape
@@ -252,20 +150,26 @@ def pointer_key(x: Any, y: Any, precision: str) -> tuple[Any, ...]:
     return ("grouped_matmul_kernel", x.shape[0], y.shape[1], x.shape[1], precision, str(x.dtype))
 
 
+def picked(x: Any, y: Any, precision: str) -> triton.Config | None:
+    """The config :func:`launch` has picked for a problem like ``x @ y``, or None before its first call."""
+    return PICKED.get(pointer_key(x, y, precision))
+
+
 def bind(
     x: Any, y: Any, precision: str, config: triton.Config, activation: str | None = None
 ) -> Callable[[Any, Any, Any], None]:
     """:func:`launch` with ``config``, bound for every problem like ``x @ y``: the returned
     ``run(x, y, c)`` launches the compiled kernel on operands with these shapes and strides and a
     contiguous C."""
-    from gemmzoo_triton.launcher import BoundLaunch
+    from gemmzoo_triton.core.launch import BoundLaunch
 
     M, K = x.shape
     N = y.shape[1]
     blocks = config.all_kwargs()
     tiles = triton.cdiv(M, blocks["BLOCK_SIZE_M"]) * triton.cdiv(N, blocks["BLOCK_SIZE_N"])
     options = {"PRECISION": precision, "ACTIVATION": activation or ""}
-    launch_bound = BoundLaunch(grouped_matmul_kernel.fn, (tiles,), {**options, **blocks})
+    kernel = triton_internals.jit_function(grouped_matmul_kernel)
+    launch_bound = BoundLaunch(kernel, (tiles,), {**options, **blocks})
     sizes = (M, N, K, x.stride(0), x.stride(1), y.stride(0), y.stride(1), N, 1)
 
     def run(x: Any, y: Any, c: Any) -> None:

@@ -86,7 +86,7 @@ class SplitConfig:
     splits: int = 1
     k_per_split: int = 0
     reduce: int = 0  # splitk_kernel.REDUCE_NONE / _SERIAL / _SEPARATE
-    #: A and B read through tensor descriptors (:func:`~gemmzoo_triton.splitk_kernel.splitk_tma_kernel`)
+    #: A and B read through tensor descriptors (:func:`~gemmzoo_triton.splitk.kernel.splitk_tma_kernel`)
     tma: bool = False
 
     @property
@@ -277,7 +277,7 @@ def tma_operand(tensor: Any) -> bool:
     """Whether a tensor descriptor can cover ``tensor`` (or its transpose, column-major): a
     16-bit type, one dimension contiguous with rows of a multiple of 16 bytes, and its start
     16-byte aligned. Says nothing of the device: see :func:`tma_usable`."""
-    from gemmzoo_triton.common import tma_layout
+    from gemmzoo_triton.core.hopper import tma_layout
 
     return tensor.element_size() == 2 and tma_layout(tensor) and tensor.data_ptr() % 16 == 0
 
@@ -285,7 +285,7 @@ def tma_operand(tensor: Any) -> bool:
 def tma_usable(x: Any, y: Any, precision: str) -> bool:
     """Whether the TMA kernel can run C = x @ y: a GPU with TMA (not the interpreter), 16-bit
     operands on the tensor cores and :func:`tma_operand` for both."""
-    from gemmzoo_triton.common import tma_device
+    from gemmzoo_triton.core.hopper import tma_device
 
     return precision != "ieee" and tma_device(x.device) and tma_operand(x) and tma_operand(y)
 
@@ -303,7 +303,7 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
     import torch
     import triton
 
-    from gemmzoo_triton import splitk_kernel as kernel
+    from gemmzoo_triton.splitk import kernel
 
     M, K = x.shape
     N = y.shape[1]
@@ -343,7 +343,7 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
     if config.tma and tma_operand(x) and tma_operand(y):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        from gemmzoo_triton.common import column_major
+        from gemmzoo_triton.core.hopper import column_major
 
         a_t, b_t = column_major(x), column_major(y)
         a_box = [config.block_k, config.block_m] if a_t else [config.block_m, config.block_k]
