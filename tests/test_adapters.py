@@ -48,3 +48,152 @@ def test_benchmarks_survive_the_trip_from_a_worker_to_the_controller():
     assert back["stats"]["data"] == data
     assert back["stats"]["median"] == pytest.approx(sorted(data)[4])
     assert back["stats"]["rounds"] == len(data)
+
+
+# Triton: the launcher's and the autotuner's internals ------------------------------------------
+
+
+def _triton_internals():
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from gemmzoo_triton.core import triton_internals
+
+    return triton_internals
+
+
+def test_triton_is_a_tested_version():
+    assert _triton_internals().unsupported_reason() is None
+
+
+def test_an_untested_triton_major_version_is_refused(monkeypatch):
+    internals = _triton_internals()
+    import triton
+
+    monkeypatch.setattr(triton, "__version__", "9.1.0")
+    internals.unsupported_reason.cache_clear()
+    try:
+        assert "9.1.0" in internals.unsupported_reason()
+    finally:
+        monkeypatch.undo()
+        internals.unsupported_reason.cache_clear()
+
+
+def _compiled_mode_kernels(monkeypatch):
+    """A ``triton.jit`` kernel and an autotuner over one, made as on a GPU (not interpreted)."""
+    import triton
+    import triton.language as tl
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+    @triton.jit
+    def scale(x_ptr, n, FACTOR: tl.constexpr, BLOCK: tl.constexpr):  # noqa: N803 - constexprs
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n) * FACTOR, mask=offsets < n)
+
+    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])(scale)
+    return scale, tuned
+
+
+def test_a_jit_kernel_lists_its_constexpr_parameters_in_order(monkeypatch):
+    internals = _triton_internals()
+    kernel, _ = _compiled_mode_kernels(monkeypatch)
+    assert [param.name for param in kernel.params if param.is_constexpr] == ["FACTOR", "BLOCK"]
+    values = {"BLOCK": 64, "FACTOR": 3, "num_warps": 4}
+    assert internals.constexpr_values(kernel, values) == (3, 64)
+
+
+def test_an_autotuner_keeps_its_function_and_argument_names(monkeypatch):
+    internals = _triton_internals()
+    kernel, tuned = _compiled_mode_kernels(monkeypatch)
+    assert internals.kernel_name(tuned) == "scale"
+    assert internals.jit_function(tuned) is kernel
+    assert internals.argument_names(tuned) == ["x_ptr", "n", "FACTOR", "BLOCK"]
+
+
+def test_a_compiled_kernel_gives_a_launcher_per_grid():
+    internals = _triton_internals()
+    from triton.compiler.compiler import CompiledKernel
+
+    assert callable(getattr(CompiledKernel, "__getitem__", None))
+
+    class Compiled:
+        def __getitem__(self, grid):
+            return ("launcher", grid)
+
+    class Future:
+        def result(self):
+            return Compiled()
+
+    assert internals.compiled_launcher(Compiled(), (2, 1, 1)) == ("launcher", (2, 1, 1))
+    assert internals.compiled_launcher(Future(), (3, 1, 1)) == ("launcher", (3, 1, 1))
+    assert internals.compiled_launcher(None, (1, 1, 1)) is None
+
+
+def test_the_autotuner_keeps_the_config_it_picked():
+    internals = _triton_internals()
+    import torch
+
+    from gemmzoo_triton.core import autotune
+    from gemmzoo_triton.grouped import pointer_kernel
+
+    gen = torch.Generator().manual_seed(5)
+    x, y = torch.randn(23, 41, generator=gen), torch.randn(41, 17, generator=gen)  # a shape of its own
+    c = torch.empty(23, 17)
+    assert pointer_kernel.picked(x, y, "ieee") is None
+    config = pointer_kernel.launch(x, y, c, "ieee")
+    assert internals.picked_config(pointer_kernel.grouped_matmul_kernel) is config
+    assert autotune.PICKED[pointer_kernel.pointer_key(x, y, "ieee")] is config
+    torch.testing.assert_close(c, x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_an_autotuner_without_the_attribute_is_a_clear_error():
+    internals = _triton_internals()
+    with pytest.raises(RuntimeError, match="best_config"):
+        internals.picked_config(object())
+
+
+def test_bound_launch_takes_the_public_path_on_an_unknown_triton(monkeypatch):
+    internals = _triton_internals()
+    from gemmzoo_triton.core import launch
+
+    monkeypatch.setattr(launch, "interpreter_mode", lambda: False)
+    monkeypatch.setattr(internals, "unsupported_reason", lambda: "an unknown Triton")
+    calls = []
+
+    class Kernel:  # no ``params``: the bound launch must not read Triton's internals
+        def __getitem__(self, grid):
+            return lambda *args, **constexprs: calls.append((grid, args, constexprs))
+
+    bound = launch.BoundLaunch(Kernel(), (4,), {"BLOCK": 8})
+    bound("a", "b")
+    bound("c", "d")
+    assert calls == [((4, 1, 1), ("a", "b"), {"BLOCK": 8}), ((4, 1, 1), ("c", "d"), {"BLOCK": 8})]
+
+
+# torch: the private cuBLAS switch accessors --------------------------------------------------
+
+
+def test_torch_keeps_its_cublas_switch_accessors():
+    torch = pytest.importorskip("torch")
+    from gemmzoo_torch import torch_internals
+    from gemmzoo_torch.precision import _NEEDS
+
+    assert torch_internals.unsupported_reason() is None
+    switches = {name for needs in _NEEDS.values() for name, _ in needs}
+    present = [name for name in switches if hasattr(torch.backends.cuda.matmul, name)]
+    assert "allow_tf32" in present
+    for name in present:
+        accessors = torch_internals.cublas_accessors(name)
+        assert accessors is not None, name
+        get, _, pair = accessors
+        public = getattr(torch.backends.cuda.matmul, name)
+        assert (get()[0] if pair else get()) == public, name
+
+
+def test_an_untested_torch_major_version_uses_the_public_switches(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from gemmzoo_torch import torch_internals
+
+    monkeypatch.setattr(torch, "__version__", "3.0.0")
+    assert "3.0.0" in torch_internals.unsupported_reason()
+    assert torch_internals.cublas_accessors("allow_tf32") is None

@@ -11,7 +11,7 @@ picked config (``best_config``), wrapped function (``fn``, ``base_fn``) and argu
 checked against (:data:`TESTED_MAJORS`) and still has them. Where it is not, :class:`BoundLaunch`
 falls back to Triton's public launch (``kernel[grid](...)``) on every call; the autotuner's
 attributes have no public equivalent, so reading them raises a clear error instead.
-``tests/test_triton_internals.py`` fails when a Triton release moves any of them.
+``tests/test_adapters.py`` fails when a Triton release moves any of them.
 """
 
 from __future__ import annotations
