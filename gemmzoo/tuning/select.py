@@ -27,8 +27,8 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    launch-bound backend is ranked by its host time. ``by="device"`` ranks by device time alone.
    The fastest wins, but every candidate within measured noise of the fastest ties with it:
    its median is at most ``max((IQR + fastest's IQR) / 2, TIE_FLOOR * fastest median)`` above
-   the fastest's (the bands median ± IQR/2 overlap; run-to-run drift is about 1% even when
-   the IQRs are tighter). Among tied backends the first in :data:`DEFAULT_ORDER` wins, then
+   the fastest's (the bands median ± IQR/2 overlap; :data:`TIE_FLOOR` is the run-to-run drift
+   seen even when the IQRs are tighter). Among tied backends the first in :data:`DEFAULT_ORDER` wins, then
    the first by name: a stable rule, so re-tuning does not flip between equals, and vendor
    libraries are preferred when nothing separates them.
 

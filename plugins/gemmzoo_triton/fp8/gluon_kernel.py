@@ -52,11 +52,11 @@ from gemmzoo_triton.core.gluon_parts import (
 )
 
 #: The default: 128x128 tiles in two warpgroups (the accumulator and two products fit a thread's
-#: registers), six 32 KiB slots (229 KB with C's staging tile; the H100 gives a block 227 KiB),
+#: registers), six 32 KiB slots (229 KB with C's staging tile; Hopper gives a block 227 KiB),
 #: grouped tile order. :func:`config_for` takes fewer slots where a GPU has less shared memory.
 DEFAULT_CONFIG = GluonConfig(block_m=128, block_n=128, block_k=128, stages=6, operand_bytes=1)
 
-#: Fewest slots the kernel is run with (fewer measured slower on the H100).
+#: Fewest slots the kernel is run with (fewer were slower: docs/results/2026-11-23-fp8-gluon.md).
 MIN_STAGES = 4
 
 

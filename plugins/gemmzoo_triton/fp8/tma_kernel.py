@@ -28,8 +28,8 @@ next tile overlap the epilogue of its last. With one program per tile it is the 
 
 Why two programs per SM: Triton runs a program's warps in lockstep (the pipeline's barriers), and
 its wgmma pipeliner waits for a dot whose result the loop uses before going on; so while a
-program adds a K tile's partial sums into the accumulator, its tensor cores idle: 20-30% of the
-time at one program per SM on the H100. A second program on the same SM, at its own point of the
+program adds a K tile's partial sums into the accumulator, its tensor cores idle, a large share
+of the time at one program per SM. A second program on the same SM, at its own point of the
 K loop, keeps them busy meanwhile, as a second consumer warpgroup does in cuBLAS. With 128x128
 tiles in halves of M, 4 warps and three stages (112 KiB of shared memory), two fit an SM, and the
 promoted kernel ran as fast as the unpromoted one (docs/results/2026-11-23-h100-fp8-tma.md).
@@ -77,7 +77,7 @@ def _tma_config(bm: int, bn: int, stages: int, warps: int, split_m: int = 1, spl
 #: Configs for Hopper's fp8 tensor cores, all with K tiles of 128 (one 128-byte row of each
 #: operand per stage, the widest swizzle, and the promotion interval cuBLAS uses). Two programs per
 #: SM of 128x128 tiles in halves (see the module's docstring; halves of M were the fastest promoted
-#: config on the H100 at 4096^3 and 8192^3, 0.87-0.88x cuBLAS); one program of a 128x256 or
+#: config on large products: docs/results/2026-11-23-h100-fp8-tma.md); one program of a 128x256 or
 #: 256x128 tile in halves (three stages: 144 KiB, C's staging tile 32 KiB more); 128x128 whole,
 #: the fastest of these without promotion; 64x128 for narrow problems. prune_configs drops those
 #: wider or taller than a problem and those past shared memory.

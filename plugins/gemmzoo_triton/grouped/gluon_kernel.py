@@ -51,25 +51,25 @@ from gemmzoo_triton.core.gluon_parts import (
 )
 from gemmzoo_triton.grouped import split_wave
 
-#: The tiles, each with as many slots as the H100's 227 KiB a block hold, and the throughput of
-#: a program on it relative to WIDE's, per element of C per K step (narrower tiles read each
-#: shared-memory byte for less MMA work): estimates for :func:`pick_schedule` from 4096x14336x4096
-#: fp16 on the H100 (docs/results/2026-11-23-grouped-gluon.md), not a table of shapes.
+#: The tiles, each with as many slots as Hopper's 227 KiB of shared memory a block hold, and the
+#: throughput of a program on it relative to WIDE's, per element of C per K step (narrower tiles
+#: read each shared-memory byte for less MMA work): estimates for :func:`pick_schedule` from one
+#: large fp16 product (docs/results/2026-11-23-grouped-gluon.md), not a table of shapes.
 WIDE = GluonConfig(block_m=128, block_n=256, block_k=64, stages=3, operand_bytes=2)
 SQUARE = GluonConfig(block_m=128, block_n=128, block_k=64, stages=6, operand_bytes=2)
 RATES = ((WIDE, 1.0), (SQUARE, 0.9))
 
 #: Tiles of 128x64 for C too small to fill the GPU with the others, taken only where all of them
 #: fit one wave, and their throughput relative to WIDE's there: with one program an SM and fewer
-#: programs than SMs, a narrow tile's K steps run faster than in a full GPU (4096³ in 128x64
-#: tiles, sixteen waves, ran at 0.57 of WIDE's rate). Estimated like RATES, from products of
-#: 1.1-7.5 G multiply-adds on the H100 (docs/results/2026-11-23-grouped-split-wave.md).
+#: programs than SMs, a narrow tile's K steps run faster than in a full GPU, where it falls well
+#: behind WIDE. Estimated like RATES, from products that fill at most one wave
+#: (docs/results/2026-11-23-grouped-split-wave.md).
 NARROW = GluonConfig(block_m=128, block_n=64, block_k=64, stages=8, operand_bytes=2)
 NARROW_RATE = 0.8
 
 #: What a split tile's hand-over costs, in K steps of a SQUARE tile, for :func:`pick_schedule`'s
 #: model: polling the heads' flags and storing the tile, and reading and adding each head's 64 KiB
-#: (about 2 µs a head on the H100: docs/results/2026-11-23-grouped-split-wave.md).
+#: (estimated from the timings in docs/results/2026-11-23-grouped-split-wave.md).
 HAND_OVER_STEPS = 4
 HEAD_STEPS = 6
 
@@ -77,8 +77,8 @@ HEAD_STEPS = 6
 MIN_PIECE_STEPS = 4
 
 #: The last wave is split only after this many whole waves, or where there is no whole wave: with
-#: one or two before it, splitting it measured slower than leaving it whole on the H100 (same
-#: results file), which the step count above does not model.
+#: one or two before it, splitting it was slower than leaving it whole (same results file), which
+#: the step count above does not model.
 MIN_WHOLE_WAVES = 3
 
 

@@ -35,8 +35,9 @@ TUTORIAL_CONFIGS = [
     make_config(32, 64, 32, 5, 2),
 ]
 
-#: Configs with BLOCK_SIZE_K 64 for Hopper (measured on the H100: they close most of the gap
-#: the tutorial's configs leave to cuBLAS at 4096^3; see docs/results).
+#: Configs with BLOCK_SIZE_K 64 for Hopper: deeper K tiles keep its tensor cores fed, closing most
+#: of the gap the tutorial's configs leave to cuBLAS on large products
+#: (docs/results/2026-11-21-h100-triton.md).
 HOPPER_CONFIGS = [
     make_config(128, 256, 64, 3, 8),
     make_config(256, 128, 64, 3, 8),
@@ -46,9 +47,8 @@ HOPPER_CONFIGS = [
     make_config(128, 128, 64, 3, 8),
 ]
 
-#: Found by timing each config alone on the H100 (docs/results/2026-11-21-h100-triton.md): the
-#: best configs at 1024^3 (~195 TFLOPS against 180 for the best above), and a near-tie for the
-#: best at 4096^3 and 8192^3.
+#: Found by timing each config alone (same results file): the best configs for mid-sized
+#: products, and near-ties for the best on large ones.
 EXTRA_CONFIGS = [
     make_config(64, 128, 64, 4, 4),
     make_config(128, 64, 64, 4, 4),

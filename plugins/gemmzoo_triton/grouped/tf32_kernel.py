@@ -14,7 +14,7 @@ four 48 KiB slots.
 
 K steps go in pairs, each with registers of its own: an MMA still in flight reads the registers
 of its left operand, so the next step's tile must not be loaded into the same ones (with one set
-for every step, products came out wrong on the H100). The loading warp rounds the K steps up to
+for every step, products came out wrong on Hopper). The loading warp rounds the K steps up to
 even; a step past K loads zeros, which add nothing.
 
 Needs what the other Gluon kernels need (Triton 3.6 or later, capability 9.0); CI compiles it

@@ -24,7 +24,7 @@ STAGE_BUDGET = 200 * 1024
 MAX_RESIDENT = 4
 
 # The time model :func:`split_time` ranks configs with. Its constants were fitted to the kernel's
-# measured times on an H100 (decode and long-K problems, benchmarks/skinny_fit.py): they are the
+# measured times on decode and long-K problems (docs/results/2026-11-23-skinny.md): they are the
 # values that rank the measured configs best, not datasheet figures, and only their ratios matter.
 
 #: Device memory bandwidth, bytes/s: the floor for reading A and B once.
@@ -205,9 +205,8 @@ def with_splits(config: SplitConfig, M: int, N: int, K: int, splits: int, reduce
 
 #: Tiles (M, N, K, stages, warps) the TMA kernel adds to the pointer kernel's candidates for a
 #: product that is not a decode one: tiles of 64x128 and more, where A and B are re-read through
-#: L2 and the TMA loads paid on the H100 (512x512x65536 with 128x128x64 tiles: 64 us against 80
-#: us with pointer loads); with 64x64 tiles and below it measured no faster, and slower with 30
-#: splits (docs/results/2026-11-23-splitk-tma.md). M and N cap the first two.
+#: L2 and the TMA loads beat pointer loads; with smaller tiles they gained nothing, and lost with
+#: many splits (docs/results/2026-11-23-splitk-tma.md). M and N cap the first two.
 TMA_TILES = ((128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 128, 3, 8), (64, 128, 128, 4, 4))
 
 
@@ -225,8 +224,8 @@ def candidates(M: int, N: int, elt: int, fma: bool, decode: bool, tma: bool = Fa
                              tma=True) for bm, bn, bk, stages, warps in TMA_TILES]
         found = [c for c in found if c.block_m * c.block_n >= 64 * 128]
     found.append(tile_blocks(M, N, elt, fma))
-    # small tiles take longer K steps (128 at 64x64, 256 below, for 16-bit types), which the
-    # H100 sweep found fastest for them: fewer steps for the same bytes
+    # small tiles take longer K steps (128 at 64x64, 256 below, for 16-bit types): fewer steps
+    # for the same bytes, the fastest for them in the sweep of docs/results/2026-11-23-skinny.md
     for side in (64, 32, 16):
         if min(M, N) > side or side == 16:
             small = tile_blocks(min(M, side), min(N, side), elt, fma)
