@@ -118,3 +118,12 @@ def test_fp8_options_are_keywords_and_a_negative_promotion_is_refused():
     assert (default.promote, default.tma, default.gluon) == (None, True, True)
     with pytest.raises(ValueError, match=r"triton-fp8: promote=-1"):
         TritonFp8Backend(promote=-1)
+
+
+def test_the_architecture_page_names_every_module_of_the_plugin():
+    page = (PLUGIN.parent.parent / "docs" / "architecture.md").read_text()
+    for path in PLUGIN.rglob("*.py"):
+        if path.name != "__init__.py":
+            assert f"`{path.name}`" in page, path.relative_to(PLUGIN)
+    for folder in ("core", *FAMILIES):
+        assert f"`{folder}/`" in page, folder
