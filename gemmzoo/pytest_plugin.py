@@ -83,10 +83,9 @@ def runs_gemm_benchmarks(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.hasplugin("benchmark") or not runs_gemm_benchmarks(config):
         return
-    from gemmzoo import pytest_bench, pytest_xdist
+    from gemmzoo import pytest_xdist
     from gemmzoo.adapters import pytest_benchmark
 
-    pytest_bench.configure(config)  # the CUDA rounds follow --benchmark-max-time
     if not pytest_xdist.requested(config):
         return
     reason = pytest_benchmark.unsupported_reason()
@@ -156,6 +155,8 @@ def _benchmark_params(metafunc: pytest.Metafunc) -> None:
         # Before any backend asks CUDA whether it is there: each xdist worker on its own GPU.
         pytest_xdist.assign_worker_gpu()
         config.stash[_GPU_ASSIGNED] = True
+        if config.pluginmanager.hasplugin("benchmark"):
+            pytest_bench.configure(config)  # the CUDA rounds follow --benchmark-max-time
     try:
         points = resolve_points(config.getoption("gemmzoo_grid"), config.getoption("gemmzoo_shape"),
                                 config.getoption("gemmzoo_grid_file"),

@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from fake_distributions import subprocess_env
 
 FOREIGN_CONFTEST = '''
@@ -67,3 +68,20 @@ def test_gemmzoo_options_are_namespaced(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     for name in ("backend", "grid", "shape", "grid-file", "dtype", "layout"):
         assert f"--gemmzoo-{name}" in run.stdout
+
+
+def _outcome(run: subprocess.CompletedProcess[str]) -> tuple[int, str]:
+    lines = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()]
+    return run.returncode, lines[-1] if lines else ""
+
+
+def test_a_projects_benchmarks_under_xdist_behave_as_without_gemmzoo(tmp_path):
+    """pytest-benchmark refuses --benchmark-only under xdist; gemmzoo lifts that only for its own
+    benchmarks, so another project's run ends exactly as it does with gemmzoo's plugin off."""
+    pytest.importorskip("xdist")
+    project = _foreign_project(tmp_path)
+    args = ("-q", "-n", "2", "--benchmark-only", "--backend", "mine", "--dtype", "int8")
+    with_gemmzoo = _outcome(_pytest(project, *args))
+    without = _outcome(_pytest(project, "-p", "no:gemmzoo", *args))
+    assert with_gemmzoo == without
+    assert with_gemmzoo[0] != 0 and "benchmark" in with_gemmzoo[1].lower(), with_gemmzoo
