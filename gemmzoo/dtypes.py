@@ -51,11 +51,10 @@ DTYPE_INFO: dict[str, DtypeInfo] = {
     # OCP FP8 E4M3 operands, C in bfloat16: the operands are exact E4M3 values and their products
     # are exact in fp32, so the rounding facts are bfloat16's with an fp32 accumulation, plus one
     # allowance for the sums inside Hopper's fp8 MMA instructions, which keep fewer bits than fp32
-    # even with partial sums promoted. On the H100, cuBLAS (use_fast_accum=False) and triton-fp8
-    # made the same largest error, 2**-12.65 of the products' magnitude, on the suite's case with
-    # rows and columns scaled over many orders of magnitude; 2**-12 leaves 1.5x room for that
-    # (docs/results/2026-11-23-fp8.md). Without promotion ("fast accumulation") the error grows
-    # with K, to 2**-11.4 of the magnitude at K = 4096.
+    # even with partial sums promoted. 2**-12 of the products' magnitude leaves room above the
+    # largest error cuBLAS (use_fast_accum=False) and triton-fp8 made on the suite's case with rows
+    # and columns scaled over many orders of magnitude, and stays below what products without
+    # promotion ("fast accumulation") reach at long K (docs/results/2026-11-23-fp8.md).
     "float8_e4m3fn": DtypeInfo(
         "float8_e4m3fn", "float32", 2.0**-8, 0.0, _FP32_U, 2**8, 2.0**-133, result="bfloat16",
         block_sum_roundoff=2.0**-12,

@@ -102,7 +102,7 @@ LLM_PROJECTIONS: dict[str, tuple[int, int]] = {
 }
 LLM_TOKENS = (1, 16, 64, 128, 512, 2048, 4096)
 
-# Shapes beyond powers of two with H100 figures in docs/results: misaligned, decode and prefill, short K.
+# Shapes beyond powers of two that docs/results measures: misaligned, decode and prefill, short K.
 _REFERENCE_SHAPES: tuple[Shape, ...] = (
     (4097, 4097, 4097), (1000, 1000, 1000), (16, 4096, 4096), (16, 14336, 4096),
     (128, 11008, 4096), (4096, 4096, 128),

@@ -29,5 +29,5 @@ def gemmzoo_register_grids(register: Callable[..., None]) -> None:
     """Call ``register(name, shapes, description="")`` once per shape grid this plugin provides.
 
     ``shapes`` is a list of ``(M, N, K)``; the grid then works with ``gemmzoo bench --grid NAME``
-    and ``pytest benchmarks --grid NAME``. A built-in grid of the same name wins.
+    and ``pytest --pyargs gemmzoo.benchmarks --gemmzoo-grid NAME``. A built-in grid of the same name wins.
     """

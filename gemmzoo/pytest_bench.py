@@ -1,8 +1,9 @@
 """gemmzoo in pytest-benchmark: one benchmark per backend x grid point, timed right on a GPU.
 
 Used by gemmzoo's pytest plugin and :mod:`gemmzoo.benchmarks`; see docs/benchmarks.md. Only
-pytest-benchmark's public API is used: the ``benchmark`` mark (``timer=``, ``group=``),
-``benchmark.pedantic``, ``benchmark.stats`` and ``benchmark.extra_info``.
+pytest-benchmark's public API is used here: the ``benchmark`` mark (``timer=``, ``group=``),
+``benchmark.pedantic``, ``benchmark.stats`` and ``benchmark.extra_info``. What each benchmark
+records is :mod:`gemmzoo.benchmark_info`; running under pytest-xdist is :mod:`gemmzoo.pytest_xdist`.
 
 CPU backends are timed by pytest-benchmark as usual (its calibration, its timer). CUDA backends
 are timed with :data:`DEVICE_CLOCK`, a :class:`gemmzoo.measure.DeviceClock` that
@@ -18,34 +19,23 @@ precision of a clock that only moves when a GEMM runs.
 
 Every benchmark's ``extra_info`` has device, host and caller time per call (see
 :mod:`gemmzoo.measure`), TFLOPS, GB/s and the roofline efficiency where the device is known.
-
-Under pytest-xdist each worker benchmarks on its own GPU and sends its results to the controller,
-which hands them to pytest-benchmark there, so ``--benchmark-json``, ``--benchmark-save``,
-``--benchmark-compare`` and ``--benchmark-histogram`` see every result.
 """
 
 from __future__ import annotations
 
-import glob
-import json
-import os
 import time
-import warnings
-from collections.abc import MutableMapping, Sequence
-from types import SimpleNamespace
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from gemmzoo.accuracy import accuracy_of
-from gemmzoo.device import device_info
+from gemmzoo.benchmark_info import extra_info
 from gemmzoo.grids import GridPoint, parse_point
 from gemmzoo.measure import (
     MAX_QUEUED_CALLS,
     WARMUP_S,
     DeviceClock,
     Engine,
-    Measurement,
     Timing,
     compare,
     gc_paused,
@@ -53,7 +43,6 @@ from gemmzoo.measure import (
     planned,
     prepare,
 )
-from gemmzoo.roofline import roofline
 
 DEVICE_CLOCK = DeviceClock()
 """The process's device clock; every CUDA benchmark param names it as its timer."""
@@ -65,7 +54,6 @@ WARMUP_ROUNDS = 2
 MAX_WARMUP_ROUNDS = 1000
 #: Device time of the GEMMs of one round (one batch) of a CUDA benchmark.
 ROUND_S = 0.01
-_WORKEROUTPUT_KEY = "gemmzoo_benchmarks"
 
 #: ``--benchmark-max-time`` and ``--benchmark-min-rounds`` of this run (pytest-benchmark's
 #: defaults until :func:`configure` reads the command line).
@@ -194,152 +182,3 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
 def _median(benchmark: Any) -> float | None:
     stats = getattr(benchmark, "stats", None)  # None when benchmarks are disabled
     return float(stats.stats.median) if stats else None
-
-
-def extra_info(backend: Any, point: GridPoint, error_ratio: float, rel_error: float,
-               median_s: float | None, timing: str, host: Timing | None = None) -> dict[str, Any]:
-    """The ``extra_info`` of one benchmark: problem, device, host and caller time, speed, share
-    of the roofline, error, device, versions.
-
-    ``host`` is the host time per call (``None``: the same as the median, as on the CPU).
-    ``peak_percent``, ``peak_tflops`` and the roofline fields are ``None`` on devices gemmzoo has
-    no figures for (see :mod:`gemmzoo.device` and :mod:`gemmzoo.roofline`).
-    """
-    info = device_info(backend.device)
-    record: dict[str, Any] = {
-        "backend": backend.name,
-        "m": point.m, "n": point.n, "k": point.k, "dtype": point.dtype, "layout": point.layout,
-        "accuracy": str(accuracy_of(backend)),
-        "flops": point.flops,
-    }
-    if median_s:
-        device = Timing.of([median_s], timing)
-        measured = Measurement(backend.name, point, device, error_ratio, rel_error, host or device)
-        record.update(speed_fields(measured, backend.device, info["device_name"]))
-    record.update({
-        "error_ratio": error_ratio,
-        "rel_error": rel_error,
-        "timing": timing,
-        "device": backend.device,
-        "device_name": info["device_name"],
-        "driver": info["driver"],
-        "cuda_driver": info["cuda_driver"],
-        "libraries": info["libraries"],
-    })
-    return record
-
-
-def speed_fields(measured: Measurement, device: str, device_name: str) -> dict[str, Any]:
-    """Times, rates and roofline figures of one measurement, as flat fields."""
-    roof = roofline(measured.point, measured.timing.median_s, device, device_name)
-    tflops = measured.tflops
-    return {
-        "device_s": measured.timing.median_s,
-        "host_s": measured.host_s,
-        "caller_s": measured.caller_s,
-        "launch_bound": measured.launch_bound,
-        "tflops": tflops,
-        "gflops": tflops * 1e3,
-        "caller_tflops": measured.caller_tflops,
-        "gbps": roof.gbps,
-        "peak_tflops": roof.peak_tflops,
-        "peak_percent": 100 * tflops / roof.peak_tflops if roof.peak_tflops else None,
-        "bandwidth_gbps": roof.bandwidth_gbps,
-        "roofline_bound": roof.bound,
-        "roofline_percent": roof.percent,
-    }
-
-
-# pytest-xdist ---------------------------------------------------------------------------------
-
-
-def xdist_worker_index(environ: MutableMapping[str, str] | None = None) -> int | None:
-    """This process's pytest-xdist worker number (``gw3`` → 3), or ``None`` outside a worker."""
-    worker = (os.environ if environ is None else environ).get("PYTEST_XDIST_WORKER", "")
-    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
-
-
-def assign_worker_gpu(environ: MutableMapping[str, str] | None = None,
-                      device_files: Sequence[str] | None = None) -> str | None:
-    """Give this xdist worker its own GPU through ``CUDA_VISIBLE_DEVICES`` (before CUDA starts).
-
-    Worker ``gwI`` gets the I-th visible GPU (of ``CUDA_VISIBLE_DEVICES`` if set, else of the
-    driver's device files); with more workers than GPUs they wrap around and share, with a
-    warning. Returns the value set, or ``None`` outside a worker or without a GPU.
-    """
-    environ = os.environ if environ is None else environ
-    index = xdist_worker_index(environ)
-    if index is None:
-        return None
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        devices = [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
-    else:
-        files = glob.glob("/dev/nvidia[0-9]*") if device_files is None else device_files
-        devices = [str(i) for i in range(len(files))]
-    if not devices:
-        return None
-    if index >= len(devices):
-        warnings.warn(f"xdist worker gw{index}: only {len(devices)} GPU(s); sharing GPU "
-                      f"{devices[index % len(devices)]}, so timings of the workers that share it disturb "
-                      f"each other", stacklevel=2)
-    chosen = devices[index % len(devices)]
-    environ["CUDA_VISIBLE_DEVICES"] = chosen
-    return chosen
-
-
-def xdist_requested(config: pytest.Config) -> bool:
-    """Whether this run uses pytest-xdist workers (controller or worker)."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return True
-    numprocesses = getattr(config.option, "numprocesses", None)
-    return bool(numprocesses) or getattr(config.option, "dist", "no") != "no"
-
-
-def enable_in_worker(config: pytest.Config) -> None:
-    """pytest-benchmark turns itself off under xdist; turn it on again in a worker, with its
-    own outputs off (the controller writes them from everything the workers send)."""
-    session = getattr(config, "_benchmarksession", None)
-    if session is None or not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    if config.getoption("benchmark_disable") or config.getoption("benchmark_skip"):
-        return
-    session.disabled = False
-    session.json = None
-    session.save = session.autosave = None
-    session.histogram = None
-    session.compare = session.compare_fail = None
-    session.compared_mapping = {}
-
-
-def export_from_worker(config: pytest.Config) -> None:
-    """Put this worker's finished benchmarks (with their samples) in its workeroutput."""
-    session = getattr(config, "_benchmarksession", None)
-    output = getattr(config, "workeroutput", None)
-    if session is None or output is None:
-        return
-    done = [bench.as_dict(include_data=True) for bench in session.benchmarks if bench and not bench.has_error]
-    output[_WORKEROUTPUT_KEY] = json.dumps(done, default=str)
-
-
-def import_from_worker(config: pytest.Config, workeroutput: dict[str, Any]) -> int:
-    """Add a finished worker's benchmarks to the controller's pytest-benchmark session, as if they
-    had run here. Returns how many were added."""
-    from pytest_benchmark.stats import Metadata
-
-    session = getattr(config, "_benchmarksession", None)
-    text = workeroutput.get(_WORKEROUTPUT_KEY)
-    if session is None or not text:
-        return 0
-    added = 0
-    for bench in json.loads(text):
-        fixture = SimpleNamespace(
-            name=bench["name"], fullname=bench["fullname"], group=bench["group"], param=bench["param"],
-            params=bench["params"], extra_info=bench["extra_info"], cprofile_stats=None, has_error=False,
-        )
-        metadata = Metadata(fixture, iterations=bench["stats"]["iterations"], options=bench["options"])
-        metadata.stats.data = [float(x) for x in bench["stats"]["data"]]
-        session.benchmarks.append(metadata)
-        added += 1
-    return added
-

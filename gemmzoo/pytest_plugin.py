@@ -1,8 +1,11 @@
 """gemmzoo's pytest plugin (loaded through the ``pytest11`` entry point).
 
-It adds ``--backend NAME`` (repeatable; same meaning as ``GEMMZOO_BACKENDS``), the benchmark
-grid options (``--grid``, ``--shape``, ``--grid-file``, ``--dtype``, ``--layout``) and
-parametrizes any test that asks for these fixtures:
+Installing gemmzoo must not change another project's pytest run, so every option it adds is
+namespaced: ``--gemmzoo-backend NAME`` (repeatable; same meaning as ``GEMMZOO_BACKENDS``), the
+benchmark grid options (``--gemmzoo-grid``, ``--gemmzoo-shape``, ``--gemmzoo-grid-file``,
+``--gemmzoo-dtype``, ``--gemmzoo-layout``) and the random conformance problems
+(``--gemmzoo-random``, ``--gemmzoo-seed``, ``--gemmzoo-max-work``). Its hooks act only on tests
+that ask for one of these fixtures, which it parametrizes:
 
 - ``conformance_case``: a ``(backend, Case)`` pair for every case of every selected backend;
 - ``input_check``: a ``(backend, check_name)`` pair for every bad-input check;
@@ -12,12 +15,15 @@ parametrizes any test that asks for these fixtures:
 An unavailable backend appears once per fixture as a skipped test that says why, so a run never
 claims coverage it does not have.
 
-Under pytest-xdist, a run that collects GEMM benchmarks gives each worker its own GPU and has
-its benchmarks sent to the controller, which reports them all (see :mod:`gemmzoo.pytest_bench`).
+Under pytest-xdist, a run of gemmzoo's benchmarks (see :func:`runs_gemm_benchmarks`) gives each
+worker its own GPU and has its benchmarks sent to the controller, which reports them all (see
+:mod:`gemmzoo.pytest_xdist`).
+A run that collects no GEMM benchmark keeps pytest-benchmark's own behaviour.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -28,6 +34,7 @@ from gemmzoo.dtypes import DTYPES
 
 _BENCH_FIXTURES = ("gemm_backend", "gemm_point")
 _ONLY = pytest.StashKey[bool]()
+_XDIST = pytest.StashKey[bool]()
 _GPU_ASSIGNED = pytest.StashKey[bool]()
 
 
@@ -36,18 +43,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
     group = parser.getgroup("gemmzoo")
     group.addoption(
-        "--backend", action="append", default=[], metavar="NAME",
+        "--gemmzoo-backend", action="append", default=[], metavar="NAME",
         help="gemmzoo backend to test or benchmark (repeatable; default: GEMMZOO_BACKENDS, else all)",
     )
-    group.addoption("--grid", default=None, metavar="NAME",
+    group.addoption("--gemmzoo-grid", default=None, metavar="NAME",
                     help="gemmzoo benchmark grid (see gemmzoo bench --list-grids; default: cpu, or gpu)")
-    group.addoption("--shape", action="append", default=[], metavar="MxNxK",
+    group.addoption("--gemmzoo-shape", action="append", default=[], metavar="MxNxK",
                     help="gemmzoo: benchmark this shape too (repeatable; MxNxK or MxNxK-DTYPE-LAYOUT)")
-    group.addoption("--grid-file", action="append", default=[], metavar="FILE",
+    group.addoption("--gemmzoo-grid-file", action="append", default=[], metavar="FILE",
                     help="gemmzoo: benchmark the points of a CSV or JSON grid file (repeatable)")
-    group.addoption("--dtype", action="append", default=[], choices=DTYPES,
+    group.addoption("--gemmzoo-dtype", action="append", default=[], choices=DTYPES,
                     help="gemmzoo benchmark dtype (repeatable; default: float16 with a GPU, else float32)")
-    group.addoption("--layout", action="append", default=[], choices=LAYOUTS,
+    group.addoption("--gemmzoo-layout", action="append", default=[], choices=LAYOUTS,
                     help="gemmzoo benchmark operand layout (repeatable; default NN)")
     group.addoption("--gemmzoo-random", type=int, default=0, metavar="N",
                     help="gemmzoo conformance: N random problems per backend after the fixed cases")
@@ -56,56 +63,82 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"largest M·N·K of a random problem (default: {DEFAULT_MAX_WORK:g})")
 
 
+_BENCH_OPTIONS = ("gemmzoo_backend", "gemmzoo_grid", "gemmzoo_shape", "gemmzoo_grid_file", "gemmzoo_dtype",
+                  "gemmzoo_layout")
+
+
+def runs_gemm_benchmarks(config: pytest.Config) -> bool:
+    """Whether the command line asks for gemmzoo's benchmarks: it names them (``--pyargs
+    gemmzoo.benchmarks`` or a path inside that package) or gives a ``--gemmzoo-*`` benchmark option.
+
+    Only such a run gets gemmzoo's pytest-xdist mode; any other keeps pytest-benchmark's behaviour.
+    """
+    if any(config.getoption(name, None) for name in _BENCH_OPTIONS):
+        return True
+    named = [str(arg).replace("\\", "/") for arg in config.args]
+    return any("gemmzoo.benchmarks" in arg or "gemmzoo/benchmarks" in arg for arg in named)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    from gemmzoo import pytest_bench
+    if not config.pluginmanager.hasplugin("benchmark") or not runs_gemm_benchmarks(config):
+        return
+    from gemmzoo import pytest_xdist
+    from gemmzoo.adapters import pytest_benchmark
 
-    if config.pluginmanager.hasplugin("benchmark"):  # the CUDA rounds follow --benchmark-max-time
-        pytest_bench.configure(config)
+    if not pytest_xdist.requested(config):
+        return
+    reason = pytest_benchmark.unsupported_reason()
+    if reason is not None:
+        warnings.warn(f"gemmzoo: benchmarks under pytest-xdist need pytest-benchmark's session: {reason}; "
+                      "run without -n", stacklevel=1)
+        return
+    config.stash[_XDIST] = True
+    if not config.getoption("benchmark_only", False):
+        return
     # pytest-benchmark refuses --benchmark-only under xdist (it disables itself there); keep the
     # option's meaning and let it start, then turn it back on in the worker after collection.
-    if pytest_bench.xdist_requested(config) and config.getoption("benchmark_only", False):
-        # ... and its "disabled because xdist is active" warning would be untrue here.
-        config.addinivalue_line("filterwarnings", "ignore:Benchmarks are automatically disabled because")
-        config.option.benchmark_only = False
-        config.stash[_ONLY] = True
+    # ... and its "disabled because xdist is active" warning would be untrue here.
+    config.addinivalue_line("filterwarnings", "ignore:Benchmarks are automatically disabled because")
+    config.option.benchmark_only = False
+    config.stash[_ONLY] = True
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's, which reads ``only`` there
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from gemmzoo import pytest_bench
-
-    session = getattr(config, "_benchmarksession", None)
-    if session is None:
+    if not config.stash.get(_XDIST, False):
         return
+    from gemmzoo import pytest_xdist
+    from gemmzoo.adapters import pytest_benchmark
+
     if config.stash.get(_ONLY, False):
-        session.only = True
-    # Only a run that benchmarks GEMMs turns pytest-benchmark back on in xdist workers; other
-    # projects' benchmark suites keep pytest-benchmark's own xdist behaviour.
+        pytest_benchmark.set_only(config)
     if any(set(_BENCH_FIXTURES) <= set(getattr(item, "fixturenames", ())) for item in items):
-        pytest_bench.enable_in_worker(config)
+        pytest_xdist.enable_in_worker(config)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    from gemmzoo import pytest_bench
+    if session.config.stash.get(_XDIST, False):
+        from gemmzoo import pytest_xdist
 
-    pytest_bench.export_from_worker(session.config)
+        pytest_xdist.export_from_worker(session.config)
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: without xdist it is never called
 def pytest_testnodedown(node: object, error: object) -> None:
-    from gemmzoo import pytest_bench
-
     output = getattr(node, "workeroutput", None)
-    if output:
-        pytest_bench.import_from_worker(node.config, output)  # type: ignore[attr-defined]
+    config = getattr(node, "config", None)
+    if output and config is not None and config.stash.get(_XDIST, False):
+        from gemmzoo import pytest_xdist
+
+        pytest_xdist.import_from_worker(config, output)
 
 
 def selected_backends(config: pytest.Config) -> list[Any]:
-    """The backends chosen by ``--backend`` or ``GEMMZOO_BACKENDS`` (all registered otherwise)."""
+    """The backends chosen by ``--gemmzoo-backend`` or ``GEMMZOO_BACKENDS`` (all registered otherwise)."""
     from gemmzoo.registry import get_registry
 
-    return get_registry().select(config.getoption("backend") or None)
+    return get_registry().select(config.getoption("gemmzoo_backend") or None)
 
 
 def _unavailable_param(backend: Any, reason: str) -> Any:
@@ -114,18 +147,21 @@ def _unavailable_param(backend: Any, reason: str) -> Any:
 
 
 def _benchmark_params(metafunc: pytest.Metafunc) -> None:
-    from gemmzoo import pytest_bench
+    from gemmzoo import pytest_bench, pytest_xdist
     from gemmzoo.grids import GridError, resolve_points
 
     config = metafunc.config
     if not config.stash.get(_GPU_ASSIGNED, False):
         # Before any backend asks CUDA whether it is there: each xdist worker on its own GPU.
-        pytest_bench.assign_worker_gpu()
+        pytest_xdist.assign_worker_gpu()
         config.stash[_GPU_ASSIGNED] = True
+        if config.pluginmanager.hasplugin("benchmark"):
+            pytest_bench.configure(config)  # the CUDA rounds follow --benchmark-max-time
     try:
-        points = resolve_points(config.getoption("grid"), config.getoption("shape"),
-                                config.getoption("grid_file"), config.getoption("dtype") or None,
-                                config.getoption("layout") or ("NN",))
+        points = resolve_points(config.getoption("gemmzoo_grid"), config.getoption("gemmzoo_shape"),
+                                config.getoption("gemmzoo_grid_file"),
+                                config.getoption("gemmzoo_dtype") or None,
+                                config.getoption("gemmzoo_layout") or ("NN",))
     except GridError as error:
         raise pytest.UsageError(str(error)) from None
     params = pytest_bench.benchmark_params(selected_backends(config), points)

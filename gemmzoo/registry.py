@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import threading
+import traceback
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -166,8 +166,9 @@ class Registry:
         pending: list[tuple[Any, Location]] = []
 
         def register(backend: Any) -> None:
-            caller = sys._getframe(1)  # the plugin's line that registered it, for messages
-            pending.append((backend, (caller.f_code.co_filename, caller.f_lineno)))
+            # the plugin's line that registered it, for messages (traceback: public, any Python)
+            caller = traceback.extract_stack(limit=2)[0]
+            pending.append((backend, (caller.filename, caller.lineno or 0)))
 
         hook = self.plugin_manager.hook.gemmzoo_register_backends
         for impl in hook.get_hookimpls():

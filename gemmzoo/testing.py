@@ -1,6 +1,6 @@
 """Ready-made pytest tests of the conformance suite, for gemmzoo itself and for plugin authors.
 
-Import them into a test module and pytest runs them over the backends that ``--backend NAME`` (or
+Import them into a test module and pytest runs them over the backends that ``--gemmzoo-backend NAME`` (or
 ``GEMMZOO_BACKENDS``) selects, every registered one otherwise::
 
     from gemmzoo.testing import test_bad_input_is_a_clear_error, test_conformance  # noqa: F401

@@ -47,8 +47,8 @@ def _facts(compiled: Any) -> dict[str, Any]:
 def build_fp8(m: int, n: int, k: int) -> dict[str, Any]:
     import torch
 
-    from gemmzoo_triton import fp8_gluon_kernel as kernel
-    from gemmzoo_triton.gluon_parts import descriptors
+    from gemmzoo_triton.core.gluon_parts import descriptors
+    from gemmzoo_triton.fp8 import gluon_kernel as kernel
 
     config = kernel.DEFAULT_CONFIG
     x = torch.empty(m, k, dtype=torch.float8_e4m3fn)
@@ -64,8 +64,8 @@ def build_grouped(m: int, n: int, k: int, dtype: str, layout: str, block_n: int,
                   sk_tiles: int = 0, split: int = 1) -> dict[str, Any]:
     import torch
 
-    from gemmzoo_triton import grouped_gluon_kernel as kernel
-    from gemmzoo_triton.gluon_parts import descriptors
+    from gemmzoo_triton.core.gluon_parts import descriptors
+    from gemmzoo_triton.grouped import gluon_kernel as kernel
 
     config = next(c for c in (kernel.WIDE, kernel.SQUARE, kernel.NARROW) if c.block_n == block_n)
     torch_dtype = getattr(torch, dtype)
@@ -84,7 +84,7 @@ def build_grouped(m: int, n: int, k: int, dtype: str, layout: str, block_n: int,
 def build_tf32(m: int, n: int, k: int, b_t: bool) -> dict[str, Any]:
     import torch
 
-    from gemmzoo_triton import grouped_tf32_kernel as kernel
+    from gemmzoo_triton.grouped import tf32_kernel as kernel
 
     config = kernel.CONFIG
     x = torch.empty(m, k)

@@ -1,4 +1,4 @@
-"""The conformance suite over every registered, available backend (``--backend`` narrows it)."""
+"""The conformance suite over every registered, available backend (``--gemmzoo-backend`` narrows it)."""
 
 from gemmzoo.testing import test_bad_input_is_a_clear_error, test_conformance
 

@@ -12,9 +12,12 @@ from typing import Any
 import pytest
 
 pytest.importorskip("triton")
-pytest.importorskip("gemmzoo_triton.gluon_parts")  # Triton 3.6 or later, with Gluon
+pytest.importorskip("gemmzoo_triton.core.gluon_parts")  # Triton 3.6 or later, with Gluon
 
-from gemmzoo_triton import fp8_gluon_kernel, gluon_parts, grouped_gluon_kernel, grouped_tf32_kernel
+from gemmzoo_triton.core import gluon_parts
+from gemmzoo_triton.fp8 import gluon_kernel as fp8_gluon_kernel
+from gemmzoo_triton.grouped import gluon_kernel as grouped_gluon_kernel
+from gemmzoo_triton.grouped import tf32_kernel as grouped_tf32_kernel
 
 H100_SHARED = 232448  # bytes a block may opt in to on the H100 (227 KiB)
 H100_SMS = 132
@@ -37,10 +40,10 @@ def test_a_triton_before_3_6_gets_no_gluon_kernels(monkeypatch):
     import triton
 
     monkeypatch.setattr(triton, "__version__", "3.5.1")
-    monkeypatch.delitem(sys.modules, "gemmzoo_triton.gluon_parts")
+    monkeypatch.delitem(sys.modules, "gemmzoo_triton.core.gluon_parts")
     # the backends import the kernels inside try/except ImportError and keep their tl kernels
     with pytest.raises(ImportError, match=r"Triton 3\.6 or later; this is 3\.5\.1"):
-        importlib.import_module("gemmzoo_triton.gluon_parts")
+        importlib.import_module("gemmzoo_triton.core.gluon_parts")
 
 
 def test_grids_are_one_program_per_sm_and_at_most_one_per_tile():
@@ -172,7 +175,7 @@ def test_triton_grouped_conforms_through_the_gluon_kernel(dtype):
 
     import gemmzoo
     from gemmzoo.conformance import Case, run_case
-    from gemmzoo_triton import grouped_plan
+    from gemmzoo_triton.grouped import plan as grouped_plan
 
     backend = type(gemmzoo.get_backend("triton-grouped"))()  # plans of its own, made here
     # 2112x2080x2064: the tma route in place; 2049x2051x2053: the aligned route (copies, C a view)
@@ -213,7 +216,7 @@ def test_triton_grouped_conforms_on_each_kind_of_gluon_schedule(dtype, shapes, r
 
     import gemmzoo
     from gemmzoo.conformance import Case, run_case
-    from gemmzoo_triton import grouped_plan
+    from gemmzoo_triton.grouped import plan as grouped_plan
 
     backend = type(gemmzoo.get_backend("triton-grouped"))()
     on_gpu = torch.empty(1, device="cuda")
@@ -233,7 +236,7 @@ def test_triton_grouped_conforms_in_tf32_through_the_gluon_tf32_kernel():
 
     import gemmzoo
     from gemmzoo.conformance import Case, run_case
-    from gemmzoo_triton import grouped_plan
+    from gemmzoo_triton.grouped import plan as grouped_plan
 
     backend = type(gemmzoo.get_backend("triton-grouped"))()
     on_gpu = torch.empty(1, device="cuda")

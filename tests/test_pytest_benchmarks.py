@@ -24,8 +24,8 @@ EXAMPLE_SRC = ROOT / "examples" / "gemmzoo-blocked" / "src"
 EXTRA_INFO = {"backend", "m", "n", "k", "dtype", "layout", "tflops", "gflops", "peak_tflops", "peak_percent",
               "error_ratio", "rel_error", "device_name", "driver", "cuda_driver", "libraries", "timing",
               "accuracy"}
-FAST = ("--benchmark-only", "--grid", "smoke", "-q", "-p", "no:cacheprovider", "--benchmark-max-time=0.005",
-        "--benchmark-min-rounds=3")
+FAST = ("--benchmark-only", "--gemmzoo-grid", "smoke", "-q", "-p", "no:cacheprovider",
+        "--benchmark-max-time=0.005", "--benchmark-min-rounds=3")
 
 
 @pytest.fixture
@@ -78,7 +78,8 @@ def test_pyargs_from_an_empty_directory_runs_every_cpu_backend_and_the_plugin(tm
 
 
 def test_pyargs_backend_option_narrows_to_one_backend(tmp_path, site):
-    data = _run(tmp_path / "empty", site, "--pyargs", "gemmzoo.benchmarks", "--backend", "numpy-blocked")
+    data = _run(tmp_path / "empty", site, "--pyargs", "gemmzoo.benchmarks",
+                "--gemmzoo-backend", "numpy-blocked")
     _check(data, ["numpy-blocked"])
 
 
@@ -86,11 +87,12 @@ def test_a_plugin_authors_test_file_reuses_the_benchmarks_with_one_import(tmp_pa
     author = tmp_path / "author"
     author.mkdir()
     (author / "test_my_benchmarks.py").write_text("from gemmzoo.benchmarks import test_gemm  # noqa: F401\n")
-    data = _run(author, site, "--backend", "numpy-blocked")
+    data = _run(author, site, "--gemmzoo-backend", "numpy-blocked")
     _check(data, ["numpy-blocked"])
 
 
 def test_pytest_benchmarks_under_xdist_land_in_one_report(tmp_path, site):
     pytest.importorskip("xdist")
-    data = _run(tmp_path / "empty", site, "--pyargs", "gemmzoo.benchmarks", "-n", "2", "--backend", "numpy")
+    data = _run(tmp_path / "empty", site, "--pyargs", "gemmzoo.benchmarks", "-n", "2",
+                "--gemmzoo-backend", "numpy")
     _check(data, ["numpy"])

@@ -114,7 +114,7 @@ def test_pytest_gemmzoo_random_adds_the_problems_to_the_conformance_tests(tmp_pa
 
     def collected(*options: str) -> list[str]:
         command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                   "--backend", "numpy", *options]
+                   "--gemmzoo-backend", "numpy", *options]
         run = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path,
                              env=subprocess_env(tmp_path), timeout=300, check=False)
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]

@@ -13,7 +13,7 @@ from backends_here import available
 
 import gemmzoo
 from gemmzoo.conformance import error_bound
-from gemmzoo_triton import splitk_plan as plan
+from gemmzoo_triton.splitk import plan
 
 SKINNY = ("triton-splitk", "triton-decode")
 
@@ -167,7 +167,7 @@ def test_import_and_construction_load_neither_torch_nor_triton():
     code = (
         "import sys\n"
         "from gemmzoo_triton import TritonDecodeBackend, TritonSplitKBackend\n"
-        "from gemmzoo_triton import splitk_plan\n"
+        "from gemmzoo_triton.splitk import plan as splitk_plan\n"
         "backends = [TritonSplitKBackend(), TritonDecodeBackend()]\n"
         "splitk_plan.choose(16, 4096, 4096, 2, False, 132, True)\n"
         "print([b.name for b in backends])\n"

@@ -1,4 +1,4 @@
-"""The split of the last wave (gemmzoo_triton.split_wave), run as Triton code: every program's
+"""The split of the last wave (gemmzoo_triton.grouped.split_wave), run as Triton code: every program's
 units enumerated by a small kernel (under the interpreter without a GPU) and checked for
 coverage, order and the hand-overs."""
 
@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from gemmzoo_triton import split_wave  # noqa: E402
+from gemmzoo_triton.grouped import split_wave  # noqa: E402
 
 FIELDS = tl.constexpr(4)  # tile, first K step, end K step, kind
 

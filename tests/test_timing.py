@@ -27,7 +27,7 @@ from gemmzoo.measure import (
     time_calls,
     time_problem,
 )
-from gemmzoo.pytest_bench import assign_worker_gpu
+from gemmzoo.pytest_xdist import assign_worker_gpu
 
 TESTS = Path(__file__).parent
 POINT = GridPoint(12, 10, 8)

@@ -14,7 +14,7 @@ import gemmzoo
 torch = pytest.importorskip("torch")
 
 from gemmzoo_torch.padded import PaddedCopy, PaddedPair, padded_plan, rounded  # noqa: E402
-from gemmzoo_triton.aligned import padded as padded_length  # noqa: E402
+from gemmzoo_triton.core.aligned import padded as padded_length  # noqa: E402
 
 
 def operand(rows: int, cols: int, layout: str, dtype, seed: int):
@@ -148,7 +148,7 @@ def test_copy_kernel_writes_values_then_zeros_to_the_buffer_edge(layout, dtype):
     """Every element of the destination: the source's value inside its extent, 0 past it (the
     destination starts as NaN), for sources with odd rows, strided views and transposes."""
     pytest.importorskip("triton")
-    from gemmzoo_triton import copy_kernel
+    from gemmzoo_triton.core import copy_kernel
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     values = torch.randn(2 * 19 + 1, 2 * 37 + 1, generator=torch.Generator().manual_seed(5)).to(dtype)

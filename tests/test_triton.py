@@ -204,7 +204,7 @@ def test_bound_launch_runs_the_compiled_kernel_per_alignment():
     backend = available("triton-tiled")
     import torch
 
-    from gemmzoo_triton import launcher
+    from gemmzoo_triton.core import launch as launcher
 
     launches = []
     original = launcher.BoundLaunch.__call__
@@ -254,14 +254,15 @@ def test_tuned_sizes_on_gpu(name):
 @pytest.mark.gpu
 def test_autotuning_runs_once_per_key():
     backend = available("triton-grouped")
-    from gemmzoo_triton import grouped_kernel
+    from gemmzoo_triton.core import autotune
+    from gemmzoo_triton.grouped import pointer_kernel as grouped_kernel
 
     rng = np.random.default_rng(2)
     a = backend.from_numpy(rng.standard_normal((512, 384)), "float16")
     b = backend.from_numpy(rng.standard_normal((384, 640)), "float16")
     first = backend.to_numpy(backend.matmul(a, b))
     # 512x640x384 is under TMA_MIN_WORK: the pointer kernel runs, also on a GPU with TMA
-    ran = [key for key in grouped_kernel.PICKED if key[1:6] == (512, 640, 384, "tf32", "torch.float16")]
+    ran = [key for key in autotune.PICKED if key[1:6] == (512, 640, 384, "tf32", "torch.float16")]
     assert [key[0] for key in ran] == ["grouped_matmul_kernel"], ran
     kernel = grouped_kernel.grouped_matmul_kernel
     tuned = dict(kernel.cache)

@@ -72,7 +72,7 @@ def test_tma_kernel_indexing_under_the_interpreter(split_m, split_n, programs, f
     import triton
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    from gemmzoo_triton.fp8_tma_kernel import fp8_tma_matmul_kernel
+    from gemmzoo_triton.fp8.tma_kernel import fp8_tma_matmul_kernel
 
     m, n, k, block = 70, 88, 80, 32  # edges in M and N, a K tail of half a tile
     generator = torch.Generator().manual_seed(4 + split_m + split_n + programs)
@@ -96,7 +96,7 @@ def test_tma_kernel_indexing_under_the_interpreter(split_m, split_n, programs, f
 
 
 def test_operands_are_made_k_major_with_their_values():
-    from gemmzoo_triton.fp8_backend import k_major, tma_fp8_eligible
+    from gemmzoo_triton.fp8.backend import k_major, tma_fp8_eligible
 
     generator = torch.Generator().manual_seed(6)
     a = torch.randn((48, 32), generator=generator).to(torch.float8_e4m3fn)
@@ -120,7 +120,7 @@ def test_tma_grid_and_block_shapes_follow_the_config():
         pytest.skip("imports the kernel module, which the interpreter run covers")
     from types import SimpleNamespace
 
-    from gemmzoo_triton.fp8_tma_kernel import HOPPER_FP8_TMA_CONFIGS, grid_for, set_block_shapes
+    from gemmzoo_triton.fp8.tma_kernel import HOPPER_FP8_TMA_CONFIGS, grid_for, set_block_shapes
 
     meta = {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "PROGRAMS_PER_SM": 2}
     assert grid_for(4096, 4096, 132)(meta) == (264,)  # 1024 tiles

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("triton")
-pytest.importorskip("gemmzoo_triton.gluon_parts")  # Triton 3.6 or later, with Gluon
+pytest.importorskip("gemmzoo_triton.core.gluon_parts")  # Triton 3.6 or later, with Gluon
 
 
 def _hopper() -> bool:
@@ -25,7 +25,7 @@ def test_results_are_scaled_mm_bitwise_on_hopper(m, n, k, b_row_major):
     import torch
 
     from gemmzoo_triton import TritonFp8Backend
-    from gemmzoo_triton.fp8_backend import gluon_fp8_config
+    from gemmzoo_triton.fp8.backend import gluon_fp8_config
 
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
     a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)

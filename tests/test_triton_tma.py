@@ -10,13 +10,15 @@ import numpy as np
 import pytest
 from test_triton import ACTIVATIONS, available, reference
 
-from gemmzoo_triton import common
+from gemmzoo_triton.core import hopper
+from gemmzoo_triton.grouped import plan as grouped_plan
+from gemmzoo_triton.grouped.backend import TritonGroupedBackend
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 LAYOUTS = ("NN", "TN", "NT", "TT")  # A then B: N as stored, T a column-major view of a stored transpose
-KERNELS = {"tiles": "tma_matmul_kernel", "persistent": "tma_persistent_matmul_kernel"}  # by variant
+TMA = "tma_matmul_kernel"
 
 
 def operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: str = "cpu", seed: int = 0):
@@ -44,20 +46,20 @@ def forget_plans():
 def tma_gpu(monkeypatch):
     """Pretend every device is a GPU with TMA and every problem large enough for it, so that the
     layout and dtype rules decide alone."""
-    monkeypatch.setattr(common, "tma_device", lambda device: True)
-    monkeypatch.setattr(common, "TMA_MIN_WORK", 0)
+    monkeypatch.setattr(hopper, "tma_device", lambda device: True)
+    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 0)
 
 
 def test_problems_up_to_the_minimum_work_stay_on_the_pointer_kernel(monkeypatch):
-    monkeypatch.setattr(common, "tma_device", lambda device: True)
-    monkeypatch.setattr(common, "TMA_MIN_WORK", 64 * 128 * 256)
+    monkeypatch.setattr(hopper, "tma_device", lambda device: True)
+    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 64 * 128 * 256)
     assert not eligible(64, 128, 256)
     assert eligible(64, 128, 264)
 
 
 def eligible(m: int, n: int, k: int, dtype=torch.float16, layout="NN", precision="tf32") -> bool:
     x, y = operand(m, k, layout[0] == "T", dtype), operand(k, n, layout[1] == "T", dtype)
-    return common.tma_eligible(x, y, torch.empty(m, n, dtype=dtype), precision)
+    return grouped_plan.tma_eligible(x, y, torch.empty(m, n, dtype=dtype), precision)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -87,17 +89,17 @@ def test_views_neither_row_nor_column_major_are_not_eligible(tma_gpu):
     b = torch.randn(64, 128, dtype=torch.float16)
     c = torch.empty(64, 64, dtype=torch.float16)
     every_other_column = torch.randn(64, 128, dtype=torch.float16)[:, ::2]
-    assert not common.tma_eligible(every_other_column, b[:, :64], c, "tf32")
-    assert common.tma_eligible(b[:, :64], b[:, :64], c, "tf32")  # a slice with aligned rows is fine
+    assert not grouped_plan.tma_eligible(every_other_column, b[:, :64], c, "tf32")
+    assert grouped_plan.tma_eligible(b[:, :64], b[:, :64], c, "tf32")  # a slice with aligned rows is fine
 
 
 def test_broadcast_views_are_not_eligible(tma_gpu):
     row = torch.randn(1, 64, dtype=torch.float16)
     b = torch.randn(64, 64, dtype=torch.float16)
     c = torch.empty(64, 64, dtype=torch.float16)
-    assert not common.tma_eligible(row.expand(64, 64), b, c, "tf32")  # every row the same: stride 0
-    assert not common.tma_eligible(b, row.T.expand(64, 64), c, "tf32")  # column-major, stride 0
-    assert common.tma_eligible(row.expand(64, 64).contiguous(), b, c, "tf32")
+    assert not grouped_plan.tma_eligible(row.expand(64, 64), b, c, "tf32")  # every row the same: stride 0
+    assert not grouped_plan.tma_eligible(b, row.T.expand(64, 64), c, "tf32")  # column-major, stride 0
+    assert grouped_plan.tma_eligible(row.expand(64, 64).contiguous(), b, c, "tf32")
 
 
 def test_misaligned_start_is_not_eligible(tma_gpu):
@@ -105,15 +107,15 @@ def test_misaligned_start_is_not_eligible(tma_gpu):
     shifted = storage[1:].view(64, 64)  # starts 2 bytes into a 16-byte aligned allocation
     aligned = storage[:-1].view(64, 64)
     c = torch.empty(64, 64, dtype=torch.float16)
-    assert common.tma_eligible(aligned, aligned, c, "tf32")
-    assert not common.tma_eligible(shifted, aligned, c, "tf32")
-    assert not common.tma_eligible(aligned, shifted, c, "tf32")
+    assert grouped_plan.tma_eligible(aligned, aligned, c, "tf32")
+    assert not grouped_plan.tma_eligible(shifted, aligned, c, "tf32")
+    assert not grouped_plan.tma_eligible(aligned, shifted, c, "tf32")
 
 
 def test_cpu_tensors_and_the_interpreter_never_take_the_tma_path(monkeypatch):
     assert not eligible(64, 128, 256)  # CPU tensors
-    monkeypatch.setattr(common, "interpreter_mode", lambda: True)
-    assert not common.tma_device(torch.device("cuda", 0))  # decided without asking CUDA
+    monkeypatch.setattr(hopper, "interpreter_mode", lambda: True)
+    assert not hopper.tma_device(torch.device("cuda", 0))  # decided without asking CUDA
 
 
 # The kernels ------------------------------------------------------------------------------------
@@ -130,7 +132,7 @@ def kernel_dtypes(backend) -> list[tuple[str, torch.dtype]]:
 def tma_backend():
     """triton-grouped, where its TMA kernels can run: the interpreter, or a GPU with TMA."""
     backend = available("triton-grouped")
-    if backend.device == "cuda" and not common.tma_device(torch.device("cuda", 0)):
+    if backend.device == "cuda" and not hopper.tma_device(torch.device("cuda", 0)):
         pytest.skip("the GPU has no TMA (capability < 9.0) or Triton < 3.4")
     return backend
 
@@ -150,72 +152,61 @@ def check_product(c, x, y, dtype_name: str, activation: str | None) -> None:
         assert negative.any() and np.all(activated)
 
 
-def run_tma(x, y, variant: str, activation: str | None, precision: str = "tf32"):
-    from gemmzoo_triton import grouped_tma_kernel
+def run_tma(x, y, activation: str | None, precision: str = "tf32"):
+    from gemmzoo_triton.grouped import tma_kernel as grouped_tma_kernel
 
     c = torch.full((x.shape[0], y.shape[1]), float("nan"), device=x.device, dtype=x.dtype)
-    config = grouped_tma_kernel.launch(x, y, c, precision, activation, variant=variant, sms=3)
+    config = grouped_tma_kernel.launch(x, y, c, precision, activation)
     return c, config
 
 
 @pytest.mark.parametrize("activation", [None, "leaky_relu"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("variant", ["tiles", "persistent"])
-def test_tma_kernels_match_float64_reference(monkeypatch, variant, layout, activation):
-    """Ragged M, N and K (no multiple of the interpreter's 16x32x16 blocks), three programs for
-    the persistent kernel: every element against the float64 bound."""
+def test_tma_kernel_matches_float64_reference(monkeypatch, layout, activation):
+    """Ragged M, N and K (no multiple of the interpreter's 16x32x16 blocks): every element against
+    the float64 bound."""
     backend = tma_backend()
-    monkeypatch.setattr(common, "tma_device", lambda device: True)  # for the CPU tensors' eligibility
-    monkeypatch.setattr(common, "TMA_MIN_WORK", 0)  # and for their small size
+    monkeypatch.setattr(hopper, "tma_device", lambda device: True)  # for the CPU tensors' eligibility
+    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 0)  # and for their small size
     m = 37 if layout[0] == "N" else 40  # a column-major A's transpose has rows of M elements
     n, k = 72, 56
     for seed, (name, dtype) in enumerate(kernel_dtypes(backend)):
         x = operand(m, k, layout[0] == "T", dtype, backend.device, seed)
         y = operand(k, n, layout[1] == "T", dtype, backend.device, seed + 100)
         if dtype != torch.float32:  # the backend sends only 16-bit types; the kernels take tf32 too
-            assert common.tma_eligible(x, y, torch.empty(m, n, dtype=dtype), "tf32")
-        c, _ = run_tma(x, y, variant, activation)
+            assert grouped_plan.tma_eligible(x, y, torch.empty(m, n, dtype=dtype), "tf32")
+        c, _ = run_tma(x, y, activation)
         check_product(c, x, y, name, activation)
 
 
-@pytest.mark.parametrize("variant", ["tiles", "persistent"])
-def test_second_call_launches_the_picked_config_with_its_block_shapes(variant):
+def test_second_call_launches_the_picked_config_with_its_block_shapes():
     """The second call skips the autotuner, and so its pre_hook: the launch must set the
     descriptors' block shapes itself (left at the 1x1 placeholder, the kernel would not build)."""
     backend = tma_backend()
-    from gemmzoo_triton import grouped_kernel
+    from gemmzoo_triton.core import autotune
 
     x = operand(48, 40, True, torch.float16, backend.device, 1)
     y = operand(40, 24, False, torch.float16, backend.device, 2)
-    first, config = run_tma(x, y, variant, "relu")
-    key = (KERNELS[variant], 48, 24, 40, "tf32", "torch.float16", True, False, False)
-    assert grouped_kernel.PICKED[key] is config
-    second, again = run_tma(x, y, variant, "relu")
+    first, config = run_tma(x, y, "relu")
+    key = (TMA, 48, 24, 40, "tf32", "torch.float16", True, False, False)
+    assert autotune.PICKED[key] is config
+    second, again = run_tma(x, y, "relu")
     assert again is config
     assert torch.equal(first, second)
     check_product(second, x, y, "float16", "relu")
 
 
-def test_unknown_variant_is_an_error():
+@pytest.mark.parametrize("gluon", [True, False])
+def test_backend_launches_the_tma_kernel_on_the_tma_route(monkeypatch, gluon):
+    """The wiring: a problem on the TMA route with a fused activation (which the Gluon kernel does
+    not take, with or without ``gluon``) runs the TMA kernel, through the backend's checks (and on
+    a GPU its TF32Array handling); the route is forced, so that this runs under the interpreter
+    too, where tf32 is not declared."""
+    backend = TritonGroupedBackend(gluon=gluon)
     tma_backend()
-    from gemmzoo_triton import grouped_tma_kernel
+    from gemmzoo_triton.core import autotune
 
-    x = torch.zeros(16, 16, dtype=torch.float16)
-    with pytest.raises(ValueError, match=r"'warp'.*persistent, tiles"):
-        grouped_tma_kernel.launch(x, x, x, "tf32", variant="warp")
-
-
-@pytest.mark.parametrize("variant", ["tiles", "persistent"])
-def test_backend_launches_the_variant_it_is_set_to_when_eligible(monkeypatch, variant):
-    """The wiring: a problem on the TMA route runs ``VARIANT``'s kernel, through the backend's
-    checks (and on a GPU its TF32Array handling); the route is forced, so that this runs under
-    the interpreter too, where tf32 is not declared."""
-    backend = tma_backend()
-    from gemmzoo_triton import grouped_kernel, grouped_plan, grouped_tma_kernel
-
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "tma")
-    monkeypatch.setattr(grouped_tma_kernel, "VARIANT", variant)
-    monkeypatch.setattr(grouped_tma_kernel, "num_sms", lambda device: 2)
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "tma")
     dtype = "tf32" if "tf32" in backend.dtypes else "float16"
     rng = np.random.default_rng(8)
     a = backend.from_numpy(rng.standard_normal((24, 32)), dtype)
@@ -223,29 +214,28 @@ def test_backend_launches_the_variant_it_is_set_to_when_eligible(monkeypatch, va
     c = backend.matmul(a, b, activation="relu")
     assert type(c) is type(a)  # a TF32Array in, a TF32Array out
     check_product(c.data, a.data, b.data, dtype, "relu")  # .data: a TF32Array's tensor, a tensor's self
-    key = (KERNELS[variant], 24, 40, 32, "tf32", str(c.data.dtype), False, False, False)
-    assert key in grouped_kernel.PICKED
+    key = (TMA, 24, 40, 32, "tf32", str(c.data.dtype), False, False, False)
+    assert key in autotune.PICKED
 
 
 def test_backend_uses_the_pointer_kernel_on_the_pointer_route(monkeypatch):
     backend = tma_backend()
-    from gemmzoo_triton import grouped_kernel, grouped_plan
+    from gemmzoo_triton.core import autotune
 
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "pointer")
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "pointer")
     rng = np.random.default_rng(9)
     a = backend.from_numpy(rng.standard_normal((24, 32)), "float16")
     b = backend.from_numpy(rng.standard_normal((32, 40)), "float16")
     c = backend.matmul(a, b)
     check_product(c, a, b, "float16", None)
-    assert ("grouped_matmul_kernel", 24, 40, 32, "tf32", "torch.float16") in grouped_kernel.PICKED
+    assert ("grouped_matmul_kernel", 24, 40, 32, "tf32", "torch.float16") in autotune.PICKED
 
 
 # On a GPU ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["tiles", "persistent"])
-def test_tma_kernels_autotuned_on_gpu(variant):
+def test_tma_kernel_autotuned_on_gpu():
     """A problem large enough to autotune, ragged against every config's blocks, on the GPU's
     SM count: every declared dtype as stored, and float16 with both operands transposed."""
     backend = tma_backend()
@@ -256,22 +246,22 @@ def test_tma_kernels_autotuned_on_gpu(variant):
         x = operand(m, k, layout[0] == "T", dtype, "cuda", seed)
         y = operand(k, n, layout[1] == "T", dtype, "cuda", seed + 100)
         c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-        from gemmzoo_triton import grouped_tma_kernel
+        from gemmzoo_triton.grouped import tma_kernel as grouped_tma_kernel
 
-        grouped_tma_kernel.launch(x, y, c, "tf32", variant=variant)
+        grouped_tma_kernel.launch(x, y, c, "tf32")
         check_product(c, x, y, name, None)
 
 
 @pytest.mark.gpu
 def test_backend_picks_tma_only_for_eligible_problems_on_gpu(monkeypatch):
-    backend = type(tma_backend())()  # a fresh instance: no plans made before the patch below
-    monkeypatch.setattr(common, "TMA_MIN_WORK", 0)  # small problems here, to test the other rules
-    from gemmzoo_triton import grouped_kernel, grouped_plan, grouped_tma_kernel
+    tma_backend()
+    # a fresh instance, no plans made before the patch below, with the Triton TMA kernel taking
+    # what the Gluon kernels would on Hopper (those: test_gluon_kernels)
+    backend = TritonGroupedBackend(gluon=False)
+    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 0)  # small problems here, to test the other rules
+    from gemmzoo_triton.core import autotune
 
-    # the Triton TMA kernel's picks (on Hopper fp16 would take the Gluon kernel: test_gluon_kernels)
-    monkeypatch.setattr(grouped_plan, "USE_GLUON", False)
-
-    tma = KERNELS[grouped_tma_kernel.VARIANT]
+    tma = TMA
     rng = np.random.default_rng(4)
     for (m, n, k), dtype, key, kernel in [
         ((256, 264, 136), "float16", ("tf32", "torch.float16"), tma),
@@ -284,24 +274,23 @@ def test_backend_picks_tma_only_for_eligible_problems_on_gpu(monkeypatch):
         b = backend.from_numpy(rng.standard_normal((k, n)), dtype)
         c = backend.matmul(a, b)
         check_product(c.data, a.data, b.data, dtype, None)  # .data: a TF32Array's tensor, a tensor's self
-        ran = [picked[0] for picked in grouped_kernel.PICKED if picked[1:6] == (m, n, k, *key)]
+        ran = [picked[0] for picked in autotune.PICKED if picked[1:6] == (m, n, k, *key)]
         assert ran == [kernel], (m, n, k, dtype, ran)
 
 
 @pytest.mark.gpu
 def test_backend_takes_tma_only_above_the_minimum_work_on_gpu(monkeypatch):
-    backend = type(tma_backend())()  # a fresh instance: no plans made before the patch below
-    from gemmzoo_triton import grouped_kernel, grouped_plan, grouped_tma_kernel
-
-    monkeypatch.setattr(grouped_plan, "USE_GLUON", False)  # the Triton TMA kernel's picks
+    tma_backend()
+    backend = TritonGroupedBackend(gluon=False)  # the Triton TMA kernel's picks
+    from gemmzoo_triton.core import autotune
 
     rng = np.random.default_rng(5)
-    for (m, n, k), kernel in [((2112, 2080, 2064), KERNELS[grouped_tma_kernel.VARIANT]),
+    for (m, n, k), kernel in [((2112, 2080, 2064), TMA),
                               ((2048, 2048, 2048), "grouped_matmul_kernel")]:
         a = backend.from_numpy(rng.standard_normal((m, k)), "float16")
         b = backend.from_numpy(rng.standard_normal((k, n)), "float16")
         check_product(backend.matmul(a, b), a, b, "float16", None)
-        ran = [picked[0] for picked in grouped_kernel.PICKED if picked[1:4] == (m, n, k)]
+        ran = [picked[0] for picked in autotune.PICKED if picked[1:4] == (m, n, k)]
         assert ran == [kernel], (m, n, k, ran)
 
 
@@ -309,10 +298,9 @@ def test_backend_takes_tma_only_above_the_minimum_work_on_gpu(monkeypatch):
 
 
 def test_routes_by_layout_dtype_and_size(monkeypatch):
-    from gemmzoo_triton import grouped_plan
 
-    monkeypatch.setattr(common, "tma_device", lambda device: True)
-    monkeypatch.setattr(common, "TMA_MIN_WORK", 1000)
+    monkeypatch.setattr(hopper, "tma_device", lambda device: True)
+    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 1000)
     monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_WORK", 2000)
     monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_SIDE", 8)
 
@@ -332,7 +320,7 @@ def test_routes_by_layout_dtype_and_size(monkeypatch):
     x, y = operand(16, 16, False, torch.float32), operand(16, 16, False, torch.float32)
     assert grouped_plan.route(x, y, "tf32") == "tf32"
     assert grouped_plan.route(x, y, "ieee") == "pointer"
-    monkeypatch.setattr(common, "tma_device", lambda device: False)
+    monkeypatch.setattr(hopper, "tma_device", lambda device: False)
     assert route(17, 17, 17) == "pointer"
 
 
@@ -340,14 +328,13 @@ def test_tf32_on_the_gluon_kernel_copies_a_column_major_a_and_nothing_else(monke
     """Hopper's tf32 MMA reads shared-memory operands K-major only: the Gluon tf32 kernel takes a
     row-major A and B either way (B into registers); the TMA kernel, where the Gluon one does not
     run, wants B column-major too."""
-    pytest.importorskip("gemmzoo_triton.gluon_parts")  # Triton 3.6 or later
-    from gemmzoo_triton import grouped_plan
+    pytest.importorskip("gemmzoo_triton.core.gluon_parts")  # Triton 3.6 or later
 
-    monkeypatch.setattr(common, "tma_device", lambda device: True)
-    monkeypatch.setattr(common, "TMA_MIN_WORK", 1000)
+    monkeypatch.setattr(hopper, "tma_device", lambda device: True)
+    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 1000)
     monkeypatch.setattr(grouped_plan, "GLUON_MIN_WORK", 1000)
     monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_SIDE", 8)
-    monkeypatch.setattr(common, "gluon_shared_memory", lambda device: 232448)  # the H100's
+    monkeypatch.setattr(hopper, "gluon_shared_memory", lambda device: 232448)  # the H100's
 
     def plan(layout: str, activation: str | None = None) -> grouped_plan.GroupedPlan:
         x = operand(16, 16, layout[0] == "T", torch.float32)
@@ -363,34 +350,32 @@ def test_tf32_on_the_gluon_kernel_copies_a_column_major_a_and_nothing_else(monke
     assert made._tf32_gluon and made._copy_x is not None and made._copy_y is None
     made = plan("NN", "relu")  # a fused activation: the TMA kernel
     assert not made._tf32_gluon and made._copy_y is not None
-    monkeypatch.setattr(common, "gluon_shared_memory", lambda device: 100 * 1024)  # too little
+    monkeypatch.setattr(hopper, "gluon_shared_memory", lambda device: 100 * 1024)  # too little
     assert not plan("NN")._tf32_gluon
-    monkeypatch.setattr(common, "gluon_shared_memory", lambda device: None)  # no Hopper GPU
+    monkeypatch.setattr(hopper, "gluon_shared_memory", lambda device: None)  # no Hopper GPU
     made = plan("NT")
     assert not made._tf32_gluon and made._copy_y is None
 
 
 def test_the_gluon_tf32_kernel_takes_problems_down_to_the_gluon_minimum(monkeypatch):
-    pytest.importorskip("gemmzoo_triton.gluon_parts")
-    from gemmzoo_triton import grouped_plan
+    pytest.importorskip("gemmzoo_triton.core.gluon_parts")
 
-    monkeypatch.setattr(common, "tma_device", lambda device: True)
-    monkeypatch.setattr(common, "TMA_MIN_WORK", 20**3)
+    monkeypatch.setattr(hopper, "tma_device", lambda device: True)
+    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 20**3)
     monkeypatch.setattr(grouped_plan, "GLUON_MIN_WORK", 12**3)
     monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_SIDE", 8)
     x, y = operand(16, 16, False, torch.float32), operand(16, 16, False, torch.float32)
-    monkeypatch.setattr(common, "gluon_shared_memory", lambda device: 232448)
+    monkeypatch.setattr(hopper, "gluon_shared_memory", lambda device: 232448)
     assert grouped_plan.route(x, y, "tf32") == "tf32"
     assert grouped_plan.route(x, y, "ieee") == "pointer"
-    monkeypatch.setattr(common, "gluon_shared_memory", lambda device: None)
+    monkeypatch.setattr(hopper, "gluon_shared_memory", lambda device: None)
     assert grouped_plan.route(x, y, "tf32") == "pointer"  # 16^3 is under TMA_MIN_WORK
 
 
 def test_the_gluon_kernel_takes_smaller_problems_it_has_a_schedule_for(monkeypatch):
-    from gemmzoo_triton import grouped_plan
 
-    monkeypatch.setattr(common, "tma_device", lambda device: True)
-    monkeypatch.setattr(common, "TMA_MIN_WORK", 32**3)
+    monkeypatch.setattr(hopper, "tma_device", lambda device: True)
+    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 32**3)
     monkeypatch.setattr(grouped_plan, "GLUON_MIN_WORK", 16**3)
     schedules = {}
     monkeypatch.setattr(grouped_plan, "gluon_schedule", lambda x, m, n, k: schedules.get((m, n, k)))
@@ -398,9 +383,7 @@ def test_the_gluon_kernel_takes_smaller_problems_it_has_a_schedule_for(monkeypat
     assert grouped_plan.route(x, y, "tf32") == "pointer"  # over GLUON_MIN_WORK, but no schedule
     schedules[24, 24, 24] = object()
     assert grouped_plan.route(x, y, "tf32") == "tma"
-    monkeypatch.setattr(grouped_plan, "USE_GLUON", False)
-    assert grouped_plan.route(x, y, "tf32") == "pointer"
-    monkeypatch.setattr(grouped_plan, "USE_GLUON", True)
+    assert grouped_plan.route(x, y, "tf32", gluon=False) == "pointer"
     schedules[8, 8, 8] = object()
     small = operand(8, 8, False, torch.float16)
     assert grouped_plan.route(small, small, "tf32") == "pointer"  # not over GLUON_MIN_WORK
@@ -408,32 +391,30 @@ def test_the_gluon_kernel_takes_smaller_problems_it_has_a_schedule_for(monkeypat
 
 @pytest.mark.parametrize("layout", ["row", "column", "strided"])
 def test_aligned_copy_keeps_values_and_aligns_rows(layout):
-    from gemmzoo_triton.aligned import aligned_copy
+    from gemmzoo_triton.core.aligned import aligned_copy
 
     device = tma_backend().device  # the copy kernel runs on the GPU, or under the interpreter
     values = torch.randn(4 * 13, 2 * 11, generator=torch.Generator().manual_seed(3)).half().to(device)
     tensor = {"row": values[:13, :11], "column": values[:11, :13].T, "strided": values[1::4, 1::2]}[layout]
     copy = aligned_copy(tensor)
     assert copy.shape == tensor.shape and torch.equal(copy, tensor)
-    assert common.tma_layout(copy) and copy.data_ptr() % 16 == 0
-    assert common.column_major(copy) == (layout == "column")
+    assert hopper.tma_layout(copy) and copy.data_ptr() % 16 == 0
+    assert hopper.column_major(copy) == (layout == "column")
 
 
-@pytest.mark.parametrize("copier", ["triton", "torch"])
-@pytest.mark.parametrize("c_output", ["view", "pointers"])
+@pytest.mark.parametrize("contiguous_c", [False, True])
 @pytest.mark.parametrize("layout", ["NN", "TN", "NT", "SS"])
 @pytest.mark.parametrize("n", [40, 43])  # C's rows aligned (80 bytes) or not (86)
-def test_aligned_route_matches_float64_reference(monkeypatch, layout, n, c_output, copier):
+def test_aligned_route_matches_float64_reference(monkeypatch, layout, n, contiguous_c):
     """Odd K (A's rows never aligned), every layout and strided views, through the backend's
     plan: three calls, every element within the bound and the calls bitwise identical. C with
-    unaligned rows comes as a view of a padded buffer, or contiguous through pointer stores."""
-    backend = tma_backend()
-    from gemmzoo_triton import aligned, grouped_plan
+    unaligned rows comes as a view of a padded buffer, or contiguous through pointer stores
+    (``contiguous_c``)."""
+    tma_backend()
+    backend = TritonGroupedBackend(contiguous_c=contiguous_c)
 
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "aligned")
-    monkeypatch.setattr(grouped_plan, "C_OUTPUT", c_output)
-    monkeypatch.setattr(aligned, "COPIER", copier)
-    monkeypatch.setattr(common, "tma_device", lambda device: True)
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "aligned")
+    monkeypatch.setattr(hopper, "tma_device", lambda device: True)
     m, k = 37, 53
     for seed, (name, dtype) in enumerate(kernel_dtypes(backend)[:-1]):  # the 16-bit types
         x = strided_operand(m, k, layout[0], dtype, backend.device, seed)
@@ -443,8 +424,8 @@ def test_aligned_route_matches_float64_reference(monkeypatch, layout, n, c_outpu
         first = run(x, y)
         check_product(first, x, y, name, None)
         assert first.shape == (m, n) and first.stride(1) == 1
-        assert first.is_contiguous() == (n == 40 or c_output == "pointers")
-        assert (first.stride(0) * first.element_size()) % 16 == 0 or c_output == "pointers"
+        assert first.is_contiguous() == (n == 40 or contiguous_c)
+        assert (first.stride(0) * first.element_size()) % 16 == 0 or contiguous_c
         assert torch.equal(run(x, y), first) and torch.equal(backend.matmul(x, y), first)
 
 
@@ -457,7 +438,7 @@ def strided_operand(rows: int, cols: int, layout: str, dtype: torch.dtype, devic
 
 def test_tma_kernel_stores_through_pointers_when_c_rows_are_unaligned():
     backend = tma_backend()
-    from gemmzoo_triton import grouped_tma_kernel
+    from gemmzoo_triton.grouped import tma_kernel as grouped_tma_kernel
 
     x = operand(40, 48, False, torch.float16, backend.device, 4)
     y = operand(48, 64, False, torch.float16, backend.device, 5)
@@ -474,9 +455,9 @@ def test_tf32_route_reads_a_row_major_and_b_column_major(monkeypatch, layout):
     """The tf32 route copies A into row-major and B into column-major where they are not (under
     the interpreter its dot is IEEE, within tf32's bound)."""
     backend = tma_backend()
-    from gemmzoo_triton import grouped_kernel, grouped_plan
+    from gemmzoo_triton.core import autotune
 
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "tf32")
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "tf32")
     m, n, k = 24, 36, 20
     x = strided_operand(m, k, layout[0], torch.float32, backend.device, 1)
     y = strided_operand(k, n, layout[1], torch.float32, backend.device, 2)
@@ -486,37 +467,9 @@ def test_tf32_route_reads_a_row_major_and_b_column_major(monkeypatch, layout):
     run = backend.prepare(x_, y_)
     c = run(x_, y_)
     check_product(getattr(c, "data", c), x, y, "tf32", None)
-    picked = grouped_kernel.PICKED
+    picked = autotune.PICKED
     transposed = [key[6:8] for key in picked if key[0] == "tma_matmul_kernel" and key[1:4] == (m, n, k)]
     assert transposed == [(False, True)], transposed
-
-
-def test_plan_binds_the_persistent_kernel_from_two_waves_of_tiles_when_set(monkeypatch):
-    """With the SM count patched to 1 (64) the problem's tiles (9 of 64x64 on a GPU, 45 of 16x32
-    under the interpreter) make two waves or more (less than two): the plan binds the persistent
-    kernel (the tile kernel) with the tuned config, and its result, first call included, comes
-    from the bound kernel."""
-    backend = tma_backend()
-    from gemmzoo_triton import grouped_plan, grouped_tma_kernel
-
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision: "tma")
-    monkeypatch.setattr(grouped_plan, "USE_GLUON", False)  # on Hopper fp16 would take the Gluon kernel
-    monkeypatch.setattr(grouped_tma_kernel, "interpreter_mode", lambda: False)
-    monkeypatch.setattr(grouped_tma_kernel, "PERSISTENT_MIN_WAVES", 2.0)
-    x = operand(136, 48, False, torch.float16, backend.device, 7)
-    y = operand(48, 136, False, torch.float16, backend.device, 8)
-    for sms, variant in ((1, "persistent"), (64, "tiles")):
-        monkeypatch.setattr(grouped_tma_kernel, "num_sms", lambda device, sms=sms: sms)
-        run = backend.prepare(x, y)
-        first = run(x, y)
-        assert run._bound.variant == variant
-        check_product(first, x, y, "float16", None)
-        assert torch.equal(run(x, y), first)
-    monkeypatch.setattr(grouped_tma_kernel, "PERSISTENT_MIN_WAVES", None)  # the default: off
-    monkeypatch.setattr(grouped_tma_kernel, "num_sms", lambda device: 1)
-    run = backend.prepare(x, y)
-    run(x, y)
-    assert run._bound.variant == "tiles"
 
 
 @pytest.mark.gpu

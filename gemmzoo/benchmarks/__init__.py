@@ -2,10 +2,12 @@
 
 From any directory where gemmzoo is installed::
 
-    python -m pytest --pyargs gemmzoo.benchmarks --benchmark-only [--grid NAME] [--backend NAME]
+    python -m pytest --pyargs gemmzoo.benchmarks --benchmark-only \
+        [--gemmzoo-grid NAME] [--gemmzoo-backend NAME]
 
-runs one benchmark per selected backend and grid point. The options (``--grid``, ``--shape``,
-``--grid-file``, ``--dtype``, ``--layout``, ``--backend``) and the parametrization come from
+runs one benchmark per selected backend and grid point. The options (``--gemmzoo-grid``,
+``--gemmzoo-shape``, ``--gemmzoo-grid-file``, ``--gemmzoo-dtype``, ``--gemmzoo-layout``,
+``--gemmzoo-backend``) and the parametrization come from
 gemmzoo's pytest plugin, which pytest loads by itself, so a plugin author's own test module
 reuses the benchmarks with one import::
 

@@ -1,7 +1,7 @@
 """The conformance suite every backend, bundled or third-party, must pass.
 
 Run it with ``gemmzoo check NAME...``, from pytest through the ``conformance_case`` fixture
-(``pytest --backend NAME``), or from code with :func:`check_backend`.
+(``pytest --gemmzoo-backend NAME``), or from code with :func:`check_backend`.
 """
 
 from gemmzoo.conformance.bounds import error_bound

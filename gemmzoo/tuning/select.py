@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gemmzoo.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
+from gemmzoo.adapters.os_environ import reader as environ_reader
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmError
 from gemmzoo.grids import GridPoint
@@ -127,15 +128,8 @@ class Choice:
 
 
 _ENV_NAMES = ("GEMMZOO_BACKENDS", "GEMMZOO_CACHE_DIR", "GEMMZOO_TUNE")
-# os.environ.get costs about 0.7 us per missing name (it raises and catches KeyError); the mapping
-# behind os.environ answers the same question in 50 ns. It is private, so fall back when absent.
-_RAW_ENVIRON = getattr(os.environ, "_data", None)
-if os.name == "posix" and isinstance(_RAW_ENVIRON, dict):
-    _READ: Callable[[Any], Any] = _RAW_ENVIRON.get
-    _READ_NAMES: tuple[Any, ...] = tuple(os.fsencode(name) for name in _ENV_NAMES)
-else:
-    _READ = os.environ.get
-    _READ_NAMES = _ENV_NAMES
+# Read on every gemmzoo.matmul call: through the adapter's cheaper reader where it may be used.
+_READ, _READ_NAMES = environ_reader(_ENV_NAMES)
 
 
 def environment_reader() -> tuple[Callable[[Any], Any], tuple[Any, ...]]:

@@ -13,13 +13,13 @@ Operands that do not meet those rules are copied once per call into buffers that
   buffer (K16 = K rounded up to 16), the extra columns zero: M·K bytes read, M·K16 written.
 - B (K×N) that is not column-major with K and N multiples of 16 and aligned: into a column-major
   K16×N16 buffer, its padding zero. A row-major B (the usual ``x @ w`` layout) always takes this
-  copy, a transpose of K·N bytes: at 4096³ it moves 32 MiB against the GEMM's ~0.1 ms.
+  copy, a transpose of K·N bytes, small against the GEMM's time on large problems.
 - When N was padded, C comes back as the first N columns of the M×N16 product, copied into a new
   contiguous M×N tensor (M·N·2 bytes more each way).
 
 Zero padding leaves every element of C exact: the padded products are 0·0 and 0·b, and a NaN of A
-or B stays in the columns and rows that C keeps. ``docs/results/2026-11-23-fp8.md`` has the cost
-of the B copy measured on an H100. Problems with an empty dimension or K = 0 launch nothing.
+or B stays in the columns and rows that C keeps. ``docs/results/2026-11-23-fp8.md`` has the measured
+cost of the B copy. Problems with an empty dimension or K = 0 launch nothing.
 
 Nothing here imports torch at module import.
 """

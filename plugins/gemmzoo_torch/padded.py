@@ -13,7 +13,7 @@ The plan for a problem (:func:`padded_plan`) decides once which operands to copy
 layout: an operand keeps its own layout (row- or column-major) so that the copy never transposes,
 so a column-major A has its M padded too and C is cut in both dimensions. Where nothing needs
 padding the plan is the ``torch`` backend's own launcher: this backend then is cuBLAS exactly.
-The copies are a Triton kernel (:mod:`gemmzoo_triton.copy_kernel`) where Triton is installed,
+The copies are a Triton kernel (:mod:`gemmzoo_triton.core.copy_kernel`) where Triton is installed,
 ``torch.nn.functional.pad`` otherwise.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from gemmzoo.backend import TF32Array, dtype_name
 from gemmzoo_torch.backend import TorchBackend
-from gemmzoo_triton.aligned import padded, units
+from gemmzoo_triton.core.aligned import padded, units
 
 #: Bytes a K or N is rounded up to where its operand is copied anyway: cuBLAS ran padded products
 #: faster with K and N in whole 128-byte units than in 16-byte ones on most shapes measured
@@ -72,8 +72,8 @@ class PaddedCopy:
         self.sizes = (*self.source(like).shape, *self.shape, *self.source(like).stride(), self.shape[1])
         self._launch = None
         if _triton_copies(like):
-            from gemmzoo_triton import copy_kernel
-            from gemmzoo_triton.launcher import BoundLaunch
+            from gemmzoo_triton.core import copy_kernel
+            from gemmzoo_triton.core.launch import BoundLaunch
 
             self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(*self.shape),),
                                        copy_kernel.constexprs(units(like.element_size())), pointers=(0, 1))
@@ -103,8 +103,8 @@ class PaddedPair:
     """Both copies, A's and B's, from one allocation and one launch of the Triton kernel."""
 
     def __init__(self, copy_a: PaddedCopy, copy_b: PaddedCopy) -> None:
-        from gemmzoo_triton import copy_kernel
-        from gemmzoo_triton.launcher import BoundLaunch
+        from gemmzoo_triton.core import copy_kernel
+        from gemmzoo_triton.core.launch import BoundLaunch
 
         self._a, self._b = copy_a, copy_b
         self._numel = copy_a.numel + copy_b.numel  # A's part ends on whole rows of 16 bytes

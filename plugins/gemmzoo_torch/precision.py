@@ -45,34 +45,23 @@ _Switch = tuple[Callable[[], Any], Callable[..., Any], bool, bool]
 def _switch(settings: Any, attribute: str, wanted: bool) -> _Switch | None:
     """The switch ``attribute`` of ``torch.backends.cuda.matmul``, or None where this torch lacks it.
 
-    Reading or writing ``torch.backends.cuda.matmul.<name>`` goes through a Python
-    ``__getattr__``/``__setattr__`` that together cost about as much as the rest of a small
-    product's host work; torch's own C accessors behind them (``torch._C._get_cublas_<name>`` and
-    ``_set_cublas_<name>``) take a tenth of the time. They are not public, so they are used only
-    when present and when writing back the value just read works; otherwise the public attribute
-    is used. Newer torch releases keep a pair for the 16-bit switches (reduced precision allowed,
-    split-K allowed), whose first half is what the public attribute says.
+    Read and written through torch's C accessors where
+    :func:`~gemmzoo_torch.torch_internals.cublas_accessors` offers them (the public attribute's
+    Python ``__getattr__``/``__setattr__`` cost about as much as the rest of a small product's host
+    work), through the public attribute otherwise. Newer torch releases keep a pair for the 16-bit
+    switches (reduced precision allowed, split-K allowed), whose first half is what the public
+    attribute says.
     """
-    import torch
+    from gemmzoo_torch.torch_internals import cublas_accessors
 
     try:
         getattr(settings, attribute)
     except AttributeError:
         return None
-    get = getattr(torch._C, f"_get_cublas_{attribute}", None)
-    put = getattr(torch._C, f"_set_cublas_{attribute}", None)
-    if get is not None and put is not None:
-        try:
-            raw = get()
-            pair = isinstance(raw, tuple)
-            if pair:
-                put(*raw)
-            else:
-                put(raw)
-            if get() == raw:
-                return get, put, wanted, pair
-        except Exception:  # accessors whose signatures changed: use the public attribute
-            pass
+    accessors = cublas_accessors(attribute)
+    if accessors is not None:
+        get, put, pair = accessors
+        return get, put, wanted, pair
     return (lambda: getattr(settings, attribute), lambda value: setattr(settings, attribute, value),
             wanted, False)
 

@@ -1,6 +1,6 @@
 """gemmzoo's conformance suite on this plugin's backend.
 
-gemmzoo ships the tests; importing them here is all a plugin needs. ``--backend numpy-blocked``
+gemmzoo ships the tests; importing them here is all a plugin needs. ``--gemmzoo-backend numpy-blocked``
 (set in pyproject.toml's addopts) limits them to this plugin's backend.
 """
 

@@ -1,7 +1,7 @@
 """triton-fp8's Gluon kernel for Hopper: warp-specialized, with promotion that overlaps the MMAs.
 
 Triton's ``tl.dot`` pipeliner waits for a dot whose result the loop uses before it issues the
-next one, so in :mod:`~gemmzoo_triton.fp8_tma_kernel` the tensor cores idle while a K tile's
+next one, so in :mod:`~gemmzoo_triton.fp8.tma_kernel` the tensor cores idle while a K tile's
 partial sums are added into the fp32 accumulator. Gluon, Triton's lower-level language, lets the
 kernel issue Hopper's warpgroup MMAs and its own barriers:
 
@@ -15,7 +15,7 @@ kernel issue Hopper's warpgroup MMAs and its own barriers:
   done). With the loads issued from the MMA warps instead, the barriers Triton places around each
   copy held both warpgroups in lockstep with the loads, and the kernel ran well below cuBLAS
   (docs/results/2026-11-23-fp8-gluon.md); the loading warp, the hand-back and the epilogue are
-  :mod:`~gemmzoo_triton.gluon_parts`, shared with triton-grouped's kernel;
+  :mod:`~gemmzoo_triton.core.gluon_parts`, shared with triton-grouped's kernel;
 - persistent: one program per SM walks C's tiles in grouped order, and the next tile's first
   product starts before a tile's epilogue (C rounded once to bfloat16, staged in shared memory,
   stored by the TMA, which clips the edges; tiles past A's or B's edges load as zeros);
@@ -24,9 +24,9 @@ kernel issue Hopper's warpgroup MMAs and its own barriers:
 
 Gluon is experimental: the kernel needs ``triton.experimental.gluon`` with Hopper's
 ``warpgroup_mma`` and ``warp_specialize`` (Triton 3.6 and later; the few names that changed
-since are looked up in :mod:`~gemmzoo_triton.gluon_parts`) and a GPU of capability 9.0. It has
+since are looked up in :mod:`~gemmzoo_triton.core.gluon_parts`) and a GPU of capability 9.0. It has
 no interpreter: CI compiles it for sm_90a without a GPU (tests/test_gluon_kernels.py), the GPU
-tests run it. Imported only where :func:`gemmzoo_triton.fp8_backend.gluon_fp8_config` allows.
+tests run it. Imported only where :func:`gemmzoo_triton.fp8.backend.gluon_fp8_config` allows.
 """
 
 # ruff: noqa: N803, N806 - named as in the tutorials: M, N, K and upper-case constexprs
@@ -40,8 +40,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma, warpgroup_mma_wait
 
-from gemmzoo_triton import gluon_parts
-from gemmzoo_triton.gluon_parts import (
+from gemmzoo_triton.core import gluon_parts
+from gemmzoo_triton.core.gluon_parts import (
     GluonConfig,
     allocate_pipeline,
     load_slots,
@@ -52,11 +52,11 @@ from gemmzoo_triton.gluon_parts import (
 )
 
 #: The default: 128x128 tiles in two warpgroups (the accumulator and two products fit a thread's
-#: registers), six 32 KiB slots (229 KB with C's staging tile; the H100 gives a block 227 KiB),
+#: registers), six 32 KiB slots (229 KB with C's staging tile; Hopper gives a block 227 KiB),
 #: grouped tile order. :func:`config_for` takes fewer slots where a GPU has less shared memory.
 DEFAULT_CONFIG = GluonConfig(block_m=128, block_n=128, block_k=128, stages=6, operand_bytes=1)
 
-#: Fewest slots the kernel is run with (fewer measured slower on the H100).
+#: Fewest slots the kernel is run with (fewer were slower: docs/results/2026-11-23-fp8-gluon.md).
 MIN_STAGES = 4
 
 
@@ -166,7 +166,7 @@ def fp8_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, GROU
 
 def bind(M: int, N: int, K: int, sms: int, config: GluonConfig = DEFAULT_CONFIG) -> Any:
     """``run(x, y, c)``: :func:`launch` for every problem of this shape, bound once
-    (:func:`~gemmzoo_triton.gluon_parts.bind`; A row-major, B read through its transpose)."""
+    (:func:`~gemmzoo_triton.core.gluon_parts.bind`; A row-major, B read through its transpose)."""
     return gluon_parts.bind(fp8_gluon_kernel, M, N, K, False, True, sms, config)
 
 

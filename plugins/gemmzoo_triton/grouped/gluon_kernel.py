@@ -1,9 +1,9 @@
 """triton-grouped's Gluon kernel for Hopper: fp16 and bf16, warp-specialized, persistent.
 
 The TMA route's kernel in Gluon, the same shape as triton-fp8's
-(:mod:`~gemmzoo_triton.fp8_gluon_kernel`) without its promotion: one loading warp fills
+(:mod:`~gemmzoo_triton.fp8.gluon_kernel`) without its promotion: one loading warp fills
 ``STAGES`` shared-memory slots through the tensor memory accelerator
-(:func:`~gemmzoo_triton.gluon_parts.load_slots`), and 8 MMA warps (two warpgroups, 64 rows of the
+(:func:`~gemmzoo_triton.core.gluon_parts.load_slots`), and 8 MMA warps (two warpgroups, 64 rows of the
 tile each) chain warpgroup MMAs into one fp32 accumulator, keeping one MMA in flight: after
 issuing K tile k they wait for tile k-1 and hand its slot back. One program per SM walks C's
 tiles in grouped order; C is rounded once to the operands' dtype, staged in shared memory and
@@ -17,13 +17,13 @@ Tiles: 128x256 (the accumulator is 128 registers a thread; three 48 KiB slots an
 staging tile), 128x128 (64 registers; six 32 KiB slots) or, where C has too few tiles of those to
 fill the GPU, 128x64 (eight 24 KiB slots); TMA boxes are powers of two, which rules out widths
 between. Where the last wave of tiles would leave SMs idle, the 128x128 kernel
-can split that wave's tiles along K between them (:mod:`~gemmzoo_triton.split_wave`; partial
+can split that wave's tiles along K between them (:mod:`~gemmzoo_triton.grouped.split_wave`; partial
 sums handed over through an fp32 scratch buffer and added in a fixed order, so every call gives
 the same bits). :func:`pick_schedule` weighs the idle SMs, the hand-overs and each tile's speed.
 
 Needs ``triton.experimental.gluon`` with Hopper's ``warpgroup_mma`` and ``warp_specialize``
 (Triton 3.6 and later) and a GPU of capability 9.0; no interpreter (CI compiles it for sm_90a
-without a GPU). Imported only where :mod:`~gemmzoo_triton.grouped_plan` takes it.
+without a GPU). Imported only where :mod:`~gemmzoo_triton.grouped.plan` takes it.
 """
 
 # ruff: noqa: N803, N806 - named as in the tutorials: M, N, K and upper-case constexprs
@@ -38,8 +38,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma, warpgroup_mma_wait
 
-from gemmzoo_triton import gluon_parts, split_wave
-from gemmzoo_triton.gluon_parts import (
+from gemmzoo_triton.core import gluon_parts
+from gemmzoo_triton.core.gluon_parts import (
     GluonConfig,
     allocate_pipeline,
     load_steps,
@@ -49,26 +49,27 @@ from gemmzoo_triton.gluon_parts import (
     tile_origin,
     warps_barrier,
 )
+from gemmzoo_triton.grouped import split_wave
 
-#: The tiles, each with as many slots as the H100's 227 KiB a block hold, and the throughput of
-#: a program on it relative to WIDE's, per element of C per K step (narrower tiles read each
-#: shared-memory byte for less MMA work): estimates for :func:`pick_schedule` from 4096x14336x4096
-#: fp16 on the H100 (docs/results/2026-11-23-grouped-gluon.md), not a table of shapes.
+#: The tiles, each with as many slots as Hopper's 227 KiB of shared memory a block hold, and the
+#: throughput of a program on it relative to WIDE's, per element of C per K step (narrower tiles
+#: read each shared-memory byte for less MMA work): estimates for :func:`pick_schedule` from one
+#: large fp16 product (docs/results/2026-11-23-grouped-gluon.md), not a table of shapes.
 WIDE = GluonConfig(block_m=128, block_n=256, block_k=64, stages=3, operand_bytes=2)
 SQUARE = GluonConfig(block_m=128, block_n=128, block_k=64, stages=6, operand_bytes=2)
 RATES = ((WIDE, 1.0), (SQUARE, 0.9))
 
 #: Tiles of 128x64 for C too small to fill the GPU with the others, taken only where all of them
 #: fit one wave, and their throughput relative to WIDE's there: with one program an SM and fewer
-#: programs than SMs, a narrow tile's K steps run faster than in a full GPU (4096³ in 128x64
-#: tiles, sixteen waves, ran at 0.57 of WIDE's rate). Estimated like RATES, from products of
-#: 1.1-7.5 G multiply-adds on the H100 (docs/results/2026-11-23-grouped-split-wave.md).
+#: programs than SMs, a narrow tile's K steps run faster than in a full GPU, where it falls well
+#: behind WIDE. Estimated like RATES, from products that fill at most one wave
+#: (docs/results/2026-11-23-grouped-split-wave.md).
 NARROW = GluonConfig(block_m=128, block_n=64, block_k=64, stages=8, operand_bytes=2)
 NARROW_RATE = 0.8
 
 #: What a split tile's hand-over costs, in K steps of a SQUARE tile, for :func:`pick_schedule`'s
 #: model: polling the heads' flags and storing the tile, and reading and adding each head's 64 KiB
-#: (about 2 µs a head on the H100: docs/results/2026-11-23-grouped-split-wave.md).
+#: (estimated from the timings in docs/results/2026-11-23-grouped-split-wave.md).
 HAND_OVER_STEPS = 4
 HEAD_STEPS = 6
 
@@ -76,8 +77,8 @@ HEAD_STEPS = 6
 MIN_PIECE_STEPS = 4
 
 #: The last wave is split only after this many whole waves, or where there is no whole wave: with
-#: one or two before it, splitting it measured slower than leaving it whole on the H100 (same
-#: results file), which the step count above does not model.
+#: one or two before it, splitting it was slower than leaving it whole (same results file), which
+#: the step count above does not model.
 MIN_WHOLE_WAVES = 3
 
 
@@ -87,7 +88,7 @@ class Schedule:
 
     The first ``tiles - sk_tiles`` tiles (grouped order) go whole to the programs in turn; the
     last ``sk_tiles`` are each split into ``split`` pieces along K, one piece a program
-    (:mod:`~gemmzoo_triton.split_wave`).
+    (:mod:`~gemmzoo_triton.grouped.split_wave`).
     """
 
     config: GluonConfig
@@ -265,7 +266,7 @@ def grouped_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, partials, flags, sk_ti
     ``A_T``/``B_T``: ``a_desc``/``b_desc`` is over Aᵀ/Bᵀ (that operand is column-major).
 
     With ``SPLIT`` the last ``sk_tiles`` tiles are each split into ``split`` pieces along K
-    (:mod:`~gemmzoo_triton.split_wave`). The program of a head writes its partial sum to its row of
+    (:mod:`~gemmzoo_triton.grouped.split_wave`). The program of a head writes its partial sum to its row of
     ``partials`` (fp32, a tile per program) and raises its entry of ``flags`` (int32, zero before
     the launch and after it); the program of the tail adds the heads in order and stores the tile.
     """
@@ -306,7 +307,7 @@ def _scratch(device: Any, rows: int, tile: int) -> tuple[Any, Any]:
 def bind(M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, schedule: Schedule,
          device: Any) -> Any:
     """``run(x, y, c)`` for every problem of this shape and layout on ``device`` with
-    ``schedule``, bound once (:func:`~gemmzoo_triton.gluon_parts.bind`)."""
+    ``schedule``, bound once (:func:`~gemmzoo_triton.core.gluon_parts.bind`)."""
     import torch
 
     config = schedule.config

@@ -19,7 +19,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from gemmzoo_triton.aligned import units
+from gemmzoo_triton.core.padding import units
 
 BLOCK_R = 8
 BLOCK_C = 128

@@ -1,16 +1,16 @@
 """triton-fp8's kernel: float8_e4m3fn tiles, fp32 accumulation with promoted partial sums, C in bf16.
 
 The grouped program order and the pointer loads are those of triton-grouped's kernel
-(:mod:`gemmzoo_triton.grouped_kernel`); what differs is the dot. On Hopper, Triton's fp8 ``tl.dot``
+(:mod:`gemmzoo_triton.grouped.pointer_kernel`); what differs is the dot. On Hopper, Triton's fp8 ``tl.dot``
 by default lets the tensor cores add every product of the whole K loop into the accumulator in
 their reduced-precision mode (``max_num_imprecise_acc`` defaults to 2**30 there): fast, but the
 sum keeps fewer bits than fp32 and fails gemmzoo's float8_e4m3fn bound. Passing
 ``max_num_imprecise_acc`` makes Triton sum each run of that many products of K in a fresh
 partial accumulator and add it to the fp32 accumulator with ordinary fp32 adds: the promotion of
 partial sums that cuBLAS does with ``use_fast_accum=False`` and DeepGEMM does every 128. The
-backend promotes once per K tile (:data:`PROMOTE_EVERY` 0): on the H100 that gave the same
-worst errors as cuBLAS's ``_scaled_mm`` at 4096^3 and 8192^3 and ran 1.3-1.4x faster than
-promoting after every 32-deep MMA instruction (docs/results/2026-11-23-fp8.md).
+backend promotes once per K tile (:data:`PROMOTE_EVERY` 0): that matched the worst errors of
+cuBLAS's ``_scaled_mm`` and ran faster than promoting after every 32-deep MMA instruction
+(docs/results/2026-11-23-fp8.md).
 
 Under Triton's interpreter (CI) the kernel takes an ``INTERPRETER`` branch around the dot: the
 interpreter decodes the E4M3 NaN bytes as ±480 and truncates fp32 to bfloat16, so there the kernel
@@ -29,35 +29,31 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from gemmzoo_triton.common import interpreter_mode
-from gemmzoo_triton.grouped_kernel import (
-    _autotune_options,
-    _config,
-    launch_tuned,
-    prune_configs,
-    tile_position,
-)
+from gemmzoo_triton.core.autotune import autotune_options, launch_tuned, make_config, prune_configs
+from gemmzoo_triton.core.env import interpreter_mode
+from gemmzoo_triton.core.tile_order import tile_position
 
 #: Configs for Hopper's fp8 tensor cores: BLOCK_SIZE_K 128 (one 128-byte row of fp8 per stage)
 #: or 64, tiles of 128x256 down to 64x64; pruned per problem by triton-grouped's rules (the smallest
 #: alone for tiny problems, none taller or wider than the problem, stages within shared memory).
 HOPPER_FP8_CONFIGS = [
-    _config(128, 256, 128, 3, 8),
-    _config(256, 128, 128, 3, 8),
-    _config(128, 128, 128, 4, 8),
-    _config(128, 256, 64, 4, 8),
-    _config(128, 128, 64, 4, 4),
-    _config(64, 128, 128, 4, 4),
-    _config(64, 64, 64, 4, 4),
+    make_config(128, 256, 128, 3, 8),
+    make_config(256, 128, 128, 3, 8),
+    make_config(128, 128, 128, 4, 8),
+    make_config(128, 256, 64, 4, 8),
+    make_config(128, 128, 64, 4, 4),
+    make_config(64, 128, 128, 4, 4),
+    make_config(64, 64, 64, 4, 4),
 ]
 
 #: Under the interpreter: one config, nothing to time.
-INTERPRETER_CONFIGS = [_config(32, 32, 32, 1, 4)]
+INTERPRETER_CONFIGS = [make_config(32, 32, 32, 1, 4)]
 
 #: How many products of K the tensor cores may sum in their reduced-precision mode before the
-#: partial sum is added to the fp32 accumulator: 0 means once per K tile (BLOCK_SIZE_K products),
-#: a positive value that many (at most BLOCK_SIZE_K; 32 is one fp8 MMA instruction), a negative
-#: one Triton's default, which on Hopper never promotes.
+#: partial sum is added to the fp32 accumulator, by default: 0 means once per K tile
+#: (BLOCK_SIZE_K products), a positive value that many (at most BLOCK_SIZE_K; 32 is one fp8 MMA
+#: instruction). Triton's default on Hopper, never promoting, fails gemmzoo's bound and is not
+#: offered.
 PROMOTE_EVERY = 0
 
 
@@ -82,7 +78,7 @@ def f32_to_bf16_nearest_even(x):
     configs=INTERPRETER_CONFIGS if interpreter_mode() else HOPPER_FP8_CONFIGS,
     key=["M", "N", "K", "PROMOTE"],  # Triton adds the operands' dtypes to the key
     prune_configs_by={"early_config_prune": prune_configs},
-    **_autotune_options(),
+    **autotune_options(),
 )
 @triton.jit
 def fp8_matmul_kernel(
@@ -119,9 +115,7 @@ def fp8_matmul_kernel(
         if INTERPRETER:  # exact float16 operands with their NaN, the same fp32 sum
             a = e4m3_to_f16_keeping_nan(a)
             b = e4m3_to_f16_keeping_nan(b)
-        if PROMOTE < 0:  # Triton's default: on Hopper, no promotion at all (measured, not used)
-            accumulator = tl.dot(a, b, accumulator)
-        elif PROMOTE == 0:  # once per K tile
+        if PROMOTE == 0:  # once per K tile
             accumulator = tl.dot(a, b, accumulator, max_num_imprecise_acc=BLOCK_SIZE_K)
         else:
             accumulator = tl.dot(a, b, accumulator, max_num_imprecise_acc=PROMOTE)

@@ -24,7 +24,7 @@ STAGE_BUDGET = 200 * 1024
 MAX_RESIDENT = 4
 
 # The time model :func:`split_time` ranks configs with. Its constants were fitted to the kernel's
-# measured times on an H100 (decode and long-K problems, benchmarks/skinny_fit.py): they are the
+# measured times on decode and long-K problems (docs/results/2026-11-23-skinny.md): they are the
 # values that rank the measured configs best, not datasheet figures, and only their ratios matter.
 
 #: Device memory bandwidth, bytes/s: the floor for reading A and B once.
@@ -86,7 +86,7 @@ class SplitConfig:
     splits: int = 1
     k_per_split: int = 0
     reduce: int = 0  # splitk_kernel.REDUCE_NONE / _SERIAL / _SEPARATE
-    #: A and B read through tensor descriptors (:func:`~gemmzoo_triton.splitk_kernel.splitk_tma_kernel`)
+    #: A and B read through tensor descriptors (:func:`~gemmzoo_triton.splitk.kernel.splitk_tma_kernel`)
     tma: bool = False
 
     @property
@@ -205,9 +205,8 @@ def with_splits(config: SplitConfig, M: int, N: int, K: int, splits: int, reduce
 
 #: Tiles (M, N, K, stages, warps) the TMA kernel adds to the pointer kernel's candidates for a
 #: product that is not a decode one: tiles of 64x128 and more, where A and B are re-read through
-#: L2 and the TMA loads paid on the H100 (512x512x65536 with 128x128x64 tiles: 64 us against 80
-#: us with pointer loads); with 64x64 tiles and below it measured no faster, and slower with 30
-#: splits (docs/results/2026-11-23-splitk-tma.md). M and N cap the first two.
+#: L2 and the TMA loads beat pointer loads; with smaller tiles they gained nothing, and lost with
+#: many splits (docs/results/2026-11-23-splitk-tma.md). M and N cap the first two.
 TMA_TILES = ((128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 128, 3, 8), (64, 128, 128, 4, 4))
 
 
@@ -225,8 +224,8 @@ def candidates(M: int, N: int, elt: int, fma: bool, decode: bool, tma: bool = Fa
                              tma=True) for bm, bn, bk, stages, warps in TMA_TILES]
         found = [c for c in found if c.block_m * c.block_n >= 64 * 128]
     found.append(tile_blocks(M, N, elt, fma))
-    # small tiles take longer K steps (128 at 64x64, 256 below, for 16-bit types), which the
-    # H100 sweep found fastest for them: fewer steps for the same bytes
+    # small tiles take longer K steps (128 at 64x64, 256 below, for 16-bit types): fewer steps
+    # for the same bytes, the fastest for them in the sweep of docs/results/2026-11-23-skinny.md
     for side in (64, 32, 16):
         if min(M, N) > side or side == 16:
             small = tile_blocks(min(M, side), min(N, side), elt, fma)
@@ -277,7 +276,7 @@ def tma_operand(tensor: Any) -> bool:
     """Whether a tensor descriptor can cover ``tensor`` (or its transpose, column-major): a
     16-bit type, one dimension contiguous with rows of a multiple of 16 bytes, and its start
     16-byte aligned. Says nothing of the device: see :func:`tma_usable`."""
-    from gemmzoo_triton.common import tma_layout
+    from gemmzoo_triton.core.hopper import tma_layout
 
     return tensor.element_size() == 2 and tma_layout(tensor) and tensor.data_ptr() % 16 == 0
 
@@ -285,7 +284,7 @@ def tma_operand(tensor: Any) -> bool:
 def tma_usable(x: Any, y: Any, precision: str) -> bool:
     """Whether the TMA kernel can run C = x @ y: a GPU with TMA (not the interpreter), 16-bit
     operands on the tensor cores and :func:`tma_operand` for both."""
-    from gemmzoo_triton.common import tma_device
+    from gemmzoo_triton.core.hopper import tma_device
 
     return precision != "ieee" and tma_device(x.device) and tma_operand(x) and tma_operand(y)
 
@@ -303,7 +302,7 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
     import torch
     import triton
 
-    from gemmzoo_triton import splitk_kernel as kernel
+    from gemmzoo_triton.splitk import kernel
 
     M, K = x.shape
     N = y.shape[1]
@@ -343,7 +342,7 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
     if config.tma and tma_operand(x) and tma_operand(y):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        from gemmzoo_triton.common import column_major
+        from gemmzoo_triton.core.hopper import column_major
 
         a_t, b_t = column_major(x), column_major(y)
         a_box = [config.block_k, config.block_m] if a_t else [config.block_m, config.block_k]

@@ -2,18 +2,14 @@
 
 The operands come as host-side tensor descriptors instead of pointers; the TMA unit copies whole
 tiles into shared memory, fills the parts past a matrix's edge with zeros and clips stores at
-C's edge, so nothing is masked. Two kernels, both in grouped_kernel's tile order and with its
-epilogue and config pruning:
-
-- ``tma_matmul_kernel``: one program per tile of C;
-- ``tma_persistent_matmul_kernel``: one program per SM (fewer for small problems), each looping
-  over tiles, so that the loads of a program's next tile overlap the epilogue of its last.
+C's edge, so nothing is masked. ``tma_matmul_kernel`` runs one program per tile of C, in the
+pointer kernel's tile order and with its epilogue and config pruning.
 
 A column-major operand is read through a descriptor over its transpose, which is row-major, and
 its tiles are transposed in the kernel (the ``A_T`` and ``B_T`` flags). C is stored through a
 descriptor, or through masked pointers (``C_PTR``) when its rows are not 16-byte aligned. Which
 problems run here, on the operands as they are or on aligned copies, is
-:func:`gemmzoo_triton.grouped_plan.route`'s decision. Imported only when the backend takes this
+:func:`gemmzoo_triton.grouped.plan.route`'s decision. Imported only when the backend takes this
 path, like grouped_kernel (and for the same reason).
 """
 
@@ -21,7 +17,6 @@ path, like grouped_kernel (and for the same reason).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -29,35 +24,13 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gemmzoo_triton.common import column_major, interpreter_mode
-from gemmzoo_triton.grouped_kernel import (
-    PICKED,
-    _autotune_options,
-    _config,
-    launch_tuned,
-    leaky_relu,
-    prune_configs,
-    relu,
-    tile_position,
-)
-from gemmzoo_triton.launcher import BoundLaunch
-
-#: The kernel the backend launches: "tiles" (one program per tile) or "persistent". A module
-#: setting, so that benchmarks can switch it. "tiles" because on the H100 the two ran within
-#: the rounds' noise of each other at 2048^3 to 8192^3, while the persistent kernel's launch
-#: took ~36 us more host time (86 against 50 us), enough to leave the GPU waiting for the host
-#: at 2048^3 (docs/results/2026-11-21-h100-triton.md).
-VARIANT = "tiles"
-VARIANTS = ("persistent", "tiles")
-
-#: When set, a prepared plan binds the persistent kernel, with the config tuned for the
-#: one-tile-per-program kernel, where C has at least this many tiles per SM. Each kernel tuned on
-#: its own, the persistent one was ahead on the H100 from about two waves of tiles (3072^3 fp16:
-#: 0.82x cuBLAS against 0.78x, 1024x14336x4096: 0.94x against 0.90x) and behind at 1.2 waves
-#: (2176^3: 0.76x against 0.86x). Off (None) until the persistent kernel has been timed and
-#: checked on the GPU with the configs tuned for the other (a config may need more resources
-#: in the persistent loop).
-PERSISTENT_MIN_WAVES: float | None = None
+from gemmzoo_triton.core import triton_internals
+from gemmzoo_triton.core.autotune import PICKED, autotune_options, launch_tuned, make_config, prune_configs
+from gemmzoo_triton.core.env import interpreter_mode
+from gemmzoo_triton.core.hopper import column_major
+from gemmzoo_triton.core.launch import BoundLaunch
+from gemmzoo_triton.core.tile_order import tile_position
+from gemmzoo_triton.grouped.pointer_kernel import leaky_relu, relu
 
 
 def set_block_shapes(nargs: dict[str, Any]) -> None:
@@ -74,7 +47,7 @@ def set_block_shapes(nargs: dict[str, Any]) -> None:
 
 
 def _tma_config(bm: int, bn: int, bk: int, stages: int, warps: int, group: int = 8) -> triton.Config:
-    return _config(bm, bn, bk, stages, warps, group, pre_hook=set_block_shapes)
+    return make_config(bm, bn, bk, stages, warps, group, pre_hook=set_block_shapes)
 
 
 #: For Hopper: 16-bit types, and float32 in tf32 (the last two); prune_configs drops the ones
@@ -106,12 +79,12 @@ _CONFIGS = INTERPRETER_CONFIGS if interpreter_mode() else HOPPER_CONFIGS
 # Descriptors have no ``dtype`` for the autotuner to add to its key, hence DTYPE.
 _KEY = ["M", "N", "K", "PRECISION", "A_T", "B_T", "DTYPE", "C_PTR"]
 
-#: The autotuning both TMA kernels get (each its own autotuner, with the same configs and key).
+#: The TMA kernel's autotuning.
 _autotuned = triton.autotune(
     configs=_CONFIGS,
     key=_KEY,
     prune_configs_by={"early_config_prune": prune_configs},
-    **_autotune_options(),
+    **autotune_options(),
 )
 
 
@@ -191,53 +164,6 @@ def tma_matmul_kernel(
     )
 
 
-@_autotuned
-@triton.jit
-def tma_persistent_matmul_kernel(
-    a_desc, b_desc, c_desc,
-    M, N, K, stride_cm,
-    PRECISION: tl.constexpr,
-    ACTIVATION: tl.constexpr,
-    A_T: tl.constexpr,
-    B_T: tl.constexpr,
-    DTYPE: tl.constexpr,
-    C_PTR: tl.constexpr,
-    NUM_SMS: tl.constexpr,
-    BLOCK_SIZE_M: tl.constexpr,
-    BLOCK_SIZE_N: tl.constexpr,
-    BLOCK_SIZE_K: tl.constexpr,
-    GROUP_SIZE_M: tl.constexpr,
-):
-    """C = ACTIVATION(A @ B) for tiles ``program_id, program_id + NUM_SMS, ...`` of C."""
-    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    # The epilogue finds its tile from a counter of its own, as Triton's persistent tutorial
-    # does: a value used both before the K loop and in the epilogue trips up the software
-    # pipelining of the flattened loop on some targets.
-    epilogue_tile = tl.program_id(axis=0) - NUM_SMS
-    # flatten=True merges the K loop into this one, so that the pipeline runs on across tiles.
-    for tile_id in tl.range(tl.program_id(axis=0), num_pid_m * num_pid_n, NUM_SMS, flatten=True):
-        pid_m, pid_n = tile_position(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M)
-        accumulator = tile_product(
-            a_desc, b_desc, pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N, K,
-            PRECISION, A_T, B_T, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K,
-        )
-        epilogue_tile += NUM_SMS
-        pid_m, pid_n = tile_position(epilogue_tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
-        store_tile(
-            c_desc, accumulator, pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N, M, N, stride_cm,
-            ACTIVATION, C_PTR, BLOCK_SIZE_M, BLOCK_SIZE_N,
-        )
-
-
-@functools.cache
-def num_sms(device: Any) -> int:
-    """The number of SMs of a CUDA ``device``: the persistent kernel's program count."""
-    import torch
-
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _descriptor(tensor: Any, transposed: bool, block_shape: list[int] | None = None) -> TensorDescriptor:
     """A descriptor over ``tensor`` (its transpose when ``transposed``); without ``block_shape``
     its block shape is a placeholder until :func:`set_block_shapes` runs."""
@@ -251,12 +177,9 @@ def c_needs_pointers(c: Any) -> bool:
 
 
 def _problem(
-    x: Any, y: Any, c: Any, precision: str, activation: str | None, variant: str | None, sms: int | None
+    x: Any, y: Any, c: Any, precision: str, activation: str | None
 ) -> tuple[Any, dict[str, Any], tuple[Any, ...], Any]:
     """The kernel, its options, its tuning key and its grid (a function of the config)."""
-    variant = VARIANT if variant is None else variant
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown TMA kernel variant {variant!r}; known: {', '.join(VARIANTS)}")
     M, K = x.shape
     N = y.shape[1]
     a_t, b_t, c_ptr = column_major(x), column_major(y), c_needs_pointers(c)
@@ -269,26 +192,17 @@ def _problem(
     def tiles(meta: dict[str, Any]) -> int:
         return triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"])
 
-    if variant == "tiles":
-        return tma_matmul_kernel, options, key, lambda meta: (tiles(meta),)
-    programs = num_sms(x.device) if sms is None else sms
-    options["NUM_SMS"] = programs
-    return tma_persistent_matmul_kernel, options, key, lambda meta: (min(programs, tiles(meta)),)
+    return tma_matmul_kernel, options, key, lambda meta: (tiles(meta),)
 
 
-def launch(
-    x: Any, y: Any, c: Any, precision: str, activation: str | None = None,
-    variant: str | None = None, sms: int | None = None,
-) -> triton.Config:
+def launch(x: Any, y: Any, c: Any, precision: str, activation: str | None = None) -> triton.Config:
     """Compute ``c = activation(x @ y)`` with a TMA kernel; return the config that ran.
 
-    The operands must pass :func:`gemmzoo_triton.common.tma_eligible`'s rules for A and B (its
+    The operands must pass :func:`gemmzoo_triton.grouped.plan.tma_eligible`'s rules for A and B (its
     device rule aside: under the interpreter this runs on CPU tensors); C must be contiguous in
     its columns, and is stored through pointers when its rows are not 16-byte aligned.
-    ``variant`` defaults to :data:`VARIANT`; ``sms``, the persistent kernel's program count, to
-    ``x``'s device's SMs.
     """
-    kernel, options, key, grid = _problem(x, y, c, precision, activation, variant, sms)
+    kernel, options, key, grid = _problem(x, y, c, precision, activation)
     a_t, b_t = options["A_T"], options["B_T"]
     c_arg = c if options["C_PTR"] else _descriptor(c, False)
     M, K = x.shape
@@ -297,30 +211,15 @@ def launch(
 
 
 def picked(
-    x: Any, y: Any, c: Any, precision: str, activation: str | None = None,
-    variant: str | None = None, sms: int | None = None,
+    x: Any, y: Any, c: Any, precision: str, activation: str | None = None
 ) -> triton.Config | None:
     """The config :func:`launch` has picked for a problem like this one, or None before its first call."""
-    kernel, _, key, _ = _problem(x, y, c, precision, activation, variant, sms)
-    return PICKED.get((kernel.base_fn.__name__, *key))
-
-
-def bound_variant(x: Any, y: Any, config: triton.Config) -> str:
-    """The kernel a prepared plan binds for ``x @ y`` with ``config``: :data:`VARIANT`, or the
-    persistent kernel where :data:`PERSISTENT_MIN_WAVES` is set and C has that many waves of
-    tiles or more. One program per tile under the interpreter."""
-    if VARIANT == "persistent":
-        return VARIANT
-    if PERSISTENT_MIN_WAVES is None or interpreter_mode():
-        return "tiles"
-    blocks = config.all_kwargs()
-    tiles = triton.cdiv(x.shape[0], blocks["BLOCK_SIZE_M"]) * triton.cdiv(y.shape[1], blocks["BLOCK_SIZE_N"])
-    return "persistent" if tiles >= PERSISTENT_MIN_WAVES * num_sms(x.device) else "tiles"
+    kernel, _, key, _ = _problem(x, y, c, precision, activation)
+    return PICKED.get((triton_internals.kernel_name(kernel), *key))
 
 
 def bind(
-    x: Any, y: Any, c: Any, precision: str, config: triton.Config, activation: str | None = None,
-    variant: str | None = None, sms: int | None = None,
+    x: Any, y: Any, c: Any, precision: str, config: triton.Config, activation: str | None = None
 ) -> Callable[[Any, Any, Any], None]:
     """``launch(x, y, c, ...)`` with ``config``, bound for every problem like this one.
 
@@ -328,11 +227,12 @@ def bind(
     to call) and launches the compiled kernel; operands must have the layouts and C the row
     alignment of the ones given here.
     """
-    kernel, options, _, grid = _problem(x, y, c, precision, activation, variant, sms)
+    kernel, options, _, grid = _problem(x, y, c, precision, activation)
     blocks = config.all_kwargs()
     bm, bn, bk = (blocks[f"BLOCK_SIZE_{d}"] for d in "MNK")
     a_t, b_t, c_ptr = options["A_T"], options["B_T"], options["C_PTR"]
-    launch_bound = BoundLaunch(kernel.fn, grid(blocks), {**options, **blocks}, pointers=(2,) if c_ptr else ())
+    launch_bound = BoundLaunch(triton_internals.jit_function(kernel), grid(blocks), {**options, **blocks},
+                               pointers=(2,) if c_ptr else ())
     M, K = x.shape
     N = y.shape[1]
     x_shape, y_shape = ([K, M] if a_t else [M, K]), ([N, K] if b_t else [K, N])
@@ -345,5 +245,4 @@ def bind(
         c_arg = c if c_ptr else TensorDescriptor(c, [M, N], [c.stride(0), 1], [bm, bn])
         launch_bound(a_desc, b_desc, c_arg, M, N, K, c.stride(0))
 
-    run.variant = variant or VARIANT  # type: ignore[attr-defined] - for tests and benchmarks
     return run

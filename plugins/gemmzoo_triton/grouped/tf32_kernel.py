@@ -5,7 +5,7 @@ operand may come from registers. A row-major A is K-major, a row-major B is not;
 computed transposed, Cᵀ = Bᵀ·Aᵀ: B's K tile goes from its slot into registers (any layout will
 do there) as the left operand, and A's slot, read as Aᵀ, is the K-major right one. B may be
 column-major as well (its slot is then already Bᵀ). A column-major A stays on the Triton TMA
-kernel (:mod:`~gemmzoo_triton.grouped_plan` copies it).
+kernel (:mod:`~gemmzoo_triton.grouped.plan` copies it).
 
 The loading warp, slots and tile order are the other Gluon kernels' (:mod:`gluon_parts`); one
 program per SM walks C's 256x128 tiles. C is stored straight from the accumulator, its
@@ -14,7 +14,7 @@ four 48 KiB slots.
 
 K steps go in pairs, each with registers of its own: an MMA still in flight reads the registers
 of its left operand, so the next step's tile must not be loaded into the same ones (with one set
-for every step, products came out wrong on the H100). The loading warp rounds the K steps up to
+for every step, products came out wrong on Hopper). The loading warp rounds the K steps up to
 even; a step past K loads zeros, which add nothing.
 
 Needs what the other Gluon kernels need (Triton 3.6 or later, capability 9.0); CI compiles it
@@ -32,7 +32,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from gemmzoo_triton.gluon_parts import (
+from gemmzoo_triton.core.gluon_parts import (
     GluonConfig,
     load_slots,
     my_tile_count,
@@ -143,7 +143,7 @@ def descriptors(x: Any, y: Any, b_t: bool, config: GluonConfig = CONFIG) -> tupl
 def bind(M: int, N: int, K: int, b_t: bool, sms: int, config: GluonConfig = CONFIG) -> Any:
     """``run(x, y, c)`` for every problem of this shape and B layout: grid and constexprs bound
     once, the descriptors made per call (the operands' addresses change)."""
-    from gemmzoo_triton.launcher import BoundLaunch
+    from gemmzoo_triton.core.launch import BoundLaunch
 
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
     launch = BoundLaunch(grouped_tf32_kernel, (max(1, min(sms, tiles)),),

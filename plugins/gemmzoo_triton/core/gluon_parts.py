@@ -29,7 +29,7 @@ from typing import Any
 
 import triton
 
-from gemmzoo_triton.common import GLUON_MIN_TRITON, triton_version
+from gemmzoo_triton.core.env import GLUON_MIN_TRITON, triton_version
 
 if triton_version() < GLUON_MIN_TRITON:
     raise ImportError(f"gemmzoo's Gluon kernels need Triton 3.6 or later; this is {triton.__version__}")
@@ -232,7 +232,7 @@ def bind(kernel: Any, M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, co
     addresses change. ``constexprs``: the kernel's own beyond STAGES, GROUP_M and num_warps.
     ``programs``: the grid (default :func:`grid`); ``extra()``: run-time arguments the kernel
     takes after M, N and K, asked for on each call."""
-    from gemmzoo_triton.launcher import BoundLaunch
+    from gemmzoo_triton.core.launch import BoundLaunch
 
     constexprs = {"STAGES": config.stages, "GROUP_M": config.group_m, "num_warps": config.num_warps,
                   **constexprs}

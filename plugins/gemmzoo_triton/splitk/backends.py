@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gemmzoo_triton.common import TritonBackend
-from gemmzoo_triton.splitk_plan import SplitConfig, bind, choose, multiprocessors, tma_usable
+from gemmzoo_triton.core.backend import TritonBackend
+from gemmzoo_triton.splitk.plan import SplitConfig, bind, choose, multiprocessors, tma_usable
 
 #: triton-decode's kernel is for problems with at most this many rows of A.
 DECODE_MAX_M = 64
@@ -23,8 +23,8 @@ DECODE_MAX_M = 64
 
 class TritonSplitKBackend(TritonBackend):
     """``triton-splitk``: tiles of C up to 128x128, K split ``s`` ways with ``s`` from
-    :func:`~gemmzoo_triton.splitk_plan.choose` (1 where the tiles already fill the GPU), the
-    partial products summed in split order (see :mod:`~gemmzoo_triton.splitk_kernel`)."""
+    :func:`~gemmzoo_triton.splitk.plan.choose` (1 where the tiles already fill the GPU), the
+    partial products summed in split order (see :mod:`~gemmzoo_triton.splitk.kernel`)."""
 
     name = "triton-splitk"
     #: Whether :meth:`config` uses the decode blocks for a problem of M rows.

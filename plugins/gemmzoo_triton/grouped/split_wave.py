@@ -11,8 +11,8 @@ A launch of ``programs`` programs over ``tiles`` tiles of ``k_steps`` K steps ru
 All pieces of the last wave run at the same time, each at the same K steps as the pieces of the
 same number of the neighbouring tiles, which read the same slices of A or B: what one reads,
 L2 holds for the others, as in the whole waves. (A split that let programs start tiles at
-arbitrary K steps, as stream-K does, loses that and on the H100 ran up to twice as slow at long
-K: docs/results/2026-11-23-grouped-split-wave.md.) The last piece of a tile is its **tail**: its
+arbitrary K steps, as stream-K does, loses that and was much slower at long K:
+docs/results/2026-11-23-grouped-split-wave.md.) The last piece of a tile is its **tail**: its
 program adds the others' partial sums (the **heads**, handed over through a scratch buffer by
 the programs just before it) and stores the tile. So a program waits only for earlier
 programs, and only for pieces that run beside its own.

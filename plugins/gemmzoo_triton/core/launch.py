@@ -7,7 +7,8 @@ for what depends on the operands' addresses: Triton specializes a pointer on whe
 aligned. :class:`BoundLaunch` therefore launches through ``triton.jit`` once per alignment
 pattern, keeps the compiled kernel it returns, and later launches that compiled kernel directly.
 
-Under Triton's interpreter there is no compiled kernel: every call takes ``triton.jit``'s path.
+Under Triton's interpreter there is no compiled kernel: every call takes ``triton.jit``'s path,
+as it does on a Triton whose internals :mod:`~gemmzoo_triton.core.triton_internals` does not know.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gemmzoo_triton.common import interpreter_mode
+from gemmzoo_triton.core import triton_internals
+from gemmzoo_triton.core.env import interpreter_mode
 
 
 class BoundLaunch:
@@ -28,7 +30,7 @@ class BoundLaunch:
     ``pointers`` are the positions of the run-time arguments that are tensors.
     """
 
-    __slots__ = ("_compiled", "_constexprs", "_grid", "_interpreted", "_kernel", "_pointers", "_tail")
+    __slots__ = ("_compiled", "_constexprs", "_grid", "_jit_path", "_kernel", "_pointers", "_tail")
 
     def __init__(
         self, kernel: Any, grid: Sequence[int], constexprs: dict[str, Any],
@@ -40,14 +42,13 @@ class BoundLaunch:
         self._constexprs = constexprs
         # The compiled kernel takes every parameter in order, constexprs included; launch
         # options such as num_warps are in ``constexprs`` too but are no parameters.
-        self._interpreted = interpreter_mode()
-        params = () if self._interpreted else kernel.params
-        self._tail = tuple(constexprs[param.name] for param in params if param.is_constexpr)
+        self._jit_path = interpreter_mode() or triton_internals.unsupported_reason() is not None
+        self._tail = () if self._jit_path else triton_internals.constexpr_values(kernel, constexprs)
         self._compiled: dict[tuple[bool, ...], Any] = {}
 
     def __call__(self, *args: Any) -> None:
         """Launch on ``args``: the run-time arguments (tensors, descriptors, integers)."""
-        if self._interpreted:
+        if self._jit_path:
             self._kernel[self._grid](*args, **self._constexprs)
             return
         aligned = tuple(args[i].data_ptr() % 16 == 0 for i in self._pointers)
@@ -55,7 +56,7 @@ class BoundLaunch:
         if runner is not None:
             runner(*args, *self._tail)
             return
-        compiled = self._kernel[self._grid](*args, **self._constexprs)
-        compiled = compiled.result() if hasattr(compiled, "result") else compiled
-        if compiled is not None and hasattr(compiled, "__getitem__"):
-            self._compiled[aligned] = compiled[self._grid]
+        launcher = triton_internals.compiled_launcher(self._kernel[self._grid](*args, **self._constexprs),
+                                                      self._grid)
+        if launcher is not None:
+            self._compiled[aligned] = launcher

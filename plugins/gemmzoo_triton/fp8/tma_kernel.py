@@ -5,13 +5,13 @@ over its transpose (B column-major, so Bᵀ is row-major with K contiguous): bot
 layout Hopper's fp8 MMA instructions take from shared memory. Tiles past a matrix's edge load as
 zeros and store clipped, so nothing is masked. C is rounded once to bfloat16.
 
-Promotion (``PROMOTE``, see :data:`gemmzoo_triton.fp8_kernel.PROMOTE_EVERY`): with 0, each K
+Promotion (``PROMOTE``, see :data:`gemmzoo_triton.fp8.pointer_kernel.PROMOTE_EVERY`): with 0, each K
 tile's product is summed by the tensor cores into a fresh zero (their reduced-precision sum, over
 BLOCK_SIZE_K products) and added to the fp32 accumulator with an ordinary fp32 add, cuBLAS's
-``use_fast_accum=False`` numerics: on the H100 the results were bitwise those of
-``torch._scaled_mm``. A positive value asks Triton for promotion every that many products through
-``max_num_imprecise_acc`` (at BLOCK_SIZE_K: the same bits and speed there). A negative value never
-promotes (Triton's default on Hopper: faster, and out of gemmzoo's float8_e4m3fn bound).
+``use_fast_accum=False`` numerics (docs/results/2026-11-23-fp8.md compares the bits with
+``torch._scaled_mm``). A positive value asks Triton for promotion every that many products through
+``max_num_imprecise_acc``. Triton's default on Hopper, no promotion at all, is not offered: its
+sums fall outside gemmzoo's float8_e4m3fn bound.
 
 Register budget: a warpgroup holds its share of the fp32 accumulator (64 registers a thread per
 64x128 of C) and, while a K tile's product is being added, the same again for the fresh partial
@@ -22,20 +22,20 @@ Halves of M keep the MMA instructions as wide as the tile (m64n128 for 128x128 i
 of N narrow them.
 
 The kernel is persistent: the grid's programs (PROGRAMS_PER_SM per SM, fewer for small problems)
-walk C's tiles in grouped order (:func:`gemmzoo_triton.grouped_kernel.tile_position`), and with
+walk C's tiles in grouped order (:func:`gemmzoo_triton.grouped.pointer_kernel.tile_position`), and with
 ``FLATTEN`` the tile loop and the K loop are pipelined as one, so that the loads of a program's
 next tile overlap the epilogue of its last. With one program per tile it is the classic kernel.
 
 Why two programs per SM: Triton runs a program's warps in lockstep (the pipeline's barriers), and
 its wgmma pipeliner waits for a dot whose result the loop uses before going on; so while a
-program adds a K tile's partial sums into the accumulator, its tensor cores idle: 20-30% of the
-time at one program per SM on the H100. A second program on the same SM, at its own point of the
+program adds a K tile's partial sums into the accumulator, its tensor cores idle, a large share
+of the time at one program per SM. A second program on the same SM, at its own point of the
 K loop, keeps them busy meanwhile, as a second consumer warpgroup does in cuBLAS. With 128x128
 tiles in halves of M, 4 warps and three stages (112 KiB of shared memory), two fit an SM, and the
 promoted kernel ran as fast as the unpromoted one (docs/results/2026-11-23-h100-fp8-tma.md).
 
-The backend takes this kernel where :func:`gemmzoo_triton.fp8_backend.tma_fp8_eligible` allows
-and :mod:`~gemmzoo_triton.fp8_gluon_kernel` (warp-specialized, faster) does not take the problem:
+The backend takes this kernel where :func:`gemmzoo_triton.fp8.backend.tma_fp8_eligible` allows
+and :mod:`~gemmzoo_triton.fp8.gluon_kernel` (warp-specialized, faster) does not take the problem:
 M or N under 128, a GPU other than Hopper, a Triton without Gluon; imported only then.
 """
 
@@ -49,15 +49,10 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gemmzoo_triton.fp8_kernel import PROMOTE_EVERY
-from gemmzoo_triton.grouped_kernel import (
-    _autotune_options,
-    _config,
-    launch_tuned,
-    prune_configs,
-    tile_position,
-)
-from gemmzoo_triton.grouped_tma_kernel import num_sms
+from gemmzoo_triton.core.autotune import autotune_options, launch_tuned, make_config, prune_configs
+from gemmzoo_triton.core.hopper import num_sms
+from gemmzoo_triton.core.tile_order import tile_position
+from gemmzoo_triton.fp8.pointer_kernel import PROMOTE_EVERY
 
 
 def set_block_shapes(nargs: dict[str, Any]) -> None:
@@ -71,7 +66,7 @@ def set_block_shapes(nargs: dict[str, Any]) -> None:
 
 def _tma_config(bm: int, bn: int, stages: int, warps: int, split_m: int = 1, split_n: int = 1,
                 per_sm: int = 1, maxnreg: int | None = None, flatten: bool = True) -> triton.Config:
-    config = _config(bm, bn, 128, stages, warps, pre_hook=set_block_shapes)
+    config = make_config(bm, bn, 128, stages, warps, pre_hook=set_block_shapes)
     config.kwargs.update(
         {"SPLIT_M": split_m, "SPLIT_N": split_n, "FLATTEN": flatten, "PROGRAMS_PER_SM": per_sm}
     )
@@ -82,7 +77,7 @@ def _tma_config(bm: int, bn: int, stages: int, warps: int, split_m: int = 1, spl
 #: Configs for Hopper's fp8 tensor cores, all with K tiles of 128 (one 128-byte row of each
 #: operand per stage, the widest swizzle, and the promotion interval cuBLAS uses). Two programs per
 #: SM of 128x128 tiles in halves (see the module's docstring; halves of M were the fastest promoted
-#: config on the H100 at 4096^3 and 8192^3, 0.87-0.88x cuBLAS); one program of a 128x256 or
+#: config on large products: docs/results/2026-11-23-h100-fp8-tma.md); one program of a 128x256 or
 #: 256x128 tile in halves (three stages: 144 KiB, C's staging tile 32 KiB more); 128x128 whole,
 #: the fastest of these without promotion; 64x128 for narrow problems. prune_configs drops those
 #: wider or taller than a problem and those past shared memory.
@@ -101,8 +96,6 @@ def promoted_dot(a, b, accumulator, PROMOTE: tl.constexpr):
     """``accumulator + a @ b`` in fp32, the tensor cores' partial sums promoted as PROMOTE says."""
     if PROMOTE == 0:  # a fresh zero per K tile, then one fp32 add (cuBLAS's numerics)
         return accumulator + tl.dot(a, b)
-    elif PROMOTE < 0:  # Triton's default on Hopper: no promotion (measured, not used)
-        return tl.dot(a, b, accumulator)
     else:
         return tl.dot(a, b, accumulator, max_num_imprecise_acc=PROMOTE)
 
@@ -111,7 +104,7 @@ def promoted_dot(a, b, accumulator, PROMOTE: tl.constexpr):
     configs=HOPPER_FP8_TMA_CONFIGS,
     key=["M", "N", "K", "PROMOTE"],
     prune_configs_by={"early_config_prune": prune_configs},
-    **_autotune_options(),
+    **autotune_options(),
 )
 @triton.jit
 def fp8_tma_matmul_kernel(

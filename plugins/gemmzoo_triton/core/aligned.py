@@ -11,21 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def units(element_size: int, unit_bytes: int = 16) -> int:
-    """Elements in ``unit_bytes`` bytes (at least 1)."""
-    return max(1, unit_bytes // element_size)
-
-
-def padded(length: int, element_size: int, unit_bytes: int = 16) -> int:
-    """``length`` elements rounded up to a whole number of ``unit_bytes``-byte units."""
-    per_unit = units(element_size, unit_bytes)
-    return -(-length // per_unit) * per_unit
-
-
-#: How the copies are made: ``"triton"`` (copy_kernel) or ``"torch"`` (``Tensor.copy_``). A
-#: module setting, so that benchmarks can compare the two.
-COPIER = "triton"
+from gemmzoo_triton.core.padding import padded, units
 
 
 def aligned_copy(tensor: Any, column_major: bool | None = None) -> Any:
@@ -49,8 +35,8 @@ def aligned_copy(tensor: Any, column_major: bool | None = None) -> Any:
         view = target = buffer[:, :cols]
         source = tensor
     # copy_kernel walks the source along its rows; a transposing copy is torch's.
-    if COPIER == "triton" and source.numel() > 0 and source.stride(1) <= source.stride(0):
-        from gemmzoo_triton import copy_kernel
+    if source.numel() > 0 and source.stride(1) <= source.stride(0):
+        from gemmzoo_triton.core import copy_kernel
 
         copy_kernel.copy(source, target)
     else:
@@ -73,9 +59,9 @@ class AlignedCopy:
         self._dtype, self._device = like.dtype, like.device
         strides = like.stride()[::-1] if column_major else like.stride()
         self._launch = None
-        if COPIER == "triton" and like.numel() > 0 and strides[1] <= strides[0]:
-            from gemmzoo_triton import copy_kernel
-            from gemmzoo_triton.launcher import BoundLaunch
+        if like.numel() > 0 and strides[1] <= strides[0]:
+            from gemmzoo_triton.core import copy_kernel
+            from gemmzoo_triton.core.launch import BoundLaunch
 
             self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(self._rows, self._cols),),
                                        copy_kernel.constexprs(units(size)), pointers=(0, 1))

@@ -8,15 +8,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from gemmzoo_triton.common import (
-    TMA_MIN_WORK,
-    TritonBackend,
-    gluon_shared_memory,
-    interpreter_mode,
-    output_allocator,
-    tma_device,
-    triton_unavailable_reason,
-)
+from gemmzoo_triton.core.backend import TritonBackend, output_allocator
+from gemmzoo_triton.core.env import interpreter_mode, triton_unavailable_reason
+from gemmzoo_triton.core.hopper import TMA_MIN_WORK, gluon_shared_memory, tma_device
 
 #: The oldest CUDA capability with fp8 tensor cores (Ada 8.9; Hopper is 9.0).
 FP8_MIN_CAPABILITY = (8, 9)
@@ -41,7 +35,7 @@ def k_major(x: Any, y: Any) -> tuple[Any, Any]:
     """A row-major (K contiguous) and B column-major (K contiguous), copied where they are not.
 
     Hopper's fp8 MMA instructions take both operands K-major from shared memory; Triton handles
-    an fp8 B that is not by a slow path (99 against 825 TFLOPS at 4096^3 on the H100). A copy of a
+    an fp8 B that is not by a path many times slower (docs/results/2026-11-23-fp8.md). A copy of a
     row-major B (the usual ``x @ w`` layout) into a column-major one moves K·N bytes each way.
     """
     if x.stride(1) != 1:
@@ -54,8 +48,8 @@ def k_major(x: Any, y: Any) -> tuple[Any, Any]:
 def tma_fp8_eligible(x: Any, y: Any, c: Any) -> bool:
     """Whether ``c = x @ y`` (K-major operands, see :func:`k_major`) runs on the TMA kernel.
 
-    Needs a Hopper GPU and Triton >= 3.4 (:func:`~gemmzoo_triton.common.tma_device`), more than
-    :data:`~gemmzoo_triton.common.TMA_MIN_WORK` multiply-adds, and what descriptors need: 16-byte
+    Needs a Hopper GPU and Triton >= 3.4 (:func:`~gemmzoo_triton.core.hopper.tma_device`), more than
+    :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK` multiply-adds, and what descriptors need: 16-byte
     aligned starts and rows, so K a multiple of 16 (fp8 rows of A and Bᵀ) and N of 8 (bf16 rows of C).
     """
     M, K = x.shape
@@ -71,14 +65,14 @@ def tma_fp8_eligible(x: Any, y: Any, c: Any) -> bool:
 def gluon_fp8_config(x: Any, y: Any) -> Any:
     """The Gluon kernel's config for ``x @ y`` on operands :func:`tma_fp8_eligible` accepted, or
     None where the problem stays on the Triton TMA kernel: the GPU or Triton cannot run it
-    (:func:`~gemmzoo_triton.common.gluon_shared_memory`), too little shared memory, or M or N
+    (:func:`~gemmzoo_triton.core.hopper.gluon_shared_memory`), too little shared memory, or M or N
     under one 128-wide tile (the Triton kernel's autotuned tiles include 64-row ones)."""
     if min(x.shape[0], y.shape[1]) < GLUON_MIN_MN:
         return None
     shared = gluon_shared_memory(x.device)
     if shared is None:
         return None
-    from gemmzoo_triton import fp8_gluon_kernel
+    from gemmzoo_triton.fp8 import gluon_kernel as fp8_gluon_kernel
 
     return fp8_gluon_kernel.config_for(shared)
 
@@ -88,36 +82,39 @@ class TritonFp8Backend(TritonBackend):
 
     Computes only ``float8_e4m3fn``: A and B hold E4M3 values, C comes back in bfloat16 (the
     contract's per-tensor scale 1). The tensor cores' partial sums are promoted to the fp32
-    accumulator once per K tile (:data:`~gemmzoo_triton.fp8_kernel.PROMOTE_EVERY`), as cuBLAS does
+    accumulator once per K tile (:data:`~gemmzoo_triton.fp8.pointer_kernel.PROMOTE_EVERY`), as cuBLAS does
     with ``use_fast_accum=False``; Triton's default on Hopper (no promotion) is faster and fails
     the conformance bound.
 
     On a GPU, operands that are not K-major (A row-major, B column-major) are copied first (see
     :func:`k_major`: a row-major B costs a transpose per call). Problems that
     :func:`tma_fp8_eligible` allows (Hopper, large, aligned) go to
-    :mod:`~gemmzoo_triton.fp8_gluon_kernel` (warp-specialized Gluon, at cuBLAS's speed on the
-    H100) where :func:`gluon_fp8_config` allows, else to :mod:`~gemmzoo_triton.fp8_tma_kernel`
-    (TMA loads and stores, a persistent grid, two programs per SM, autotuned once per problem);
-    the others to :mod:`~gemmzoo_triton.fp8_kernel`'s pointer kernel (autotuned likewise), which
-    also runs on the CPU under Triton's interpreter (reading any layout through strides there,
-    and working around the interpreter's E4M3 decoding and bfloat16 rounding). Available on CUDA
-    GPUs of capability 8.9 and later, and under the interpreter.
+    :mod:`~gemmzoo_triton.fp8.gluon_kernel` (warp-specialized Gluon) where
+    :func:`gluon_fp8_config` allows, else to :mod:`~gemmzoo_triton.fp8.tma_kernel` (TMA loads and
+    stores, a persistent grid, two programs per SM, autotuned once per problem); the others to
+    :mod:`~gemmzoo_triton.fp8.pointer_kernel` (autotuned likewise), which also runs on the CPU
+    under Triton's interpreter (reading any layout through strides there, and working around the
+    interpreter's E4M3 decoding and bfloat16 rounding). Available on CUDA GPUs of capability 8.9
+    and later, and under the interpreter.
+
+    Options (keywords of the constructor, for comparisons; pass such an instance as a backend):
+    ``promote``, the partial-sum promotion (``None``: the kernels' default, once per K tile; a
+    positive number: every that many products); ``tma=False`` keeps every problem on the
+    pointer kernel; ``gluon=False`` sends what the Gluon kernel would take to the Triton TMA
+    kernel.
     """
 
     name = "triton-fp8"
-    #: Partial-sum promotion for the kernels (``None``: the kernels' default, once per K tile);
-    #: benchmarks/fp8.py sets it on variants to time and check the other choices.
-    promote: int | None = None
-    #: Whether Hopper problems may take the TMA kernels; off, every problem takes the pointer
-    #: kernel (``benchmarks/fp8.py`` times that as ``triton-fp8-pointer``).
-    tma: bool = True
-    #: Whether problems the Gluon kernel takes (:func:`gluon_fp8_config`) go to it rather than
-    #: to the Triton TMA kernel (``benchmarks/fp8.py`` times the latter as ``triton-fp8-tma``).
-    gluon: bool = True
 
-    def __init__(self) -> None:
+    def __init__(self, *, promote: int | None = None, tma: bool = True, gluon: bool = True) -> None:
         super().__init__()
+        if promote is not None and promote < 0:
+            raise ValueError(f"triton-fp8: promote={promote}: the partial sums are promoted once per K "
+                             "tile (None or 0) or every that many products (a positive number)")
         self.dtypes = frozenset({"float8_e4m3fn"})
+        self.promote = promote
+        self.tma = tma
+        self.gluon = gluon
 
     def unavailable_reason(self) -> str | None:
         reason = triton_unavailable_reason()
@@ -133,7 +130,7 @@ class TritonFp8Backend(TritonBackend):
             return self.matmul
         import torch
 
-        from gemmzoo_triton import fp8_kernel
+        from gemmzoo_triton.fp8 import pointer_kernel as fp8_kernel
 
         x, y, _ = self.operands(a, b)
         promote = fp8_kernel.PROMOTE_EVERY if self.promote is None else self.promote
@@ -143,8 +140,8 @@ class TritonFp8Backend(TritonBackend):
         config = gluon_fp8_config(x, y) if promote == 0 and tma_fp8_eligible(x, y, c) else None
         if config is None:
             return self.matmul
-        from gemmzoo_triton import fp8_gluon_kernel
-        from gemmzoo_triton.grouped_tma_kernel import num_sms
+        from gemmzoo_triton.core.hopper import num_sms
+        from gemmzoo_triton.fp8 import gluon_kernel as fp8_gluon_kernel
 
         run = fp8_gluon_kernel.bind(M, N, K, num_sms(x.device), config)
         matmul, allocate = self.matmul, output_allocator(M, N, torch.bfloat16, x.device)
@@ -163,7 +160,7 @@ class TritonFp8Backend(TritonBackend):
     def matmul(self, a: Any, b: Any) -> Any:
         import torch
 
-        from gemmzoo_triton import fp8_kernel
+        from gemmzoo_triton.fp8 import pointer_kernel as fp8_kernel
 
         # (1) check the operands
         M, N, K = self.check_operands(a, b)
@@ -181,12 +178,12 @@ class TritonFp8Backend(TritonBackend):
             if self.tma and tma_fp8_eligible(x, y, c):
                 config = gluon_fp8_config(x, y) if self.gluon and promote == 0 else None
                 if config is not None:
-                    from gemmzoo_triton import fp8_gluon_kernel
-                    from gemmzoo_triton.grouped_tma_kernel import num_sms
+                    from gemmzoo_triton.core.hopper import num_sms
+                    from gemmzoo_triton.fp8 import gluon_kernel as fp8_gluon_kernel
 
                     fp8_gluon_kernel.launch(x, y, c, num_sms(x.device), config)
                     return c
-                from gemmzoo_triton import fp8_tma_kernel
+                from gemmzoo_triton.fp8 import tma_kernel as fp8_tma_kernel
 
                 fp8_tma_kernel.launch(x, y, c, promote)
                 return c

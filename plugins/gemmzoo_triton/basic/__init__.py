@@ -1,0 +1,1 @@
+"""``triton-naive`` and ``triton-tiled``: the readable kernels the tuned ones are measured against."""

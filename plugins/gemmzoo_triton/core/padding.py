@@ -1,0 +1,15 @@
+"""Lengths rounded up to whole units of bytes: rows that start 16-byte aligned for TMA, or on
+the wider boundaries torch-padded rounds to."""
+
+from __future__ import annotations
+
+
+def units(element_size: int, unit_bytes: int = 16) -> int:
+    """Elements in ``unit_bytes`` bytes (at least 1)."""
+    return max(1, unit_bytes // element_size)
+
+
+def padded(length: int, element_size: int, unit_bytes: int = 16) -> int:
+    """``length`` elements rounded up to a whole number of ``unit_bytes``-byte units."""
+    per_unit = units(element_size, unit_bytes)
+    return -(-length // per_unit) * per_unit

@@ -1,0 +1,81 @@
+"""Triton's undocumented launch and autotuner attributes, the only place the plugin touches them.
+
+The fast path binds each problem's launch once and then calls the compiled kernel directly, which
+needs what ``triton.jit`` and ``triton.autotune`` keep on their objects but do not document: a
+``JITFunction``'s parameter list (``params``, to know the constexprs a compiled kernel takes),
+the launcher a ``CompiledKernel`` returns for a grid (``compiled[grid]``), and an ``Autotuner``'s
+picked config (``best_config``), wrapped function (``fn``, ``base_fn``) and argument names
+(``arg_names``).
+
+:func:`unsupported_reason` says whether the installed Triton is one these were written and
+checked against (:data:`TESTED_MAJORS`) and still has them. Where it is not, :class:`BoundLaunch`
+falls back to Triton's public launch (``kernel[grid](...)``) on every call; the autotuner's
+attributes have no public equivalent, so reading them raises a clear error instead.
+``tests/test_adapters.py`` fails when a Triton release moves any of them.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+#: Major versions of Triton whose internals these accessors were written for (3.0 to 3.9 checked).
+TESTED_MAJORS = (3,)
+#: The autotuner attributes read here.
+AUTOTUNER_ATTRIBUTES = ("best_config", "fn", "base_fn", "arg_names")
+
+
+@functools.cache
+def unsupported_reason() -> str | None:
+    """Why the launch internals cannot be relied on with this Triton (``None``: they can)."""
+    import triton
+
+    major = triton.__version__.split(".", 1)[0]
+    if not major.isdigit() or int(major) not in TESTED_MAJORS:
+        return f"triton {triton.__version__} is not a version gemmzoo's fast launch was checked with"
+    return None
+
+
+def constexpr_values(kernel: Any, constexprs: dict[str, Any]) -> tuple[Any, ...]:
+    """The values a compiled ``kernel`` takes after its run-time arguments: its constexpr
+    parameters in order, each looked up in ``constexprs``."""
+    return tuple(constexprs[param.name] for param in kernel.params if param.is_constexpr)
+
+
+def compiled_launcher(launched: Any, grid: tuple[int, int, int]) -> Any | None:
+    """The compiled kernel's own launcher for ``grid``, from what ``kernel[grid](...)`` returned
+    (a compiled kernel, or a future of one), or ``None`` where it returned neither."""
+    compiled = launched.result() if hasattr(launched, "result") else launched
+    if compiled is None or not hasattr(compiled, "__getitem__"):
+        return None
+    return compiled[grid]
+
+
+def _autotuner_attribute(autotuner: Any, name: str) -> Any:
+    try:
+        return getattr(autotuner, name)
+    except AttributeError:
+        import triton
+
+        raise RuntimeError(f"triton {triton.__version__}'s Autotuner has no {name!r}, which "
+                           "gemmzoo_triton needs to bind the tuned launch once per problem") from None
+
+
+def picked_config(autotuner: Any) -> Any:
+    """The config ``autotuner`` picked on its last tuned launch (``triton.Config``)."""
+    return _autotuner_attribute(autotuner, "best_config")
+
+
+def kernel_name(autotuner: Any) -> str:
+    """The name of the Python function under ``autotuner``'s decorators."""
+    return _autotuner_attribute(autotuner, "base_fn").__name__
+
+
+def jit_function(autotuner: Any) -> Any:
+    """The ``triton.jit`` function ``autotuner`` launches."""
+    return _autotuner_attribute(autotuner, "fn")
+
+
+def argument_names(autotuner: Any) -> list[str]:
+    """The kernel's parameter names, in order."""
+    return list(_autotuner_attribute(autotuner, "arg_names"))

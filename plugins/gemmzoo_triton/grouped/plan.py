@@ -1,0 +1,250 @@
+"""triton-grouped's router: which of four kernels a problem takes, decided once, and its bound launch.
+
+The kernels: the tutorial's pointer kernel (:mod:`~gemmzoo_triton.grouped.pointer_kernel`), the
+TMA kernel (:mod:`~gemmzoo_triton.grouped.tma_kernel`), and on Hopper the warp-specialized Gluon
+kernel for fp16 and bf16 (:mod:`~gemmzoo_triton.grouped.gluon_kernel`) and the Gluon tf32 kernel
+(:mod:`~gemmzoo_triton.grouped.tf32_kernel`). Four routes lead to them:
+
+- ``pointer``: the pointer kernel, for everything the others do not take;
+- ``tma``: a TMA kernel on the operands as they are, where their rows and C's are 16-byte
+  aligned (see :func:`tma_eligible`, and :data:`GLUON_MIN_WORK` for the smaller problems the
+  Gluon kernel takes); an operand whose start address is not aligned is copied in that call. On
+  Hopper fp16 and bf16 run on the Gluon kernel (see :func:`gluon_run`) unless the plan is made
+  with ``gluon=False``; everything else on the TMA kernel;
+- ``aligned``: the same TMA kernel on copies of the operands whose rows are not aligned
+  (:func:`~gemmzoo_triton.core.aligned.aligned_copy`): cuBLAS is several times slower on such
+  shapes, and so is the pointer kernel, whose loads cannot be vectorised
+  (docs/results/2026-11-23-triton-grouped.md). A C whose rows are not aligned is a view of a
+  buffer with padded rows, stored whole through a descriptor, unless the plan is made with
+  ``contiguous_c=True`` (then C is contiguous and stored through masked pointers);
+- ``tf32``: large float32 problems in tf32. Hopper's tf32 tensor-core instruction reads its
+  shared-memory operands only K-major: on Hopper the Gluon tf32 kernel (see
+  :func:`tf32_gluon_takes`) takes A row-major (copied when it is not) and B either way;
+  elsewhere, with a fused activation or with ``gluon=False``, the TMA kernel takes A row-major and
+  B column-major (copied into those layouts), where the pointer kernel is far behind.
+
+A plan's first call picks the config (autotuning when no earlier problem of this key did) and
+binds the launch; later calls allocate C, make any copies and descriptors their addresses need,
+and launch the compiled kernel.
+"""
+
+# ruff: noqa: N803, N806 - M, N, K as the tutorial writes them
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gemmzoo import TF32Array
+from gemmzoo_triton.core import hopper
+from gemmzoo_triton.core.aligned import AlignedCopy, aligned_copy, aligned_empty
+from gemmzoo_triton.core.backend import MAX_OFFSET, output_allocator
+from gemmzoo_triton.core.padding import padded
+
+#: The aligned route copies A and/or B: (M·K + K·N) elements read and written once more, against
+#: 2·M·N·K flops, a share of the product's time proportional to (1/M + 1/N) times the GPU's ratio
+#: of flops to copy bandwidth. So the copies pay where both M and N are large, and the product
+#: must also be large enough that the copies' launches (host time) hide. The thresholds are where
+#: the route overtook the pointer kernel (docs/results/2026-11-23-triton-grouped.md).
+ALIGNED_MIN_SIDE = 256
+ALIGNED_MIN_WORK = 2 * 1024**3
+
+
+def gluon_schedule(x: Any, M: int, N: int, K: int) -> Any:
+    """The Gluon kernel's schedule for an M x N x K problem on ``x``'s device
+    (:func:`~gemmzoo_triton.grouped.gluon_kernel.pick_schedule`), or None where it cannot run: a GPU
+    other than capability 9.0, a Triton without Gluon's Hopper API, M or N under one tile."""
+    shared = hopper.gluon_shared_memory(x.device)
+    if shared is None:
+        return None
+    from gemmzoo_triton.grouped import gluon_kernel as kernel
+
+    return kernel.pick_schedule(M, N, K, hopper.num_sms(x.device), shared)
+
+
+def gluon_run(x: Any, y: Any, c: Any, activation: str | None) -> Callable[[Any, Any, Any], None] | None:
+    """``run(x, y, c)``: the Gluon kernel bound for ``x @ y`` (operands and C already laid out for
+    TMA), or None where it does not take the problem: a fused activation, C stored through
+    pointers, or no :func:`gluon_schedule`."""
+    from gemmzoo_triton.grouped.tma_kernel import c_needs_pointers
+
+    if activation or c_needs_pointers(c):
+        return None
+    M, K = x.shape
+    N = y.shape[1]
+    schedule = gluon_schedule(x, M, N, K)
+    if schedule is None:
+        return None
+    from gemmzoo_triton.grouped import gluon_kernel as kernel
+
+    return kernel.bind(M, N, K, hopper.column_major(x), hopper.column_major(y), hopper.num_sms(x.device),
+                       schedule, x.device)
+
+
+#: Below :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK` multiply-adds, the Gluon kernel still
+#: takes problems of more than this many that it has a schedule for: timed with L2 flushed, as
+#: gemmzoo times every backend, it beat the pointer kernel on every such problem measured, those
+#: that leave most SMs idle included (docs/results/2026-11-23-grouped-split-wave.md).
+GLUON_MIN_WORK = 1024**3
+
+
+def _gluon_takes(x: Any, M: int, N: int, K: int) -> bool:
+    """Whether the Gluon kernel takes an M x N x K problem under
+    :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK` (see :data:`GLUON_MIN_WORK`)."""
+    return M * N * K > GLUON_MIN_WORK and gluon_schedule(x, M, N, K) is not None
+
+
+def tf32_gluon_takes(x: Any, activation: str | None) -> bool:
+    """Whether the tf32 route runs on the Gluon tf32 kernel for operands on ``x``'s device: a
+    Hopper GPU with Gluon, shared memory for its slots, no fused activation."""
+    if activation:
+        return False
+    shared = hopper.gluon_shared_memory(x.device)
+    if shared is None:
+        return False
+    from gemmzoo_triton.grouped import tf32_kernel as grouped_tf32_kernel
+
+    return grouped_tf32_kernel.CONFIG.shared_bytes() <= shared
+
+
+def route(x: Any, y: Any, precision: str, gluon: bool = True) -> str:
+    """``"pointer"``, ``"tma"``, ``"aligned"`` or ``"tf32"``: the route for ``x @ y`` (layouts and
+    sizes only); ``gluon=False`` leaves the Gluon kernels out of the decision."""
+    import torch
+
+    M, K = x.shape
+    N = y.shape[1]
+    if not hopper.tma_device(x.device) or max(M * padded_k(x), K * padded_k(y)) > MAX_OFFSET:
+        return "pointer"
+    if x.dtype == torch.float32:
+        # the Gluon tf32 kernel takes smaller problems too: there it keeps up with cuBLAS where the
+        # pointer kernel is far behind (docs/results/2026-11-23-tf32-gluon.md)
+        least = GLUON_MIN_WORK if gluon and tf32_gluon_takes(x, None) else hopper.TMA_MIN_WORK
+        large = min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > least
+        return "tf32" if precision == "tf32" and large else "pointer"
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return "pointer"
+    if hopper.tma_layout(x) and hopper.tma_layout(y) and (N * x.element_size()) % 16 == 0:
+        takes = M * N * K > hopper.TMA_MIN_WORK or (gluon and _gluon_takes(x, M, N, K))
+        return "tma" if takes else "pointer"
+    if min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > ALIGNED_MIN_WORK:
+        return "aligned"
+    return "pointer"
+
+
+def padded_k(tensor: Any) -> int:
+    """The longest row of ``tensor``'s aligned copy, row- or column-major (for the offset limit)."""
+    return padded(max(tensor.shape), tensor.element_size())
+
+
+def _needs_copy(tensor: Any, column_major: bool | None) -> bool:
+    """Whether ``tensor`` must be copied for a TMA route that wants it ``column_major`` (or
+    either way, when None): rows not 16-byte aligned, or the other layout."""
+    if not hopper.tma_layout(tensor):
+        return True
+    return column_major is not None and hopper.column_major(tensor) != column_major
+
+
+class GroupedPlan:
+    """``run(a, b)`` for one triton-grouped problem (M, N, K > 0): see the module's docstring.
+
+    ``gluon``: whether Hopper's Gluon kernels may take the problem (off: the TMA kernel takes what
+    they would). ``contiguous_c``: whether a C whose rows are not 16-byte aligned comes back
+    contiguous (stored through masked pointers) rather than as a view of a padded buffer.
+    """
+
+    def __init__(self, x: Any, y: Any, precision: str, activation: str | None, wrap: bool,
+                 gluon: bool = True, contiguous_c: bool = False) -> None:
+        self.route = route(x, y, precision, gluon)
+        self._gluon = gluon
+        self._precision = precision
+        self._activation = activation
+        self._wrap = wrap
+        self._shape = (x.shape[0], y.shape[1])
+        self._new_c = output_allocator(*self._shape, x.dtype, x.device)
+        self._bound: Callable[[Any, Any, Any], None] | None = None
+        tma = self.route != "pointer"
+        # Hopper's tf32 tensor-core instruction reads shared-memory operands K-major only: A
+        # row-major, and B column-major unless the Gluon kernel takes B into registers. 16-bit
+        # types take either layout.
+        self._tf32_gluon = self.route == "tf32" and gluon and tf32_gluon_takes(x, activation)
+        self._x_layout, self._y_layout = (None, None)
+        if self.route == "tf32":
+            self._x_layout, self._y_layout = (False, None) if self._tf32_gluon else (False, True)
+        self._copy_x = AlignedCopy(x, self._x_layout) if tma and _needs_copy(x, self._x_layout) else None
+        self._copy_y = AlignedCopy(y, self._y_layout) if tma and _needs_copy(y, self._y_layout) else None
+        self._tma = tma
+        self._c_view = tma and not contiguous_c and (y.shape[1] * x.element_size()) % 16 != 0
+
+    def __call__(self, a: Any, b: Any) -> Any:
+        x, y = (a.data, b.data) if self._wrap else (a, b)
+        c = aligned_empty(*self._shape, x) if self._c_view else self._new_c()
+        if self._tma:
+            # An operand whose rows (decided per problem) or start (per call: views can start
+            # anywhere) are not 16-byte aligned goes through an aligned copy: descriptors need both.
+            if self._copy_x is not None:
+                x = self._copy_x(x)
+            elif x.data_ptr() % 16:
+                x = aligned_copy(x, self._x_layout)
+            if self._copy_y is not None:
+                y = self._copy_y(y)
+            elif y.data_ptr() % 16:
+                y = aligned_copy(y, self._y_layout)
+        if self._bound is not None:
+            self._bound(x, y, c)
+        else:
+            self._first_call(x, y, c)
+        return TF32Array(c) if self._wrap else c
+
+    def _first_call(self, x: Any, y: Any, c: Any) -> None:
+        """Pick the kernel and config (autotuning unless a problem of this key did), bind the
+        launch and run it: C always comes from the bound kernel, so that every call computes alike."""
+        if self.route == "pointer":
+            from gemmzoo_triton.grouped import pointer_kernel as kernel
+
+            config = kernel.picked(x, y, self._precision)
+            if config is None:
+                config = kernel.launch(x, y, c, self._precision, self._activation)
+            self._bound = kernel.bind(x, y, self._precision, config, self._activation)
+        elif self._tf32_gluon:
+            from gemmzoo_triton.grouped import tf32_kernel as grouped_tf32_kernel
+
+            (M, K), N = x.shape, y.shape[1]
+            self._bound = grouped_tf32_kernel.bind(M, N, K, hopper.column_major(y), hopper.num_sms(x.device))
+        else:
+            gluon = gluon_run(x, y, c, self._activation) if self._gluon and self.route != "tf32" else None
+            if gluon is not None:
+                self._bound = gluon
+                self._bound(x, y, c)
+                return
+            from gemmzoo_triton.grouped import tma_kernel as kernel
+
+            config = kernel.picked(x, y, c, self._precision, self._activation)
+            if config is None:
+                config = kernel.launch(x, y, c, self._precision, self._activation)
+            self._bound = kernel.bind(x, y, c, self._precision, config, self._activation)
+        self._bound(x, y, c)
+
+
+def tma_eligible(x: Any, y: Any, c: Any, precision: str) -> bool:
+    """Whether triton-grouped's TMA kernels read ``x`` and ``y`` as they are, with no copy.
+
+    Needs a :func:`~gemmzoo_triton.core.hopper.tma_device`; a problem of more than
+    :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK` multiply-adds; float16 or bfloat16 operands;
+    A and B each row-major or column-major, with rows and start 16-byte aligned as TMA requires
+    (see :func:`~gemmzoo_triton.core.hopper.tma_readable`); and C (contiguous) with rows of a
+    multiple of 16 bytes. This is the ``tma`` route of :func:`route` for operands whose start is
+    aligned; the other TMA routes copy operands first (rows not aligned, or float32 in tf32, whose
+    tensor-core instruction on Hopper wants B column-major: a row-major B made the TMA kernel
+    slower than the pointer kernel). IEEE float32 runs on the FMA units, where TMA loads gain
+    nothing.
+    """
+    import torch
+
+    if x.shape[0] * x.shape[1] * y.shape[1] <= hopper.TMA_MIN_WORK or not hopper.tma_device(x.device):
+        return False
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    if not (hopper.tma_readable(x) and hopper.tma_readable(y)):
+        return False
+    return c.is_contiguous() and (c.shape[1] * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0

@@ -1,0 +1,240 @@
+"""The adapters to other libraries' internals (gemmzoo/adapters/ and the plugins' own): each fails
+here, loudly, when the library it reaches into changes."""
+
+from __future__ import annotations
+
+import json
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from gemmzoo.adapters import pytest_benchmark as bench_session
+
+
+def test_pytest_benchmark_is_a_tested_version_with_the_session_attributes(request):
+    assert bench_session.unsupported_reason(request.config) is None
+
+
+def test_pytest_benchmark_refuses_an_untested_major_version(monkeypatch):
+    monkeypatch.setattr(bench_session, "version", lambda: "99.0.0")
+    assert "99.0.0" in bench_session.unsupported_reason()
+    assert not bench_session.supported()
+
+
+def test_a_session_missing_an_attribute_is_named(monkeypatch):
+    config = SimpleNamespace(_benchmarksession=SimpleNamespace(disabled=True))
+    reason = bench_session.unsupported_reason(config)
+    assert reason is not None and "benchmarks" in reason and "compare_fail" in reason
+
+
+def test_benchmarks_survive_the_trip_from_a_worker_to_the_controller():
+    rng = random.Random(7)
+    data = [rng.uniform(1e-6, 1e-3) for _ in range(9)]
+    sent = [{
+        "name": "test_gemm[8x8x8-float32-NN-numpy]", "fullname": "t.py::test_gemm[8x8x8-float32-NN-numpy]",
+        "group": "8x8x8-float32-NN", "param": "8x8x8-float32-NN-numpy", "params": {"gemm_point": "p"},
+        "extra_info": {"tflops": rng.random()}, "options": {"timer": "DeviceClock"},
+        "stats": {"iterations": 1, "data": data},
+    }]
+    controller = SimpleNamespace(_benchmarksession=SimpleNamespace(benchmarks=[]))
+    assert bench_session.add_finished(controller, json.dumps(sent)) == 1
+    # The controller's records read back as pytest-benchmark writes them into its JSON.
+    received = controller._benchmarksession.benchmarks
+    worker = SimpleNamespace(_benchmarksession=SimpleNamespace(benchmarks=received))
+    (back,) = json.loads(bench_session.finished_json(worker))
+    for key in ("name", "fullname", "group", "param", "params", "extra_info", "options"):
+        assert back[key] == sent[0][key], key
+    assert back["stats"]["data"] == data
+    assert back["stats"]["median"] == pytest.approx(sorted(data)[4])
+    assert back["stats"]["rounds"] == len(data)
+
+
+# Triton: the launcher's and the autotuner's internals ------------------------------------------
+
+
+def _triton_internals():
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from gemmzoo_triton.core import triton_internals
+
+    return triton_internals
+
+
+def test_triton_is_a_tested_version():
+    assert _triton_internals().unsupported_reason() is None
+
+
+def test_an_untested_triton_major_version_is_refused(monkeypatch):
+    internals = _triton_internals()
+    import triton
+
+    monkeypatch.setattr(triton, "__version__", "9.1.0")
+    internals.unsupported_reason.cache_clear()
+    try:
+        assert "9.1.0" in internals.unsupported_reason()
+    finally:
+        monkeypatch.undo()
+        internals.unsupported_reason.cache_clear()
+
+
+def _compiled_mode_kernels(monkeypatch):
+    """A ``triton.jit`` kernel and an autotuner over one, made as on a GPU (not interpreted)."""
+    import triton
+    import triton.language as tl
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+    @triton.jit
+    def scale(x_ptr, n, FACTOR: tl.constexpr, BLOCK: tl.constexpr):  # noqa: N803 - constexprs
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n) * FACTOR, mask=offsets < n)
+
+    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])(scale)
+    return scale, tuned
+
+
+def test_a_jit_kernel_lists_its_constexpr_parameters_in_order(monkeypatch):
+    internals = _triton_internals()
+    kernel, _ = _compiled_mode_kernels(monkeypatch)
+    assert [param.name for param in kernel.params if param.is_constexpr] == ["FACTOR", "BLOCK"]
+    values = {"BLOCK": 64, "FACTOR": 3, "num_warps": 4}
+    assert internals.constexpr_values(kernel, values) == (3, 64)
+
+
+def test_an_autotuner_keeps_its_function_and_argument_names(monkeypatch):
+    internals = _triton_internals()
+    kernel, tuned = _compiled_mode_kernels(monkeypatch)
+    assert internals.kernel_name(tuned) == "scale"
+    assert internals.jit_function(tuned) is kernel
+    assert internals.argument_names(tuned) == ["x_ptr", "n", "FACTOR", "BLOCK"]
+
+
+def test_a_compiled_kernel_gives_a_launcher_per_grid():
+    internals = _triton_internals()
+    from triton.compiler.compiler import CompiledKernel
+
+    assert callable(getattr(CompiledKernel, "__getitem__", None))
+
+    class Compiled:
+        def __getitem__(self, grid):
+            return ("launcher", grid)
+
+    class Future:
+        def result(self):
+            return Compiled()
+
+    assert internals.compiled_launcher(Compiled(), (2, 1, 1)) == ("launcher", (2, 1, 1))
+    assert internals.compiled_launcher(Future(), (3, 1, 1)) == ("launcher", (3, 1, 1))
+    assert internals.compiled_launcher(None, (1, 1, 1)) is None
+
+
+def test_the_autotuner_keeps_the_config_it_picked():
+    internals = _triton_internals()
+    import torch
+
+    from gemmzoo_triton.core import autotune
+    from gemmzoo_triton.grouped import pointer_kernel
+
+    gen = torch.Generator().manual_seed(5)
+    x, y = torch.randn(23, 41, generator=gen), torch.randn(41, 17, generator=gen)  # a shape of its own
+    c = torch.empty(23, 17)
+    assert pointer_kernel.picked(x, y, "ieee") is None
+    config = pointer_kernel.launch(x, y, c, "ieee")
+    assert internals.picked_config(pointer_kernel.grouped_matmul_kernel) is config
+    assert autotune.PICKED[pointer_kernel.pointer_key(x, y, "ieee")] is config
+    torch.testing.assert_close(c, x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_an_autotuner_without_the_attribute_is_a_clear_error():
+    internals = _triton_internals()
+    with pytest.raises(RuntimeError, match="best_config"):
+        internals.picked_config(object())
+
+
+def test_bound_launch_takes_the_public_path_on_an_unknown_triton(monkeypatch):
+    internals = _triton_internals()
+    from gemmzoo_triton.core import launch
+
+    monkeypatch.setattr(launch, "interpreter_mode", lambda: False)
+    monkeypatch.setattr(internals, "unsupported_reason", lambda: "an unknown Triton")
+    calls = []
+
+    class Kernel:  # no ``params``: the bound launch must not read Triton's internals
+        def __getitem__(self, grid):
+            return lambda *args, **constexprs: calls.append((grid, args, constexprs))
+
+    bound = launch.BoundLaunch(Kernel(), (4,), {"BLOCK": 8})
+    bound("a", "b")
+    bound("c", "d")
+    assert calls == [((4, 1, 1), ("a", "b"), {"BLOCK": 8}), ((4, 1, 1), ("c", "d"), {"BLOCK": 8})]
+
+
+# torch: the private cuBLAS switch accessors --------------------------------------------------
+
+
+def test_torch_keeps_its_cublas_switch_accessors():
+    torch = pytest.importorskip("torch")
+    from gemmzoo_torch import torch_internals
+    from gemmzoo_torch.precision import _NEEDS
+
+    assert torch_internals.unsupported_reason() is None
+    switches = {name for needs in _NEEDS.values() for name, _ in needs}
+    present = [name for name in switches if hasattr(torch.backends.cuda.matmul, name)]
+    assert "allow_tf32" in present
+    for name in present:
+        accessors = torch_internals.cublas_accessors(name)
+        assert accessors is not None, name
+        get, _, pair = accessors
+        public = getattr(torch.backends.cuda.matmul, name)
+        assert (get()[0] if pair else get()) == public, name
+
+
+def test_an_untested_torch_major_version_uses_the_public_switches(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from gemmzoo_torch import torch_internals
+
+    monkeypatch.setattr(torch, "__version__", "3.0.0")
+    assert "3.0.0" in torch_internals.unsupported_reason()
+    assert torch_internals.cublas_accessors("allow_tf32") is None
+
+
+# CPython: the bytes mapping behind os.environ ----------------------------------------------------
+
+
+def test_the_environment_reader_sees_what_os_environ_holds(monkeypatch):
+    from gemmzoo.adapters import os_environ
+
+    names = ("GEMMZOO_ADAPTER_PROBE_A", "GEMMZOO_ADAPTER_PROBE_B")
+    monkeypatch.setenv(names[0], "value-a")
+    monkeypatch.delenv(names[1], raising=False)
+    read, keys = os_environ.reader(names)
+    values = [read(key) for key in keys]
+    expected = [os_environ.os.fsencode("value-a"), None] if os_environ.unsupported_reason() is None \
+        else ["value-a", None]
+    assert values == expected
+    monkeypatch.setenv(names[1], "later")  # set after the reader was made: still seen
+    assert read(keys[1]) in (b"later", "later")
+
+
+def test_the_private_environment_mapping_is_used_on_a_checked_cpython():
+    import os
+    import sys
+
+    from gemmzoo.adapters import os_environ
+
+    if sys.implementation.name == "cpython" and os.name == "posix":
+        assert os_environ.unsupported_reason() is None
+    else:
+        assert os_environ.reader(["X"])[0] == os.environ.get
+
+
+def test_an_unchecked_python_reads_os_environ_publicly(monkeypatch):
+    import os
+
+    from gemmzoo.adapters import os_environ
+
+    monkeypatch.setattr(os_environ, "TESTED_VERSIONS", ())
+    assert "checked" in os_environ.unsupported_reason()
+    read, keys = os_environ.reader(["HOME"])
+    assert read == os.environ.get and keys == ("HOME",)
