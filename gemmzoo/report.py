@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from gemmzoo.bench import OK, UNSUPPORTED, WRONG, BenchResult
@@ -133,7 +134,7 @@ def results_table(results: Sequence[BenchResult], baseline: str | None = None,
     base_name = _baseline(results, baseline)
     caption = ("caller = max(device, host): what a loop of calls gets; limit 'launch' = launch-bound; "
                "roofline = floor / device time, floor = max(flops / peak, bytes / bandwidth); "
-               f"x base = caller-time speed-up over {base_name}; tie = within measured noise; "
+               f"x base = caller-time speed-up over {escape(str(base_name))}; tie = within measured noise; "
                "accuracy class componentwise unless the column says (normwise)")
     table = Table(title=title, caption=caption)
     for column in COLUMNS:
@@ -144,6 +145,7 @@ def results_table(results: Sequence[BenchResult], baseline: str | None = None,
         shown = list(cells)
         if shown[3].split(" ")[0] == base_name:
             shown[3] = shown[3].replace(base_name, base_name + "*", 1)
+        shown[3] = escape(shown[3])  # a backend's name is text from a plugin or a file, never markup
         if shown[4] == "WRONG":
             shown[4] = "[bold red]WRONG[/]"
         elif shown[4] == "ERROR":

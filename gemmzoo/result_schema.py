@@ -47,7 +47,7 @@ MAX_NAME = 200  # backend names, dtypes, methods, labels
 MAX_TEXT = 65_536  # details, commands
 MAX_DEPTH = 12  # nesting of free-form values (environment, gpu state, worker reports)
 MAX_ITEMS = 100_000  # entries of one free-form list or object
-MAX_INT_DIGITS = 24
+MAX_INT_DIGITS = 100
 
 STATUSES = ("ok", "wrong", "error", "unsupported", "timeout")
 LAYOUTS = ("NN", "NT", "TN", "TT")

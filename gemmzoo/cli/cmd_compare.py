@@ -120,6 +120,16 @@ def _table(rows: list[Row], count: int, threshold: float) -> Table:
     return table
 
 
+def _examples(missing: list[Row], runs: list) -> str:
+    """``numpy on 64x64x64-float32-NN is not in b.json`` for the first few missing rows."""
+    texts = []
+    for row in missing[:3]:
+        absent = [run.path for run, cell in zip(runs, row.cells, strict=True) if cell.result is None]
+        texts.append(f"{row.backend} on {row.point.id} is not in {', '.join(absent)}")
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    return "; ".join(texts) + more
+
+
 def run(args: argparse.Namespace) -> int:
     from gemmzoo.compare import compare_runs, labels, records, summary, write_plot
     from gemmzoo.runs import RunFileError, load_run
@@ -185,8 +195,9 @@ def run(args: argparse.Namespace) -> int:
                      "nothing to compare",
                      style="red", markup=False, soft_wrap=True)
     elif missing and not args.allow_missing:
-        errors.print(f"{len(missing)} rows are missing from a run (a backend lost, or another grid); "
-                     "--allow-missing to compare the rest", style="red", markup=False, soft_wrap=True)
+        errors.print(f"{len(missing)} rows are missing from a run (a backend lost, or another grid), "
+                     f"{_examples(missing, runs)}; --allow-missing to compare the rest", style="red",
+                     markup=False, soft_wrap=True)
     if regressions:
         slower = sum(1 for row in regressions if any(c.verdict == SLOWER for c in row.cells))
         broken = len(regressions) - slower
