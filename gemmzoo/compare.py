@@ -2,16 +2,18 @@
 
 The first run is the baseline. For each (point, backend), every other run's median is judged
 against the baseline's from both runs' noise, after NVIDIA nvbench's compare. A run's *noise* on a
-row is its interquartile range over its median (0.04: the middle half of the samples spans 4% of
-the median); ``diff`` is this median over the baseline's, minus 1:
+row is its interquartile range (IQR) over its median (0.04: the middle half of the samples spans
+4% of the median); ``gap`` is the difference of the two medians:
 
-- **SAME** when ``|diff|`` is within ``threshold`` (the drift the comparison forgives: across
-  machines, days or library versions clocks and power states move timings by a few percent), or
-  within both runs' noise (``|diff| <= min(noise)``, nvbench's rule);
+- **SAME** when ``gap`` is within ``threshold`` of the faster median (the drift the comparison
+  forgives: across machines, days or library versions clocks and power states move timings by a
+  few percent), or within both runs' IQR (nvbench's rule: within the smaller noise);
 - **AMBIGUOUS** when it is beyond that but the runs cannot tell: a run's noise is unknown (fewer
   than two samples), the two IQR bands ``[q1, q3]`` overlap, or a run measured the row on a
   throttled GPU;
 - **FASTER** / **SLOWER** otherwise: beyond the threshold, and the bands apart.
+
+Every rule is symmetric: swapping the two runs swaps FASTER and SLOWER and keeps the others.
 
 A SLOWER row is a confident regression beyond the threshold. So is **BROKEN**: the baseline's
 result was right and this run's is wrong, failed or timed out. **FIXED** is the reverse;
@@ -44,7 +46,8 @@ TIE = SAME  # the name earlier versions used
 @dataclass(frozen=True)
 class Cell:
     """One run's result for one (point, backend), against the baseline's. ``noise`` is the run's
-    relative IQR (``None`` when unknown), ``diff`` this median over the baseline's minus 1,
+    relative IQR (``None`` when unknown), ``diff`` this median over the baseline's minus 1
+    (0.25: takes 25% longer),
     ``flags`` what the run recorded about the measurement (``throttled``, ``not converged``)."""
 
     result: BenchResult | None
@@ -121,10 +124,11 @@ def judge(base: BenchResult | None, other: BenchResult | None, threshold: float,
     if theirs is None:
         return Cell(other, None, None if other.status == UNSUPPORTED else BROKEN, None, None, other_flags)
     assert base is not None and base.measurement is not None and other.measurement is not None
-    diff = theirs / mine - 1
-    if abs(diff) <= threshold:
+    diff, gap = theirs / mine - 1, abs(theirs - mine)
+    if gap <= threshold * min(mine, theirs):
         verdict = SAME
-    elif mine_noise is not None and their_noise is not None and abs(diff) <= min(mine_noise, their_noise):
+    elif mine_noise is not None and their_noise is not None \
+            and gap <= min(mine_noise * mine, their_noise * theirs):
         verdict = SAME
     elif mine_noise is None or their_noise is None or _overlap(base, other) \
             or "throttled" in base_flags + other_flags:

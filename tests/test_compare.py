@@ -65,13 +65,13 @@ def test_verdicts(files):
 
 def test_noise_bands_decide(tmp_path):
     base = _write(tmp_path / "a.json", [_result(1024, "torch", 1.0e-3, 0.3e-3)])
-    new = _write(tmp_path / "b.json", [_result(1024, "torch", 1.2e-3, 0.2e-3)])
+    new = _write(tmp_path / "b.json", [_result(1024, "torch", 1.2e-3, 0.15e-3)])
     [row] = compare_runs([load_run(base), load_run(new)], threshold=0.01)
-    # 20% apart: more than the new run's noise (17%), less than the baseline's (30%), bands overlap
+    # 0.2 ms apart: more than the new run's IQR (0.15 ms), less than the baseline's, bands overlap
     assert row.cells[1].verdict == AMBIGUOUS
     wide = _write(tmp_path / "c.json", [_result(1024, "torch", 1.2e-3, 0.3e-3)])
     [row] = compare_runs([load_run(base), load_run(wide)], threshold=0.01)
-    assert row.cells[1].verdict == SAME  # within both runs' noise (30% and 25%)
+    assert row.cells[1].verdict == SAME  # within both runs' IQRs (0.3 ms)
 
 
 def test_labels_name_the_device_and_the_versions_that_differ(files, tmp_path):
