@@ -9,12 +9,14 @@ import io
 import json
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import slowed_plugin
-from fake_distributions import run_gemmzoo, write_distribution
+from fake_distributions import run_gemmzoo, subprocess_env, write_distribution
 
 from gemmzoo.cli import main
 from gemmzoo.compare import AMBIGUOUS, BROKEN, FASTER, FIXED, MISSING, SAME, SLOWER, compare_runs, judge
@@ -209,6 +211,44 @@ def test_a_backend_doing_twice_the_work_is_slower_end_to_end(site, tmp_path):
     done = run_gemmzoo(site, "compare", base, slow)
     assert done.returncode == 1 and "SLOWER" in done.stdout, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _pytest_benchmark(site, storage, extra, *args):
+    """gemmzoo's packaged benchmarks under pytest-benchmark, slowed-numpy on the smoke grid."""
+    grid = "--gemmzoo-grid" if "--gemmzoo-grid" in _pytest_help(site) else "--grid"
+    command = [sys.executable, "-m", "pytest", "--pyargs", "gemmzoo.benchmarks", "--benchmark-only",
+               grid, "smoke", "-q", "-p", "no:cacheprovider",
+               "--benchmark-max-time=0.05", "--benchmark-min-rounds=20",
+               f"--benchmark-storage=file://{storage}", *args]
+    env = subprocess_env(site, GEMMZOO_BACKENDS="slowed-numpy", GEMMZOO_TEST_EXTRA_WORK=str(extra),
+                         OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return subprocess.run(command, capture_output=True, text=True, cwd=storage.parent, env=env, timeout=300,
+                          check=False)
+
+
+def _pytest_help(site):
+    done = subprocess.run([sys.executable, "-m", "pytest", "--help"], capture_output=True, text=True,
+                          env=subprocess_env(site), timeout=120, check=False)
+    return done.stdout
+
+
+def test_pytest_benchmark_compare_fail_sees_the_slowed_backend(site, tmp_path):
+    """pytest-benchmark's own --benchmark-compare-fail on gemmzoo's benchmarks: a run of twice the
+    work fails it, a rerun of the same work passes it; gemmzoo compare reads the saved files."""
+    storage = tmp_path / "storage"
+    first = _pytest_benchmark(site, storage, 0, "--benchmark-save=base")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    against = "--benchmark-compare=0001"
+    same = _pytest_benchmark(site, storage, 0, against, "--benchmark-compare-fail=median:60%")
+    assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-3000:]
+    slow = _pytest_benchmark(site, storage, 1.0, against, "--benchmark-compare-fail=median:30%",
+                             "--benchmark-save=slow")
+    assert slow.returncode != 0 and "Performance has regressed" in slow.stdout + slow.stderr, \
+        slow.stdout[-3000:] + slow.stderr[-3000:]
+    saved = sorted(storage.rglob("*.json"))
+    assert [p.name.split("_")[0] for p in saved] == ["0001", "0002"]
+    done = run_gemmzoo(site, "compare", str(saved[0]), str(saved[1]))
+    assert done.returncode == 1 and "SLOWER" in done.stdout, done.stdout + done.stderr
 
 
 TARGET = os.environ.get("GEMMZOO_SLOWDOWN_TARGET", "")
