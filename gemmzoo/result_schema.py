@@ -8,6 +8,7 @@ output, every JSON file in ``docs/results/``) is one JSON object::
      "settings": {...},                                   # how it was measured (optional)
      "shard": {"index", "count", "grid", "points"},       # one part of a split grid (optional)
      "devices": [...], "merged_from": [file, ...],        # workers, merged parts (optional)
+     "title": text, "context": {...},                     # what the run was for, what else it found
      "results": [result, ...], "summary": [...]}
 
 Each result is one backend on one problem; :data:`RESULT_FIELDS` declares every field, its type
@@ -254,6 +255,7 @@ DOCUMENT_FIELDS: dict[str, Check] = {
     "merged_from": free(list),
     "summary": free(list),
     "title": text(MAX_TEXT),
+    "context": free(dict),  # what else the run recorded (conformance verdicts, wall times), for its report
     "notes": text(MAX_TEXT, lines=True),
 }
 
