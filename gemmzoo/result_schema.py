@@ -146,6 +146,21 @@ def number(high: float = MAX_NUMBER, low: float = 0.0, nullable: bool = True) ->
     return check
 
 
+def either(*checks: Check) -> Check:
+    """The first of ``checks`` that accepts the value; the last one's complaint otherwise."""
+
+    def check(value: Any) -> Any:
+        for number, one in enumerate(checks):
+            try:
+                return one(value)
+            except FieldError:
+                if number == len(checks) - 1:
+                    raise
+        return value
+
+    return check
+
+
 def flag(nullable: bool = True) -> Check:
     """``true`` or ``false``."""
 
@@ -186,7 +201,7 @@ def _check_free(value: Any) -> None:
             if len(item) > MAX_ITEMS:
                 raise FieldError(f"more than {MAX_ITEMS} entries")
             for key, inner in item.items():
-                text(MAX_NAME, nullable=False)(key)
+                _KEY(key)
                 stack.append((inner, depth + 1))
         elif isinstance(item, list):
             if len(item) > MAX_ITEMS:
@@ -198,6 +213,7 @@ def _check_free(value: Any) -> None:
             raise FieldError("holds a number that is not finite")
 
 
+_KEY = text(MAX_NAME, nullable=False)
 _SECONDS = number(MAX_SECONDS)
 _RATE = number()
 
@@ -227,7 +243,7 @@ RESULT_FIELDS: dict[str, Check] = {
     "gpu": free(dict),
     # how the measurement went (written by the engine where it knows)
     "timer": text(),
-    "threads": integer(1, 1 << 16),
+    "threads": either(integer(1, 1 << 16), free(dict)),  # a count, or one per thread pool
     "converged": flag(),
     "noise": number(1e6),  # relative spread of the median the stopping rule reached (0.01 = 1%)
     "throttled": flag(),
@@ -316,10 +332,10 @@ def check_result(record: Any) -> dict[str, Any]:
     for name, value in record.items():
         check = RESULT_FIELDS.get(name)
         try:
-            text(MAX_NAME, nullable=False)(name)
             if check is not None:
                 check(value)
             else:
+                _KEY(name)
                 _check_free(value)
         except FieldError as error:
             raise FieldError(error.message, (f"field {shown(name)}",)) from None
@@ -353,7 +369,7 @@ def check_document(data: Any, path: str | Path) -> dict[str, Any]:
         if name == "results":
             continue
         try:
-            text(MAX_NAME, nullable=False)(name)
+            _KEY(name)
             if name == "shard":
                 _check_shard(value)
             else:

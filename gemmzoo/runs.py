@@ -144,6 +144,9 @@ def merge_runs(runs: Sequence[Run]) -> tuple[Run, list[str]]:
         for device, info in run.environment.items():
             environment.setdefault(device, info)
     meta: dict[str, Any] = {"merged_from": [run.path for run in runs]}
+    settings = [run.meta.get("settings") for run in runs]
+    if settings[0] is not None and all(one == settings[0] for one in settings):
+        meta["settings"] = settings[0]  # parts measured alike; otherwise each result says its own
     devices = [d for run in runs for d in run.meta.get("devices", [])]
     if devices:
         meta["devices"] = devices

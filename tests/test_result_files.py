@@ -90,6 +90,8 @@ CASES = [
      "index"),
     ("shard a string", lambda d: {**d, "shard": "1/2"}, "shard"),
     ("shard without grid", lambda d: {**d, "shard": {"index": 1, "count": 2, "points": 3}}, "grid"),
+    ("threads a string", lambda d: _set(["results", 0, "threads"])(d, "many"), "threads"),
+    ("converged a string", lambda d: _set(["results", 0, "converged"])(d, "yes"), "converged"),
     ("too many results", lambda d: {**d, "results": [1] * 1_000_001}, "results"),
 ]
 
@@ -195,12 +197,16 @@ def test_merge_of_parts_claiming_a_billion_parts_is_refused_quickly(tmp_path, ca
 
 
 def test_a_valid_document_loads(tmp_path):
-    path = _write(tmp_path / "ok.json", _document(settings={"threads": 1},
-                                                  shard={"index": 1, "count": 2, "grid": "g", "points": 3}))
+    data = _document(settings={"threads": 1}, shard={"index": 1, "count": 2, "grid": "g", "points": 3})
+    data["results"][0].update(threads={"blas": 1, "openmp": 1}, converged=True, noise=0.004, throttled=False)
+    data["results"][1].update(threads=2)
+    path = _write(tmp_path / "ok.json", data)
     data = load_document(path)
     run = load_run(path)
     assert len(run.results) == len(data["results"]) == 3
-    assert run.meta["shard"]["count"] == 2 and run.extras[0]["gpu"]["index"] == 0
+    assert run.meta["shard"]["count"] == 2 and run.meta["settings"] == {"threads": 1}
+    assert run.extras[0]["gpu"]["index"] == 0 and run.extras[0]["converged"] is True
+    assert run.extras[0]["threads"] == {"blas": 1, "openmp": 1} and run.extras[1]["threads"] == 2
     # a file from before the format was versioned reads as version 1
     legacy = _document()
     del legacy["format"], legacy["version"]
