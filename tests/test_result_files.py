@@ -220,3 +220,32 @@ def test_written_files_carry_the_format_and_read_back(tmp_path, capsys):
     data = json.loads(path.read_text())
     assert data["format"] == FORMAT and data["version"] == VERSION
     assert load_document(path)["results"][0]["backend"] == "numpy"
+
+
+def _pytest_benchmark(median=1e-4, **info):
+    extra = {"backend": "numpy", "m": 64, "n": 64, "k": 64, "dtype": "float32", "layout": "NN",
+             "device": "cpu", "timing": "wall clock", **info}
+    return {"datetime": "2026-11-25T10:00:00", "benchmarks": [
+        {"name": "test_gemm[64x64x64-float32-NN-numpy]", "extra_info": extra,
+         "stats": {"median": median, "q1": None, "q3": None, "rounds": 20}}]}
+
+
+PYTEST_CASES = [
+    ("benchmarks not a list", {"datetime": "x", "benchmarks": {"a": 1}}, "benchmarks"),
+    ("a benchmark not an object", {"benchmarks": ["x"]}, "benchmark 0"),
+    ("median a string", _pytest_benchmark(median="fast"), "median_s"),
+    ("median negative", _pytest_benchmark(median=-1.0), "median_s"),
+    ("m a string", _pytest_benchmark(m="abc"), "'m'"),
+    ("unknown dtype", _pytest_benchmark(dtype="float128"), "dtype"),
+    ("backend too long", _pytest_benchmark(backend="x" * 300), "backend"),
+    ("extra_info a list", {"benchmarks": [{"name": "t", "extra_info": [1], "stats": {}}]}, "extra_info"),
+    ("no gemmzoo benchmarks", {"benchmarks": [{"name": "t", "extra_info": {}, "stats": {"median": 1}}]},
+     "without gemmzoo"),
+]
+
+
+@pytest.mark.parametrize(("name", "data", "words"), PYTEST_CASES, ids=[c[0] for c in PYTEST_CASES])
+def test_malformed_pytest_benchmark_files_are_refused(tmp_path, capsys, name, data, words):
+    good = _write(tmp_path / "good.json", _pytest_benchmark())
+    bad = _write(tmp_path / "bad.json", data)
+    _refused(capsys, ["compare", good, bad], bad, words)
