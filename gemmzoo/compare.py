@@ -8,10 +8,12 @@ row is its interquartile range (IQR) over its median (0.04: the middle half of t
 - **SAME** when ``gap`` is within ``threshold`` of the faster median (the drift the comparison
   forgives: across machines, days or library versions clocks and power states move timings by a
   few percent), or within both runs' IQR (nvbench's rule: within the smaller noise);
-- **AMBIGUOUS** when it is beyond that but the runs cannot tell: a run's noise is unknown (fewer
-  than two samples), the two IQR bands ``[q1, q3]`` overlap, or a run measured the row on a
-  throttled GPU;
-- **FASTER** / **SLOWER** otherwise: beyond the threshold, and the bands apart.
+- **FASTER** / **SLOWER** when the difference is beyond the threshold even at the bands' nearest
+  edges: the slower run's q1 exceeds the faster run's q3 by more than ``threshold`` of the faster
+  median (a confident difference beyond the threshold, however the noise fell);
+- **AMBIGUOUS** otherwise: the medians differ by more than the threshold but the runs' noise
+  cannot tell whether the difference does (the IQR bands overlap or sit closer than that), a
+  run's noise is unknown (fewer than two samples), or a run measured the row on a throttled GPU.
 
 Every rule is symmetric: swapping the two runs swaps FASTER and SLOWER and keeps the others.
 
@@ -130,17 +132,20 @@ def judge(base: BenchResult | None, other: BenchResult | None, threshold: float,
     elif mine_noise is not None and their_noise is not None \
             and gap <= min(mine_noise * mine, their_noise * theirs):
         verdict = SAME
-    elif mine_noise is None or their_noise is None or _overlap(base, other) \
-            or "throttled" in base_flags + other_flags:
+    elif mine_noise is None or their_noise is None or "throttled" in base_flags + other_flags \
+            or _separation(base, other) <= threshold * min(mine, theirs):
         verdict = AMBIGUOUS
     else:
         verdict = SLOWER if diff > 0 else FASTER
     return Cell(other, mine / theirs, verdict, their_noise, diff, other_flags)
 
 
-def _overlap(a: BenchResult, b: BenchResult) -> bool:
+def _separation(a: BenchResult, b: BenchResult) -> float:
+    """How far the slower run's band ``[q1, q3]`` starts above the faster run's band ends
+    (negative when the bands overlap)."""
     ta, tb = a.measurement.timing, b.measurement.timing  # type: ignore[union-attr]
-    return max(ta.q1_s, tb.q1_s) <= min(ta.q3_s, tb.q3_s)
+    slow, fast = (ta, tb) if ta.median_s >= tb.median_s else (tb, ta)
+    return slow.q1_s - fast.q3_s
 
 
 def compare_runs(runs: Sequence[Run], threshold: float = DEFAULT_THRESHOLD) -> list[Row]:

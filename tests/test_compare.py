@@ -59,7 +59,7 @@ def test_verdicts(files):
     assert rows[(1024, "cupy")].cells[1].ratio == pytest.approx(1.0 / 1.3)
     assert rows[(2048, "torch")].cells[1].ratio == pytest.approx(8 / 6)
     # a tighter drift allowance turns the 3% into a regression: the IQR bands (2%) are apart
-    strict = {(r.point.m, r.backend): r.cells[1].verdict for r in compare_runs(runs, threshold=0.01)}
+    strict = {(r.point.m, r.backend): r.cells[1].verdict for r in compare_runs(runs, threshold=0.001)}
     assert strict[(1024, "torch")] == SLOWER
 
 

@@ -108,7 +108,8 @@ def _plain(rows: list[Row], count: int) -> str:
 def _table(rows: list[Row], count: int, threshold: float) -> Table:
     table = Table(title="gemmzoo compare: median time ±half its IQR; xR = speed relative to the baseline",
                   caption=f"SAME: within {threshold:g}% or within both runs' noise; SLOWER/FASTER: beyond "
-                          "it and the IQR bands apart; AMBIGUOUS: the runs' noise cannot tell")
+                          f"{threshold:g}% even between the IQR bands' nearest edges; AMBIGUOUS: the "
+                          "runs' noise cannot tell")
     for column in ("MxNxK", "dtype", "layout", "backend"):
         table.add_column(column, no_wrap=True)
     for number in range(count):
