@@ -276,6 +276,18 @@ DOCUMENT_FIELDS: dict[str, Check] = {
 }
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, ±inf) replaced by ``None``, at any depth: JSON
+    has no such numbers, and a result file holding them would not read back."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(inner) for key, inner in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(inner) for inner in value]
+    return value
+
+
 def parse_document(path: str | Path) -> Any:
     """The JSON value in ``path``: at most :data:`MAX_FILE_BYTES`, no ``NaN`` or ``Infinity``,
     numbers that fit a float, integers of at most :data:`MAX_INT_DIGITS` digits."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import random
 
 import pytest
@@ -249,3 +250,17 @@ def test_malformed_pytest_benchmark_files_are_refused(tmp_path, capsys, name, da
     good = _write(tmp_path / "good.json", _pytest_benchmark())
     bad = _write(tmp_path / "bad.json", data)
     _refused(capsys, ["compare", good, bad], bad, words)
+
+
+def test_written_files_never_hold_non_finite_numbers(tmp_path, capsys):
+    """A worker's or the engine's extra record with NaN or infinity (a noise that never
+    converged) is written as null, so gemmzoo reads back what it wrote."""
+    from gemmzoo.cli.merge import write_outputs
+    from gemmzoo.runs import load_run as read
+
+    source = load_run(_write(tmp_path / "a.json", _document()))
+    args = type("Args", (), {"json": str(tmp_path / "out.json"), "csv": None, "plot": None})()
+    extras = [{**extra, "noise": math.inf, "gpu": {"power_w": math.nan}} for extra in source.extras]
+    assert write_outputs(args, source.results, {"cpu": {"x": math.inf}}, "test", extras=extras) == 0
+    again = read(args.json)
+    assert [e["noise"] for e in again.extras] == [None] * 3 and again.extras[0]["gpu"]["power_w"] is None
