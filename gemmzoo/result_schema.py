@@ -37,8 +37,8 @@ from gemmzoo.errors import GemmError
 FORMAT = "gemmzoo-results"
 VERSION = 1
 
-MAX_FILE_BYTES = 256 * 2**20
-MAX_RESULTS = 1_000_000
+MAX_FILE_BYTES = 64 * 2**20
+MAX_RESULTS = 200_000
 MAX_PARTS = 10_000  # ``--shard I/N``: N at most this
 MAX_SIZE = 2**31 - 1  # M, N, K
 MAX_SAMPLES = 10**9

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from gemmzoo.cli import main
-from gemmzoo.result_schema import FORMAT, VERSION, ResultFileError, load_document
+from gemmzoo.result_schema import FORMAT, MAX_RESULTS, VERSION, ResultFileError, load_document
 from gemmzoo.runs import load_run
 
 
@@ -93,7 +93,7 @@ CASES = [
     ("shard without grid", lambda d: {**d, "shard": {"index": 1, "count": 2, "points": 3}}, "grid"),
     ("threads a string", lambda d: _set(["results", 0, "threads"])(d, "many"), "threads"),
     ("converged a string", lambda d: _set(["results", 0, "converged"])(d, "yes"), "converged"),
-    ("too many results", lambda d: {**d, "results": [1] * 1_000_001}, "results"),
+    ("too many results", lambda d: {**d, "results": [1] * (MAX_RESULTS + 1)}, "results"),
 ]
 
 RAW = [
@@ -264,3 +264,12 @@ def test_written_files_never_hold_non_finite_numbers(tmp_path, capsys):
     assert write_outputs(args, source.results, {"cpu": {"x": math.inf}}, "test", extras=extras) == 0
     again = read(args.json)
     assert [e["noise"] for e in again.extras] == [None] * 3 and again.extras[0]["gpu"]["power_w"] is None
+
+
+def test_a_file_too_large_is_refused_before_parsing(tmp_path, capsys):
+    from gemmzoo.result_schema import MAX_FILE_BYTES
+
+    big = tmp_path / "big.json"
+    with open(big, "wb") as handle:
+        handle.write(b"[" + b" " * MAX_FILE_BYTES + b"]")
+    _refused(capsys, ["compare", str(big), str(big)], str(big), "larger than")
