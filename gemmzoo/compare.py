@@ -224,6 +224,11 @@ def records(rows: Sequence[Row], run_labels: Sequence[str]) -> list[dict[str, An
     return out
 
 
+def _literal(text: str) -> str:
+    """``text`` shown as written by matplotlib (no mathtext from names in files)."""
+    return text.replace("$", r"\$")
+
+
 def write_plot(rows: Sequence[Row], run_labels: Sequence[str], path: str) -> None:
     """Speed relative to the baseline, per (point, backend), one marker series per other run;
     regressions in red. Needs matplotlib."""
@@ -237,14 +242,14 @@ def write_plot(rows: Sequence[Row], run_labels: Sequence[str], path: str) -> Non
     xs = range(len(shown))
     for number, run_label in enumerate(run_labels[1:], start=1):
         ys = [row.cells[number].ratio if row.cells[number].ratio is not None else math.nan for row in shown]
-        axes.plot(xs, ys, marker="o", linestyle="none", label=run_label)
+        axes.plot(xs, ys, marker="o", linestyle="none", label=_literal(run_label))
         bad = [(x, y) for x, y, row in zip(xs, ys, shown, strict=True) if row.cells[number].verdict == SLOWER]
         if bad:
             axes.plot(*zip(*bad, strict=True), marker="x", color="red", linestyle="none", markersize=9)
     axes.axhline(1.0, color="grey", linewidth=1)
-    ticks = [f"{r.point.m}x{r.point.n}x{r.point.k} {r.point.dtype} {r.backend}" for r in shown]
+    ticks = [_literal(f"{r.point.m}x{r.point.n}x{r.point.k} {r.point.dtype} {r.backend}") for r in shown]
     axes.set_xticks(list(xs), ticks, rotation=70, ha="right", fontsize="x-small")
-    axes.set_ylabel(f"speed relative to {run_labels[0]}")
+    axes.set_ylabel(_literal(f"speed relative to {run_labels[0]}"))
     axes.set_title("gemmzoo compare (red x: regression beyond noise)")
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize="small")
