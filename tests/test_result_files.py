@@ -277,9 +277,9 @@ def test_a_file_too_large_is_refused_before_parsing(tmp_path, capsys):
 
 def test_names_from_files_are_plotted_as_text(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    base = _write(tmp_path / "a.json", _document([_result("$\\frac{"), _result("x$y$")],
-                                                 environment={"cpu": {"device_name": "$\\bad{"}}))
-    new = _write(tmp_path / "b.json", _document([_result("$\\frac{", median=2e-4), _result("x$y$")]))
+    base = _write(tmp_path / "a.json", _document([_result("$\\frac{$"), _result("x$y$")],
+                                                 environment={"cpu": {"device_name": "$\\bad{$"}}))
+    new = _write(tmp_path / "b.json", _document([_result("$\\frac{$", median=2e-4), _result("x$y$")]))
     plot = tmp_path / "p.png"
     assert main(["compare", base, new, "--plot", str(plot)]) == 1
     assert plot.read_bytes()[:4] == b"\x89PNG"
