@@ -283,7 +283,7 @@ def write_plot(results: Sequence[BenchResult], path: str | Path, title: str = "g
             mine = [r for r in results
                     if r.backend == backend and (r.point.dtype, r.point.layout) == (dtype, layout)]
             timed = sorted((place[r.point.shape], r.tflops) for r in mine if r.tflops is not None)
-            label = backend if len(variants) == 1 else f"{backend} {dtype} {layout}"
+            label = (backend if len(variants) == 1 else f"{backend} {dtype} {layout}").replace("$", r"\$")
             if timed:
                 xs, ys = zip(*timed, strict=True)
                 axes.plot(xs, ys, marker="o", markersize=3, linewidth=1.5, label=label, color=color,

@@ -283,3 +283,11 @@ def test_names_from_files_are_plotted_as_text(tmp_path, capsys):
     plot = tmp_path / "p.png"
     assert main(["compare", base, new, "--plot", str(plot)]) == 1
     assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_merge_plots_names_from_files_as_text(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    part = _write(tmp_path / "a.json", _document([_result("$\\frac{$"), _result("numpy", m=128)]))
+    plot = tmp_path / "p.png"
+    assert main(["bench", "--merge", part, "--plot", str(plot)]) == 0
+    assert plot.read_bytes()[:4] == b"\x89PNG"
