@@ -131,6 +131,18 @@ def _examples(missing: list[Row], runs: list) -> str:
     return "; ".join(texts) + more
 
 
+def _print_wide(table: Table) -> None:
+    """On a terminal as wide as it is; into a pipe or file as wide as the table needs."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    Console(width=max(console.width, needed + 2), highlight=False).print(table)
+
+
 def run(args: argparse.Namespace) -> int:
     from gemmzoo.compare import compare_runs, labels, records, summary, write_plot
     from gemmzoo.runs import RunFileError, load_run
@@ -177,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         if shown and args.format == "plain":
             print(_plain(shown, len(runs)))
         elif shown:
-            console.print(_table(shown, len(runs), args.threshold))
+            _print_wide(_table(shown, len(runs), args.threshold))
         console.print(f"compared {len(common)} rows: "
                       + (", ".join(f"{counts[k]} {k}" for k in VERDICTS if counts.get(k)) or "nothing"),
                       markup=False, soft_wrap=True)
