@@ -108,6 +108,17 @@ _REFERENCE_SHAPES: tuple[Shape, ...] = (
     (128, 11008, 4096), (4096, 4096, 128),
 )
 
+# Rows not 16-byte aligned for 16-bit types (K or N not a multiple of 8), square and not, one
+# where M alone is odd (aligned rows), and the aligned 4096³ for contrast: where cuBLAS slows down
+# and torch-padded / triton-grouped's aligned route are meant to help.
+_MISALIGNED: tuple[Shape, ...] = (
+    (4097, 4097, 4097), (4096, 4096, 4097), (4096, 4097, 4096), (4097, 4096, 4096), (2049, 2049, 2049),
+    (1021, 2039, 4093), (2048, 11008, 4100), (512, 4097, 4096), (1031, 1029, 4097), (1025, 1025, 1025),
+    (8191, 8191, 8191), (4096, 4096, 4096),
+)
+# (N, K) of Llama-style attention, MLP up/gate and MLP down weights, for the decode grid.
+_DECODE_WEIGHTS = ((4096, 4096), (14336, 4096), (4096, 14336), (11008, 4096))
+
 _BUILTIN_GRIDS = (
     Grid("smoke", "a few tiny shapes, odd ones included (CI)",
          ((32, 32, 32), (64, 48, 80), (17, 33, 9), (1, 64, 64))),
@@ -123,6 +134,12 @@ _BUILTIN_GRIDS = (
     Grid("fp8", "float8_e4m3fn on Hopper: squares 1024..8192, Llama-3-8B projections, sizes off 16",
          (*_square((1024, 2048, 4096, 8192)), (16, 14336, 4096), (128, 4096, 14336), (2048, 14336, 4096),
           (4097, 4097, 4097), (4096, 4096, 4104), (1000, 1000, 1000))),
+    Grid("misaligned", "rows not 16-byte aligned (K or N not a multiple of 8) and an aligned 4096³",
+         _MISALIGNED),
+    Grid("decode", "decode products: M (tokens) 1..64 against Llama-style weights (memory-bound)",
+         tuple((m, n, k) for m in (1, 8, 16, 32, 64) for n, k in _DECODE_WEIGHTS)),
+    Grid("longk", "small square outputs over a long K (16384, 65536): split-K territory",
+         tuple((s, s, k) for s in (16, 64, 128, 256, 512) for k in (16384, 65536))),
     Grid("odd", "misaligned and prime sizes",
          ((1, 1, 1), (3, 3, 3), (1000, 1000, 1000), (4097, 4097, 4097), (4097, 4096, 4096),
           (4096, 4096, 4097), (1, 4096, 4097), (127, 257, 509), (1021, 2039, 4093), (3, 1000, 4097))),

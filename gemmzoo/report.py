@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from gemmzoo.bench import OK, UNSUPPORTED, WRONG, BenchResult
@@ -139,7 +140,7 @@ def results_table(results: Sequence[BenchResult], baseline: str | None = None,
     base_name = _baseline(results, baseline)
     caption = ("caller = max(device, host): what a loop of calls gets; limit 'launch' = launch-bound; "
                "roofline = floor / device time, floor = max(flops / peak, bytes / bandwidth); "
-               f"x base = caller-time speed-up over {base_name}; tie = within measured noise; "
+               f"x base = caller-time speed-up over {escape(str(base_name))}; tie = within measured noise; "
                "accuracy class componentwise unless the column says (normwise)")
     table = Table(title=title, caption=caption)
     for column in COLUMNS:
@@ -150,6 +151,7 @@ def results_table(results: Sequence[BenchResult], baseline: str | None = None,
         shown = list(cells)
         if shown[3].split(" ")[0] == base_name:
             shown[3] = shown[3].replace(base_name, base_name + "*", 1)
+        shown[3] = escape(shown[3])  # a backend's name is text from a plugin or a file, never markup
         if shown[4] == "WRONG":
             shown[4] = "[bold red]WRONG[/]"
         elif shown[4] == "ERROR":
@@ -287,7 +289,7 @@ def write_plot(results: Sequence[BenchResult], path: str | Path, title: str = "g
             mine = [r for r in results
                     if r.backend == backend and (r.point.dtype, r.point.layout) == (dtype, layout)]
             timed = sorted((place[r.point.shape], r.tflops) for r in mine if r.tflops is not None)
-            label = backend if len(variants) == 1 else f"{backend} {dtype} {layout}"
+            label = (backend if len(variants) == 1 else f"{backend} {dtype} {layout}").replace("$", r"\$")
             if timed:
                 xs, ys = zip(*timed, strict=True)
                 axes.plot(xs, ys, marker="o", markersize=3, linewidth=1.5, label=label, color=color,

@@ -1,15 +1,14 @@
 """Result files of ``gemmzoo bench --json``: read back, and the parts of a split sweep merged.
 
-A run file is ``{"created", "command", "environment", "results": [...]}`` (see
-:func:`gemmzoo.report.write_json`), plus ``"shard"`` when it holds one part of a split grid
-(``{"index", "count", "grid", "points"}``: the part, the number of parts, the grid's digest and
-its number of points) and ``"devices"`` when workers on several GPUs measured it. Each result may
-carry ``"gpu"``: the GPU that measured it and its state at that moment.
+The format is :mod:`gemmzoo.result_schema`'s; every file is checked whole before it is used. A
+``"shard"`` (``{"index", "count", "grid", "points"}``: the part, the number of parts, the grid's
+digest and its number of points) marks one part of a split grid, ``"devices"`` the workers on
+several GPUs that measured it. Each result may carry ``"gpu"``: the GPU that measured it and its
+state at that moment.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,14 +18,25 @@ from gemmzoo.bench import OK, BenchResult
 from gemmzoo.errors import GemmError
 from gemmzoo.grids import GridPoint
 from gemmzoo.measure import Measurement, Timing
+from gemmzoo.result_schema import (
+    RESULT_FIELDS,
+    FieldError,
+    ResultFileError,
+    check_document,
+    check_result,
+    describe,
+    free,
+    parse_document,
+    shown,
+)
 
 _KNOWN = {"backend", "device", "point", "m", "n", "k", "dtype", "layout", "accuracy", "status", "median_s",
           "q1_s", "q3_s", "samples", "method", "tflops", "peak_tflops", "peak_percent", "error_ratio",
           "rel_error", "detail"}
 
 
-class RunFileError(GemmError):
-    """A file that is not a gemmzoo bench result file, or parts that do not belong together."""
+#: A file that is not a gemmzoo result file, or parts that do not belong together.
+RunFileError = ResultFileError
 
 
 @dataclass
@@ -50,38 +60,38 @@ def _float(value: Any) -> float:
 
 
 def result_from_dict(record: dict[str, Any]) -> BenchResult:
-    """The :class:`BenchResult` that ``BenchResult.as_dict`` wrote (``null`` read back as NaN)."""
-    point = GridPoint(int(record["m"]), int(record["n"]), int(record["k"]), record["dtype"], record["layout"])
+    """The :class:`BenchResult` that ``BenchResult.as_dict`` wrote (``null`` read back as NaN).
+    ``record`` must have passed :func:`gemmzoo.result_schema.check_result`."""
+    point = GridPoint(int(record["m"]), int(record["n"]), int(record["k"]), record["dtype"],
+                      record.get("layout") or "NN")
     measurement = None
     if record.get("median_s") is not None:
-        timing = Timing(float(record["median_s"]), _float(record.get("q1_s", record["median_s"])),
-                        _float(record.get("q3_s", record["median_s"])), int(record.get("samples") or 0),
-                        str(record.get("method") or ""))
+        median = float(record["median_s"])
+        q1, q3 = record.get("q1_s"), record.get("q3_s")
+        timing = Timing(median, median if q1 is None else float(q1), median if q3 is None else float(q3),
+                        int(record.get("samples") or 0), str(record.get("method") or ""))
         measurement = Measurement(record["backend"], point, timing, _float(record.get("error_ratio")),
                                   _float(record.get("rel_error")))
-    return BenchResult(record["backend"], record.get("device", "cpu"), point, record["status"], measurement,
+    return BenchResult(record["backend"], record.get("device") or "cpu", point, record["status"], measurement,
                        record.get("detail") or "", record.get("peak_tflops"),
                        accuracy=record.get("accuracy") or "componentwise")
 
 
 def load_run(path: str | Path) -> Run:
-    """Read one result file; raises :class:`RunFileError` naming the file when it is not one."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as error:
-        raise RunFileError(f"{path}: cannot read a gemmzoo result file: {error}") from None
-    if isinstance(data, dict) and isinstance(data.get("benchmarks"), list):
+    """Read one result file, checked whole first (:mod:`gemmzoo.result_schema`); raises
+    :class:`RunFileError` naming the file, the entry and the field when it is not one."""
+    data = parse_document(path)
+    if isinstance(data, dict) and "benchmarks" in data and "results" not in data:
         return _from_pytest_benchmark(data, str(path))
-    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-        raise RunFileError(f"{path}: not a gemmzoo bench result file (no \"results\" list)")
+    data = check_document(data, path)
     results, extras = [], []
     for number, record in enumerate(data["results"]):
         try:
             results.append(result_from_dict(record))
-        except (KeyError, TypeError, ValueError) as error:
-            raise RunFileError(f"{path}: result {number} is malformed: {error}") from None
+        except (GemmError, KeyError, TypeError, ValueError) as error:
+            raise RunFileError(f"{path}: {describe(number, record)}: {error}") from None
         extras.append({key: value for key, value in record.items() if key not in _KNOWN})
-    meta = {key: data[key] for key in ("shard", "devices") if key in data}
+    meta = {key: data[key] for key in ("shard", "devices", "settings") if key in data}
     return Run(str(path), data.get("created"), data.get("command"), data.get("environment") or {}, results,
                extras, meta)
 
@@ -114,10 +124,10 @@ def merge_runs(runs: Sequence[Run]) -> tuple[Run, list[str]]:
                 raise RunFileError(f"part {index} appears twice: {seen[index]} and {run.path}")
             seen[index] = run.path
         ((_grid, count),) = grids
-        missing = [str(i) for i in range(1, count + 1) if i not in seen]
+        missing = [i for i in range(1, count + 1) if i not in seen]
         if missing:
-            notes.append(f"parts {', '.join(missing)} of {count} are missing: the merged result covers "
-                         f"part of the grid only")
+            notes.append(f"parts {_ranges(missing)} of {count} are missing: the merged result covers "
+                         "part of the grid only")
     owner: dict[tuple[GridPoint, str], str] = {}
     results: list[BenchResult] = []
     extras: list[dict[str, Any]] = []
@@ -134,6 +144,9 @@ def merge_runs(runs: Sequence[Run]) -> tuple[Run, list[str]]:
         for device, info in run.environment.items():
             environment.setdefault(device, info)
     meta: dict[str, Any] = {"merged_from": [run.path for run in runs]}
+    settings = [run.meta.get("settings") for run in runs]
+    if settings[0] is not None and all(one == settings[0] for one in settings):
+        meta["settings"] = settings[0]  # parts measured alike; otherwise each result says its own
     devices = [d for run in runs for d in run.meta.get("devices", [])]
     if devices:
         meta["devices"] = devices
@@ -141,6 +154,18 @@ def merge_runs(runs: Sequence[Run]) -> tuple[Run, list[str]]:
     paired = sorted(zip(results, extras, strict=True), key=lambda pair: order[pair[0].point])
     merged = Run("merged", None, None, environment, [r for r, _ in paired], [e for _, e in paired], meta)
     return merged, notes
+
+
+def _ranges(numbers: Sequence[int], most: int = 8) -> str:
+    """``1-3, 7, 9-12`` for sorted ``numbers``; at most ``most`` runs, then how many more."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    texts = [f"{a}-{b}" if b > a else str(a) for a, b in runs]
+    return ", ".join(texts[:most]) + (f" and {len(texts) - most} more" if len(texts) > most else "")
 
 
 def _point_key(point: GridPoint) -> tuple[Any, ...]:
@@ -154,22 +179,41 @@ def ok_results(run: Run) -> list[BenchResult]:
 
 def _from_pytest_benchmark(data: dict[str, Any], path: str) -> Run:
     """A pytest-benchmark ``--benchmark-json`` file of :mod:`gemmzoo.benchmarks` as a run (other
-    benchmarks in it, without gemmzoo's ``extra_info``, are left out)."""
+    benchmarks in it, without gemmzoo's ``extra_info``, are left out); checked like a result file."""
+    try:
+        free(dict)(data)
+    except FieldError as error:
+        raise RunFileError(f"{path}: {error.message}") from None
+    benchmarks = data["benchmarks"]
+    if not isinstance(benchmarks, list):
+        raise RunFileError(f"{path}: field 'benchmarks': must be a list")
+    created = data.get("datetime")
     results, extras = [], []
     environment: dict[str, Any] = {}
-    for bench in data["benchmarks"]:
+    for number, bench in enumerate(benchmarks):
+        name = bench.get("name") if isinstance(bench, dict) else None
+        where = f"benchmark {number}" + (f" ({shown(name)})" if isinstance(name, str) else "")
+        if not isinstance(bench, dict):
+            raise RunFileError(f"{path}: {where}: must be an object")
         info, stats = bench.get("extra_info") or {}, bench.get("stats") or {}
+        if not isinstance(info, dict) or not isinstance(stats, dict):
+            raise RunFileError(f"{path}: {where}: 'extra_info' and 'stats' must be objects")
         if not {"backend", "m", "n", "k", "dtype", "layout"} <= set(info) or "median" not in stats:
             continue
-        record = {**info, "status": OK, "median_s": stats["median"], "q1_s": stats.get("q1"),
-                  "q3_s": stats.get("q3"), "samples": stats.get("rounds"), "method": info.get("timing")}
+        record = {key: value for key, value in info.items() if key in RESULT_FIELDS}
+        record.update(status=OK, median_s=stats["median"], q1_s=stats.get("q1"), q3_s=stats.get("q3"),
+                      samples=stats.get("rounds"), method=info.get("timing"))
         try:
+            check_result(record)
             results.append(result_from_dict(record))
-        except (KeyError, TypeError, ValueError) as error:
-            raise RunFileError(f"{path}: benchmark {bench.get('name')!r} is malformed: {error}") from None
-        extras.append({"gpu": info["gpu"]} if "gpu" in info else {})
-        environment.setdefault(info.get("device", "cpu"), {
+        except FieldError as error:
+            raise RunFileError(f"{path}: {where}{''.join(f' {w}' for w in error.where)}: {error.message}") \
+                from None
+        except (GemmError, KeyError, TypeError, ValueError) as error:
+            raise RunFileError(f"{path}: {where}: {error}") from None
+        extras.append({"gpu": info["gpu"]} if isinstance(info.get("gpu"), dict) else {})
+        environment.setdefault(results[-1].device, {
             key: info.get(key) for key in ("device_name", "driver", "cuda_driver", "libraries")})
     if not results:
         raise RunFileError(f"{path}: a pytest-benchmark file without gemmzoo GEMM benchmarks")
-    return Run(path, data.get("datetime"), None, environment, results, extras)
+    return Run(path, created if isinstance(created, str) else None, None, environment, results, extras)

@@ -187,3 +187,16 @@ def test_plugins_can_register_grids(monkeypatch):
         smoke = get_grid("smoke", dtypes=["float32"])
     assert [p.shape for p in points] == [(8, 16, 24), (2, 2, 2)]
     assert (1, 1, 1) not in [p.shape for p in smoke]
+
+
+def test_the_study_grids_hold_what_their_names_say():
+    """misaligned: every shape but the aligned control has K or N off a multiple of 8 (or M odd);
+    decode: M at most 64; longk: K at least 16384 and a small output."""
+    misaligned = [p.shape for p in get_grid("misaligned", dtypes=["float16"])]
+    assert (4096, 4096, 4096) in misaligned
+    for m, n, k in misaligned:
+        assert (m, n, k) == (4096, 4096, 4096) or n % 8 or k % 8 or m % 2
+    decode = [p.shape for p in get_grid("decode", dtypes=["float16"])]
+    assert len(decode) == 20 and all(m <= 64 and n >= 4096 and k >= 4096 for m, n, k in decode)
+    longk = [p.shape for p in get_grid("longk", dtypes=["float16"])]
+    assert len(longk) == 10 and all(m == n <= 512 and k >= 16384 for m, n, k in longk)

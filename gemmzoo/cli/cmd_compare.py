@@ -1,51 +1,150 @@
-"""``gemmzoo compare RESULTS.json...``: runs side by side; regressions beyond noise fail."""
+"""``gemmzoo compare RESULTS.json...``: runs side by side, a verdict per row from both runs' noise.
+
+Exit status: 0 when no row regressed, 1 for a confident regression (SLOWER beyond the threshold,
+or BROKEN), 2 for bad input: an unreadable file, a single file, runs with no row in common, or
+rows missing from a run (unless ``--allow-missing``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+import json
 
 from rich.table import Table
+from rich.text import Text
 
 from gemmzoo.cli.console import console, errors
-from gemmzoo.compare import BROKEN, DEFAULT_THRESHOLD, FASTER, FIXED, MISSING, SLOWER, TIE, Row
+from gemmzoo.compare import (
+    AMBIGUOUS,
+    BROKEN,
+    DEFAULT_THRESHOLD,
+    FASTER,
+    FIXED,
+    MISSING,
+    SAME,
+    SLOWER,
+    VERDICTS,
+    Row,
+)
+
+FORMATS = ("table", "plain", "json", "csv")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="RESULTS.json",
                         help="gemmzoo bench --json files or pytest-benchmark --benchmark-json files of "
                              "gemmzoo.benchmarks; the first is the baseline")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD * 100, metavar="PERCENT",
-                        help="drift forgiven on top of the measured spread before a difference counts "
+    parser.add_argument("--threshold", type=_percent, default=DEFAULT_THRESHOLD * 100, metavar="PERCENT",
+                        help="a difference within this is SAME; a regression must exceed it to fail "
                              f"(default {DEFAULT_THRESHOLD * 100:g})")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="rows missing from a run (a backend lost, another grid) are reported, "
+                             "not an error")
     parser.add_argument("--plot", metavar="FILE.png", help="plot each run's speed relative to the baseline")
-    parser.add_argument("--all", action="store_true", help="show every row, not only those that differ")
+    parser.add_argument("--all", action="store_true", help="show every row, not only those that are not SAME")
+    parser.add_argument("--format", choices=FORMATS, default="table",
+                        help="table (default), plain text, json or csv on standard output")
 
 
-_STYLE = {TIE: "≈", FASTER: "[green]faster[/]", SLOWER: "[bold red]SLOWER[/]", BROKEN: "[bold red]BROKEN[/]",
-          MISSING: "[dim]missing[/]", FIXED: "[green]fixed[/]"}
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < 1000:
+        raise argparse.ArgumentTypeError(f"a percentage from 0 to 1000, got {text}")
+    return value
+
+
+_STYLE = {SAME: "", FASTER: "green", SLOWER: "bold red", BROKEN: "bold red", AMBIGUOUS: "yellow",
+          MISSING: "dim", FIXED: "green"}
 
 
 def _time(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"
 
 
-def _cell(row: Row, number: int) -> str:
+def _cell(row: Row, number: int) -> tuple[str, str]:
+    """The text of a run's cell and its style."""
     cell = row.cells[number]
     result = cell.result
     if result is None:
-        return "[dim]-[/]"
+        return ("-" if number == 0 else "MISSING"), "dim"
     if result.measurement is None or result.status != "ok":
         text = result.status.upper()
     else:
         text = _time(result.measurement.timing.median_s)
+        text += f" ±{cell.noise * 50:.2g}%" if cell.noise is not None else " ±?"
+    if cell.flags:
+        text += f" ({', '.join(cell.flags)})"
     if number == 0:
-        return text
-    ratio = f" x{cell.ratio:.3g}" if cell.ratio is not None else ""
-    return f"{text}{ratio} {_STYLE.get(cell.verdict or '', '')}".rstrip()
+        return text, ""
+    if cell.ratio is not None:
+        text += f" x{cell.ratio:.3g}"
+    if cell.verdict:
+        text += f" {cell.verdict.upper()}"
+    return text, _STYLE.get(cell.verdict or "", "")
+
+
+def _shown(rows: list[Row], show_all: bool) -> list[Row]:
+    return [row for row in rows if show_all or row.missing
+            or any(c.verdict not in (None, SAME) for c in row.cells[1:])]
+
+
+def _plain(rows: list[Row], count: int) -> str:
+    heads = ["baseline" if n == 0 else f"run {n}" for n in range(count)]
+    lines = [["MxNxK", "dtype", "layout", "backend", *heads]]
+    for row in rows:
+        p = row.point
+        lines.append([f"{p.m}x{p.n}x{p.k}", p.dtype, p.layout, row.backend,
+                      *(_cell(row, n)[0] for n in range(count))])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    texts = ("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+    return "\n".join(texts)
+
+
+def _table(rows: list[Row], count: int, threshold: float) -> Table:
+    table = Table(title="gemmzoo compare: median time ±half its IQR; xR = speed relative to the baseline",
+                  caption=f"SAME: within {threshold:g}% or within both runs' noise; SLOWER/FASTER: beyond "
+                          f"{threshold:g}% even between the IQR bands' nearest edges; AMBIGUOUS: the "
+                          "runs' noise cannot tell")
+    for column in ("MxNxK", "dtype", "layout", "backend"):
+        table.add_column(column, no_wrap=True)
+    for number in range(count):
+        table.add_column("baseline" if number == 0 else f"run {number}", justify="right", no_wrap=True)
+    for row in rows:
+        p = row.point
+        cells = [Text(*_cell(row, n)) for n in range(count)]
+        table.add_row(f"{p.m}x{p.n}x{p.k}", p.dtype, p.layout, Text(row.backend), *cells)
+    return table
+
+
+def _examples(missing: list[Row], runs: list) -> str:
+    """``numpy on 64x64x64-float32-NN is not in b.json`` for the first few missing rows."""
+    texts = []
+    for row in missing[:3]:
+        absent = [run.path for run, cell in zip(runs, row.cells, strict=True) if cell.result is None]
+        texts.append(f"{row.backend} on {row.point.id} is not in {', '.join(absent)}")
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    return "; ".join(texts) + more
+
+
+def _print_wide(table: Table) -> None:
+    """On a terminal as wide as it is; into a pipe or file as wide as the table needs."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    Console(width=max(console.width, needed + 2), highlight=False).print(table)
 
 
 def run(args: argparse.Namespace) -> int:
-    from gemmzoo.compare import compare_runs, labels, summary, write_plot
+    from gemmzoo.compare import compare_runs, labels, records, summary, write_plot
     from gemmzoo.runs import RunFileError, load_run
 
     try:
@@ -53,39 +152,68 @@ def run(args: argparse.Namespace) -> int:
     except RunFileError as error:
         errors.print(str(error), style="red", markup=False, soft_wrap=True)
         return 2
+    if len(runs) < 2:
+        errors.print(f"gemmzoo compare needs two result files or more (a baseline and a run to judge); "
+                     f"got one: {args.files[0]}", style="red", markup=False, soft_wrap=True)
+        return 2
     rows = compare_runs(runs, args.threshold / 100)
     names = labels(runs)
-    for number, (name, run_) in enumerate(zip(names, runs, strict=True)):
-        role = "baseline" if number == 0 else f"run {number}"
-        console.print(f"{role}: {name}  [dim]({run_.path}, {len(run_.results)} results)[/]", soft_wrap=True)
-    table = Table(title="gemmzoo compare: median time; xR = speed relative to the baseline",
-                  caption=f"≈ within noise: IQR bands overlap or within {args.threshold:g}%")
-    for column in ("MxNxK", "dtype", "layout", "backend"):
-        table.add_column(column, no_wrap=True)
-    for number in range(len(runs)):
-        table.add_column("baseline" if number == 0 else f"run {number}", justify="right", no_wrap=True)
-    shown = 0
-    for row in rows:
-        if not args.all and all(c.verdict in (None, TIE) for c in row.cells[1:]):
-            continue
-        shown += 1
-        point = row.point
-        table.add_row(f"{point.m}x{point.n}x{point.k}", point.dtype, point.layout, row.backend,
-                      *(_cell(row, n) for n in range(len(runs))))
-    if shown:
-        console.print(table)
     counts = summary(rows)
-    order = (TIE, FASTER, SLOWER, BROKEN, FIXED, MISSING)
-    console.print("compared: " + (", ".join(f"{counts[k]} {k}" for k in order if k in counts) or "nothing"))
+    common = [row for row in rows if not row.missing]
+    missing = [row for row in rows if row.missing]
+    regressions = [row for row in rows if row.regressed]
+    if not common:
+        status = 2
+    elif missing and not args.allow_missing:
+        status = 2
+    else:
+        status = 1 if regressions else 0
+    shown = _shown(rows, args.all)
+    if args.format == "json":
+        print(json.dumps({"runs": [{"label": n, "path": r.path} for n, r in zip(names, runs, strict=True)],
+                          "threshold_percent": args.threshold, "rows": records(rows, names),
+                          "summary": counts, "status": status}, indent=2))
+    elif args.format == "csv":
+        buffer = io.StringIO()
+        table_rows = records(shown, names)
+        fields = list(table_rows[0]) if table_rows else ["backend", "verdict"]
+        writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in r.items()} for r in table_rows)
+        print(buffer.getvalue(), end="")
+    else:
+        for number, (name, run_) in enumerate(zip(names, runs, strict=True)):
+            role = "baseline" if number == 0 else f"run {number}"
+            console.print(f"{role}: {name}  ({run_.path}, {len(run_.results)} results)", markup=False,
+                          soft_wrap=True)
+        if shown and args.format == "plain":
+            print(_plain(shown, len(runs)))
+        elif shown:
+            _print_wide(_table(shown, len(runs), args.threshold))
+        console.print(f"compared {len(common)} rows: "
+                      + (", ".join(f"{counts[k]} {k}" for k in VERDICTS if counts.get(k)) or "nothing"),
+                      markup=False, soft_wrap=True)
+        if counts.get(AMBIGUOUS):
+            console.print(f"{counts[AMBIGUOUS]} ambiguous: the runs' noise cannot tell; measure longer "
+                          "(--budget) to decide", markup=False, soft_wrap=True)
     if args.plot:
         try:
             write_plot(rows, names, args.plot)
         except ImportError:
             errors.print("--plot needs matplotlib (pip install matplotlib); no plot written", style="yellow")
         else:
-            console.print(f"wrote {args.plot}")
-    regressions = [row for row in rows if row.regressed]
+            errors.print(f"wrote {args.plot}", markup=False)
+    if not common:
+        errors.print("the runs have no row in common (different grids, backends or dtypes): "
+                     "nothing to compare",
+                     style="red", markup=False, soft_wrap=True)
+    elif missing and not args.allow_missing:
+        errors.print(f"{len(missing)} rows are missing from a run (a backend lost, or another grid), "
+                     f"{_examples(missing, runs)}; --allow-missing to compare the rest", style="red",
+                     markup=False, soft_wrap=True)
     if regressions:
-        console.print(f"[bold red]{len(regressions)} regressions beyond noise[/]")
-        return 1
-    return 0
+        slower = sum(1 for row in regressions if any(c.verdict == SLOWER for c in row.cells))
+        broken = len(regressions) - slower
+        errors.print(f"{len(regressions)} regressions beyond noise and the {args.threshold:g}% threshold "
+                     f"({slower} slower, {broken} broken)", style="bold red", markup=False, soft_wrap=True)
+    return status

@@ -39,9 +39,12 @@ def write_outputs(args: argparse.Namespace, results: list[Any], environment: dic
                   extras: list[dict[str, Any]] | None = None) -> int:
     """Write the JSON, CSV and plot that ``args`` asks for; the exit status (1 if any result is WRONG)."""
     from gemmzoo.report import write_csv, write_json
+    from gemmzoo.result_schema import FORMAT, VERSION, finite
 
     if args.json:
-        write_json(results, args.json, environment, command, baseline, meta=meta, extras=extras)
+        versioned = finite({"format": FORMAT, "version": VERSION, **(meta or {})})
+        write_json(results, args.json, finite(environment), command, baseline, meta=versioned,
+                   extras=None if extras is None else finite(extras))
         console.print(f"wrote {args.json}")
     if args.csv:
         write_csv(results, args.csv)
