@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 
 from gemmzoo.accuracy import ACCURACY_CLASSES, COMPONENTWISE, accuracy_of
-from gemmzoo.cli.console import console
+from gemmzoo.cli.console import console, errors
+from gemmzoo.cli.options import SIZE
+from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import GemmError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in ("M", "N", "K"):
-        parser.add_argument(name, type=int)
+        parser.add_argument(name, type=SIZE, help=f"{name} (0: an empty product, answered without measuring)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="default float32 (IEEE)")
     parser.add_argument("--device", choices=("cpu", "cuda"),
                         help="default: cuda when a CUDA backend is available, else cpu")
@@ -24,6 +26,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or by device time alone")
     parser.add_argument("--no-measure", action="store_true",
                         help="never measure now; answer from the nearest measured shape instead")
+    add_format_arguments(parser)
+
+
+COLUMNS = (
+    Column("shape", "MxNxK"), Column("dtype", "dtype"), Column("device", "device"),
+    Column("backend", "backend"),
+    Column("source", "source"), Column("basis", "measured at"), Column("median_us", "median us"),
+    Column("runner_up", "runner-up"), Column("tie", "tie"),
+)
+
+
+def _listing(choice: object, args: argparse.Namespace) -> Listing:
+    mine, other = choice.timing, choice.runner_up
+    row = {"shape": f"{args.M}x{args.N}x{args.K}", "dtype": args.dtype, "device": choice.device,
+           "backend": choice.backend.name, "source": choice.source,
+           "basis": "x".join(map(str, choice.basis)) if choice.basis else "-",
+           "median_us": f"{mine.median_s * 1e6:.4g}" if mine is not None else "-",
+           "runner_up": other.backend if other is not None else "-", "tie": ",".join(choice.tied)
+           if choice.tie else ""}
+    record = {**row, "median_s": mine.median_s if mine is not None else None, "note": choice.note,
+              "excluded": dict(choice.excluded)}
+    del record["median_us"]
+    return Listing("gemmzoo best", COLUMNS, [row], [record])
 
 
 def _us(seconds: float) -> str:
@@ -34,12 +59,19 @@ def run(args: argparse.Namespace) -> int:
     from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, explain
 
     shape = (args.M, args.N, args.K)
+    if not args.no_measure and min(shape) > 0:  # a new shape is measured now: seconds to minutes
+        errors.print(f"gemmzoo best: looking up {args.M}x{args.N}x{args.K} {args.dtype} in the tuning "
+                     "database; the candidates are measured now if it is not there (Ctrl-C stops; "
+                     "--no-measure answers from the nearest measured shape)", style="dim", markup=False)
     try:
         choice = explain(shape, args.dtype, args.device, measure=False if args.no_measure else None,
                          accuracy=args.accuracy, by=args.by)
     except (GemmError, ValueError) as error:
-        console.print(str(error), style="red", markup=False)
+        errors.print(str(error), style="red", markup=False)
         return 2
+    if args.format != "table":
+        emit(_listing(choice, args), args.format)
+        return 0
     flops = 2 * args.M * args.N * args.K
     console.print(f"[bold]{choice.backend.name}[/] for {args.M}x{args.N}x{args.K} {args.dtype} "
                   f"on {choice.device}", soft_wrap=True)

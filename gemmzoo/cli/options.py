@@ -66,9 +66,14 @@ def interpreted(backend: Any) -> bool:
     try:
         import torch
 
-        return not torch.cuda.is_available()
+        if torch.cuda.is_available():
+            return False
     except ImportError:
-        return True
+        pass
+    try:
+        return backend.unavailable_reason() is None
+    except Exception:  # a broken backend is reported elsewhere, not left out here
+        return False
 
 
 def default_selection(backends: Sequence[Any], named: bool, say: Callable[[str], None]) -> list[Any]:
