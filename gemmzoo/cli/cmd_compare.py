@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from rich.table import Table
-
-from gemmzoo.cli.console import console, errors
+from gemmzoo.cli.console import errors, messages
+from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.compare import BROKEN, DEFAULT_THRESHOLD, FASTER, FIXED, MISSING, SLOWER, TIE, Row
 
 
@@ -19,10 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_THRESHOLD * 100:g})")
     parser.add_argument("--plot", metavar="FILE.png", help="plot each run's speed relative to the baseline")
     parser.add_argument("--all", action="store_true", help="show every row, not only those that differ")
+    add_format_arguments(parser)
 
 
-_STYLE = {TIE: "≈", FASTER: "[green]faster[/]", SLOWER: "[bold red]SLOWER[/]", BROKEN: "[bold red]BROKEN[/]",
-          MISSING: "[dim]missing[/]", FIXED: "[green]fixed[/]"}
+_WORD = {TIE: "≈", FASTER: "faster", SLOWER: "SLOWER", BROKEN: "BROKEN", MISSING: "missing", FIXED: "fixed"}
+_STYLE = {"faster": "green", "fixed": "green", "SLOWER": "bold red", "BROKEN": "bold red", "missing": "dim"}
 
 
 def _time(seconds: float) -> str:
@@ -33,7 +33,7 @@ def _cell(row: Row, number: int) -> str:
     cell = row.cells[number]
     result = cell.result
     if result is None:
-        return "[dim]-[/]"
+        return "-"
     if result.measurement is None or result.status != "ok":
         text = result.status.upper()
     else:
@@ -41,7 +41,7 @@ def _cell(row: Row, number: int) -> str:
     if number == 0:
         return text
     ratio = f" x{cell.ratio:.3g}" if cell.ratio is not None else ""
-    return f"{text}{ratio} {_STYLE.get(cell.verdict or '', '')}".rstrip()
+    return f"{text}{ratio} {_WORD.get(cell.verdict or '', '')}".rstrip()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,25 +55,27 @@ def run(args: argparse.Namespace) -> int:
         return 2
     rows = compare_runs(runs, args.threshold / 100)
     names = labels(runs)
+    console = messages(args.format)
     for number, (name, run_) in enumerate(zip(names, runs, strict=True)):
         role = "baseline" if number == 0 else f"run {number}"
-        console.print(f"{role}: {name}  [dim]({run_.path}, {len(run_.results)} results)[/]", soft_wrap=True)
-    table = Table(title="gemmzoo compare: median time; xR = speed relative to the baseline",
-                  caption=f"≈ within noise: IQR bands overlap or within {args.threshold:g}%")
-    for column in ("MxNxK", "dtype", "layout", "backend"):
-        table.add_column(column, no_wrap=True)
-    for number in range(len(runs)):
-        table.add_column("baseline" if number == 0 else f"run {number}", justify="right", no_wrap=True)
-    shown = 0
+        console.print(f"{role}: {name}  ({run_.path}, {len(run_.results)} results)", markup=False)
+    columns = [Column("shape", "MxNxK", hoist=True), Column("dtype", "dtype", hoist=True),
+               Column("layout", "layout", hoist=True), Column("backend", "backend")]
+    columns += [Column(f"run{n}", "baseline" if n == 0 else f"run {n}", justify="right")
+                for n in range(len(runs))]
+    table_rows = []
     for row in rows:
         if not args.all and all(c.verdict in (None, TIE) for c in row.cells[1:]):
             continue
-        shown += 1
         point = row.point
-        table.add_row(f"{point.m}x{point.n}x{point.k}", point.dtype, point.layout, row.backend,
-                      *(_cell(row, n) for n in range(len(runs))))
-    if shown:
-        console.print(table)
+        table_rows.append({"shape": f"{point.m}x{point.n}x{point.k}", "dtype": point.dtype,
+                           "layout": point.layout, "backend": row.backend,
+                           **{f"run{n}": _cell(row, n) for n in range(len(runs))}})
+    listing = Listing("gemmzoo compare: median time; xR = speed relative to the baseline", columns,
+                      table_rows, caption=f"≈ within noise: IQR bands overlap or within {args.threshold:g}%",
+                      styles={c.key: lambda cell: _STYLE.get(cell.rsplit(" ", 1)[-1]) for c in columns[4:]})
+    if table_rows or args.format != "table":
+        emit(listing, args.format, args.wide)
     counts = summary(rows)
     order = (TIE, FASTER, SLOWER, BROKEN, FIXED, MISSING)
     console.print("compared: " + (", ".join(f"{counts[k]} {k}" for k in order if k in counts) or "nothing"))
@@ -86,6 +88,6 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"wrote {args.plot}")
     regressions = [row for row in rows if row.regressed]
     if regressions:
-        console.print(f"[bold red]{len(regressions)} regressions beyond noise[/]")
+        console.print(f"{len(regressions)} regressions beyond noise", style="bold red")
         return 1
     return 0
