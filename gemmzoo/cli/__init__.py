@@ -58,8 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GemmError as error:
         trace = getattr(error, "traceback", None)  # a plugin's own traceback (strict plugins)
         if trace:
-            errors.print(trace, markup=False, soft_wrap=True)
-        errors.print(f"gemmzoo {args.command}: {error}", markup=False, style="red", soft_wrap=True)
+            errors.print(trace, markup=False)
+        errors.print(f"gemmzoo {args.command}: {error}", markup=False, style="red")
         return 2
 
 

@@ -74,12 +74,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     flops = 2 * args.M * args.N * args.K
     console.print(f"[bold]{choice.backend.name}[/] for {args.M}x{args.N}x{args.K} {args.dtype} "
-                  f"on {choice.device}", soft_wrap=True)
+                  f"on {choice.device}")
     console.print(f"  accuracy: {accuracy_of(choice.backend)} (accepted: {args.accuracy}"
                   f"{' or stronger' if args.accuracy != COMPONENTWISE else ''})", markup=False)
     basis = "x".join(map(str, choice.basis)) if choice.basis else "-"
     note = f" ({choice.note})" if choice.note else ""
-    console.print(f"  source: {choice.source}{note}", markup=False, soft_wrap=True)
+    console.print(f"  source: {choice.source}{note}", markup=False)
     mine = choice.timing
     if mine is not None:
         exact = choice.basis == shape and mine.median_s > 0
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
             else "device time"
         ranked = "caller time (the larger of device and host time per call)" if args.by == "caller" \
             else "device time"
-        console.print(f"  ranked by: {ranked}; {choice.backend.name}'s figure is its {bound}", soft_wrap=True)
+        console.print(f"  ranked by: {ranked}; {choice.backend.name}'s figure is its {bound}")
     other = choice.runner_up
     if other is not None:
         console.print(f"  runner-up: {other.backend}, {_us(other.median_s)} median ({other.bound} time), "
@@ -102,10 +102,10 @@ def run(args: argparse.Namespace) -> int:
             f"  tie: yes, {', '.join(choice.tied)} are within measured noise of the fastest "
             f"({fastest.backend}): their median ± IQR/2 bands overlap, or they differ by at most "
             f"{TIE_FLOOR:.0%}; the first of them in the order {', '.join(DEFAULT_ORDER)}, "
-            "then by name, wins", soft_wrap=True)
+            "then by name, wins")
     elif other is not None and mine is not None:
         console.print(f"  tie: no, the runner-up is {other.median_s / mine.median_s:.2f}x slower, "
                       "beyond measured noise")
     for name, why in choice.excluded.items():
-        console.print(f"  not a candidate: {name}: {why}", markup=False, soft_wrap=True)
+        console.print(f"  not a candidate: {name}: {why}", markup=False)
     return 0

@@ -9,10 +9,10 @@ from gemmzoo.cli.console import messages
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 
 COLUMNS = (
-    Column("path", "database"),
     Column("bytes", "size", justify="right"),
     Column("measurements", "measurements", justify="right"),
-    Column("verdicts", "conformance verdicts", justify="right"),
+    Column("verdicts", "verdicts", justify="right"),
+    Column("path", "database", text=True),  # last: a path longer than the terminal folds on its own
 )
 # SQLite keeps these beside the database while it is open or after a crash.
 _SIDE_FILES = ("-wal", "-shm", "-journal")

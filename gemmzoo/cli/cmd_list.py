@@ -41,13 +41,13 @@ def _print_tracebacks(registry: Any, plain: bool) -> None:
                 print(f"{header}\n{failure.traceback}\n", file=sys.stderr)
             else:
                 console.print(header, style="red", markup=False)
-                console.print(failure.traceback, markup=False, soft_wrap=True)
+                console.print(failure.traceback, markup=False)
 
 
-def _short(reason: str, shared: dict[str, str]) -> str:
-    """A reason for the table: a long reason several backends share is given once, under the
-    table, and the rows say which note it is."""
-    if len(reason) <= 60:
+def _short(reason: str, shared: dict[str, str], room: int) -> str:
+    """A reason for the table: one longer than ``room`` is given once, under the table, however
+    many backends share it, and the rows say which note it is."""
+    if len(reason) <= room:
         return reason
     if reason not in shared:
         shared[reason] = f"[{len(shared) + 1}]"
@@ -90,8 +90,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if console.is_terminal:
         shared: dict[str, str] = {}
+        room = max(12, console.width - 70)  # what the other compact columns leave
         for row in rows:
-            row["available"] = _short(row["available"], shared)
+            row["available"] = _short(row["available"], shared, room)
         listing.notes += [f"{mark} {reason}" for reason, mark in shared.items()]
     listing.styles["available"] = lambda cell: "green" if cell == "yes" else "yellow"
     emit(listing, "table", args.wide)

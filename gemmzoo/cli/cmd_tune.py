@@ -107,14 +107,14 @@ def _portable(args: argparse.Namespace, before_tuning: bool) -> int:
         if before_tuning:
             for path in args.import_files:
                 report = import_tuning(state.store(), path)
-                console.print(f"{path}: {report.summary()}", markup=False, soft_wrap=True)
+                console.print(f"{path}: {report.summary()}", markup=False)
             state.forget_answers()
         elif args.export:
             measurements, verdicts = export_tuning(state.store(), args.export)
             console.print(f"wrote {args.export}: {measurements} measurements, "
                           f"{verdicts} conformance verdicts")
     except (TuningFileError, OSError) as error:
-        console.print(str(error), style="red", markup=False, soft_wrap=True)
+        console.print(str(error), style="red", markup=False)
         return 2
     return 0
 
