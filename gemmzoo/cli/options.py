@@ -59,9 +59,13 @@ def join_dashed_values(argv: Sequence[str]) -> list[str]:
 
 
 def interpreted(backend: Any) -> bool:
-    """Whether ``backend`` would run under Triton's CPU interpreter here: a CUDA backend that is
-    available with ``TRITON_INTERPRET=1`` on a machine where torch sees no CUDA device."""
-    if os.environ.get("TRITON_INTERPRET", "0") != "1" or backend.device != "cuda":
+    """Whether ``backend`` would run under Triton's CPU interpreter here: ``TRITON_INTERPRET=1``
+    is set, torch sees no CUDA device, and the backend is a Triton one (a bundled Triton backend,
+    or one whose name says ``triton``) that is available."""
+    if os.environ.get("TRITON_INTERPRET", "0") != "1":
+        return False
+    module = type(backend).__module__.split(".")[0]
+    if module != "gemmzoo_triton" and "triton" not in str(getattr(backend, "name", "")):
         return False
     try:
         import torch
@@ -79,8 +83,9 @@ def interpreted(backend: Any) -> bool:
 def default_selection(backends: Sequence[Any], named: bool, say: Callable[[str], None]) -> list[Any]:
     """``backends`` without those Triton's interpreter would run, unless they were named: the
     interpreter takes about a second per 512³ call, so a default grid would run for many minutes
-    with nothing shown. ``say`` hears one line naming those left out."""
-    if named:
+    with nothing shown. Backends named in ``GEMMZOO_BACKENDS`` count as named. ``say`` hears one
+    line naming those left out."""
+    if named or os.environ.get("GEMMZOO_BACKENDS", "").strip():
         return list(backends)
     slow = [b for b in backends if interpreted(b)]
     if slow:
