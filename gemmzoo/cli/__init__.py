@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -55,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         errors.print(f"gemmzoo {args.command}: interrupted", style="yellow", markup=False)
         return 130
+    except BrokenPipeError:  # the reader stopped reading (| head): nothing more to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+        return 0
     except GemmError as error:
         trace = getattr(error, "traceback", None)  # a plugin's own traceback (strict plugins)
         if trace:

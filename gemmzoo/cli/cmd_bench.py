@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     interrupted = False
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
-        with Progress(*columns, console=say, transient=True) as progress:
+        with Progress(*columns, console=say, transient=True, disable=not say.is_terminal) as progress:
             task = progress.add_task("benchmarking", total=len(points) * len(backends))
             if args.rounds > 1:
                 progress.update(task, description=f"benchmarking, {args.rounds} rounds")

@@ -85,7 +85,7 @@ def _check_one(args: argparse.Namespace, backend: object, rows: list[dict[str, s
         total = len(input_checks(backend)) + cases + (args.random if dtypes else 0)
     except Exception:  # a malformed backend: check_backend reports what is wrong with it
         dtypes, total = [], None
-    with Progress(console=say, transient=True) as progress:
+    with Progress(console=say, transient=True, disable=not say.is_terminal) as progress:
         task = progress.add_task(f"checking {backend.name}", total=total)
         report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t),
                                random=args.random, seed=args.seed, max_work=args.max_work)

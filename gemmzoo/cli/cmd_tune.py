@@ -189,7 +189,7 @@ def _tune(args: argparse.Namespace, plan: list[Any], chosen: list[Any], total: i
     from gemmzoo.tuning.tune import tune
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=say, transient=True) as progress:
+    with Progress(*columns, console=say, transient=True, disable=not say.is_terminal) as progress:
         task = progress.add_task("tuning", total=total)
 
         def step(kind: str, backend: Any, point: GridPoint, record: Any) -> None:

@@ -101,13 +101,14 @@ def _table_columns(listing: Listing, wide: bool, hoist: bool) -> tuple[list[Colu
     return shown, hoisted
 
 
-def build_table(listing: Listing, wide: bool = False, hoist: bool = True) -> Table:
+def build_table(listing: Listing, wide: bool = False, hoist: bool = True, caption: bool = True) -> Table:
     """The rich table of a listing (see the module's docstring); ``hoist``: say a column whose
-    value is the same on every row once, in the title."""
+    value is the same on every row once, in the title; ``caption``: print the caption under it."""
     columns, hoisted = _table_columns(listing, wide, hoist)
     title = listing.title + (f" ({', '.join(hoisted)})" if hoisted else "")
-    table = Table(title=title, caption=listing.caption or None, box=box.SIMPLE_HEAD, show_edge=False,
-                  pad_edge=False, padding=(0, 2, 0, 0), caption_justify="left", title_justify="left")
+    table = Table(title=title, caption=(listing.caption or None) if caption else None,
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0),
+                  caption_justify="left", title_justify="left")
     for column in columns:
         longest = max((len(row.get(column.key, "")) for row in listing.rows), default=0)
         if column.text:
@@ -182,6 +183,7 @@ def emit(listing: Listing, fmt: str = "table", wide: bool = False, console: Cons
 
         console = default
     terminal = console.is_terminal
-    print_wide(console, build_table(listing, wide or not terminal, hoist=terminal))
-    for note in listing.notes:
+    print_wide(console, build_table(listing, wide or not terminal, hoist=terminal, caption=terminal))
+    # Piped, the caption is one line of its own (a table's caption wraps at the table's width).
+    for note in listing.notes if terminal or not listing.caption else [listing.caption, *listing.notes]:
         console.print(note, markup=False, soft_wrap=not console.is_terminal, highlight=False)
