@@ -168,7 +168,7 @@ def bench_listing(results: Sequence[BenchResult], baseline: str | None = None,
         ": max(device, host); limit 'launch' = the GPU waits for launches; roofline = floor / device "
         "time, floor = max(flops / peak, bytes / bandwidth), '-' where the peak is unknown" if gpu else
         " (on the CPU, device = host = caller)") +
-        f"; ± = IQR/2; x base = caller-time speed-up over {base_name} (the baseline, 'base'); "
+        f"; ± = IQR/2; x base = caller-time speed-up over the baseline ('base': {base_name}); "
         "verdict: best, or tie = within measured noise of the best; "
         "accuracy class componentwise unless the column says (normwise)")
     styles = {

@@ -86,7 +86,7 @@ def test_table_marks_wrong_and_winner(smoke_results):
     console = Console(record=True, width=250)
     console.print(results_table(smoke_results, baseline="numpy"))
     text = console.export_text()
-    assert "over numpy (the baseline, 'base')" in text
+    assert "over the baseline ('base': numpy)" in text
     for point in get_grid("smoke", dtypes=["float32"]):
         row = {r.backend: r for r in smoke_results if r.point == point}
         lines = [line for line in text.splitlines() if line.startswith(f"{point.m}x{point.n}x{point.k} ")]
