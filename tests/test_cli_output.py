@@ -11,6 +11,7 @@ import io
 import json
 import re
 
+import numpy as np
 import pytest
 from fake_distributions import run_gemmzoo
 
@@ -191,3 +192,47 @@ def test_text_from_plugins_is_never_markup(site, tmp_path):
         _result, lines = terminal(tmp_path, columns, "list", **LIGHT)
         text = " ".join(" ".join(lines).split())
         assert "libfoo[cuda]" in text and "[bold]x[/bold]" in text
+
+
+def _gpu_results():
+    from gemmzoo.bench import OK, BenchResult
+    from gemmzoo.grids import GridPoint
+    from gemmzoo.measure import Measurement, Timing
+    from gemmzoo.roofline import Roofline
+
+    rng = np.random.default_rng(7)
+    points = [GridPoint(4096, 4096, 4096, "float16"), GridPoint(16, 14336, 4096, "bfloat16", "NT")]
+    results = []
+    for point in points:
+        for name in ("torch", "triton-grouped", "torch-compile-cuda"):
+            device, host = rng.uniform(1e-5, 3e-4, size=2)
+            timing = Timing(device, device * 0.98, device * 1.03, 10, "test")
+            measured = Measurement(name, point, timing, 0.5, 1e-7, Timing(host, host, host * 1.01, 5, "test"))
+            roof = Roofline(float(rng.uniform(1, 3000)), 989.0, 3350.0, device * 0.8, "compute", 0.8)
+            results.append(BenchResult(name, "cuda", point, OK, measured, roof=roof))
+    return results
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["compact", "wide"])
+@pytest.mark.parametrize("columns", [80, 120])
+def test_gpu_bench_rows_fit_and_say_what_was_left_out(columns, wide):
+    from rich.console import Console
+
+    from gemmzoo.cli.output import emit
+    from gemmzoo.report import bench_listing
+
+    results = _gpu_results()
+    console = Console(width=columns, file=io.StringIO(), force_terminal=True, color_system=None)
+    emit(bench_listing(results, "torch"), "table", wide, console=console)
+    lines = console.file.getvalue().splitlines()
+    assert all(len(line) <= columns for line in lines) and "…" not in "".join(lines)
+    rows = [line.split() for line in lines if line.startswith(("4096x4096x4096 ", "16x14336x4096 "))]
+    assert len(rows) == len(results)
+    assert [row[3] for row in rows] == [r.backend for r in results]  # every name whole
+    header = next(line for line in lines if line.startswith("MxNxK"))
+    for title in ("caller us", "x base", "verdict"):
+        assert title in header
+    if columns == 120 and not wide:
+        assert "TFLOPS" in header and "left out" not in lines[0]  # the compact table loses nothing
+    if wide:
+        assert "device us" in header or "left out to fit" in "".join(lines[:2])

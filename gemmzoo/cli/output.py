@@ -44,7 +44,9 @@ class Column:
     ``key`` names it in JSON and CSV, ``title`` heads it in tables. ``compact`` columns are shown
     by default; the others only with ``--wide`` (every format but ``table`` shows all). ``text``
     marks free text (reasons, errors) that may wrap between words in a terminal; other cells are
-    never split. ``hoist``: when every row has the same value, a table says it once in its title."""
+    never split. ``hoist``: when every row has the same value, a table says it once in its title.
+    ``drop``: when a table is too wide for the terminal, ``--wide`` columns are left out first
+    (right to left), then compact columns with ``drop`` > 0, lowest first; the title says which."""
 
     key: str
     title: str
@@ -52,6 +54,7 @@ class Column:
     justify: Literal["left", "right"] = "left"
     text: bool = False
     hoist: bool = False
+    drop: int = 0
 
 
 @dataclass
@@ -101,22 +104,54 @@ def _table_columns(listing: Listing, wide: bool, hoist: bool) -> tuple[list[Colu
     return shown, hoisted
 
 
-def build_table(listing: Listing, wide: bool = False, hoist: bool = True, caption: bool = True) -> Table:
+_GAP = 2  # columns between two columns: the right padding and the box's (blank) vertical rule
+
+
+def _least_width(listing: Listing, column: Column) -> int:
+    longest = max((len(row.get(column.key, "")) for row in listing.rows), default=0)
+    if column.text:
+        return min(24, max(longest, len(column.title)))
+    return max(longest, len(column.title), 1)
+
+
+def _fit(listing: Listing, columns: list[Column], width: int) -> tuple[list[Column], list[str]]:
+    """``columns`` without those that must go for the table to fit ``width`` (see :class:`Column`)."""
+    kept, dropped = list(columns), []
+    order = [c for c in reversed(columns) if not c.compact]
+    order += sorted((c for c in columns if c.compact and c.drop > 0), key=lambda c: c.drop)
+    for column in order:
+        needed = sum(_least_width(listing, c) for c in kept) + _GAP * (len(kept) - 1)
+        if needed <= width:
+            break
+        kept.remove(column)
+        dropped.append(column.title)
+    return kept, dropped
+
+
+def build_table(listing: Listing, wide: bool = False, hoist: bool = True, caption: bool = True,
+                width: int | None = None) -> Table:
     """The rich table of a listing (see the module's docstring); ``hoist``: say a column whose
-    value is the same on every row once, in the title; ``caption``: print the caption under it."""
+    value is the same on every row once, in the title; ``caption``: print the caption under it;
+    ``width``: leave columns out (see :class:`Column`) until the table fits that many columns."""
     columns, hoisted = _table_columns(listing, wide, hoist)
+    dropped: list[str] = []
+    if width is not None:
+        columns, dropped = _fit(listing, columns, width)
     title = listing.title + (f" ({', '.join(hoisted)})" if hoisted else "")
-    table = Table(title=title, caption=(listing.caption or None) if caption else None,
-                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0),
+    if dropped:
+        title += f" ({', '.join(dropped)} left out to fit {width} columns)"
+    # Text, not strings: a title or caption is never read as markup.
+    shown_caption = Text(listing.caption, style="table.caption") if caption and listing.caption else None
+    table = Table(title=Text(title, style="table.title"), caption=shown_caption,
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, _GAP - 1, 0, 0),
                   caption_justify="left", title_justify="left")
     for column in columns:
-        longest = max((len(row.get(column.key, "")) for row in listing.rows), default=0)
         if column.text:
             table.add_column(column.title, justify=column.justify, overflow="fold",
-                             min_width=min(24, max(longest, len(column.title))))
+                             min_width=_least_width(listing, column))
         else:
             table.add_column(column.title, justify=column.justify, no_wrap=True,
-                             min_width=max(longest, 1))
+                             min_width=_least_width(listing, column))
     for index, row in enumerate(listing.rows):
         cells = []
         for column in columns:
@@ -183,7 +218,9 @@ def emit(listing: Listing, fmt: str = "table", wide: bool = False, console: Cons
 
         console = default
     terminal = console.is_terminal
-    print_wide(console, build_table(listing, wide or not terminal, hoist=terminal, caption=terminal))
+    table = build_table(listing, wide or not terminal, hoist=terminal, caption=terminal,
+                        width=console.width if terminal else None)
+    print_wide(console, table)
     # Piped, the caption is one line of its own (a table's caption wraps at the table's width).
     for note in listing.notes if terminal or not listing.caption else [listing.caption, *listing.notes]:
         console.print(note, markup=False, soft_wrap=not console.is_terminal, highlight=False)
