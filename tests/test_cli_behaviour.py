@@ -244,3 +244,11 @@ def test_zero_sizes_are_an_empty_product_everywhere(empty_cache, monkeypatch):
                          **LIGHT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "for 0x10x10 float32" in result.stdout
+
+
+def test_best_refuses_to_measure_a_shape_too_large(tmp_path):
+    result = run_gemmzoo(tmp_path, "best", "40000", "40000", "40000", GEMMZOO_CACHE_DIR=str(tmp_path / "c"),
+                         **LIGHT)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "40000x40000x40000 float32 needs about" in result.stderr and "--no-measure" in result.stderr
+    assert not (tmp_path / "c" / "tuning.sqlite3").exists()  # nothing measured, nothing stored

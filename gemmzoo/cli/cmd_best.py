@@ -51,6 +51,17 @@ def _listing(choice: object, args: argparse.Namespace) -> Listing:
     return Listing("gemmzoo best", COLUMNS, [row], [record])
 
 
+def _too_large(args: argparse.Namespace) -> str | None:
+    """Why measuring this shape cannot fit here (see :mod:`gemmzoo.cli.sizes`), or ``None``."""
+    from gemmzoo.cli.sizes import too_large
+    from gemmzoo.grids import GridPoint
+    from gemmzoo.registry import get_registry
+
+    candidates = [b for b in get_registry().select(None)
+                  if args.dtype in b.dtypes and (args.device is None or b.device == args.device)]
+    return too_large([GridPoint(args.M, args.N, args.K, args.dtype)], candidates)
+
+
 def _us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f} us"
 
@@ -60,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
 
     shape = (args.M, args.N, args.K)
     if not args.no_measure and min(shape) > 0:  # a new shape is measured now: seconds to minutes
+        problem = _too_large(args)
+        if problem is not None:
+            errors.print(f"gemmzoo best: {problem} (--no-measure answers from the nearest measured "
+                         "shape)", style="red", markup=False)
+            return 2
         errors.print(f"gemmzoo best: looking up {args.M}x{args.N}x{args.K} {args.dtype} in the tuning "
                      "database; the candidates are measured now if it is not there (Ctrl-C stops; "
                      "--no-measure answers from the nearest measured shape)", style="dim", markup=False)
