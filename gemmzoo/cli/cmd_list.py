@@ -12,8 +12,8 @@ from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.registry import get_registry
 
-# The plain format's order is the one scripts have read since the first release (FAILED and
-# DISABLED lines follow the rows there, in three fields).
+# The plain format's column order is the one scripts have read since the first release; after the
+# header and the rows come FAILED and DISABLED lines, in three fields.
 COLUMNS = (
     Column("backend", "backend"),
     Column("device", "device"),
@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         listing.records = [*records, *({"failed_plugin": p, "error": e} for p, e in failures),
                            *({"disabled_plugin": name} for name in registry.disabled)]
     if args.format == "plain":  # print, not rich: rich expands tabs and reads brackets as markup
+        print("\t".join(c.title for c in COLUMNS))
         for row in rows:
             print("\t".join(row[c.key] for c in COLUMNS))
         for plugin, error in failures:
