@@ -34,7 +34,7 @@ PLUGIN = """
         def matmul(self, a, b):
             if a.shape == (47, 8) and b.shape == (8, 8):
                 raise RuntimeError("kernel launch failed")
-            if a.shape == b.shape == (37, 37):
+            if a.shape == b.shape == (37, 37) or os.environ.get("SLEEPY_ALWAYS"):
                 open(os.environ["SLEEPY_MARK"], "w").close()
                 time.sleep(0.2)
             return super().matmul(a, b)
@@ -114,10 +114,12 @@ def test_an_error_row_exits_1_and_names_the_backend(site, tmp_path):
     assert "ERROR sleepy 47x8x8-float32-NN: RuntimeError: kernel launch failed" in result.stdout
 
 
-def _interrupted(site, tmp_path, *args):
-    """Start ``gemmzoo ARGS``, send SIGINT once the sleepy backend reached 37x37x37; the process."""
+def _interrupted(site, tmp_path, *args, **variables):
+    """Start ``gemmzoo ARGS``, send SIGINT once the sleepy backend reached 37x37x37 (or any call,
+    with ``SLEEPY_ALWAYS``); the exit status, standard output and standard error."""
     mark = tmp_path / "mark"
-    env = subprocess_env(site, SLEEPY_MARK=str(mark), GEMMZOO_CACHE_DIR=str(tmp_path / "cache"), **LIGHT)
+    env = subprocess_env(site, SLEEPY_MARK=str(mark), GEMMZOO_CACHE_DIR=str(tmp_path / "cache"), **LIGHT,
+                         **variables)
     process = subprocess.Popen([sys.executable, "-m", "gemmzoo", *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
@@ -153,6 +155,16 @@ def test_ctrl_c_in_tune_keeps_the_stored_measurements_and_exits_130(site, tmp_pa
     rows = json.loads(out)
     assert [row["problem"] for row in rows] == ["16x16x16 float32 cpu"]
     assert "stored 2 measurements" in err
+
+
+def test_ctrl_c_in_check_prints_the_backends_checked_and_exits_130(site, tmp_path):
+    code, out, err = _interrupted(site, tmp_path, "check", "numpy", "sleepy", "--dtype", "float32",
+                                  "--format", "json", SLEEPY_ALWAYS="1")
+    assert code == 130, out + err
+    assert json.loads(out) == [{"backend": "numpy", "dtypes": "float32", "accuracy": "componentwise",
+                                "checks": json.loads(out)[0]["checks"], "failed": "0", "result": "conforms"}]
+    assert int(json.loads(out)[0]["checks"]) > 10
+    assert "interrupted: 1 of 2 backends checked" in err and "Traceback" not in err
 
 
 def test_missing_matplotlib_is_reported_before_the_run(monkeypatch, capsys, tmp_path):
