@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             f"  tie: yes, {', '.join(choice.tied)} are within measured noise of the fastest "
             f"({fastest.backend}): their median ± IQR/2 bands overlap, or they differ by at most "
             f"{TIE_FLOOR:.0%}; the first of them in the order {', '.join(DEFAULT_ORDER)}, "
-            "then by name, wins")
+            "then by name, wins", soft_wrap=True)
     elif other is not None and mine is not None:
         console.print(f"  tie: no, the runner-up is {other.median_s / mine.median_s:.2f}x slower, "
                       "beyond measured noise")

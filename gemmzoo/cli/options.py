@@ -37,7 +37,7 @@ SIZE = number(int, 0)
 #: to their option before argparse reads them, so that the value is checked and refused by name
 #: instead of argparse reporting a missing argument.
 _VALUE_OPTIONS = ("--shape", "--budget", "--rounds", "--timeout", "--threshold", "--random", "--max-work",
-                  "--threads", "--seed")
+                  "--threads", "--seed", "--max-noise")
 
 
 def join_dashed_values(argv: Sequence[str]) -> list[str]:
