@@ -50,7 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status: 0 all good; 1 a failure, WRONG, ERROR,
     TIMEOUT or confident regression; 2 bad usage or input (gemmzoo's own errors included); 130
     interrupted (commands that measure write their results so far first)."""
-    args = build_parser().parse_args(join_dashed_values(sys.argv[1:] if argv is None else argv))
+    try:
+        args = build_parser().parse_args(join_dashed_values(sys.argv[1:] if argv is None else argv))
+    except SystemExit as done:  # bad usage (2), or --help / --version (0): returned, as every status is
+        return done.code if isinstance(done.code, int) else 2
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:
