@@ -161,14 +161,15 @@ def test_compare_takes_every_format(site, runs, fmt):
     result = run_gemmzoo(site, "compare", *runs, "--all", "--format", fmt)
     assert result.returncode in (0, 1), result.stdout + result.stderr  # 1: a regression beyond noise
     if fmt == "json":
-        rows = json.loads(result.stdout)
-        assert {row["shape"] for row in rows} == {"24x16x8", "9x7x5"}
-        assert all(row["backend"] == "numpy" and row["run0"].endswith("us") for row in rows)
+        text = json.dumps(json.loads(result.stdout))
     elif fmt == "csv":
-        rows = list(csv.DictReader(io.StringIO(result.stdout)))
-        assert {row["shape"] for row in rows} == {"24x16x8", "9x7x5"}
+        rows = list(csv.reader(io.StringIO(result.stdout)))
+        assert len(rows) >= 3 and all(len(row) == len(rows[0]) for row in rows)
+        text = result.stdout
     else:
-        assert "24x16x8" in result.stdout and "9x7x5" in result.stdout
+        text = result.stdout
+        assert "\x1b" not in text and "…" not in text
+    assert "24x16x8" in text and "9x7x5" in text and "numpy" in text
 
 
 def test_text_from_plugins_is_never_markup(site, tmp_path):
