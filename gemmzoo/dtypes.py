@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -81,3 +82,23 @@ def result_dtype(name: str) -> str:
 def host_dtype(name: str) -> np.dtype:
     """The NumPy dtype ``Backend.to_numpy`` returns for arrays of dtype mode ``name``."""
     return np.dtype(dtype_info(name).host_dtype)
+
+
+def dtype_name(value: Any) -> str:
+    """gemmzoo's name for ``value``: a name (returned as given), a NumPy dtype or scalar type
+    (``np.float32``, ``np.dtype("float16")``, ``ml_dtypes.bfloat16``) or a torch dtype
+    (``torch.float16``). Unknown values raise a ``ValueError`` listing the known names; this
+    never imports torch."""
+    if isinstance(value, str):
+        return value
+    text = str(value)
+    if text.startswith("torch."):  # a torch.dtype, recognised without importing torch
+        name = text[len("torch."):]
+    else:
+        try:
+            name = np.dtype(value).name
+        except TypeError:
+            raise ValueError(f"unknown dtype {value!r}; known: {', '.join(DTYPES)}") from None
+    if name not in DTYPE_INFO:
+        raise ValueError(f"dtype {value!r} ({name}) is not one gemmzoo computes; known: {', '.join(DTYPES)}")
+    return name

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from rich.markup import escape
 from rich.table import Table
 
 from gemmzoo.bench import OK, UNSUPPORTED, WRONG, BenchResult
+from gemmzoo.cli.output import Column, Listing, build_table, plain_text
 from gemmzoo.grids import GridPoint
 from gemmzoo.tuning.select import Timed, preference, rank
 
@@ -85,6 +85,13 @@ def _spread(low: float | None, high: float | None, median: float | None) -> str:
     return f"±{50 * (high - low) / median:.0f}%"
 
 
+def _rate(value: float | None) -> str:
+    """Three significant digits, so that small rates (GB/s of a compute-bound shape) never read 0."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if value < 1000 else f"{value:,.0f}"
+
+
 def _baseline(results: Sequence[BenchResult], baseline: str | None) -> str | None:
     names = _backends(results)
     if baseline:
@@ -92,85 +99,112 @@ def _baseline(results: Sequence[BenchResult], baseline: str | None) -> str | Non
     return min(names, key=preference) if names else None
 
 
-COLUMNS = ("MxNxK", "dtype", "layout", "backend", "device us", "±", "host us", "±", "caller us", "limit",
-           "TFLOPS", "GB/s", "roofline", "x base", "verdict")
+#: The bench table's columns (every format but the compact table shows them all). On the CPU
+#: the device is the host: such rows fill only the caller time.
+BENCH_COLUMNS = (
+    Column("shape", "MxNxK", hoist=True),
+    Column("dtype", "dtype", hoist=True),
+    Column("layout", "layout", hoist=True),
+    Column("backend", "backend"),
+    Column("device_us", "device us", compact=False, justify="right"),
+    Column("device_spread", "±", compact=False, justify="right"),
+    Column("host_us", "host us", compact=False, justify="right"),
+    Column("host_spread", "±", compact=False, justify="right"),
+    Column("caller_us", "caller us", justify="right"),
+    Column("caller_spread", "±", justify="right", drop=1),
+    Column("limit", "limit", compact=False),
+    Column("tflops", "TFLOPS", justify="right", drop=2),
+    Column("gbps", "GB/s", compact=False, justify="right"),
+    Column("roofline", "roofline", compact=False, justify="right"),
+    Column("ratio", "x base", justify="right"),
+    Column("verdict", "verdict"),
+)
+COLUMNS = tuple(column.title for column in BENCH_COLUMNS)
+_BASE = "base"
+
+
+def _cells(result: BenchResult, base: BenchResult | None, mark: str) -> dict[str, str]:
+    point = result.point
+    label = result.backend if result.accuracy == "componentwise" else f"{result.backend} ({result.accuracy})"
+    cells = {"shape": f"{point.m}x{point.n}x{point.k}", "dtype": point.dtype, "layout": point.layout,
+             "backend": label}
+    if result.status != OK or result.measurement is None:
+        status = {UNSUPPORTED: "-", WRONG: "WRONG"}.get(result.status, result.status.upper())
+        return {**cells, "caller_us": status}
+    measured, timing = result.measurement, result.measurement.timing
+    host, roof = measured.host, result.roof
+    caller_q = (host.q1_s, host.q3_s) if measured.launch_bound and host else (timing.q1_s, timing.q3_s)
+    ratio = _BASE if result is base else ""
+    if base is not None and base.caller_s and result is not base:
+        ratio = f"x{base.caller_s / measured.caller_s:.3g}"
+    tflops = result.tflops or 0.0
+    cells.update(
+        caller_us=_us(measured.caller_s), caller_spread=_spread(*caller_q, measured.caller_s),
+        tflops=f"{tflops:.3g}" if tflops < 100 else f"{tflops:.0f}",
+        gbps=_rate(roof.gbps if roof else None),
+        roofline=f"{roof.percent:.0f}% {roof.bound}" if roof and roof.percent is not None else "-",
+        ratio=ratio, verdict=mark,
+    )
+    if result.device == "cpu":  # device, host and caller time are one time there
+        return {**cells, "limit": "-"}
+    cells.update(
+        device_us=_us(timing.median_s), device_spread=_spread(timing.q1_s, timing.q3_s, timing.median_s),
+        host_us=_us(host.median_s if host else None),
+        host_spread=_spread(host.q1_s, host.q3_s, host.median_s) if host else "",
+        limit="launch" if measured.launch_bound else "device",
+    )
+    return cells
+
+
+def bench_listing(results: Sequence[BenchResult], baseline: str | None = None,
+                  title: str = "gemmzoo bench: time per call (median)") -> Listing:
+    """The bench results as a :class:`~gemmzoo.cli.output.Listing`: one row per backend and point
+    (:data:`BENCH_COLUMNS`), the JSON records of :func:`write_json` as its records."""
+    base_name = _baseline(results, baseline)
+    rows, sections, order = [], set(), []
+    for row in _by_point(results).values():
+        marks = verdicts(row)
+        base = row.get(base_name) if base_name else None
+        for name, result in row.items():
+            rows.append(_cells(result, base, marks.get(name, "")))
+            order.append(result)
+        sections.add(len(rows) - 1)
+    gpu = any(r.device != "cpu" for r in results)
+    caption = ("caller = what a loop of calls gets per call" + (
+        ": max(device, host); limit 'launch' = the GPU waits for launches; roofline = floor / device "
+        "time, floor = max(flops / peak, bytes / bandwidth), '-' where the peak is unknown" if gpu else
+        " (on the CPU, device = host = caller)") +
+        f"; ± = IQR/2; x base = caller-time speed-up over the baseline ('base': {base_name}); "
+        "verdict: best, or tie = within measured noise of the best; "
+        "accuracy class componentwise unless the column says (normwise)")
+    styles = {
+        "caller_us": lambda cell: {"WRONG": "bold red", "ERROR": "red", "TIMEOUT": "red"}.get(cell),
+        "verdict": lambda cell: "bold green" if cell == BEST else None,
+        "limit": lambda cell: "yellow" if cell == "launch" else None,
+    }
+    return Listing(title, BENCH_COLUMNS, rows, _records(order), caption=caption, styles=styles,
+                   sections=sections)
 
 
 def table_rows(results: Sequence[BenchResult], baseline: str | None = None) -> list[list[str]]:
     """The bench table as plain cells, one row per backend and point (:data:`COLUMNS`)."""
-    base_name = _baseline(results, baseline)
-    rows = []
-    for point, row in _by_point(results).items():
-        marks = verdicts(row)
-        base = row.get(base_name) if base_name else None
-        for name, result in row.items():
-            label = name if result.accuracy == "componentwise" else f"{name} ({result.accuracy})"
-            cells = [f"{point.m}x{point.n}x{point.k}", point.dtype, point.layout, label]
-            if result.status != OK or result.measurement is None:
-                status = {UNSUPPORTED: "-", WRONG: "WRONG"}.get(result.status, "ERROR")
-                rows.append(cells + [status] + [""] * (len(COLUMNS) - 5))
-                continue
-            measured, timing = result.measurement, result.measurement.timing
-            host = measured.host
-            roof = result.roof
-            sol = f"{roof.percent:.0f}% {roof.bound}" if roof and roof.percent is not None else "-"
-            ratio = ""
-            if base is not None and base.caller_s and result is not base:
-                ratio = f"x{base.caller_s / measured.caller_s:.3g}"
-            tflops = result.tflops or 0.0
-            cells += [
-                _us(timing.median_s), _spread(timing.q1_s, timing.q3_s, timing.median_s),
-                _us(host.median_s if host else None),
-                _spread(host.q1_s, host.q3_s, host.median_s) if host else "",
-                _us(measured.caller_s), "launch" if measured.launch_bound else "device",
-                f"{tflops:.3g}" if tflops < 100 else f"{tflops:.0f}",
-                f"{roof.gbps:,.0f}" if roof and roof.gbps is not None else "-",
-                sol, ratio, marks.get(name, ""),
-            ]
-            rows.append(cells)
-    return rows
+    listing = bench_listing(results, baseline)
+    return [[row.get(column.key, "") for column in BENCH_COLUMNS] for row in listing.rows]
 
 
 def results_table(results: Sequence[BenchResult], baseline: str | None = None,
-                  title: str = "gemmzoo bench: time per call (median)") -> Table:
-    """One row per backend and point: device time, host time and caller time per call with their
-    spreads (±IQR/2), which of them limits a loop of calls, TFLOPS, GB/s, share of the roofline
-    floor and which bound that is, speed relative to the baseline, and best/tie by caller time.
-    A backend of an accuracy class other than componentwise says so after its name."""
-    base_name = _baseline(results, baseline)
-    caption = ("caller = max(device, host): what a loop of calls gets; limit 'launch' = launch-bound; "
-               "roofline = floor / device time, floor = max(flops / peak, bytes / bandwidth); "
-               f"x base = caller-time speed-up over {escape(str(base_name))}; tie = within measured noise; "
-               "accuracy class componentwise unless the column says (normwise)")
-    table = Table(title=title, caption=caption)
-    for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("dtype", "layout", "backend", "limit",
-                                                               "verdict") else "right", no_wrap=True)
-    cell_rows = table_rows(results, baseline)
-    for index, cells in enumerate(cell_rows):
-        shown = list(cells)
-        if shown[3].split(" ")[0] == base_name:
-            shown[3] = shown[3].replace(base_name, base_name + "*", 1)
-        shown[3] = escape(shown[3])  # a backend's name is text from a plugin or a file, never markup
-        if shown[4] == "WRONG":
-            shown[4] = "[bold red]WRONG[/]"
-        elif shown[4] == "ERROR":
-            shown[4] = "[red]ERROR[/]"
-        if shown[-1] == BEST:
-            shown[-1] = "[bold green]best[/]"
-        if shown[9] == "launch":
-            shown[9] = "[yellow]launch[/]"
-        last_of_point = index + 1 == len(cell_rows) or cell_rows[index + 1][:3] != cells[:3]
-        table.add_row(*shown, end_section=last_of_point)
-    return table
+                  title: str = "gemmzoo bench: time per call (median)", wide: bool = True) -> Table:
+    """The rich table of :func:`bench_listing`: device time, host time and caller time per call
+    with their spreads (±IQR/2), which of them limits a loop of calls, TFLOPS, GB/s, share of the
+    roofline floor and which bound that is, speed relative to the baseline, and best/tie by caller
+    time (``wide=False``: the compact columns only). A backend of an accuracy class other than
+    componentwise says so after its name."""
+    return build_table(bench_listing(results, baseline, title), wide)
 
 
 def plain_table(results: Sequence[BenchResult], baseline: str | None = None) -> str:
-    """The bench table as aligned plain text (no colours, no box, every column)."""
-    rows = [list(COLUMNS), *table_rows(results, baseline)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
+    """The bench table as tab-separated plain text (no colours, no box, every column)."""
+    return plain_text(bench_listing(results, baseline))
 
 
 @dataclass(frozen=True)
@@ -231,14 +265,10 @@ def _records(results: Sequence[BenchResult]) -> list[dict[str, Any]]:
              "verdict": marks.get((r.backend, r.point), "")} for r in results]
 
 
-def write_json(results: Sequence[BenchResult], path: str | Path, environment: dict[str, Any] | None = None,
-               command: str | None = None, baseline: str | None = None, meta: dict[str, Any] | None = None,
-               extras: Sequence[dict[str, Any]] | None = None) -> None:
-    """``{"created", "command", "environment", "results": [...], "summary": [...]}``; NaN written
-    as null.
-
-    ``meta`` adds top-level keys (``shard``, ``devices``: see :mod:`gemmzoo.runs`); ``extras[i]``
-    adds keys to the i-th result (``gpu``: the GPU that measured it and its state then)."""
+def json_document(results: Sequence[BenchResult], environment: dict[str, Any] | None = None,
+                  command: str | None = None, baseline: str | None = None, meta: dict[str, Any] | None = None,
+                  extras: Sequence[dict[str, Any]] | None = None) -> str:
+    """The text :func:`write_json` writes."""
     records = _records(results)
     if extras is not None:
         for record, extra in zip(records, extras, strict=True):
@@ -251,16 +281,35 @@ def write_json(results: Sequence[BenchResult], path: str | Path, environment: di
         "results": records,
         "summary": [vars(entry) for entry in summaries(results, baseline)],
     }
-    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+    return json.dumps(data, indent=2)
 
 
-def write_csv(results: Sequence[BenchResult], path: str | Path) -> None:
-    """One line per backend x point, the columns of :data:`CSV_FIELDS`."""
+def write_json(results: Sequence[BenchResult], path: str | Path, environment: dict[str, Any] | None = None,
+               command: str | None = None, baseline: str | None = None, meta: dict[str, Any] | None = None,
+               extras: Sequence[dict[str, Any]] | None = None) -> None:
+    """``{"created", "command", "environment", "results": [...], "summary": [...]}``; NaN written
+    as null.
+
+    ``meta`` adds top-level keys (``shard``, ``devices``, ``interrupted``: see :mod:`gemmzoo.runs`);
+    ``extras[i]`` adds keys to the i-th result (``gpu``: the GPU that measured it and its state then)."""
+    Path(path).write_text(json_document(results, environment, command, baseline, meta, extras) + "\n")
+
+
+def write_csv(results: Sequence[BenchResult], path: str | Path | TextIO) -> None:
+    """One line per backend x point, the columns of :data:`CSV_FIELDS`, to a file path or an open
+    text file."""
+    if not isinstance(path, (str, Path)):
+        _csv_rows(results, path)
+        return
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        for record in _records(results):
-            writer.writerow({key: "" if _clean(record[key]) is None else record[key] for key in CSV_FIELDS})
+        _csv_rows(results, handle)
+
+
+def _csv_rows(results: Sequence[BenchResult], handle: TextIO) -> None:
+    writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for record in _records(results):
+        writer.writerow({key: "" if _clean(record[key]) is None else record[key] for key in CSV_FIELDS})
 
 
 def write_plot(results: Sequence[BenchResult], path: str | Path, title: str = "gemmzoo bench") -> None:

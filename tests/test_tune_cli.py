@@ -40,4 +40,4 @@ def test_bad_arguments(capsys):
     assert main(["tune", "--shape", "8x8x8", "--backend", "no-such-backend"]) == 2
     assert "unknown backend 'no-such-backend'" in capsys.readouterr().out
     assert main(["best", "8", "8", "8", "--dtype", "tf32", "--device", "cpu"]) == 2
-    assert "no available backend computes tf32 on cpu" in capsys.readouterr().out
+    assert "no available backend computes tf32 on cpu" in capsys.readouterr().err  # errors: stderr

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from gemmzoo.cli.console import errors
+from gemmzoo.cli.options import join_dashed_values
 from gemmzoo.errors import GemmError
 
 # Each subcommand lives in gemmzoo/cli/cmd_<name>.py with add_arguments(parser) and run(args).
@@ -18,12 +20,23 @@ COMMANDS = {
     "tune": "measure and store the best backend for each shape of a grid",
     "best": "print the backend best_backend would return for M N K, and why",
     "compare": "results of several runs, machines or versions side by side; regressions beyond noise fail",
+    "cache": "where the tuning database is, its size and rows; --clear empties it",
 }
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gemmzoo")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="gemmzoo", description="Compare GEMM backends side by side.")
+    parser.add_argument("--version", action="version", version=f"gemmzoo {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, summary in COMMANDS.items():
         module = importlib.import_module(f"gemmzoo.cli.cmd_{name}")
@@ -34,15 +47,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (2 for gemmzoo's own errors)."""
-    args = build_parser().parse_args(argv)
+    """Run the command line; returns the exit status: 0 all good; 1 a failure, WRONG, ERROR,
+    TIMEOUT or confident regression; 2 bad usage or input (gemmzoo's own errors included); 130
+    interrupted (commands that measure write their results so far first)."""
+    try:
+        args = build_parser().parse_args(join_dashed_values(sys.argv[1:] if argv is None else argv))
+    except SystemExit as done:  # bad usage (2), or --help / --version (0): returned, as every status is
+        return done.code if isinstance(done.code, int) else 2
     try:
         return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        errors.print(f"gemmzoo {args.command}: interrupted", style="yellow", markup=False)
+        return 130
+    except BrokenPipeError:  # the reader stopped reading (| head): nothing more to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+        return 0
     except GemmError as error:
         trace = getattr(error, "traceback", None)  # a plugin's own traceback (strict plugins)
         if trace:
-            errors.print(trace, markup=False, soft_wrap=True)
-        errors.print(f"gemmzoo {args.command}: {error}", markup=False, style="red", soft_wrap=True)
+            errors.print(trace, markup=False)
+        errors.print(f"gemmzoo {args.command}: {error}", markup=False, style="red")
         return 2
 
 

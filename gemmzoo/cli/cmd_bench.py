@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shlex
 import sys
+from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gemmzoo import scale_jobs
-from gemmzoo.bench import OK, BenchResult, run_bench
+from gemmzoo.bench import OK, UNSUPPORTED, BenchResult, run_bench
 from gemmzoo.bench import environment as bench_environment
-from gemmzoo.cli.console import console, errors
-from gemmzoo.cli.options import add_point_arguments, points_from_arguments, shard_meta
+from gemmzoo.cli.console import errors, messages
+from gemmzoo.cli.options import (
+    COUNT,
+    add_point_arguments,
+    default_selection,
+    points_from_arguments,
+    shard_meta,
+)
+from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
+from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import UnknownBackendError
-from gemmzoo.grids import GridError, default_grid_name, grids
+from gemmzoo.grids import GridError, GridPoint, default_grid_name, grids
 from gemmzoo.measure import TIMERS
 from gemmzoo.registry import get_registry
 
@@ -25,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_point_arguments(parser, "bench")
     parser.add_argument("--baseline", metavar="NAME",
                         help="show each backend's caller-time speed-up over this one (default: the first of "
-                             "torch, cupy, numpy, torch-cpu benched, else the first by name)")
+                             "torch, cupy, numpy, torch-cpu benched that computes every dtype asked for, "
+                             "else the first such by name)")
     parser.add_argument("--timer", choices=TIMERS, default="events",
                         help="device timer on a GPU: events (CUDA events, calls queued behind a stream hold; "
                              "default), graph (the same around CUDA-graph replays of the call), do_bench "
@@ -38,42 +47,115 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sample until the median is known to within this percent (95%% confidence) or "
                              "the budget is spent; rows that miss it are marked noisy (default 2; 0: always "
                              "spend the whole budget)")
-    parser.add_argument("--rounds", type=int, default=1, metavar="N",
+    parser.add_argument("--rounds", type=COUNT, default=1, metavar="N",
                         help="measure in N interleaved rounds (each backend, point by point, N times; the "
                              "budget split between them) and merge them, so drift hits every backend alike")
-    parser.add_argument("--plain", action="store_true",
-                        help="print the table as plain aligned text (without it, a pipe gets the rich "
-                             "table at full width)")
+    add_format_arguments(parser)
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
     parser.add_argument("--csv", metavar="FILE", help="write every result as CSV")
-    parser.add_argument("--plot", metavar="FILE.png", help="plot TFLOPS against size, one line per backend")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="plot TFLOPS against size, one line per backend (needs matplotlib: "
+                             "pip install 'gemmzoo[plot]')")
     parser.add_argument("--list-grids", action="store_true", help="list the named grids and exit")
     parser.add_argument("--merge", nargs="+", metavar="RESULTS.json",
                         help="measure nothing: merge these result files (the --shard parts of one sweep) "
                              "into one table, and into --json/--csv/--plot")
 
 
-def _list_grids() -> int:
-    from rich.table import Table
-
-    table = Table(title="gemmzoo grids")
-    for column in ("name", "shapes", "description"):
-        table.add_column(column)
+def _list_grids(args: argparse.Namespace) -> int:
     default = default_grid_name()
-    for grid in grids().values():
-        mark = " (default here)" if grid.name == default else ""
-        table.add_row(grid.name, str(len(grid.shapes)), grid.description + mark)
-    console.print(table)
+    columns = (Column("name", "name"), Column("shapes", "shapes", justify="right"),
+               Column("default", "default here", compact=False),
+               Column("description", "description", text=True))
+    rows = [{"name": grid.name, "shapes": str(len(grid.shapes)),
+             "default": "yes" if grid.name == default else "", "description": grid.description}
+            for grid in grids().values()]
+    emit(Listing(f"gemmzoo grids (default here: {default})", columns, rows), args.format, args.wide)
     return 0
+
+
+def choose_baseline(backends: list[Any], points: list[GridPoint], requested: str | None,
+                    say: Any) -> tuple[str | None, str | None]:
+    """``(baseline, error)``: the requested baseline when it is benched and computes every dtype
+    of the grid; otherwise the preferred backend that does (``say`` hears why the first choice
+    was passed over); ``error`` is set when a requested baseline cannot serve."""
+    from gemmzoo.tuning.select import preference
+
+    dtypes = {p.dtype for p in points}
+    names = {b.name: b for b in backends}
+    if requested:
+        if requested not in names:
+            return None, (f"baseline {requested!r} is not among the benched backends: "
+                          f"{', '.join(names)}")
+        missing = sorted(dtypes - set(names[requested].dtypes))
+        if missing:
+            return None, (f"baseline {requested!r} does not compute {', '.join(missing)}; choose one of: "
+                          f"{', '.join(n for n, b in names.items() if dtypes <= set(b.dtypes)) or 'none'}")
+        return requested, None
+    ordered = sorted(names, key=preference)
+    serving = [n for n in ordered if dtypes <= set(names[n].dtypes)]
+    if serving and ordered and serving[0] != ordered[0]:
+        missing = sorted(dtypes - set(names[ordered[0]].dtypes))
+        say(f"baseline: {serving[0]} ({ordered[0]}, the first choice, does not compute {', '.join(missing)})")
+    return (serving[0] if serving else (ordered[0] if ordered else None)), None
+
+
+def _failed(results: list[BenchResult]) -> bool:
+    return any(r.status not in (OK, UNSUPPORTED) for r in results)
+
+
+def _write_files(args: argparse.Namespace, results: list[BenchResult], environment: dict[str, Any],
+                 command: str, baseline: str | None, meta: dict[str, Any],
+                 extras: list[dict[str, Any]]) -> None:
+    from gemmzoo.report import write_csv, write_json
+
+    say = messages(args.format)
+    if args.json:
+        write_json(results, args.json, environment, command, baseline, meta=meta,
+                   extras=extras if len(extras) == len(results) else None)
+        say.print(f"wrote {args.json}", markup=False)
+    if args.csv:
+        write_csv(results, args.csv)
+        say.print(f"wrote {args.csv}", markup=False)
+    if args.plot and results:
+        from gemmzoo.report import write_plot
+
+        write_plot(results, args.plot)
+        say.print(f"wrote {args.plot}", markup=False)
+
+
+def _show(args: argparse.Namespace, results: list[BenchResult], baseline: str | None,
+          environment: dict[str, Any], command: str, meta: dict[str, Any]) -> None:
+    from gemmzoo.report import bench_listing, json_document, summary_lines, write_csv
+
+    if args.format == "json":
+        print(json_document(results, environment, command, baseline, meta=meta), flush=True)
+        return
+    if args.format == "csv":
+        write_csv(results, sys.stdout)
+        return
+    listing = bench_listing(results, baseline)
+    listing.notes = summary_lines(results, baseline)
+    listing.notes += [f"{r.status.upper()} {r.backend} {r.point.id}: {r.detail}" for r in results
+                      if r.status not in (OK, UNSUPPORTED)]
+    emit(listing, args.format, args.wide)
+    if args.format == "plain":
+        for note in listing.notes:
+            print(note)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.list_grids:
-        return _list_grids()
+        return _list_grids(args)
     if args.merge:
         from gemmzoo.cli.merge import run_merge
 
         return run_merge(args)
+    say = messages(args.format)
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        errors.print("--plot needs matplotlib, which is not installed: pip install 'gemmzoo[plot]' "
+                     "(or matplotlib); nothing was run", style="red", markup=False)
+        return 2
     if args.threads is not None and args.threads < 1:
         errors.print("--threads must be at least 1", style="red", markup=False)
         return 2
@@ -81,21 +163,21 @@ def run(args: argparse.Namespace) -> int:
         errors.print("--max-noise must be 0 or more (percent)", style="red", markup=False)
         return 2
     noise_target = args.max_noise / 100
+    registry = get_registry()
     try:
         points = points_from_arguments(args)
-    except GridError as error:
+        chosen = registry.select(args.backend)
+    except (UnknownBackendError, GridError) as error:
         errors.print(str(error), style="red", markup=False)
+        return 2
+    problem = too_large(points, chosen)
+    if problem is not None:
+        errors.print(f"gemmzoo bench: {problem}", style="red", markup=False)
         return 2
     # The GPU workers start now with the sweep queued: each measures as soon as it is warm, while
     # this process still checks the backends (scale_jobs.start_bench).
     pool = scale_jobs.start_bench(args.devices, args.backend, points, args.budget, args.timer, args.threads,
                                   noise_target)
-    registry = get_registry()
-    try:
-        chosen = registry.select(args.backend)
-    except (UnknownBackendError, GridError) as error:
-        errors.print(str(error), style="red", markup=False)
-        return 2
     backends = []
     for backend in chosen:
         reason = backend.unavailable_reason()
@@ -103,63 +185,58 @@ def run(args: argparse.Namespace) -> int:
             backends.append(backend)
         elif args.backend:  # named explicitly: say why it is left out
             errors.print(f"{backend.name} is unavailable: {reason}", style="yellow", markup=False)
+    backends = default_selection(backends, bool(args.backend),
+                                 lambda line: errors.print(line, style="yellow", markup=False))
     if not backends:
-        errors.print("[red]no available backend to bench[/]")
+        errors.print("no available backend to bench", style="red", markup=False)
         return 2
-    if args.rounds < 1:
-        errors.print("--rounds must be at least 1", style="red", markup=False)
-        return 2
-    if args.baseline and args.baseline not in {b.name for b in backends}:
-        errors.print(f"baseline {args.baseline!r} is not among the benched backends: "
-                     f"{', '.join(b.name for b in backends)}", style="red", markup=False)
+    baseline, problem = choose_baseline(backends, points, args.baseline,
+                                        lambda line: errors.print(line, style="yellow", markup=False))
+    if problem is not None:
+        errors.print(f"gemmzoo bench: {problem}", style="red", markup=False)
         return 2
 
+    results: list[BenchResult] = []
+    extras: list[dict[str, object]] = []
+    workers = None
+    interrupted = False
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("benchmarking", total=len(points) * len(backends))
-        if args.rounds > 1:
-            progress.update(task, description=f"benchmarking, {args.rounds} rounds")
+    try:
+        with Progress(*columns, console=say, transient=True, disable=not say.is_terminal) as progress:
+            task = progress.add_task("benchmarking", total=len(points) * len(backends))
+            if args.rounds > 1:
+                progress.update(task, description=f"benchmarking, {args.rounds} rounds")
 
-        def advance(result: BenchResult) -> None:
-            progress.update(task, advance=1, description=f"{result.point.id} {result.backend}")
+            def advance(result: BenchResult) -> None:
+                progress.update(task, advance=1, description=f"{result.point.id} {result.backend}")
 
-        def advance_here(result: BenchResult) -> None:
-            extras.append(scale_jobs.gpu_extra(result))  # the GPU's state right after measuring
-            advance(result)
+            def advance_here(result: BenchResult) -> None:
+                results.append(result)  # kept as they come, so that Ctrl-C still has them
+                extras.append(scale_jobs.gpu_extra(result))  # the GPU's state right after measuring
+                advance(result)
 
-        extras: list[dict[str, object]] = []
-        workers = None
-        if args.devices:
-            results, extras, workers = scale_jobs.bench_on_devices(
-                backends, points, args.budget, args.devices, advance, pool, timer=args.timer,
-                threads=args.threads, noise_target=noise_target)
-        else:
-            results = run_bench(backends, points, args.budget, on_result=advance_here, timer=args.timer,
-                                rounds=args.rounds, threads=args.threads, noise_target=noise_target)
+            if args.devices:
+                results, extras, workers = scale_jobs.bench_on_devices(
+                    backends, points, args.budget, args.devices, advance, pool, timer=args.timer,
+                    threads=args.threads, noise_target=noise_target)
+            else:
+                results = run_bench(backends, points, args.budget, on_result=advance_here, timer=args.timer,
+                                    rounds=args.rounds, threads=args.threads, noise_target=noise_target)
+    except KeyboardInterrupt:
+        interrupted = True
+        errors.print(f"interrupted: {len(results)} of {len(points) * len(backends)} results measured; "
+                     "writing those", style="yellow", markup=False)
 
-    from gemmzoo.report import plain_table, results_table, summary_lines
-
-    if args.plain:
-        print(plain_table(results, args.baseline))
-    else:
-        table = results_table(results, args.baseline)
-        if console.is_terminal:
-            console.print(table)
-        else:  # a pipe or file: as wide as the table needs, never cut to 80 columns
-            from rich.measure import Measurement
-
-            needed = Measurement.get(console, console.options.update_width(100_000), table).maximum
-            wide = Console(width=max(80, needed + 2), highlight=False)
-            wide.print(table)
-    for line in summary_lines(results, args.baseline):
-        console.print(line, markup=False, soft_wrap=True)
-    for result in results:
-        if result.status not in (OK, "unsupported"):
-            console.print(f"[red]{result.status.upper()}[/] {escape(result.detail)}", soft_wrap=True)
     command = "gemmzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     shard = shard_meta(args)
-    run_meta = {key: value for key, value in (("shard", shard), ("devices", workers)) if value}
-    from gemmzoo.cli.merge import write_outputs
-
-    return write_outputs(args, results, bench_environment(backends), command, args.baseline, meta=run_meta,
-                         extras=extras)
+    run_meta: dict[str, Any] = {key: value for key, value in (("shard", shard), ("devices", workers))
+                                if value}
+    if interrupted:
+        run_meta["interrupted"] = True
+    environment = bench_environment(backends)
+    if results:
+        _show(args, results, baseline, environment, command, run_meta)
+    _write_files(args, results, environment, command, baseline, run_meta, extras)
+    if interrupted:
+        return 130
+    return 1 if _failed(results) else 0

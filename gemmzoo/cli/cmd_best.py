@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 
 from gemmzoo.accuracy import ACCURACY_CLASSES, COMPONENTWISE, accuracy_of
-from gemmzoo.cli.console import console
+from gemmzoo.cli.console import console, errors
+from gemmzoo.cli.options import SIZE
+from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import GemmError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in ("M", "N", "K"):
-        parser.add_argument(name, type=int)
+        parser.add_argument(name, type=SIZE, help=f"{name} (0: an empty product, answered without measuring)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="default float32 (IEEE)")
     parser.add_argument("--device", choices=("cpu", "cuda"),
                         help="default: cuda when a CUDA backend is available, else cpu")
@@ -24,6 +26,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or by device time alone")
     parser.add_argument("--no-measure", action="store_true",
                         help="never measure now; answer from the nearest measured shape instead")
+    add_format_arguments(parser)
+
+
+COLUMNS = (
+    Column("shape", "MxNxK"), Column("dtype", "dtype"), Column("device", "device"),
+    Column("backend", "backend"),
+    Column("source", "source"), Column("basis", "measured at"), Column("median_us", "median us"),
+    Column("runner_up", "runner-up"), Column("tie", "tie"),
+)
+
+
+def _listing(choice: object, args: argparse.Namespace) -> Listing:
+    mine, other = choice.timing, choice.runner_up
+    row = {"shape": f"{args.M}x{args.N}x{args.K}", "dtype": args.dtype, "device": choice.device,
+           "backend": choice.backend.name, "source": choice.source,
+           "basis": "x".join(map(str, choice.basis)) if choice.basis else "-",
+           "median_us": f"{mine.median_s * 1e6:.4g}" if mine is not None else "-",
+           "runner_up": other.backend if other is not None else "-", "tie": ",".join(choice.tied)
+           if choice.tie else ""}
+    record = {**row, "median_s": mine.median_s if mine is not None else None, "note": choice.note,
+              "excluded": dict(choice.excluded)}
+    del record["median_us"]
+    return Listing("gemmzoo best", COLUMNS, [row], [record])
+
+
+def _too_large(args: argparse.Namespace) -> str | None:
+    """Why measuring this shape cannot fit here (see :mod:`gemmzoo.cli.sizes`), or ``None``."""
+    from gemmzoo.cli.sizes import too_large
+    from gemmzoo.grids import GridPoint
+    from gemmzoo.registry import get_registry
+
+    candidates = [b for b in get_registry().select(None)
+                  if args.dtype in b.dtypes and (args.device is None or b.device == args.device)]
+    return too_large([GridPoint(args.M, args.N, args.K, args.dtype)], candidates)
 
 
 def _us(seconds: float) -> str:
@@ -35,20 +71,32 @@ def run(args: argparse.Namespace) -> int:
     from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, explain
 
     shape = (args.M, args.N, args.K)
+    if not args.no_measure and min(shape) > 0:  # a new shape is measured now: seconds to minutes
+        problem = _too_large(args)
+        if problem is not None:
+            errors.print(f"gemmzoo best: {problem} (--no-measure answers from the nearest measured "
+                         "shape)", style="red", markup=False)
+            return 2
+        errors.print(f"gemmzoo best: looking up {args.M}x{args.N}x{args.K} {args.dtype} in the tuning "
+                     "database; the candidates are measured now if it is not there (Ctrl-C stops; "
+                     "--no-measure answers from the nearest measured shape)", style="dim", markup=False)
     try:
         choice = explain(shape, args.dtype, args.device, measure=False if args.no_measure else None,
                          accuracy=args.accuracy, by=args.by)
     except (GemmError, ValueError) as error:
-        console.print(str(error), style="red", markup=False)
+        errors.print(str(error), style="red", markup=False)
         return 2
+    if args.format != "table":
+        emit(_listing(choice, args), args.format)
+        return 0
     flops = 2 * args.M * args.N * args.K
     console.print(f"[bold]{choice.backend.name}[/] for {args.M}x{args.N}x{args.K} {args.dtype} "
-                  f"on {choice.device}", soft_wrap=True)
+                  f"on {choice.device}")
     console.print(f"  accuracy: {accuracy_of(choice.backend)} (accepted: {args.accuracy}"
                   f"{' or stronger' if args.accuracy != COMPONENTWISE else ''})", markup=False)
     basis = "x".join(map(str, choice.basis)) if choice.basis else "-"
     note = f" ({choice.note})" if choice.note else ""
-    console.print(f"  source: {choice.source}{note}", markup=False, soft_wrap=True)
+    console.print(f"  source: {choice.source}{note}", markup=False)
     mine = choice.timing
     if mine is not None:
         exact = choice.basis == shape and mine.median_s > 0
@@ -58,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             else "device time"
         ranked = "caller time (the larger of device and host time per call)" if args.by == "caller" \
             else "device time"
-        console.print(f"  ranked by: {ranked}; {choice.backend.name}'s figure is its {bound}", soft_wrap=True)
+        console.print(f"  ranked by: {ranked}; {choice.backend.name}'s figure is its {bound}")
     other = choice.runner_up
     if other is not None:
         console.print(f"  runner-up: {other.backend}, {_us(other.median_s)} median ({other.bound} time), "
@@ -77,5 +125,5 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  tie: no, the runner-up is {other.median_s / mine.median_s:.2f}x slower, "
                       "beyond measured noise")
     for name, why in choice.excluded.items():
-        console.print(f"  not a candidate: {name}: {why}", markup=False, soft_wrap=True)
+        console.print(f"  not a candidate: {name}: {why}", markup=False)
     return 0

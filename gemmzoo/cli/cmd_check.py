@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from rich.markup import escape
 from rich.progress import Progress
-from rich.table import Table
 
 from gemmzoo.accuracy import accuracy_of
-from gemmzoo.cli.console import console
+from gemmzoo.cli.console import errors, messages
+from gemmzoo.cli.options import SIZE, default_selection, number
+from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.conformance import check_backend, conformance_cases, input_checks
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK
 from gemmzoo.dtypes import DTYPES
@@ -23,60 +23,85 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", action="append", choices=DTYPES,
                         help="check only this dtype (repeatable; default: every dtype the backend declares)")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every check, not only failures")
-    parser.add_argument("--random", type=int, default=0, metavar="N",
+    add_format_arguments(parser)
+    parser.add_argument("--random", type=SIZE, default=0, metavar="N",
                         help="also N random problems per backend, in no fixed list (default: 0)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random problems (default: 0)")
-    parser.add_argument("--max-work", type=float, default=DEFAULT_MAX_WORK, metavar="MNK",
+    parser.add_argument("--max-work", type=number(float, 1), default=DEFAULT_MAX_WORK, metavar="MNK",
                         help=f"largest M·N·K of a random problem (default: {DEFAULT_MAX_WORK:g}; "
                              "1e10 reaches a GPU's large-problem routes)")
 
 
+COLUMNS = (
+    Column("backend", "backend"),
+    Column("dtypes", "dtypes", compact=False),
+    Column("accuracy", "accuracy", compact=False),
+    Column("checks", "checks", justify="right"),
+    Column("failed", "failed", justify="right"),
+    Column("result", "result", text=True),
+)
+_STYLE = {"conforms": "green", "does not conform": "red"}
+
+
 def run(args: argparse.Namespace) -> int:
+    say = messages(args.format)
     registry = get_registry()
     try:
         chosen = registry.select(args.names)
     except UnknownBackendError as error:
-        console.print(str(error), style="red", markup=False)
+        say.print(str(error), style="red", markup=False)
         return 2
     if not args.names:  # checking "everything" means everything usable here
         chosen = [b for b in chosen if b.unavailable_reason() is None]
+        chosen = default_selection(chosen, False,
+                                   lambda line: errors.print(line, style="yellow", markup=False))
     if not chosen:
-        console.print("[red]no backend to check[/]")
+        say.print("no backend to check", style="red", markup=False)
         return 2
 
-    summary = Table(title="gemmzoo conformance")
-    for column in ("backend", "dtypes", "accuracy", "checks", "failed", "result"):
-        summary.add_column(column)
-    all_passed = True
-    for backend in chosen:
-        try:
-            dtypes = [d for d in DTYPES if d in backend.dtypes and (not args.dtype or d in args.dtype)]
-            cases = sum(len(conformance_cases(d, backend.device)) for d in dtypes)
-            total = len(input_checks(backend)) + cases + (args.random if dtypes else 0)
-        except Exception:  # a malformed backend: check_backend reports what is wrong with it
-            dtypes, total = [], None
-        with Progress(console=console, transient=True) as progress:
-            task = progress.add_task(f"checking {backend.name}", total=total)
-            report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t),
-                                   random=args.random, seed=args.seed, max_work=args.max_work)
-        if report.unavailable is not None:
-            all_passed = False
-            reason = escape(report.unavailable)
-            summary.add_row(backend.name, "-", str(accuracy_of(backend)), "0", "-",
-                            f"[yellow]unavailable: {reason}[/]")
-            continue
-        all_passed &= report.passed
-        for result in report.results:
-            if not result.passed or args.verbose:
-                mark = "[green]ok[/]" if result.passed else "[red]FAIL[/]"
-                detail = escape(result.detail)  # it quotes errors and values: brackets are text
-                console.print(f"{mark} {backend.name} {result.check}: {detail}", soft_wrap=True)
-        # One line as each backend finishes: a log of a long run (no terminal, so no progress bar)
-        # then shows how far it got.
-        console.print(f"{backend.name}: {len(report.results)} checks, {len(report.failures)} failed",
-                      markup=False)
-        verdict = "[green]conforms[/]" if report.passed else "[red]does not conform[/]"
-        summary.add_row(backend.name, ",".join(dtypes), escape(str(accuracy_of(backend))),
-                        str(len(report.results)), str(len(report.failures)), verdict)
-    console.print(summary)
+    rows: list[dict[str, str]] = []
+    all_passed, interrupted = True, False
+    try:
+        for backend in chosen:
+            all_passed &= _check_one(args, backend, rows, say)
+    except KeyboardInterrupt:
+        interrupted = True
+        errors.print(f"interrupted: {len(rows)} of {len(chosen)} backends checked", style="yellow",
+                     markup=False)
+    listing = Listing("gemmzoo conformance", COLUMNS, rows,
+                      styles={"result": lambda cell: _STYLE.get(cell, "yellow")})
+    emit(listing, args.format, args.wide)
+    if interrupted:
+        return 130
     return 0 if all_passed else 1
+
+
+def _check_one(args: argparse.Namespace, backend: object, rows: list[dict[str, str]], say: object) -> bool:
+    """Check one backend, print its failures (every check with ``-v``) and its one-line tally,
+    add its row; whether it conforms."""
+    try:
+        dtypes = [d for d in DTYPES if d in backend.dtypes and (not args.dtype or d in args.dtype)]
+        cases = sum(len(conformance_cases(d, backend.device)) for d in dtypes)
+        total = len(input_checks(backend)) + cases + (args.random if dtypes else 0)
+    except Exception:  # a malformed backend: check_backend reports what is wrong with it
+        dtypes, total = [], None
+    with Progress(console=say, transient=True, disable=not say.is_terminal) as progress:
+        task = progress.add_task(f"checking {backend.name}", total=total)
+        report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t),
+                               random=args.random, seed=args.seed, max_work=args.max_work)
+    row = {"backend": backend.name, "dtypes": ",".join(dtypes), "accuracy": str(accuracy_of(backend))}
+    if report.unavailable is not None:
+        rows.append({**row, "dtypes": "-", "checks": "0", "failed": "-",
+                     "result": f"unavailable: {' '.join(report.unavailable.split())}"})
+        return False
+    for result in report.results:
+        if not result.passed or args.verbose:
+            mark = "ok" if result.passed else "FAIL"
+            say.print(f"{mark} {backend.name} {result.check}: {result.detail}", markup=False,
+                      style=None if result.passed else "red")
+    # One line as each backend finishes: a log of a long run (no terminal, so no progress bar)
+    # then shows how far it got.
+    say.print(f"{backend.name}: {len(report.results)} checks, {len(report.failures)} failed", markup=False)
+    rows.append({**row, "checks": str(len(report.results)), "failed": str(len(report.failures)),
+                 "result": "conforms" if report.passed else "does not conform"})
+    return bool(report.passed)

@@ -6,24 +6,30 @@ import argparse
 import sys
 from typing import Any
 
-from rich.markup import escape
-from rich.table import Table
-
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.cli.console import console
+from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.registry import get_registry
 
+# The plain format's column order is the one scripts have read since the first release; after the
+# header and the rows come FAILED and DISABLED lines, in three fields.
+COLUMNS = (
+    Column("backend", "backend"),
+    Column("device", "device"),
+    Column("dtypes", "dtypes"),
+    Column("available", "available", text=True),
+    Column("plugin", "plugin (distribution)", compact=False),
+    Column("accuracy", "accuracy", compact=False),
+)
+_INTERPRETER_HINT = "no GPU: set TRITON_INTERPRET=1"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--plain", action="store_true",
-        help="tab-separated lines instead of a table: one per backend (name, device, dtypes, available, "
-             "plugin, accuracy class), then FAILED and DISABLED lines for plugins",
-    )
+    add_format_arguments(parser)
     parser.add_argument(
         "-v", "--verbose", action="store_true",
-        help="also print the traceback of each plugin that raised (to stderr with --plain)",
+        help="also print the traceback of each plugin that raised (to stderr unless --format table)",
     )
 
 
@@ -35,47 +41,69 @@ def _print_tracebacks(registry: Any, plain: bool) -> None:
                 print(f"{header}\n{failure.traceback}\n", file=sys.stderr)
             else:
                 console.print(header, style="red", markup=False)
-                console.print(failure.traceback, markup=False, soft_wrap=True)
+                console.print(failure.traceback, markup=False)
+
+
+def _short(reason: str, shared: dict[str, str], room: int) -> str:
+    """A reason for the table: one longer than ``room`` is given once, under the table, however
+    many backends share it, and the rows say which note it is."""
+    if len(reason) <= room:
+        return reason
+    if reason not in shared:
+        shared[reason] = f"[{len(shared) + 1}]"
+    return f"no: see {shared[reason]}"
 
 
 def run(args: argparse.Namespace) -> int:
     registry = get_registry()
-    rows = []
+    rows, records = [], []
     for backend in registry.backends():
         reason = backend.unavailable_reason()
         provider = registry.provider(backend.name)
         dist = f"{provider.distribution} {provider.version}" if provider.distribution else "-"
-        dtypes = ",".join(d for d in DTYPES if d in backend.dtypes)
+        dtypes = [d for d in DTYPES if d in backend.dtypes]
         available = "yes" if reason is None else "no: " + " ".join(reason.split())  # one line, no tabs
-        rows.append((backend.name, backend.device, dtypes, available, f"{provider.name} ({dist})",
-                     str(accuracy_of(backend))))
-    if args.plain:  # print, not rich: rich expands tabs and reads brackets as markup
+        rows.append({"backend": backend.name, "device": backend.device, "dtypes": ",".join(dtypes),
+                     "available": available, "plugin": f"{provider.name} ({dist})",
+                     "accuracy": str(accuracy_of(backend))})
+        records.append({**rows[-1], "dtypes": dtypes, "available": reason is None,
+                        "reason": None if reason is None else " ".join(reason.split())})
+    failures = [(f.plugin.describe(), f.error) for f in registry.failures]
+    listing = Listing("gemmzoo backends", COLUMNS, rows, records)
+    if args.format == "json":
+        listing.records = [*records, *({"failed_plugin": p, "error": e} for p, e in failures),
+                           *({"disabled_plugin": name} for name in registry.disabled)]
+    if args.format == "plain":  # print, not rich: rich expands tabs and reads brackets as markup
+        print("\t".join(c.title for c in COLUMNS))
         for row in rows:
-            print("\t".join(row))
-        for failure in registry.failures:
-            print(f"FAILED\t{failure.plugin.describe()}\t{failure.error}")
+            print("\t".join(row[c.key] for c in COLUMNS))
+        for plugin, error in failures:
+            print(f"FAILED\t{plugin}\t{error}")
         for name in registry.disabled:
             print(f"DISABLED\t{name}\tGEMMZOO_DISABLE_PLUGINS")
         if args.verbose:
             _print_tracebacks(registry, plain=True)
         return 0
-    table = Table(title="gemmzoo backends")
-    for column in ("backend", "device", "dtypes", "accuracy", "available", "plugin (distribution)"):
-        table.add_column(column, overflow="fold")
-    for name, device, dtypes, available, plugin, accuracy in rows:
-        style = "green" if available == "yes" else "yellow"
-        # Reasons and errors are plugins' text: "pip install x[cuda]" must not be read as markup.
-        table.add_row(name, device, dtypes, accuracy, f"[{style}]{escape(available)}[/]", escape(plugin))
-    console.print(table)
-    if registry.failures:
-        failed = Table(title="plugins that failed to load", title_style="red")
-        failed.add_column("plugin")
-        failed.add_column("error", overflow="fold")
-        for failure in registry.failures:
-            failed.add_row(escape(failure.plugin.describe()), escape(failure.error))
-        console.print(failed)
+    if args.format != "table":
+        emit(listing, args.format)
+        if args.verbose:
+            _print_tracebacks(registry, plain=True)
+        return 0
+    if console.is_terminal:
+        shared: dict[str, str] = {}
+        room = max(12, console.width - 70)  # what the other compact columns leave
+        for row in rows:
+            row["available"] = _short(row["available"], shared, room)
+        listing.notes += [f"{mark} {reason}" for reason, mark in shared.items()]
+    listing.styles["available"] = lambda cell: "green" if cell == "yes" else "yellow"
+    emit(listing, "table", args.wide)
+    if failures:
+        emit(Listing("plugins that failed to load", (Column("plugin", "plugin"),
+                                                    Column("error", "error", text=True)),
+                     [{"plugin": p, "error": e} for p, e in failures],
+                     styles={"plugin": lambda _cell: "red"}), "table")
     if registry.disabled:
-        console.print(f"disabled by GEMMZOO_DISABLE_PLUGINS: {', '.join(registry.disabled)}")
+        console.print(f"disabled by GEMMZOO_DISABLE_PLUGINS: {', '.join(registry.disabled)}", markup=False)
     if args.verbose:
         _print_tracebacks(registry, plain=False)
     elif any(failure.traceback for failure in registry.failures):

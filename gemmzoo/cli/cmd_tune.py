@@ -6,16 +6,18 @@ import argparse
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from gemmzoo.cli.console import console
-from gemmzoo.cli.options import add_point_arguments, points_from_arguments
+from gemmzoo.cli.console import console, errors, messages
+from gemmzoo.cli.options import add_point_arguments, default_selection, points_from_arguments
+from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
+from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import GemmError
 from gemmzoo.grids import GridPoint
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_point_arguments(parser, "tune")
+    add_format_arguments(parser)
     parser.add_argument("--no-verify", action="store_true",
                         help="skip each measurement's check against the float64 reference")
     parser.add_argument("--recorded", action="store_true",
@@ -54,12 +56,21 @@ def _time(seconds: float) -> str:
     return f"{seconds * 1e6:.3g} us"
 
 
-def _summary(records: list[Any], skipped: dict[tuple[Any, str], list[str]]) -> Table:
+SUMMARY_COLUMNS = (
+    Column("problem", "problem"),
+    Column("best", "best"),
+    Column("median", "median", justify="right"),
+    Column("tflops", "TFLOPS", justify="right"),
+    Column("runner_up", "runner-up", compact=False),
+    Column("tie", "tie", compact=False),
+    Column("not_chosen", "not chosen", text=True),
+)
+
+
+def _summary(records: list[Any], skipped: dict[tuple[Any, str], list[str]]) -> Listing:
     from gemmzoo.tuning.select import Timed, rank
 
-    table = Table(title="gemmzoo tune: fastest per problem (stored)")
-    for column in ("problem", "best", "median", "TFLOPS", "runner-up", "tie", "not chosen"):
-        table.add_column(column, justify="right" if column in ("median", "TFLOPS") else "left")
+    rows = []
     groups: dict[tuple[Any, str], list[Any]] = {}
     for record in records:
         point = GridPoint(record.m, record.n, record.k, record.dtype, record.layout)
@@ -70,20 +81,21 @@ def _summary(records: list[Any], skipped: dict[tuple[Any, str], list[str]]) -> T
         bad = [f"{r.backend}: {r.status}" for r in group if r.status != "ok"]
         bad += [f"{name}: skipped" for name in skipped.get((point, device), [])]
         layout = "" if point.layout == "NN" else f" {point.layout}"
-        problem = f"{point.m}x{point.n}x{point.k}{layout} {point.dtype} {device}"
+        row = {"problem": f"{point.m}x{point.n}x{point.k}{layout} {point.dtype} {device}",
+               "not_chosen": ", ".join(bad)}
         if not timed:
-            table.add_row(problem, "-", "", "", "", "", ", ".join(bad))
+            rows.append({**row, "best": "-"})
             continue
         winner, ranking, tied = rank(timed)
         best = next(t for t in ranking if t.backend == winner)
         other = next((t for t in ranking if t.backend != winner), None)
-        table.add_row(
-            problem, winner, _time(best.median_s),
-            f"{point.flops / best.median_s / 1e12:.3g}" if best.median_s > 0 else "-",
-            f"{other.backend} {_time(other.median_s)}" if other else "-",
-            ("yes: " + ", ".join(tied)) if len(tied) > 1 else "no", ", ".join(bad),
-        )
-    return table
+        rows.append({
+            **row, "best": winner, "median": _time(best.median_s),
+            "tflops": f"{point.flops / best.median_s / 1e12:.3g}" if best.median_s > 0 else "-",
+            "runner_up": f"{other.backend} {_time(other.median_s)}" if other else "-",
+            "tie": ("yes: " + ", ".join(tied)) if len(tied) > 1 else "no",
+        })
+    return Listing("gemmzoo tune: fastest per problem (stored)", SUMMARY_COLUMNS, rows)
 
 
 def _portable(args: argparse.Namespace, before_tuning: bool) -> int:
@@ -95,14 +107,14 @@ def _portable(args: argparse.Namespace, before_tuning: bool) -> int:
         if before_tuning:
             for path in args.import_files:
                 report = import_tuning(state.store(), path)
-                console.print(f"{path}: {report.summary()}", markup=False, soft_wrap=True)
+                console.print(f"{path}: {report.summary()}", markup=False)
             state.forget_answers()
         elif args.export:
             measurements, verdicts = export_tuning(state.store(), args.export)
             console.print(f"wrote {args.export}: {measurements} measurements, "
                           f"{verdicts} conformance verdicts")
     except (TuningFileError, OSError) as error:
-        console.print(str(error), style="red", markup=False, soft_wrap=True)
+        console.print(str(error), style="red", markup=False)
         return 2
     return 0
 
@@ -110,7 +122,6 @@ def _portable(args: argparse.Namespace, before_tuning: bool) -> int:
 def run(args: argparse.Namespace) -> int:
     from gemmzoo.registry import get_registry
     from gemmzoo.tuning import state
-    from gemmzoo.tuning.tune import tune
 
     if args.import_files or args.export:
         if _portable(args, before_tuning=True):
@@ -118,8 +129,11 @@ def run(args: argparse.Namespace) -> int:
         if not (args.grid or args.shape or args.file or args.recorded):
             return _portable(args, before_tuning=False)
 
+    say = messages(args.format)
     try:
         chosen = get_registry().select(args.backend)
+        chosen = default_selection(chosen, bool(args.backend),
+                                   lambda line: errors.print(line, style="yellow", markup=False))
         if args.recorded:  # each device's problems, with that device's backends
             plan = [(points, names) for device, points in recorded_points().items()
                     if (names := [b.name for b in chosen if b.device == device])]
@@ -135,37 +149,22 @@ def run(args: argparse.Namespace) -> int:
     if not points:
         console.print("[red]nothing to tune: the grid is empty[/]")
         return 2
+    problem = too_large(points, chosen)
+    if problem is not None:
+        errors.print(f"gemmzoo tune: {problem}", style="red", markup=False)
+        return 2
     total = sum(1 for group, names in plan for p in group for b in chosen
                 if b.name in names and p.dtype in b.dtypes)
     skipped: dict[tuple[Any, str], list[str]] = {}
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("tuning", total=total)
-
-        def step(kind: str, backend: Any, point: GridPoint, record: Any) -> None:
-            if kind == "skipped":
-                skipped.setdefault((point, backend.device), []).append(backend.name)
-            progress.update(task, advance=1, description=f"{backend.name} {point.id}")
-
-        if args.devices:
-            from gemmzoo.scale_jobs import tune_on_devices
-
-            records = []
-            for group, names in plan:
-                made, passed_over, failures = tune_on_devices(
-                    names, group, args.budget, not args.no_verify, args.devices,
-                    lambda point: progress.update(task, advance=sum(point.dtype in b.dtypes for b in chosen),
-                                                  description=point.id))
-                records += made
-                for key, skipped_names in passed_over.items():
-                    skipped.setdefault(key, []).extend(skipped_names)
-                for failure in failures:
-                    console.print(f"[red]ERROR[/] {failure}", markup=True, soft_wrap=True)
-        else:
-            records = [record for group, names in plan
-                       for record in tune(group, names, budget_s=args.budget, verify=not args.no_verify,
-                                          on_step=step)]
-    console.print(_summary(records, skipped))
+    records: list[Any] = []
+    interrupted = False
+    try:
+        records = _tune(args, plan, chosen, total, skipped, records, say)
+    except KeyboardInterrupt:
+        interrupted = True
+        errors.print(f"interrupted: {len(records)} measurements made and stored", style="yellow",
+                     markup=False)
+    emit(_summary(records, skipped), args.format, args.wide)
     store = state.store()
     if args.recorded:  # measured now: no longer unmeasured
         for record in records:
@@ -173,7 +172,47 @@ def run(args: argparse.Namespace) -> int:
                 store.forget_recorded(record.device, [GridPoint(record.m, record.n, record.k, record.dtype,
                                                                 record.layout)])
     where = store.path if store.persistent else "memory only (see the warning above)"
-    console.print(f"stored {len(records)} measurements in {where}")
+    say.print(f"stored {len(records)} measurements in {where}", markup=False)
+    if interrupted:
+        return 130
     if _portable(args, before_tuning=False):
         return 2
+    if any(record.status not in ("ok", "unsupported") for record in records):
+        return 1
     return 0 if records else 1
+
+
+def _tune(args: argparse.Namespace, plan: list[Any], chosen: list[Any], total: int,
+          skipped: dict[tuple[Any, str], list[str]], records: list[Any], say: Any) -> list[Any]:
+    """Measure the plan, adding each record to ``records`` as it is made (so that an interrupted
+    run still has them); the records."""
+    from gemmzoo.tuning.tune import tune
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=say, transient=True, disable=not say.is_terminal) as progress:
+        task = progress.add_task("tuning", total=total)
+
+        def step(kind: str, backend: Any, point: GridPoint, record: Any) -> None:
+            if kind == "measured" and record is not None:
+                records.append(record)
+            if kind == "skipped":
+                skipped.setdefault((point, backend.device), []).append(backend.name)
+            progress.update(task, advance=1, description=f"{backend.name} {point.id}")
+
+        if args.devices:
+            from gemmzoo.scale_jobs import tune_on_devices
+
+            for group, names in plan:
+                made, passed_over, failures = tune_on_devices(
+                    names, group, args.budget, not args.no_verify, args.devices,
+                    lambda point: progress.update(task, advance=sum(point.dtype in b.dtypes for b in chosen),
+                                                  description=point.id))
+                records.extend(made)
+                for key, skipped_names in passed_over.items():
+                    skipped.setdefault(key, []).extend(skipped_names)
+                for failure in failures:
+                    say.print(f"ERROR {failure}", style="red", markup=False)
+        else:
+            for group, names in plan:
+                tune(group, names, budget_s=args.budget, verify=not args.no_verify, on_step=step)
+    return records

@@ -15,7 +15,8 @@ from gemmzoo.runs import RunFileError, load_run, merge_runs
 def run_merge(args: argparse.Namespace) -> int:
     """Merge ``args.merge``; print the table; write ``--json``/``--csv``/``--plot``. Exit 1 when
     a result is wrong, 2 when the files cannot be merged."""
-    from gemmzoo.report import results_table
+    from gemmzoo.cli.output import emit
+    from gemmzoo.report import bench_listing
 
     try:
         merged, notes = merge_runs([load_run(path) for path in args.merge])
@@ -25,7 +26,8 @@ def run_merge(args: argparse.Namespace) -> int:
     for note in notes:
         errors.print(f"note: {note}", style="yellow", markup=False, soft_wrap=True)
     results = merged.results
-    console.print(results_table(results, args.baseline, title="gemmzoo bench (merged): TFLOPS (median)"))
+    emit(bench_listing(results, args.baseline, title="gemmzoo bench (merged): time per call (median)"),
+         args.format, args.wide)
     for result in results:
         if result.status not in (OK, UNSUPPORTED):
             console.print(f"[red]{result.status.upper()}[/] {escape(result.detail)}", soft_wrap=True)

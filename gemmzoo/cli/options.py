@@ -3,9 +3,95 @@
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.grids import LAYOUTS, GridPoint, default_grid_name, resolve_points
+
+
+def number(kind: type, low: float, inclusive: bool = True) -> Callable[[str], Any]:
+    """An argparse ``type``: a ``kind`` (int or float) at least ``low`` (above it unless
+    ``inclusive``), with a one-line error otherwise."""
+    words = f"at least {low:g}" if inclusive else f"greater than {low:g}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value != value or value < low or (value == low and not inclusive):  # NaN fails too
+            raise argparse.ArgumentTypeError(f"{text} is out of range: must be {words}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+POSITIVE_SECONDS = number(float, 0.0, inclusive=False)
+COUNT = number(int, 1)
+SIZE = number(int, 0)
+
+#: Options whose value may begin with '-' (a negative number, a shape such as -5x10x10): joined
+#: to their option before argparse reads them, so that the value is checked and refused by name
+#: instead of argparse reporting a missing argument.
+_VALUE_OPTIONS = ("--shape", "--budget", "--rounds", "--timeout", "--threshold", "--random", "--max-work",
+                  "--threads", "--seed", "--max-noise")
+
+
+def join_dashed_values(argv: Sequence[str]) -> list[str]:
+    """``["--shape", "-5x10x10"]`` as ``["--shape=-5x10x10"]`` (see :data:`_VALUE_OPTIONS`)."""
+    joined: list[str] = []
+    items = list(argv)
+    index = 0
+    while index < len(items):
+        item = items[index]
+        following = items[index + 1] if index + 1 < len(items) else ""
+        if item in _VALUE_OPTIONS and following[:1] == "-" and (following[1:2].isdigit()
+                                                                   or following[1:2] == "."):
+            joined.append(f"{item}={following}")
+            index += 2
+            continue
+        joined.append(item)
+        index += 1
+    return joined
+
+
+def interpreted(backend: Any) -> bool:
+    """Whether ``backend`` would run under Triton's CPU interpreter here: ``TRITON_INTERPRET=1``
+    is set, torch sees no CUDA device, and the backend is a Triton one (a bundled Triton backend,
+    or one whose name says ``triton``) that is available."""
+    if os.environ.get("TRITON_INTERPRET", "0") != "1":
+        return False
+    module = type(backend).__module__.split(".")[0]
+    if module != "gemmzoo_triton" and "triton" not in str(getattr(backend, "name", "")):
+        return False
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return False
+    except ImportError:
+        pass
+    try:
+        return backend.unavailable_reason() is None
+    except Exception:  # a broken backend is reported elsewhere, not left out here
+        return False
+
+
+def default_selection(backends: Sequence[Any], named: bool, say: Callable[[str], None]) -> list[Any]:
+    """``backends`` without those Triton's interpreter would run, unless they were named: the
+    interpreter takes about a second per 512³ call, so a default grid would run for many minutes
+    with nothing shown. Backends named in ``GEMMZOO_BACKENDS`` count as named. ``say`` hears one
+    line naming those left out."""
+    if named or os.environ.get("GEMMZOO_BACKENDS", "").strip():
+        return list(backends)
+    slow = [b for b in backends if interpreted(b)]
+    if slow:
+        say(f"left out under TRITON_INTERPRET=1 (Triton's CPU interpreter: about a second per 512³ call): "
+            f"{', '.join(b.name for b in slow)}; name them with --backend to include them")
+    return [b for b in backends if b not in slow]
 
 
 def add_point_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -22,7 +108,7 @@ def add_point_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
                         help="dtype (repeatable; default: float16 with a GPU, else float32)")
     parser.add_argument("--layout", action="append", choices=LAYOUTS,
                         help="operand layout, BLAS-style N or T for A then B (repeatable; default NN)")
-    parser.add_argument("--budget", type=float, default=0.2, metavar="SECONDS",
+    parser.add_argument("--budget", type=POSITIVE_SECONDS, default=0.2, metavar="SECONDS",
                         help="timing budget per backend and point (default 0.2)")
     parser.add_argument("--devices", metavar="all|0,1,...",
                         help="one worker process per GPU (all visible ones, or these positions in "

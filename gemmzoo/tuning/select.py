@@ -53,7 +53,7 @@ from typing import Any
 
 from gemmzoo.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
 from gemmzoo.adapters.os_environ import reader as environ_reader
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.dtypes import DTYPES, dtype_name
 from gemmzoo.errors import BackendUnavailableError, GemmError
 from gemmzoo.grids import GridPoint
 from gemmzoo.measure import ties
@@ -258,11 +258,12 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
     ``by`` is what candidates are ranked by: ``"caller"`` or ``"device"`` time.
     """
     m, n, k = shape = _shape(shape)
+    dtype = dtype_name(dtype)
     if by not in RANK_BY:
         raise ValueError(f"by must be one of {', '.join(RANK_BY)}; got {by!r}")
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
-    measuring = measuring_enabled(measure)
+    measuring = measuring_enabled(measure) and min(shape) > 0  # an empty product has nothing to time
     with state.lock:
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
         store = state.store()
@@ -328,6 +329,7 @@ def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, 
     candidate only with ``accuracy="normwise"``. Backends are ranked by caller time (the larger
     of device and host time per call), or by device time alone with ``by="device"``.
     """
+    dtype = dtype_name(dtype)
     key = (shape, dtype, device, measure, layout, accuracy, by, *environment_key())
     try:
         return state.answers[key].backend

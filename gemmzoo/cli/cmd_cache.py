@@ -1,0 +1,67 @@
+"""``gemmzoo cache``: where the tuning database is, how big, how many rows; ``--clear``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gemmzoo.cli.console import messages
+from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
+
+COLUMNS = (
+    Column("bytes", "size", justify="right"),
+    Column("measurements", "measurements", justify="right"),
+    Column("verdicts", "verdicts", justify="right"),
+    Column("path", "database", text=True),  # last: a path longer than the terminal folds on its own
+)
+# SQLite keeps these beside the database while it is open or after a crash.
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_format_arguments(parser)
+    parser.add_argument("--clear", action="store_true",
+                        help="delete the tuning database (measurements, conformance verdicts, recorded "
+                             "problems); gemmzoo measures again when next asked")
+
+
+def _files(database: Path) -> list[Path]:
+    candidates = (database, *(database.with_name(database.name + suffix) for suffix in _SIDE_FILES))
+    return [path for path in candidates if path.exists()]
+
+
+def _size(size: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.3g} {unit}"
+        size /= 1000  # type: ignore[assignment]
+    return str(size)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gemmzoo.tuning import state
+    from gemmzoo.tuning.db import DB_NAME, default_cache_dir
+
+    database = default_cache_dir() / DB_NAME
+    say = messages(args.format)
+    if args.clear:
+        state.reset()  # closes this process's connection before the file goes
+        removed = _files(database)
+        for path in removed:
+            path.unlink()
+        say.print(f"cleared {database}" if removed else f"nothing to clear: no database at {database}",
+                  markup=False, soft_wrap=True)
+        return 0
+    size, measurements, verdicts = sum(p.stat().st_size for p in _files(database)), 0, 0
+    if database.exists():  # opening creates a database: only look at one that is there
+        store = state.store()
+        measurements, verdicts = store.count(), len(store.all_conformance())
+    row = {"path": str(database), "bytes": _size(size), "measurements": str(measurements),
+           "verdicts": str(verdicts)}
+    record = {"path": str(database), "exists": database.exists(), "bytes": size,
+              "measurements": measurements, "conformance_verdicts": verdicts}
+    listing = Listing("gemmzoo tuning database (GEMMZOO_CACHE_DIR moves it)", COLUMNS, [row], [record])
+    if args.format == "csv":
+        listing.rows = [{**row, "bytes": str(size)}]
+    emit(listing, args.format, args.wide)
+    return 0
