@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
-from gemmzoo.bench import OK, UNSUPPORTED, WRONG, BenchResult
+from gemmzoo.bench import OK, TIMEOUT, UNSUPPORTED, WRONG, BenchResult
 from gemmzoo.grids import GridPoint
 from gemmzoo.tuning.select import Timed, preference, rank
 
@@ -100,7 +100,7 @@ def table_rows(results: Sequence[BenchResult], baseline: str | None = None) -> l
             label = name if result.accuracy == "componentwise" else f"{name} ({result.accuracy})"
             cells = [f"{point.m}x{point.n}x{point.k}", point.dtype, point.layout, label]
             if result.status != OK or result.measurement is None:
-                status = {UNSUPPORTED: "-", WRONG: "WRONG"}.get(result.status, "ERROR")
+                status = {UNSUPPORTED: "-", WRONG: "WRONG", TIMEOUT: "TIMEOUT"}.get(result.status, "ERROR")
                 rows.append(cells + [status] + [""] * (len(COLUMNS) - 5))
                 continue
             measured, timing = result.measurement, result.measurement.timing
@@ -146,8 +146,8 @@ def results_table(results: Sequence[BenchResult], baseline: str | None = None,
             shown[3] = shown[3].replace(base_name, base_name + "*", 1)
         if shown[4] == "WRONG":
             shown[4] = "[bold red]WRONG[/]"
-        elif shown[4] == "ERROR":
-            shown[4] = "[red]ERROR[/]"
+        elif shown[4] in ("ERROR", "TIMEOUT"):
+            shown[4] = f"[red]{shown[4]}[/]"
         if shown[-1] == BEST:
             shown[-1] = "[bold green]best[/]"
         if shown[9] == "launch":

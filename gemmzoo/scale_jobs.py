@@ -39,8 +39,10 @@ def gpu_extra(result: BenchResult) -> Extra:
 def warm_backends(names: tuple[str, ...] | None) -> None:
     """A worker's warm-up: ask the backends whether they are available, which imports their
     frameworks and starts CUDA, before the first point arrives."""
+    from gemmzoo.registry import unavailable_reason
+
     for backend in _backends(names):
-        backend.unavailable_reason()
+        unavailable_reason(backend)
 
 
 def start_pool(devices: str | None, names: Sequence[str] | None = None) -> DevicePool | None:

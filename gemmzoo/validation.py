@@ -70,10 +70,17 @@ def backend_problem(backend: Any) -> str | None:
         not_callable = [m for m in _METHODS if not callable(getattr(backend, m))]
         if not_callable:
             return f"not callable: {', '.join(not_callable)}"
+        selectable = getattr(backend, "selectable", True)
+        if not isinstance(selectable, bool):
+            return f"selectable must be True or False, not {type(selectable).__name__}"
         accuracy = accuracy_of(backend)
         if not isinstance(accuracy, str) or accuracy not in ACCURACY_CLASSES:
             return (f"accuracy {_one_line(repr(accuracy))[:80]} is not one of "
                     f"{', '.join(ACCURACY_CLASSES)}")
     except Exception as error:  # a property that raises is a malformed backend, not a crash
-        return f"reading its members raised {type(error).__name__}: {_one_line(str(error))}"
+        try:
+            text = _one_line(str(error))
+        except Exception:  # nor is an exception whose own __str__ raises
+            text = "<unprintable>"
+        return f"reading its members raised {type(error).__name__}: {text}"
     return None

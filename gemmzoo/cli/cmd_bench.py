@@ -11,14 +11,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gemmzoo import scale_jobs
-from gemmzoo.bench import OK, BenchResult, run_bench
+from gemmzoo.bench import OK, TIMEOUT, BenchResult, run_bench
 from gemmzoo.bench import environment as bench_environment
 from gemmzoo.cli.console import console, errors
-from gemmzoo.cli.options import add_point_arguments, points_from_arguments, shard_meta
+from gemmzoo.cli.options import add_point_arguments, apply_timeout, points_from_arguments, shard_meta
 from gemmzoo.errors import UnknownBackendError
 from gemmzoo.grids import GridError, default_grid_name, grids
 from gemmzoo.measure import TIMERS
-from gemmzoo.registry import get_registry
+from gemmzoo.registry import get_registry, unavailable_reason
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         from gemmzoo.cli.merge import run_merge
 
         return run_merge(args)
+    apply_timeout(args)
     # The GPU workers start now and warm up while this process picks the backends and points.
     pool = scale_jobs.start_pool(args.devices, args.backend)
     registry = get_registry()
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     backends = []
     for backend in chosen:
-        reason = backend.unavailable_reason()
+        reason = unavailable_reason(backend)
         if reason is None:
             backends.append(backend)
         elif args.backend:  # named explicitly: say why it is left out
@@ -139,5 +140,6 @@ def run(args: argparse.Namespace) -> int:
     run_meta = {key: value for key, value in (("shard", shard), ("devices", workers)) if value}
     from gemmzoo.cli.merge import write_outputs
 
-    return write_outputs(args, results, bench_environment(backends), command, args.baseline, meta=run_meta,
+    code = write_outputs(args, results, bench_environment(backends), command, args.baseline, meta=run_meta,
                          extras=extras)
+    return code or (1 if any(r.status == TIMEOUT for r in results) else 0)

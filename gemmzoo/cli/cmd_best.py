@@ -6,6 +6,7 @@ import argparse
 
 from gemmzoo.accuracy import ACCURACY_CLASSES, COMPONENTWISE, accuracy_of
 from gemmzoo.cli.console import console
+from gemmzoo.cli.options import add_timeout_argument, apply_timeout, timeout_lines
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import GemmError
 
@@ -24,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or by device time alone")
     parser.add_argument("--no-measure", action="store_true",
                         help="never measure now; answer from the nearest measured shape instead")
+    add_timeout_argument(parser)
 
 
 def _us(seconds: float) -> str:
@@ -33,11 +35,14 @@ def _us(seconds: float) -> str:
 def run(args: argparse.Namespace) -> int:
     from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, explain
 
+    apply_timeout(args)
     shape = (args.M, args.N, args.K)
     try:
         choice = explain(shape, args.dtype, args.device, measure=False if args.no_measure else None,
                          accuracy=args.accuracy, by=args.by)
     except (GemmError, ValueError) as error:
+        for line in timeout_lines():
+            console.print(line, style="red", markup=False, soft_wrap=True)
         console.print(str(error), style="red", markup=False)
         return 2
     flops = 2 * args.M * args.N * args.K
@@ -76,4 +81,7 @@ def run(args: argparse.Namespace) -> int:
                       "beyond measured noise")
     for name, why in choice.excluded.items():
         console.print(f"  not a candidate: {name}: {why}", markup=False, soft_wrap=True)
-    return 0
+    lines = timeout_lines()
+    for line in lines:
+        console.print(line, style="red", markup=False, soft_wrap=True)
+    return 1 if lines else 0

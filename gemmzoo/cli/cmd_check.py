@@ -10,11 +10,12 @@ from rich.table import Table
 
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.cli.console import console
+from gemmzoo.cli.options import add_timeout_argument, apply_timeout, timeout_lines
 from gemmzoo.conformance import check_backend, conformance_cases, input_checks
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import UnknownBackendError
-from gemmzoo.registry import get_registry
+from gemmzoo.registry import get_registry, unavailable_reason
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,9 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-work", type=float, default=DEFAULT_MAX_WORK, metavar="MNK",
                         help=f"largest M·N·K of a random problem (default: {DEFAULT_MAX_WORK:g}; "
                              "1e10 reaches a GPU's large-problem routes)")
+    add_timeout_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    apply_timeout(args)
     registry = get_registry()
     try:
         chosen = registry.select(args.names)
@@ -39,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(str(error), style="red", markup=False)
         return 2
     if not args.names:  # checking "everything" means everything usable here
-        chosen = [b for b in chosen if b.unavailable_reason() is None]
+        chosen = [b for b in chosen if unavailable_reason(b) is None]
     if not chosen:
         console.print("[red]no backend to check[/]")
         return 2
@@ -59,6 +62,12 @@ def run(args: argparse.Namespace) -> int:
             task = progress.add_task(f"checking {backend.name}", total=total)
             report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t),
                                    random=args.random, seed=args.seed, max_work=args.max_work)
+        if report.timed_out is not None:
+            all_passed = False
+            console.print(f"TIMEOUT {report.timed_out}", markup=False, soft_wrap=True, style="red")
+            summary.add_row(backend.name, ",".join(dtypes), escape(str(accuracy_of(backend))),
+                            str(len(report.results)), str(len(report.failures)), "[red]TIMEOUT[/]")
+            continue
         if report.unavailable is not None:
             all_passed = False
             reason = escape(report.unavailable)
@@ -79,4 +88,4 @@ def run(args: argparse.Namespace) -> int:
         summary.add_row(backend.name, ",".join(dtypes), escape(str(accuracy_of(backend))),
                         str(len(report.results)), str(len(report.failures)), verdict)
     console.print(summary)
-    return 0 if all_passed else 1
+    return 0 if all_passed and not timeout_lines() else 1

@@ -12,7 +12,7 @@ from rich.table import Table
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.cli.console import console
 from gemmzoo.dtypes import DTYPES
-from gemmzoo.registry import get_registry
+from gemmzoo.registry import get_registry, unavailable_reason
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     registry = get_registry()
     rows = []
     for backend in registry.backends():
-        reason = backend.unavailable_reason()
+        reason = unavailable_reason(backend)  # guarded: a broken plugin is a reason, not a crash
         provider = registry.provider(backend.name)
         dist = f"{provider.distribution} {provider.version}" if provider.distribution else "-"
         dtypes = ",".join(d for d in DTYPES if d in backend.dtypes)

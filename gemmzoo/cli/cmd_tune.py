@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gemmzoo.cli.console import console
-from gemmzoo.cli.options import add_point_arguments, points_from_arguments
+from gemmzoo.cli.options import add_point_arguments, apply_timeout, points_from_arguments, timeout_lines
 from gemmzoo.errors import GemmError
 from gemmzoo.grids import GridPoint
 
@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from gemmzoo.tuning import state
     from gemmzoo.tuning.tune import tune
 
+    apply_timeout(args)
     if args.import_files or args.export:
         if _portable(args, before_tuning=True):
             return 2
@@ -176,4 +177,6 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"stored {len(records)} measurements in {where}")
     if _portable(args, before_tuning=False):
         return 2
-    return 0 if records else 1
+    for line in timeout_lines():
+        console.print(line, style="red", markup=False, soft_wrap=True)
+    return 0 if records and not timeout_lines() else 1
