@@ -196,11 +196,14 @@ class Registry:
 
     def _add_backend(self, backend: Any, info: PluginInfo, location: Location) -> None:
         problem = backend_problem(backend)
+        try:
+            name = backend.name
+        except Exception as error:  # checked a moment ago, yet raising now: as malformed
+            problem = problem or f"reading its name raised {_one_line(error)}"
         if problem:
             self._fail(info, f"registered an invalid backend ({describe_backend(backend)}): {problem}"
                              f"{_at(location, 'registered')}", location)
             return
-        name = backend.name
         first = self._providers.get(name)
         if first is not None and info.own and not first.own:
             # Only in-process registration can get here (entry points load gemmzoo's own first):
@@ -359,7 +362,7 @@ def _probe(backend: Any) -> tuple[str | None, str | None]:
         reason = watched(backend, "unavailable_reason()", backend.unavailable_reason,
                          timeout=probe_timeout(backend))
     except BackendTimeoutError as error:
-        fault = f"TIMEOUT: {error}"
+        fault = quarantined(backend) or f"TIMEOUT: {error}"
         return fault, fault
     except Exception as error:
         fault = f"unavailable_reason() raised {_one_line(error)}"[:_REASON_LIMIT]

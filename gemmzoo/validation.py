@@ -29,7 +29,10 @@ def _one_line(text: str) -> str:
 
 def describe_backend(backend: Any) -> str:
     """``class Foo, name 'foo'``: a backend as a message names it, never its own ``repr``."""
-    name = getattr(backend, "name", None)
+    try:
+        name = getattr(backend, "name", None)
+    except Exception:  # a name property that raises: the class alone names it
+        name = None
     named = f", name {name!r}" if isinstance(name, str) else ""
     return f"class {type(backend).__qualname__}{named}"
 

@@ -215,7 +215,7 @@ def call(backend: Any, what: str, fn: Callable[..., T], *args: Any,
             _timeouts.append(TimedOut(name, what, float(limit)))
         message = f"{what} took longer than {limit:g} s (abandoned after {time.monotonic() - start:.1f} s)"
         if backend is not None:
-            quarantine(backend, f"quarantined for the rest of this process: {message}")
+            quarantine(backend, f"TIMEOUT: {message}; quarantined for the rest of this process")
         raise BackendTimeoutError(f"{name}: {message}", backend=name, what=what, seconds=float(limit))
     _give_back(worker)
     ok, value = outcome[0]
@@ -231,12 +231,18 @@ def _guarded(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
     except Exception:
         raise
     except (SystemExit, GeneratorExit) as error:
-        raise BackendCrashError(f"the call raised {type(error).__name__}({error})") from error
+        raise BackendCrashError(f"the call raised {type(error).__name__}({_text(error)})") from error
 
 
 def _reraise(error: BaseException) -> None:
     if isinstance(error, Exception):
         raise error
-    if isinstance(error, KeyboardInterrupt):
-        raise error
-    raise BackendCrashError(f"the call raised {type(error).__name__}({error})") from error
+    # Ctrl-C interrupts the main thread, never a worker: a KeyboardInterrupt here is the backend's
+    raise BackendCrashError(f"the call raised {type(error).__name__}({_text(error)})") from error
+
+
+def _text(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # an exception whose own __str__ raises
+        return "<unprintable>"

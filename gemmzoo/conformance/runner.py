@@ -361,7 +361,7 @@ def check_backend(
         return report
     reason, fault = probe_availability(backend)
     if fault is not None:
-        if fault.startswith("TIMEOUT") or quarantined(backend) is not None:
+        if quarantined(backend) is not None:
             report.timed_out = fault
         record(CheckResult(report.backend, "unavailable-reason", False, fault))
         return report
