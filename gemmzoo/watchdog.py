@@ -9,7 +9,8 @@ task of that backend in this process fails at once with :class:`BackendTimeoutEr
 calling it again, so one hung backend costs one time limit per process, not one per task.
 
 Worker threads are kept and reused between tasks (a backend's thread-local state, such as a
-CUDA library handle, is made once); a worker that was abandoned is never reused. A task asked
+CUDA library handle, is made once); a worker that was abandoned is never reused. A task runs on
+the caller's current CUDA device (torch's and CuPy's, where the process uses them). A task asked
 for from a worker thread runs inline, under the limit of the task that contains it.
 
 The limit comes from the ``timeout`` argument, else from ``GEMMZOO_TIMEOUT`` (seconds; ``0``
@@ -24,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import queue
+import sys
 import threading
 import time
 import warnings
@@ -196,9 +198,11 @@ def call(backend: Any, what: str, fn: Callable[..., T], *args: Any,
     assert isinstance(limit, (int, float))
     done = threading.Event()
     outcome: list[Any] = []
+    enter = _caller_devices()
 
     def job() -> None:
         try:
+            enter()
             outcome.append((True, fn(*args, **kwargs)))
         except BaseException as error:  # handed to the caller's thread, never lost in this one
             outcome.append((False, error))
@@ -223,6 +227,40 @@ def call(backend: Any, what: str, fn: Callable[..., T], *args: Any,
         return value  # type: ignore[no-any-return]
     _reraise(value)
     raise AssertionError("unreachable")
+
+
+def _nothing() -> None:
+    return None
+
+
+def _caller_devices() -> Callable[[], None]:
+    """What makes a worker thread compute on the caller's current CUDA device: the CUDA runtime's
+    current device is per thread, and a worker would otherwise use device 0. Only libraries the
+    process has already imported are asked (never imported here)."""
+    steps: list[Callable[[], None]] = []
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is not None and cuda.is_initialized():
+            device = cuda.current_device()
+            steps.append(lambda: cuda.set_device(device))
+    except Exception:  # a torch without CUDA, or a broken one: the worker keeps its default
+        pass
+    cupy = sys.modules.get("cupy")
+    try:
+        if cupy is not None:
+            number = cupy.cuda.runtime.getDevice()
+            steps.append(lambda: cupy.cuda.Device(number).use())
+    except Exception:  # no CUDA device for CuPy
+        pass
+    if not steps:
+        return _nothing
+
+    def enter() -> None:
+        for step in steps:
+            step()
+
+    return enter
 
 
 def _guarded(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
