@@ -283,6 +283,8 @@ def test_check_conforms_the_bundled_backends_and_times_out_the_hung_ones(site, t
     assert "conforms" in summary["numpy"] and "does not" not in summary["numpy"]
     for case in corpus.HANGS:
         assert "TIMEOUT" in summary[corpus.backend_name(case)]
+    slow_probe = corpus.backend_name("hang-unavailable-reason")
+    assert f"TIMEOUT {slow_probe}: unavailable_reason() took longer" in out
     for case in LIVE:
         if case not in corpus.UNAVAILABLE | HARMLESS | corpus.HANGS:
             assert "does not conform" in summary[corpus.backend_name(case)], case

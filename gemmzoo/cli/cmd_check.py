@@ -88,4 +88,8 @@ def run(args: argparse.Namespace) -> int:
         summary.add_row(backend.name, ",".join(dtypes), escape(str(accuracy_of(backend))),
                         str(len(report.results)), str(len(report.failures)), verdict)
     console.print(summary)
+    checked = {backend.name for backend in chosen}
+    others = [line for line in timeout_lines() if line.split(" ", 2)[1].rstrip(":") not in checked]
+    for line in others:  # backends left out because asking whether they are available overran
+        console.print(line, style="red", markup=False, soft_wrap=True)
     return 0 if all_passed and not timeout_lines() else 1
