@@ -2,7 +2,9 @@
 
 Each (backend, point) becomes a :class:`BenchResult` whose status says what happened: ``ok``
 (conforming result, timed), ``wrong`` (outside the conformance bound: never shown as a speed),
-``error`` (the backend raised), or ``unsupported`` (the backend does not declare the dtype).
+``error`` (the backend raised), ``timeout`` (the check and timing took longer than the time limit,
+see :mod:`gemmzoo.watchdog`: the backend is then quarantined and its later points are ``timeout``
+at once), or ``unsupported`` (the backend does not declare the dtype).
 A result has device, host and caller time per call (see :mod:`gemmzoo.measure`) and where the
 device is known its roofline (:mod:`gemmzoo.roofline`). With ``rounds`` > 1 the backends are
 measured in interleaved rounds (each round visits every point and, in a rotated order, every
@@ -22,8 +24,10 @@ from gemmzoo.device import device_info, peak_tflops
 from gemmzoo.grids import GridPoint
 from gemmzoo.measure import NOISE_TARGET, Measurement, WrongResultError, measure
 from gemmzoo.roofline import Roofline, roofline
+from gemmzoo.watchdog import BackendTimeoutError
+from gemmzoo.watchdog import call as watched
 
-OK, WRONG, ERROR, UNSUPPORTED = "ok", "wrong", "error", "unsupported"
+OK, WRONG, ERROR, UNSUPPORTED, TIMEOUT = "ok", "wrong", "error", "unsupported", "timeout"
 
 
 @dataclass(frozen=True)
@@ -112,24 +116,36 @@ def _trust_fields(measured: Measurement | None) -> dict[str, Any]:
 
 def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str = "events",
               verify: bool = True, threads: int | None = None,
-              noise_target: float = NOISE_TARGET) -> BenchResult:
+              noise_target: float = NOISE_TARGET, timeout: float | str | None = "default") -> BenchResult:
     """Check (unless ``verify`` is False) and time ``backend`` on ``point`` with ``timer`` (see
     :data:`gemmzoo.measure.TIMERS`) under the thread policy (``threads``, see
     :mod:`gemmzoo.measure.threads`), sampling until the median's noise is at most ``noise_target``
-    or the budget is spent (0: the whole budget); failures become a status, not an exception."""
+    or the budget is spent (0: the whole budget), within ``timeout`` seconds (``"default"``: the
+    watchdog's, :func:`gemmzoo.watchdog.default_timeout`; ``None``: no limit); failures become a
+    status, not an exception."""
     accuracy = str(accuracy_of(backend))
     if point.dtype not in backend.dtypes:
         return BenchResult(backend.name, backend.device, point, UNSUPPORTED,
                            detail=f"{backend.name} does not compute {point.dtype}", accuracy=accuracy)
     try:
-        result = measure(backend, point, budget_s=budget_s, verify=verify, timer=timer, threads=threads,
-                         noise_target=noise_target)
+        result = watched(backend, f"check and timing at {point.id}", measure, backend, point,
+                         budget_s=budget_s, verify=verify, timer=timer, threads=threads,
+                         noise_target=noise_target, timeout=timeout)
     except WrongResultError as error:
         return BenchResult(backend.name, backend.device, point, WRONG, detail=str(error), accuracy=accuracy)
+    except BackendTimeoutError as error:
+        return BenchResult(backend.name, backend.device, point, TIMEOUT, detail=str(error), accuracy=accuracy)
     except Exception as error:  # a crashing backend must not end the whole run
-        detail = f"{type(error).__name__}: {error}"
+        detail = f"{type(error).__name__}: {_text(error)}"
         return BenchResult(backend.name, backend.device, point, ERROR, detail=detail, accuracy=accuracy)
     return _ok(backend, point, result)
+
+
+def _text(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # an exception whose own __str__ raises
+        return "<unprintable>"
 
 
 def _ok(backend: Any, point: GridPoint, result: Measurement) -> BenchResult:
@@ -142,11 +158,12 @@ def _ok(backend: Any, point: GridPoint, result: Measurement) -> BenchResult:
 
 def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float = 0.2,
               on_result: Callable[[BenchResult], None] | None = None, timer: str = "events",
-              rounds: int = 1, threads: int | None = None,
-              noise_target: float = NOISE_TARGET) -> list[BenchResult]:
+              rounds: int = 1, threads: int | None = None, noise_target: float = NOISE_TARGET,
+              timeout: float | str | None = "default") -> list[BenchResult]:
     """Every backend on every point, point by point, in ``rounds`` interleaved rounds of
     ``budget_s / rounds`` each; ``on_result`` hears each result as its last round finishes.
-    A backend is checked in the first round only; one that fails there is not timed again."""
+    A backend is checked in the first round only; one that fails there is not timed again.
+    Each backend's check and timing at a point has ``timeout`` seconds (see :func:`bench_one`)."""
     rounds = max(1, rounds)
     final: dict[tuple[str, GridPoint], BenchResult] = {}
     for number in range(rounds):
@@ -161,7 +178,7 @@ def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: fl
                         on_result(earlier)
                     continue
                 result = bench_one(backend, point, budget_s / rounds, timer, verify=earlier is None,
-                                   threads=threads, noise_target=noise_target)
+                                   threads=threads, noise_target=noise_target, timeout=timeout)
                 if earlier is not None and result.status == OK and earlier.measurement and result.measurement:
                     merged = earlier.measurement.merged(result.measurement)
                     result = _ok(backend, point, merged)

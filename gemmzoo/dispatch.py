@@ -25,8 +25,10 @@ import numpy as np
 from gemmzoo.backend import TF32Array, is_self_checking, shape_text
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
+from gemmzoo.registry import probe_timeout
 from gemmzoo.tuning import state
 from gemmzoo.tuning.select import environment_reader, plan_choice
+from gemmzoo.watchdog import call as watched
 
 _KINDS: dict[type, str] = {}
 _DTYPE_NAMES: dict[Any, str | None] = {}
@@ -83,12 +85,18 @@ def device_of(array: Any, kind: str) -> str:
 
 def native_kind(backend: Any, dtype: str) -> str | None:
     """Which library's arrays ``backend`` computes on for ``dtype`` (learned once from a 1x1
-    ``from_numpy``), or ``None`` when they are none of NumPy, torch and CuPy."""
+    ``from_numpy``), or ``None`` when they are none of NumPy, torch and CuPy, or when the probe
+    raises or overruns the watchdog's limit (:mod:`gemmzoo.watchdog`; a backend of another
+    distribution only)."""
     key = (id(backend), dtype)
     try:
         return _NATIVE[key]
     except KeyError:
-        probe = backend.from_numpy(np.ones((1, 1), dtype=np.float32), dtype)
+        try:
+            probe = watched(backend, "from_numpy(1x1)", backend.from_numpy, np.ones((1, 1), dtype=np.float32),
+                            dtype, timeout=probe_timeout(backend))
+        except Exception:  # a broken backend computes on nothing gemmzoo can hand it directly
+            probe = None
         if isinstance(probe, TF32Array):
             probe = probe.data
         kind = _NATIVE[key] = array_kind(type(probe))

@@ -75,9 +75,11 @@ def benchmark_params(backends: Sequence[Any], points: Sequence[GridPoint]) -> li
     problem) and, for CUDA backends, the device clock as timer. An unavailable backend is one
     skipped param that says why.
     """
+    from gemmzoo.registry import unavailable_reason
+
     params, usable = [], []
     for backend in backends:
-        reason = backend.unavailable_reason()
+        reason = unavailable_reason(backend)  # guarded: a broken plugin is skipped, not a crash
         if reason is None:
             usable.append(backend)
             continue

@@ -8,6 +8,12 @@ point and distribution) and the plugin's own file and line; warnings are issued 
 Backend names of gemmzoo's own distribution are reserved: its entry points load first, and a
 backend of any other distribution that claims one of their names is refused. Between two other
 distributions the first by entry-point name keeps the name.
+
+A backend's members are checked once, at registration (:func:`gemmzoo.validation.backend_problem`).
+Whether it is usable is asked through :func:`unavailable_reason`, which every command and API
+uses: it checks the members again, calls the backend's ``unavailable_reason()`` under the
+watchdog's time limit (:mod:`gemmzoo.watchdog`), turns an exception, a hang or a reason that is
+not a string into a reason of its own, and remembers the answer for the rest of the process.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from gemmzoo.plugin_source import (
     raised_at,
 )
 from gemmzoo.validation import backend_problem, describe_backend
+from gemmzoo.watchdog import BackendTimeoutError, quarantined
+from gemmzoo.watchdog import call as watched
 
 ENTRY_POINT_GROUP = "gemmzoo"
 #: The distribution whose backend names are reserved.
@@ -91,7 +99,10 @@ def strict_plugins() -> bool:
 
 
 def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
+    try:
+        text = " ".join(str(error).split())
+    except Exception:  # an exception whose own __str__ raises
+        text = "<unprintable>"
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
@@ -186,11 +197,14 @@ class Registry:
 
     def _add_backend(self, backend: Any, info: PluginInfo, location: Location) -> None:
         problem = backend_problem(backend)
+        try:
+            name = backend.name
+        except Exception as error:  # checked a moment ago, yet raising now: as malformed
+            problem = problem or f"reading its name raised {_one_line(error)}"
         if problem:
             self._fail(info, f"registered an invalid backend ({describe_backend(backend)}): {problem}"
                              f"{_at(location, 'registered')}", location)
             return
-        name = backend.name
         first = self._providers.get(name)
         if first is not None and info.own and not first.own:
             # Only in-process registration can get here (entry points load gemmzoo's own first):
@@ -211,6 +225,8 @@ class Registry:
         self._backends[name] = backend
         self._providers[name] = info
         self._registered_at[name] = location
+        if info.own:
+            _trusted[id(backend)] = backend
 
     @staticmethod
     def _reserved(name: str, refused: PluginInfo, owner: PluginInfo) -> str:
@@ -290,3 +306,85 @@ def reset_registry() -> None:
     global _registry
     with _lock:
         _registry = None
+    forget_availability()
+
+
+# Availability ------------------------------------------------------------------------------------
+
+# By id (each entry keeps its object, so that the id is not reused while it is remembered).
+_availability: dict[int, tuple[Any, str | None, str | None]] = {}
+_trusted: dict[int, Any] = {}
+"""Backends registered by gemmzoo's own distribution: their ``unavailable_reason()`` imports
+torch, CuPy or JAX, which may take longer than a short time limit, so it runs without one."""
+_REASON_LIMIT = 500
+
+
+def is_trusted(backend: Any) -> bool:
+    """Whether ``backend`` was registered by gemmzoo's own distribution (a bundled backend)."""
+    return _trusted.get(id(backend)) is backend
+
+
+def probe_timeout(backend: Any) -> float | str | None:
+    """The time limit of a backend's cheap calls (``unavailable_reason()``, a 1x1 ``from_numpy``):
+    none for a bundled backend, the watchdog's default for any other."""
+    return None if is_trusted(backend) else "default"
+
+
+def probe_availability(backend: Any) -> tuple[str | None, str | None]:
+    """``(reason, fault)``: ``reason`` is ``None`` when ``backend`` is usable here, else one line
+    saying why not; ``fault`` is set (and equals ``reason``) when the backend itself misbehaved:
+    malformed members, ``unavailable_reason()`` raised, overran its time limit or returned
+    something that is neither ``None`` nor a string. Answered once per process."""
+    held = quarantined(backend)
+    if held is not None:
+        return held, held
+    entry = _availability.get(id(backend))
+    if entry is not None and entry[0] is backend:
+        return entry[1], entry[2]
+    reason, fault = _probe(backend)
+    _availability[id(backend)] = (backend, reason, fault)
+    return reason, fault
+
+
+def unavailable_reason(backend: Any) -> str | None:
+    """``backend.unavailable_reason()``, guarded: ``None`` when usable here, else one line saying
+    why not, including why the backend is broken when it is (see :func:`probe_availability`).
+    Never raises, and waits at most the watchdog's time limit for a backend of another
+    distribution."""
+    return probe_availability(backend)[0]
+
+
+def _probe(backend: Any) -> tuple[str | None, str | None]:
+    problem = backend_problem(backend)
+    if problem is not None:
+        fault = f"malformed backend: {problem}"
+        return fault, fault
+    try:
+        reason = watched(backend, "unavailable_reason()", backend.unavailable_reason,
+                         timeout=probe_timeout(backend))
+    except BackendTimeoutError as error:
+        fault = quarantined(backend) or f"TIMEOUT: {error}"
+        return fault, fault
+    except Exception as error:
+        fault = f"unavailable_reason() raised {_one_line(error)}"[:_REASON_LIMIT]
+        return fault, fault
+    if reason is None:
+        return None, None
+    if not isinstance(reason, str):
+        fault = (f"unavailable_reason() returned {type(reason).__name__}, not a str or None: "
+                 f"{' '.join(_safe_repr(reason).split())[:80]}")
+        return fault, fault
+    text = " ".join(reason.split())[:_REASON_LIMIT]
+    return (text or "unavailable (unavailable_reason() gave an empty reason)"), None
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def forget_availability() -> None:
+    """Forget the remembered answers of :func:`unavailable_reason` (quarantines stay)."""
+    _availability.clear()

@@ -39,7 +39,9 @@ def gpu_extra(result: BenchResult) -> Extra:
 
 @functools.lru_cache(maxsize=64)
 def _available(backend: Any) -> bool:
-    return backend.unavailable_reason() is None
+    from gemmzoo.registry import unavailable_reason
+
+    return unavailable_reason(backend) is None
 
 
 def warm_backends(names: tuple[str, ...] | None) -> None:

@@ -29,7 +29,10 @@ def _one_line(text: str) -> str:
 
 def describe_backend(backend: Any) -> str:
     """``class Foo, name 'foo'``: a backend as a message names it, never its own ``repr``."""
-    name = getattr(backend, "name", None)
+    try:
+        name = getattr(backend, "name", None)
+    except Exception:  # a name property that raises: the class alone names it
+        name = None
     named = f", name {name!r}" if isinstance(name, str) else ""
     return f"class {type(backend).__qualname__}{named}"
 
@@ -70,10 +73,17 @@ def backend_problem(backend: Any) -> str | None:
         not_callable = [m for m in _METHODS if not callable(getattr(backend, m))]
         if not_callable:
             return f"not callable: {', '.join(not_callable)}"
+        selectable = getattr(backend, "selectable", True)
+        if not isinstance(selectable, bool):
+            return f"selectable must be True or False, not {type(selectable).__name__}"
         accuracy = accuracy_of(backend)
         if not isinstance(accuracy, str) or accuracy not in ACCURACY_CLASSES:
             return (f"accuracy {_one_line(repr(accuracy))[:80]} is not one of "
                     f"{', '.join(ACCURACY_CLASSES)}")
     except Exception as error:  # a property that raises is a malformed backend, not a crash
-        return f"reading its members raised {type(error).__name__}: {_one_line(str(error))}"
+        try:
+            text = _one_line(str(error))
+        except Exception:  # nor is an exception whose own __str__ raises
+            text = "<unprintable>"
+        return f"reading its members raised {type(error).__name__}: {text}"
     return None

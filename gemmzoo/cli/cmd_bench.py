@@ -17,6 +17,7 @@ from gemmzoo.cli.console import errors, messages
 from gemmzoo.cli.options import (
     COUNT,
     add_point_arguments,
+    apply_timeout,
     default_selection,
     points_from_arguments,
     shard_meta,
@@ -26,7 +27,7 @@ from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import UnknownBackendError
 from gemmzoo.grids import GridError, GridPoint, default_grid_name, grids
 from gemmzoo.measure import TIMERS
-from gemmzoo.registry import get_registry
+from gemmzoo.registry import get_registry, unavailable_reason
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -151,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         from gemmzoo.cli.merge import run_merge
 
         return run_merge(args)
+    apply_timeout(args)
     say = messages(args.format)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         errors.print("--plot needs matplotlib, which is not installed: pip install 'gemmzoo[plot]' "
@@ -180,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
                                   noise_target)
     backends = []
     for backend in chosen:
-        reason = backend.unavailable_reason()
+        reason = unavailable_reason(backend)
         if reason is None:
             backends.append(backend)
         elif args.backend:  # named explicitly: say why it is left out

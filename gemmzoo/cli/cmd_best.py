@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
+
 from gemmzoo.accuracy import ACCURACY_CLASSES, COMPONENTWISE, accuracy_of
 from gemmzoo.cli.console import console, errors
-from gemmzoo.cli.options import SIZE
+from gemmzoo.cli.options import SIZE, add_timeout_argument, apply_timeout, timeout_lines
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import GemmError
@@ -27,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-measure", action="store_true",
                         help="never measure now; answer from the nearest measured shape instead")
     add_format_arguments(parser)
+    add_timeout_argument(parser)
 
 
 COLUMNS = (
@@ -70,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from gemmzoo.measure.ties import TIE_MAX_RATIO
     from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, explain
 
+    apply_timeout(args)
     shape = (args.M, args.N, args.K)
     if not args.no_measure and min(shape) > 0:  # a new shape is measured now: seconds to minutes
         problem = _too_large(args)
@@ -84,13 +88,18 @@ def run(args: argparse.Namespace) -> int:
         choice = explain(shape, args.dtype, args.device, measure=False if args.no_measure else None,
                          accuracy=args.accuracy, by=args.by)
     except (GemmError, ValueError) as error:
+        for line in timeout_lines():
+            errors.print(line, style="red", markup=False, soft_wrap=True)
         errors.print(str(error), style="red", markup=False)
         return 2
     if args.format != "table":
         emit(_listing(choice, args), args.format)
-        return 0
+        lines = timeout_lines()
+        for line in lines:
+            errors.print(line, style="red", markup=False, soft_wrap=True)
+        return 1 if lines else 0
     flops = 2 * args.M * args.N * args.K
-    console.print(f"[bold]{choice.backend.name}[/] for {args.M}x{args.N}x{args.K} {args.dtype} "
+    console.print(f"[bold]{escape(choice.backend.name)}[/] for {args.M}x{args.N}x{args.K} {args.dtype} "
                   f"on {choice.device}")
     console.print(f"  accuracy: {accuracy_of(choice.backend)} (accepted: {args.accuracy}"
                   f"{' or stronger' if args.accuracy != COMPONENTWISE else ''})", markup=False)
@@ -126,4 +135,7 @@ def run(args: argparse.Namespace) -> int:
                       "beyond measured noise")
     for name, why in choice.excluded.items():
         console.print(f"  not a candidate: {name}: {why}", markup=False)
-    return 0
+    lines = timeout_lines()
+    for line in lines:
+        errors.print(line, style="red", markup=False, soft_wrap=True)
+    return 1 if lines else 0

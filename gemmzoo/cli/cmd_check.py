@@ -8,13 +8,20 @@ from rich.progress import Progress
 
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.cli.console import errors, messages
-from gemmzoo.cli.options import SIZE, default_selection, number
+from gemmzoo.cli.options import (
+    SIZE,
+    add_timeout_argument,
+    apply_timeout,
+    default_selection,
+    number,
+    timeout_lines,
+)
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.conformance import check_backend, conformance_cases, input_checks
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import UnknownBackendError
-from gemmzoo.registry import get_registry
+from gemmzoo.registry import get_registry, unavailable_reason
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-work", type=number(float, 1), default=DEFAULT_MAX_WORK, metavar="MNK",
                         help=f"largest M·N·K of a random problem (default: {DEFAULT_MAX_WORK:g}; "
                              "1e10 reaches a GPU's large-problem routes)")
+    add_timeout_argument(parser)
 
 
 COLUMNS = (
@@ -40,11 +48,12 @@ COLUMNS = (
     Column("failed", "failed", justify="right"),
     Column("result", "result", text=True),
 )
-_STYLE = {"conforms": "green", "does not conform": "red"}
+_STYLE = {"conforms": "green", "does not conform": "red", "TIMEOUT": "red"}
 
 
 def run(args: argparse.Namespace) -> int:
     say = messages(args.format)
+    apply_timeout(args)
     registry = get_registry()
     try:
         chosen = registry.select(args.names)
@@ -52,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         say.print(str(error), style="red", markup=False)
         return 2
     if not args.names:  # checking "everything" means everything usable here
-        chosen = [b for b in chosen if b.unavailable_reason() is None]
+        chosen = [b for b in chosen if unavailable_reason(b) is None]
         chosen = default_selection(chosen, False,
                                    lambda line: errors.print(line, style="yellow", markup=False))
     if not chosen:
@@ -71,9 +80,13 @@ def run(args: argparse.Namespace) -> int:
     listing = Listing("gemmzoo conformance", COLUMNS, rows,
                       styles={"result": lambda cell: _STYLE.get(cell, "yellow")})
     emit(listing, args.format, args.wide)
+    checked = {backend.name for backend in chosen}
+    others = [line for line in timeout_lines() if line.split(" ", 2)[1].rstrip(":") not in checked]
+    for line in others:  # backends left out because asking whether they are available overran
+        errors.print(line, style="red", markup=False, soft_wrap=True)
     if interrupted:
         return 130
-    return 0 if all_passed else 1
+    return 0 if all_passed and not timeout_lines() else 1
 
 
 def _check_one(args: argparse.Namespace, backend: object, rows: list[dict[str, str]], say: object) -> bool:
@@ -90,6 +103,11 @@ def _check_one(args: argparse.Namespace, backend: object, rows: list[dict[str, s
         report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t),
                                random=args.random, seed=args.seed, max_work=args.max_work)
     row = {"backend": backend.name, "dtypes": ",".join(dtypes), "accuracy": str(accuracy_of(backend))}
+    if report.timed_out is not None:
+        say.print(f"TIMEOUT {report.timed_out}", markup=False, soft_wrap=True, style="red")
+        rows.append({**row, "checks": str(len(report.results)), "failed": str(len(report.failures)),
+                     "result": "TIMEOUT"})
+        return False
     if report.unavailable is not None:
         rows.append({**row, "dtypes": "-", "checks": "0", "failed": "-",
                      "result": f"unavailable: {' '.join(report.unavailable.split())}"})

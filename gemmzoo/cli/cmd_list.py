@@ -10,7 +10,7 @@ from gemmzoo.accuracy import accuracy_of
 from gemmzoo.cli.console import console
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
-from gemmzoo.registry import get_registry
+from gemmzoo.registry import get_registry, unavailable_reason
 
 # The plain format's column order is the one scripts have read since the first release; after the
 # header and the rows come FAILED and DISABLED lines, in three fields.
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     registry = get_registry()
     rows, records = [], []
     for backend in registry.backends():
-        reason = backend.unavailable_reason()
+        reason = unavailable_reason(backend)  # guarded: a broken plugin is a reason, not a crash
         provider = registry.provider(backend.name)
         dist = f"{provider.distribution} {provider.version}" if provider.distribution else "-"
         dtypes = [d for d in DTYPES if d in backend.dtypes]

@@ -8,7 +8,13 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gemmzoo.cli.console import console, errors, messages
-from gemmzoo.cli.options import add_point_arguments, default_selection, points_from_arguments
+from gemmzoo.cli.options import (
+    add_point_arguments,
+    apply_timeout,
+    default_selection,
+    points_from_arguments,
+    timeout_lines,
+)
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import GemmError
@@ -123,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     from gemmzoo.registry import get_registry
     from gemmzoo.tuning import state
 
+    apply_timeout(args)
     if args.import_files or args.export:
         if _portable(args, before_tuning=True):
             return 2
@@ -177,7 +184,9 @@ def run(args: argparse.Namespace) -> int:
         return 130
     if _portable(args, before_tuning=False):
         return 2
-    if any(record.status not in ("ok", "unsupported") for record in records):
+    for line in timeout_lines():
+        errors.print(line, style="red", markup=False, soft_wrap=True)
+    if timeout_lines() or any(record.status not in ("ok", "unsupported") for record in records):
         return 1
     return 0 if records else 1
 

@@ -116,6 +116,7 @@ def add_point_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument("--shard", metavar="I/N",
                         help=f"{verb} only the I-th of N disjoint, balanced parts of the grid (a cluster's "
                              "job array: 1/N .. N/N cover it once; same grid arguments on every machine)")
+    add_timeout_argument(parser)
 
 
 def grid_from_arguments(args: argparse.Namespace) -> list[GridPoint]:
@@ -141,3 +142,40 @@ def shard_meta(args: argparse.Namespace) -> dict[str, object] | None:
         return None
     shard, grid = parse_shard(args.shard), grid_from_arguments(args)
     return {"index": shard.index, "count": shard.count, "grid": grid_digest(grid), "points": len(grid)}
+
+
+def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
+    """``--timeout SECONDS``: the time limit of each backend task (see :mod:`gemmzoo.watchdog`)."""
+    from gemmzoo.watchdog import DEFAULT_TIMEOUT_S, parse_timeout
+
+    def seconds(text: str) -> float | None:
+        try:
+            return parse_timeout(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    parser.add_argument("--timeout", type=seconds, default=argparse.SUPPRESS, metavar="SECONDS",
+                        help="time limit of each backend call (one backend's check and timing at one point, "
+                             "one conformance check); one that overruns is TIMEOUT, its backend is set aside "
+                             "and the run goes on (exit 1). Default: GEMMZOO_TIMEOUT, else "
+                             f"{DEFAULT_TIMEOUT_S:g}; 0 for none")
+
+
+def apply_timeout(args: argparse.Namespace) -> None:
+    """Make ``--timeout`` the limit of this process and of the workers it starts
+    (through ``GEMMZOO_TIMEOUT``)."""
+    import os
+
+    from gemmzoo.watchdog import ENV
+
+    value = getattr(args, "timeout", "unset")
+    if value != "unset":
+        os.environ[ENV] = "0" if value is None else repr(value)
+
+
+def timeout_lines() -> list[str]:
+    """One ``TIMEOUT backend: what took longer than N s`` line per call that overran in this
+    process (empty when none did)."""
+    from gemmzoo.watchdog import timeouts
+
+    return [f"TIMEOUT {event.describe()}" for event in timeouts()]

@@ -14,7 +14,10 @@ from gemmzoo.conformance.cases import Case, conformance_cases, scale_decades
 from gemmzoo.conformance.judge import CheckFailedError, judge_result
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
 from gemmzoo.dtypes import DTYPES, result_dtype
+from gemmzoo.registry import probe_availability
 from gemmzoo.validation import backend_problem
+from gemmzoo.watchdog import BackendTimeoutError, quarantined
+from gemmzoo.watchdog import call as watched
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,15 @@ class ConformanceReport:
     backend: str
     results: list[CheckResult] = field(default_factory=list)
     unavailable: str | None = None
+    #: Set when a check ran past the time limit (:mod:`gemmzoo.watchdog`): what overran. The
+    #: backend is then quarantined and the checks after it are not run.
+    timed_out: str | None = None
 
     @property
     def passed(self) -> bool:
         """True when the backend was available and every check passed."""
-        return self.unavailable is None and bool(self.results) and all(r.passed for r in self.results)
+        return (self.unavailable is None and self.timed_out is None and bool(self.results)
+                and all(r.passed for r in self.results))
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -327,6 +334,7 @@ def check_backend(
     random: int = 0,
     seed: int = 0,
     max_work: float = DEFAULT_MAX_WORK,
+    timeout: float | str | None = "default",
 ) -> ConformanceReport:
     """Run the whole suite on one backend (or only some of its dtypes), then ``random`` problems
     drawn by :func:`gemmzoo.conformance.random_problems.random_cases` with ``seed`` and M·N·K at most
@@ -334,7 +342,10 @@ def check_backend(
 
     Nothing a backend does stops the suite: a malformed backend (see
     :func:`gemmzoo.validation.backend_problem`) fails a ``backend-members`` check, and a check that
-    raises is a failed check with the exception's message.
+    raises is a failed check with the exception's message. Each check has ``timeout`` seconds
+    (``"default"``: :func:`gemmzoo.watchdog.default_timeout`; ``None``: no limit): one that
+    overruns fails, sets :attr:`ConformanceReport.timed_out`, quarantines the backend
+    (:mod:`gemmzoo.watchdog`) and ends its suite.
     """
     name = getattr(backend, "name", None)
     report = ConformanceReport(name if isinstance(name, str) else repr(name))
@@ -348,11 +359,11 @@ def check_backend(
     if problem is not None:
         record(CheckResult(report.backend, "backend-members", False, problem))
         return report
-    try:
-        reason = backend.unavailable_reason()
-    except Exception as error:
-        record(CheckResult(report.backend, "unavailable-reason", False,
-                           "unavailable_reason() raised " + _exception_text(error)))
+    reason, fault = probe_availability(backend)
+    if fault is not None:
+        if quarantined(backend) is not None:
+            report.timed_out = fault
+        record(CheckResult(report.backend, "unavailable-reason", False, fault))
         return report
     if reason is not None:
         report.unavailable = reason
@@ -372,7 +383,11 @@ def check_backend(
                    for case in random_cases(chosen, random, seed, max_work)]
     for label, check in checks:
         try:
-            result = check()
+            result = watched(backend, label, check, timeout=timeout)
+        except BackendTimeoutError as error:
+            report.timed_out = str(error)
+            record(CheckResult(report.backend, label, False, f"TIMEOUT: {error}"))
+            break
         except Exception as error:  # run_case and run_input_check catch; this is the last guard
             result = CheckResult(report.backend, label, False, "raised " + _exception_text(error))
         record(result)

@@ -6,6 +6,9 @@ import os
 import threading
 from typing import Any
 
+from gemmzoo import watchdog
+from gemmzoo.registry import forget_availability
+from gemmzoo.registry import unavailable_reason as guarded_reason
 from gemmzoo.tuning.db import TuningStore, default_cache_dir, open_store
 
 lock = threading.RLock()
@@ -31,7 +34,7 @@ verdicts: dict[tuple[str, str, str, str], bool] = {}
 """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
 
 availability: dict[str, str | None] = {}
-"""``unavailable_reason()`` of each backend, asked once per process."""
+"""Unused: availability is remembered by :func:`gemmzoo.registry.unavailable_reason`."""
 
 # By (process id, directory): a child made by fork() must not use its parent's SQLite connection.
 _stores: dict[tuple[int, str], TuningStore] = {}
@@ -49,12 +52,9 @@ def store() -> TuningStore:
 
 
 def unavailable_reason(backend: Any) -> str | None:
-    """``backend.unavailable_reason()``, remembered for the rest of the process."""
-    try:
-        return availability[backend.name]
-    except KeyError:
-        reason = availability[backend.name] = backend.unavailable_reason()
-        return reason
+    """``backend.unavailable_reason()``, guarded and remembered for the rest of the process
+    (:func:`gemmzoo.registry.unavailable_reason`: never raises, never hangs)."""
+    return guarded_reason(backend)
 
 
 def forget_answers() -> None:
@@ -67,7 +67,8 @@ def forget_answers() -> None:
 
 
 def reset() -> None:
-    """Forget everything: answers, verdicts, availability, and close the databases."""
+    """Forget everything: answers, verdicts, availability, quarantines (:mod:`gemmzoo.watchdog`),
+    and close the databases."""
     with lock:
         generation[0] += 1
         answers.clear()
@@ -76,6 +77,8 @@ def reset() -> None:
         generation[0] += 1
         verdicts.clear()
         availability.clear()
+        forget_availability()
+        watchdog.forget()
         for (pid, _directory), opened in _stores.items():
             if pid == os.getpid():
                 opened.close()

@@ -7,6 +7,11 @@ and every check passed. The verdict is stored in the database, so it runs once p
 versions, backend and dtype, not once per process. On top of that each measurement checks its own
 result against the conformance bound (``verify``); a result outside it is stored as ``"wrong"``
 and never chosen.
+
+Every check and measurement runs under the watchdog's time limit (:mod:`gemmzoo.watchdog`): a
+measurement that overruns is stored as ``"timeout"``, and a suite that overruns fails for this
+process only (no verdict is stored: the next process asks again). Either way the backend is
+quarantined for the rest of the process.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from gemmzoo.registry import get_registry
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import ConformanceRecord, Record, TuningStore
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
+from gemmzoo.watchdog import BackendTimeoutError
+from gemmzoo.watchdog import call as watched
 
 #: The conformance suite's revision: part of a stored verdict's key, so a verdict from a suite
 #: with other cases or bounds is not reused. Bump it when the cases or the bounds change.
@@ -53,6 +60,9 @@ def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bo
         from gemmzoo.conformance import check_backend
 
         report = check_backend(backend, [dtype])
+        if report.timed_out is not None:  # this process's trouble, not a verdict to keep
+            state.verdicts[key] = False
+            return False
         failures = report.failures
         detail = report.unavailable or "; ".join(f"{f.check}: {f.detail}" for f in failures[:3])
         stored = ConformanceRecord(device, versions, backend.name, dtype, report.passed,
@@ -70,9 +80,12 @@ def measure_record(backend: Any, point: GridPoint, budget_s: float, verify: bool
     median = spread = ratio = host = host_spread = None
     samples = None
     try:
-        result = measure(backend, point, budget_s=budget_s, verify=verify)
+        result = watched(backend, f"check and timing at {point.id}", measure, backend, point,
+                         budget_s=budget_s, verify=verify)
     except WrongResultError as error:
         status, detail = "wrong", str(error)
+    except BackendTimeoutError as error:
+        status, detail = "timeout", str(error)
     except Exception as error:  # a backend that breaks on one shape must not stop the others
         status, detail = "failed", f"{type(error).__name__}: {error}"
     else:
@@ -102,9 +115,12 @@ def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, 
         return records
     from gemmzoo.measure import interleaved_caller_timings, prepare
 
-    try:
+    def caller_timings() -> list[Any]:
         problems = [prepare(backends[index], point) for index in bound]
-        timings = interleaved_caller_timings(problems, [float(records[index].host_s) for index in bound])
+        return interleaved_caller_timings(problems, [float(records[index].host_s) for index in bound])
+
+    try:  # several backends in one task: an overrun quarantines none of them
+        timings = watched(None, f"caller timings at {point.id}", caller_timings)
     except Exception:  # keep the first measurement: it is a correct, if noisier, answer
         return records
     for index, timing in zip(bound, timings, strict=True):

@@ -1,0 +1,355 @@
+"""No plugin can crash or hang gemmzoo: every member guarded, every backend call under a time limit.
+
+The corpus (tests/misbehaving_plugins.py) has a backend that raises in each member, one that
+returns the wrong type from each, one that hangs in each of unavailable_reason, from_numpy,
+prepare, synchronize and matmul, one with a wrong shape and one that mutates its inputs. In this
+process each one meets the API next to NumPy's backend; installed as real plugins (a subprocess
+each), all of them at once meet every command.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import misbehaving_plugins as corpus
+import numpy as np
+import pytest
+from fake_distributions import subprocess_env
+
+import gemmzoo
+from gemmzoo import registry as registry_module
+from gemmzoo import watchdog
+from gemmzoo.bench import ERROR, OK, TIMEOUT, run_bench
+from gemmzoo.conformance import check_backend
+from gemmzoo.grids import GridPoint
+from gemmzoo.registry import PluginInfo, Registry, unavailable_reason
+from gemmzoo.tuning import state
+from gemmzoo_numpy import NumpyBackend
+
+LIMIT_S = 1.0
+#: What a call cut at LIMIT_S may take on top, on a busy machine: far below a hang (HANG_S).
+SLACK_S = 10.0
+LIVE = [case for case in corpus.CASES if case not in corpus.REFUSED]
+HARMLESS = {"value-synchronize"}  # synchronize's return value is ignored: a correct backend
+POINT = GridPoint(8, 8, 8, "float32", "NN")
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GEMMZOO_TIMEOUT", str(LIMIT_S))
+    monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
+    monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
+    state.reset()
+    yield
+    state.reset()
+
+
+def registry_of(case: str) -> Registry:
+    """A registry with NumPy's backend (as gemmzoo's own) and the backend of ``case``."""
+    registry = Registry(strict=False)
+    numpy_plugin = SimpleNamespace(gemmzoo_register_backends=gemmzoo.hookimpl(
+        lambda register: register(NumpyBackend())))
+    own = PluginInfo("numpy", "gemmzoo_numpy", "gemmzoo", gemmzoo.__version__)
+    registry.register_plugin(numpy_plugin, own)
+    bad_plugin = SimpleNamespace(gemmzoo_register_backends=corpus.register_case(case))
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        registry.register_plugin(bad_plugin, PluginInfo(case, corpus.module_name(case), corpus.DISTRIBUTION,
+                                                        "6.6.6"))
+    return registry
+
+
+def within(start: float, hangs: int = 1) -> None:
+    elapsed = time.monotonic() - start
+    assert elapsed < hangs * LIMIT_S + SLACK_S, f"took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("case", sorted(corpus.REFUSED))
+def test_a_malformed_member_is_refused_at_registration(case):
+    registry = registry_of(case)
+
+    assert registry.names() == ["numpy"]
+    [failure] = registry.failures
+    assert failure.plugin.name == case and "registered an invalid backend" in failure.error
+    assert "\n" not in failure.error
+
+
+@pytest.mark.parametrize("case", LIVE)
+def test_availability_is_a_reason_never_an_exception_nor_a_hang(case):
+    backend = registry_of(case).get(corpus.backend_name(case))
+    start = time.monotonic()
+
+    reason = unavailable_reason(backend)
+
+    within(start)
+    if case not in corpus.UNAVAILABLE:
+        assert reason is None
+        return
+    assert isinstance(reason, str) and reason and "\n" not in reason
+    expected = {"raise-unavailable-reason": "unavailable_reason() raised RuntimeError: plugin bug",
+                "raise-unprintable-reason": "unavailable_reason() raised UnprintableError: <unprintable>",
+                "int-reason": "unavailable_reason() returned int, not a str or None: 42",
+                "empty-reason": "gave an empty reason",
+                "hang-unavailable-reason": "took longer than 1 s"}[case]
+    assert expected in reason
+    assert unavailable_reason(backend) == reason  # answered once: a hang is not waited for again
+
+
+@pytest.mark.parametrize("case", LIVE)
+def test_the_suite_fails_each_misbehaving_backend_within_the_limit(case):
+    backend = registry_of(case).get(corpus.backend_name(case))
+    start = time.monotonic()
+
+    report = check_backend(backend, timeout=LIMIT_S)
+
+    within(start)
+    if case in HARMLESS:
+        assert report.passed, report.failures
+        return
+    assert not report.passed
+    details = " ".join(f.detail for f in report.failures)
+    if case in corpus.HANGS or case == "hang-unavailable-reason":
+        assert report.timed_out is not None and "took longer than 1 s" in report.timed_out
+        assert "TIMEOUT" in details
+        assert watchdog.quarantined(backend) is not None
+    elif case == "empty-reason":  # an empty reason still says "unavailable"
+        assert "empty reason" in report.unavailable
+    else:
+        assert report.timed_out is None and report.failures
+    if case == "wrong-shape":
+        assert "shape" in details
+    if case == "mutates-inputs":
+        assert "A was changed by matmul" in details
+
+
+@pytest.mark.parametrize("case", LIVE)
+def test_bench_reports_the_backend_and_times_numpy(case):
+    registry = registry_of(case)
+    bad, numpy_backend = registry.get(corpus.backend_name(case)), registry.get("numpy")
+    start = time.monotonic()
+
+    results = run_bench([bad, numpy_backend], [POINT, GridPoint(8, 8, 16)], budget_s=0.02,
+                        timeout=LIMIT_S)
+
+    within(start)  # a hung backend costs one limit: at its second point it is quarantined
+    by_backend: dict[str, list[str]] = {}
+    for result in results:
+        by_backend.setdefault(result.backend, []).append(result.status)
+    assert by_backend["numpy"] == [OK, OK]
+    assert all(r.caller_s > 0 for r in results if r.backend == "numpy")
+    statuses = by_backend[corpus.backend_name(case)]
+    if case in corpus.HANGS:
+        assert statuses == [TIMEOUT, TIMEOUT]
+        [timed_out] = [r for r in results if r.status == TIMEOUT and r.point == POINT]
+        assert "took longer than 1 s" in timed_out.detail
+    elif case.startswith(("raise-", "exit-", "interrupt-")) and case not in corpus.UNAVAILABLE:
+        assert statuses == [ERROR, ERROR]
+
+
+@pytest.mark.parametrize("case", LIVE)
+def test_matmul_and_best_backend_answer_with_a_working_backend(case, monkeypatch):
+    monkeypatch.setattr(registry_module, "_registry", registry_of(case))
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((8, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 8)).astype(np.float32)
+    start = time.monotonic()
+
+    c = gemmzoo.matmul(a, b)  # never measures: the stored or default choice
+    chosen = gemmzoo.best_backend((8, 8, 8))  # measures every candidate on this miss
+    again = gemmzoo.matmul(a, b)
+
+    within(start, hangs=2)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    for result in (c, again):
+        assert isinstance(result, np.ndarray) and result.shape == (8, 8)
+        np.testing.assert_allclose(result, exact, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(a, rng_copy(5, 0)) and np.array_equal(b, rng_copy(5, 1))
+    if case in HARMLESS:
+        assert chosen.name in ("numpy", corpus.backend_name(case))
+    else:
+        assert chosen.name == "numpy"
+
+
+def rng_copy(seed: int, index: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal((8, 8)).astype(np.float32) for _ in range(2)]
+    return arrays[index]
+
+
+def test_the_watchdog_returns_values_reraises_errors_and_quarantines_on_overrun():
+    backend = corpus.make_backend("hang-matmul")
+    assert watchdog.call(backend, "add", lambda x, y: x + y, 2, 3, timeout=LIMIT_S) == 5
+    with pytest.raises(ZeroDivisionError):
+        watchdog.call(backend, "divide", lambda: 1 / 0, timeout=LIMIT_S)
+    with pytest.raises(watchdog.BackendCrashError, match="SystemExit"):
+        watchdog.call(backend, "exit", sys.exit, 4, timeout=LIMIT_S)
+    start = time.monotonic()
+    with pytest.raises(watchdog.BackendTimeoutError, match=r"sleep took longer than 0\.2 s"):
+        watchdog.call(backend, "sleep", time.sleep, corpus.HANG_S, timeout=0.2)
+    assert time.monotonic() - start < SLACK_S
+    assert "quarantined for the rest of this process" in watchdog.quarantined(backend)
+    assert "quarantined" in unavailable_reason(backend)
+    ran = []
+    with pytest.raises(watchdog.BackendTimeoutError, match=r"anything: not run: TIMEOUT: sleep took longer"):
+        watchdog.call(backend, "anything", ran.append, 1, timeout=LIMIT_S)
+    assert ran == []  # a quarantined backend is never called again
+    assert [t.backend for t in watchdog.timeouts()] == [backend.name]
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("5", 5.0), ("0.5", 0.5), ("0", None), ("off", None),
+                                               (" 12 ", 12.0)])
+def test_timeouts_parse(text, seconds):
+    assert watchdog.parse_timeout(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["-1", "soon", "nan", ""])
+def test_bad_timeouts_are_refused(text):
+    with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+        watchdog.parse_timeout(text)
+
+
+def test_the_default_limit_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("GEMMZOO_TIMEOUT", "7")
+    assert watchdog.default_timeout() == 7.0
+    monkeypatch.setenv("GEMMZOO_TIMEOUT", "0")
+    assert watchdog.default_timeout() is None
+    monkeypatch.delenv("GEMMZOO_TIMEOUT")
+    assert watchdog.default_timeout() == watchdog.DEFAULT_TIMEOUT_S
+    monkeypatch.setenv("GEMMZOO_TIMEOUT", "whenever")
+    with pytest.warns(UserWarning, match="GEMMZOO_TIMEOUT"):
+        assert watchdog.default_timeout() == watchdog.DEFAULT_TIMEOUT_S
+
+
+# Installed for real, all at once ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site = tmp_path_factory.mktemp("site")
+    corpus.install(site)
+    return site
+
+
+def gemmzoo_cli(site: Path, tmp_path: Path, *args: str,
+                **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    variables = {"PYTHONPATH": os.pathsep.join([str(site), str(TESTS)]),
+                 "GEMMZOO_CACHE_DIR": str(tmp_path / "cache"), **env}
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "gemmzoo", *args], capture_output=True, text=True,
+                            env=subprocess_env(site, **variables), timeout=corpus.HANG_S * 3, check=False)
+    return result, time.monotonic() - start
+
+
+def assert_no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_list_shows_every_misbehaving_plugin_and_the_bundled_backends(site, tmp_path):
+    result, elapsed = gemmzoo_cli(site, tmp_path, "list", "--plain", GEMMZOO_TIMEOUT="1",
+                                  GEMMZOO_DISABLE_PLUGINS="triton,cupy")
+
+    assert result.returncode == 0, result.stderr
+    assert_no_traceback(result)
+    assert elapsed < corpus.HANG_S
+    rows = {line.split("\t")[0]: line.split("\t") for line in result.stdout.splitlines()}
+    assert rows["numpy"][3] == "yes" and rows["torch-cpu"][3] == "yes"
+    for case in corpus.REFUSED:
+        refused = f"FAILED\t'{case}' ({corpus.DISTRIBUTION} 6.6.6)\tregistered an invalid backend"
+        assert refused in result.stdout
+    for case in corpus.UNAVAILABLE:
+        assert rows[corpus.backend_name(case)][3].startswith("no: ")
+    assert "TIMEOUT" in rows[corpus.backend_name("hang-unavailable-reason")][3]
+    assert "[red]not markup[/]" in rows[corpus.backend_name("raise-unavailable-reason")][3]
+
+
+def test_check_conforms_the_bundled_backends_and_times_out_the_hung_ones(site, tmp_path):
+    result, elapsed = gemmzoo_cli(site, tmp_path, "check", "--timeout", "1", "--dtype", "float32",
+                                  GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    assert_no_traceback(result)
+    assert elapsed < corpus.HANG_S
+    assert "numpy: " in out and "0 failed" in out.split("numpy: ", 1)[1].splitlines()[0]
+    summary = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 5}
+    assert "conforms" in summary["numpy"] and "does not" not in summary["numpy"]
+    for case in corpus.HANGS:
+        assert "TIMEOUT" in summary[corpus.backend_name(case)]
+    slow_probe = corpus.backend_name("hang-unavailable-reason")
+    assert f"TIMEOUT {slow_probe}: unavailable_reason() took longer" in out
+    for case in LIVE:
+        if case not in corpus.UNAVAILABLE | HARMLESS | corpus.HANGS:
+            assert "does not conform" in summary[corpus.backend_name(case)], case
+
+
+def test_bench_times_the_bundled_backends_next_to_every_misbehaving_one(site, tmp_path):
+    result, elapsed = gemmzoo_cli(site, tmp_path, "bench", "--shape", "8x8x8", "--timeout", "1", "--plain",
+                                  "--budget", "0.02", GEMMZOO_DISABLE_PLUGINS="triton,cupy")
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert_no_traceback(result)
+    assert elapsed < corpus.HANG_S
+    rows = {line.split()[3].rstrip("*"): line for line in result.stdout.splitlines()
+            if line.startswith("8x8x8")}
+    for name in ("numpy", "torch-cpu"):
+        assert float(rows[name].split()[4]) > 0, rows[name]
+    for case in corpus.HANGS:
+        assert "TIMEOUT" in rows[corpus.backend_name(case)]
+
+
+def test_best_answers_with_a_bundled_backend(site, tmp_path):
+    result, elapsed = gemmzoo_cli(site, tmp_path, "best", "8", "8", "8", "--timeout", "1",
+                                  GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+
+    assert_no_traceback(result)
+    assert elapsed < corpus.HANG_S
+    assert result.stdout.startswith("numpy for 8x8x8 float32 on cpu"), result.stdout + result.stderr
+    assert result.returncode == 1  # candidates timed out while the suite checked them
+    for case in corpus.HANGS:
+        assert f"TIMEOUT {corpus.backend_name(case)}: " in result.stdout
+
+
+def test_matmul_in_a_process_with_every_misbehaving_plugin(site, tmp_path):
+    script = ("import numpy as np, gemmzoo\n"
+              "rng = np.random.default_rng(1)\n"
+              "a = rng.standard_normal((8, 8)).astype(np.float32)\n"
+              "b = rng.standard_normal((8, 8)).astype(np.float32)\n"
+              "c = gemmzoo.matmul(a, b)\n"
+              "np.testing.assert_allclose(c, a.astype(float) @ b.astype(float), rtol=1e-5, atol=1e-5)\n"
+              "print(gemmzoo.best_backend((8, 8, 8)).name)\n"
+              "np.testing.assert_allclose(gemmzoo.matmul(a, b), a.astype(float) @ b.astype(float), "
+              "rtol=1e-5, atol=1e-5)\n")
+    env = subprocess_env(site, PYTHONPATH=os.pathsep.join([str(site), str(TESTS)]),
+                         GEMMZOO_CACHE_DIR=str(tmp_path / "cache"), GEMMZOO_TIMEOUT="1",
+                         GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                            timeout=corpus.HANG_S * 3, check=False)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert time.monotonic() - start < corpus.HANG_S
+    assert result.stdout.strip() in ("numpy", corpus.backend_name("value-synchronize"))
+
+
+def test_the_target_a_sleeping_backend_is_timeout_and_numpy_is_timed(site, tmp_path):
+    result, elapsed = gemmzoo_cli(site, tmp_path, "bench", "--backend", corpus.backend_name("hang-matmul"),
+                                  "--backend", "numpy", "--shape", "8x8x8", "--timeout", "2", "--plain")
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert_no_traceback(result)
+    assert elapsed < 2 + 15
+    rows = {line.split()[3].rstrip("*"): line.split() for line in result.stdout.splitlines()
+            if line.startswith("8x8x8")}
+    assert rows[corpus.backend_name("hang-matmul")][4] == "TIMEOUT"
+    assert float(rows["numpy"][4]) > 0
+    sleeper = corpus.backend_name("hang-matmul")
+    line = f"TIMEOUT {sleeper}: check and timing at {POINT.id} took longer than 2 s"
+    assert line in result.stdout
