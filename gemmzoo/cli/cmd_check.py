@@ -31,6 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "1e10 reaches a GPU's large-problem routes)")
 
 
+def _store_verdicts(backend: object, report: object, dtypes: list[str]) -> None:
+    """The verdicts replace this machine's stored ones (what selection trusts); a database that
+    fails must not fail the check."""
+    from gemmzoo.tuning.verdicts import store_report
+
+    try:
+        store_report(backend, report, dtypes)
+    except Exception as error:
+        console.print(f"verdicts not stored: {type(error).__name__}: {error}", markup=False, soft_wrap=True)
+
+
 def run(args: argparse.Namespace) -> int:
     registry = get_registry()
     try:
@@ -59,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             task = progress.add_task(f"checking {backend.name}", total=total)
             report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t),
                                    random=args.random, seed=args.seed, max_work=args.max_work)
+        _store_verdicts(backend, report, dtypes)
         if report.unavailable is not None:
             all_passed = False
             reason = escape(report.unavailable)

@@ -342,7 +342,8 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 source = "nearest shape"
                 note = f"nothing measured at {m}x{n}x{k}; nearest measured shape {'x'.join(map(str, basis))}"
         if not timings:
-            pick = _default(store, conforming + unchecked, dtype, native, excluded)
+            broke = {r.backend for r in latest.values() if r.status != "ok"}
+            pick = _default(store, conforming + unchecked, dtype, native, excluded, broke)
             if pick is None:
                 raise BackendUnavailableError(
                     f"no backend computing {dtype} on {device} passed conformance on this machine "
@@ -358,12 +359,17 @@ def _failed(name: str, dtype: str) -> str:
 
 
 def _default(store: Any, backends: list[Any], dtype: str, native: Callable[[Any], bool] | None,
-             excluded: dict[str, str]) -> Any:
-    """The first of ``backends`` in the default order (the caller's own array library first) that
-    passed conformance here, running the suite on those not checked yet; ``None`` if none."""
-    for backend in sorted(backends, key=lambda b: (native is not None and not native(b), preference(b.name))):
+             excluded: dict[str, str], broke: set[str]) -> Any:
+    """The first of ``backends`` in the default order (the caller's own array library first, those
+    whose newest row at this very shape is a failure last) that passed conformance here, running
+    the suite on those not checked yet; ``None`` if none."""
+    def order(b: Any) -> tuple[bool, bool, tuple[int, str]]:
+        return b.name in broke, native is not None and not native(b), preference(b.name)
+
+    for backend in sorted(backends, key=order):
         if conformance_verdict(store, backend, dtype, run=True):
-            excluded.pop(backend.name, None)
+            if backend.name not in broke:
+                excluded.pop(backend.name, None)
             return backend
         excluded[backend.name] = _failed(backend.name, dtype)
     return None
