@@ -63,8 +63,8 @@ def _row(backend: str, shape: tuple[int, int, int], median: float) -> dict[str, 
 
 def _verdict(backend: Any, passed: bool) -> dict[str, Any]:
     return {"device": json.loads(device_fingerprint("cpu")),
-            "versions": json.loads(verdict_versions(backend)), "backend": backend.name, "dtype": "float32", "passed": passed, "checks": 41, "failures": 0,
-            "detail": "", "created": time.time() - 10}
+            "versions": json.loads(verdict_versions(backend)), "backend": backend.name, "dtype": "float32",
+            "passed": passed, "checks": 41, "failures": 0, "detail": "", "created": time.time() - 10}
 
 
 def _file(tmp_path, rows: list[dict[str, Any]], verdicts: list[dict[str, Any]]):
