@@ -98,7 +98,7 @@ _TABLE_COLUMNS = {
 # dtype, layout and versions, read from this index alone.
 _NEAR_INDEX = """
 CREATE INDEX IF NOT EXISTS measurements_near ON measurements
-    (device, dtype, layout, backend, versions, m, n, k) WHERE status = 'ok'
+    (device, dtype, layout, backend, versions, status, m, n, k)
 """
 
 # Added beside schema version 1 without a version change: older gemmzoo releases name the columns
@@ -274,6 +274,13 @@ def _retrying(action: Callable[[], T]) -> T:
         pause = min(pause * 2, 0.5)
 
 
+def near_sql(boxed: bool) -> str:
+    """The query of :meth:`TuningStore.shapes_near` (``boxed``: with ranges of M, N and K)."""
+    sql = ("SELECT DISTINCT m, n, k FROM measurements WHERE device = ? AND dtype = ? AND layout = ? "
+           "AND backend = ? AND versions = ? AND status = 'ok'")
+    return sql + " AND m BETWEEN ? AND ? AND n BETWEEN ? AND ? AND k BETWEEN ? AND ?" if boxed else sql
+
+
 class TuningStore:
     """A connection to the tuning database (``path``), or an in-memory one (``path`` None).
 
@@ -307,6 +314,8 @@ class TuningStore:
                 (verdict,) = self._run(lambda: self._db.execute("PRAGMA quick_check").fetchone())
                 if verdict != "ok":
                     raise _CorruptError(f"integrity check failed: {verdict}")
+            if self.path is not None and self.path.exists() and not os.access(self.path, os.W_OK):
+                raise _ReadOnlyError("the file is read-only")
             if self._missing() or self.path is None:
                 self._run(self._create_schema)
             elif not self._writable():
@@ -532,14 +541,11 @@ class TuningStore:
         """The distinct shapes with an ``ok`` row of ``backend`` with ``versions`` on ``device`` for
         ``dtype``/``layout``, within ``box`` (inclusive (low, high) of M, N and K) or anywhere;
         read from an index alone."""
-        sql = ("SELECT DISTINCT m, n, k FROM measurements WHERE device = ? AND dtype = ? AND layout = ? "
-               "AND backend = ? AND versions = ? AND status = 'ok'")
         args: tuple[object, ...] = (device, dtype, layout, backend, versions)
         if box is not None:
-            sql += " AND m BETWEEN ? AND ? AND n BETWEEN ? AND ? AND k BETWEEN ? AND ?"
             args += (*box[0], *box[1], *box[2])
         shapes = []
-        for m, n, k in self._read(sql, args):
+        for m, n, k in self._read(near_sql(box is not None), args):
             if all(isinstance(x, int) for x in (m, n, k)):
                 shapes.append((m, n, k))
         return shapes  # type: ignore[return-value]
