@@ -46,6 +46,7 @@ from gemmzoo.tuning.schema import MAX_DETAIL, stored_measurement_problem
 SCHEMA_VERSION = 1
 DB_NAME = "tuning.sqlite3"
 BUSY_TIMEOUT_S = 30.0
+QUICK_CHECK_BYTES = 64 * 2**20
 RETRY_DEADLINE_S = 120.0
 
 _SCHEMA = """
@@ -274,11 +275,20 @@ def _retrying(action: Callable[[], T]) -> T:
         pause = min(pause * 2, 0.5)
 
 
-def near_sql(boxed: bool) -> str:
-    """The query of :meth:`TuningStore.shapes_near` (``boxed``: with ranges of M, N and K)."""
+#: A box whose M range holds at most this many integers names them (``m IN (...)``): the index is
+#: then searched for each M in the range of N, instead of read through the whole range of M.
+NEAR_LIST_LIMIT = 400
+
+
+def near_sql(boxed: bool, listed: int = 0) -> str:
+    """The query of :meth:`TuningStore.shapes_near` (``boxed``: with ranges of M, N and K;
+    ``listed``: with M given as that many values instead of a range)."""
     sql = ("SELECT DISTINCT m, n, k FROM measurements WHERE device = ? AND dtype = ? AND layout = ? "
            "AND backend = ? AND versions = ? AND status = 'ok'")
-    return sql + " AND m BETWEEN ? AND ? AND n BETWEEN ? AND ? AND k BETWEEN ? AND ?" if boxed else sql
+    if not boxed:
+        return sql
+    sizes = f"m IN ({', '.join('?' * listed)})" if listed else "m BETWEEN ? AND ?"
+    return sql + f" AND {sizes} AND n BETWEEN ? AND ? AND k BETWEEN ? AND ?"
 
 
 class TuningStore:
@@ -311,9 +321,7 @@ class TuningStore:
         try:
             if self.path is not None:
                 self._wal()
-                (verdict,) = self._run(lambda: self._db.execute("PRAGMA quick_check").fetchone())
-                if verdict != "ok":
-                    raise _CorruptError(f"integrity check failed: {verdict}")
+                self._check_integrity()
             if self.path is not None and self.path.exists() and not os.access(self.path, os.W_OK):
                 raise _ReadOnlyError("the file is read-only")
             if self._missing() or self.path is None:
@@ -327,13 +335,34 @@ class TuningStore:
                 raise
             raise _CorruptError(str(error)) from error
 
-    def _wal(self) -> None:
-        """The WAL journal where the filesystem allows it (readers then never wait on a writer)."""
-        (mode,) = self._run(lambda: self._db.execute("PRAGMA journal_mode").fetchone())
-        if str(mode).lower() == "wal":
+    def _check_integrity(self) -> None:
+        """``PRAGMA quick_check`` for a file of up to :data:`QUICK_CHECK_BYTES` (it reads every page:
+        about a second for 500 MiB); a larger one is only checked for truncation here, and damage
+        found later by a query sends the store to memory (:meth:`_guarded`)."""
+        assert self.path is not None
+        if self.path.stat().st_size <= QUICK_CHECK_BYTES:
+            (verdict,) = self._run(lambda: self._db.execute("PRAGMA quick_check").fetchone())
+            if verdict != "ok":
+                raise _CorruptError(f"integrity check failed: {verdict}")
             return
-        with contextlib.suppress(sqlite3.OperationalError, TuningStoreBusyError):  # WAL needs shared memory
-            self._run(lambda: self._db.execute("PRAGMA journal_mode=WAL").fetchone())
+        (pages,) = self._run(lambda: self._db.execute("PRAGMA page_count").fetchone())
+        (size,) = self._run(lambda: self._db.execute("PRAGMA page_size").fetchone())
+        wal = self.path.with_name(self.path.name + "-wal")
+        held = self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+        if pages * size > held:
+            raise _CorruptError(f"truncated: {pages} pages of {size} bytes, {held} bytes on disk")
+
+    def _wal(self) -> None:
+        """The WAL journal where the filesystem allows it (readers then never wait on a writer),
+        synchronised at checkpoints rather than at every commit (a cache may lose its last rows at
+        a power cut, never its consistency)."""
+        (mode,) = self._run(lambda: self._db.execute("PRAGMA journal_mode").fetchone())
+        if str(mode).lower() != "wal":
+            # WAL needs shared memory, which some filesystems lack
+            with contextlib.suppress(sqlite3.OperationalError, TuningStoreBusyError):
+                (mode,) = self._run(lambda: self._db.execute("PRAGMA journal_mode=WAL").fetchone())
+        if str(mode).lower() == "wal":
+            self._db.execute("PRAGMA synchronous=NORMAL")
 
     def _missing(self) -> list[str]:
         """What the current schema lacks, read without a lock: ``[]`` when the database is complete;
@@ -456,7 +485,10 @@ class TuningStore:
         with self._lock:
             try:
                 return self._run(action)
-            except sqlite3.OperationalError as error:
+            except sqlite3.DatabaseError as error:
+                damaged = type(error) is sqlite3.DatabaseError  # "database disk image is malformed"
+                if not (damaged or isinstance(error, sqlite3.OperationalError)):
+                    raise
                 if _is_busy(error) or self.path is None:
                     raise
                 self._to_memory(error)
@@ -542,10 +574,16 @@ class TuningStore:
         ``dtype``/``layout``, within ``box`` (inclusive (low, high) of M, N and K) or anywhere;
         read from an index alone."""
         args: tuple[object, ...] = (device, dtype, layout, backend, versions)
+        listed = 0
         if box is not None:
-            args += (*box[0], *box[1], *box[2])
+            (m_low, m_high), n_range, k_range = box
+            if m_high - m_low < NEAR_LIST_LIMIT:
+                listed = m_high - m_low + 1
+                args += (*range(m_low, m_high + 1), *n_range, *k_range)
+            else:
+                args += (m_low, m_high, *n_range, *k_range)
         shapes = []
-        for m, n, k in self._read(near_sql(box is not None), args):
+        for m, n, k in self._read(near_sql(box is not None, listed), args):
             if all(isinstance(x, int) for x in (m, n, k)):
                 shapes.append((m, n, k))
         return shapes  # type: ignore[return-value]

@@ -71,7 +71,7 @@ from gemmzoo.tuning.tune import conformance_verdict, measure_records
 MISS_BUDGET_S = 0.3
 LOCK_PATIENCE_S = 1.0
 RECORD_PATIENCE_S = 0.25
-NEAR_RADII: tuple[float | None, ...] = (0.25, 1.0, 4.0, 16.0, None)
+NEAR_RADII: tuple[float | None, ...] = (0.1, 0.25, 1.0, 4.0, 16.0, None)
 """Half-widths, in ln-size units, of the boxes of M, N and K searched in turn for the nearest
 measured shape (None: everywhere)."""
 VERIFY_LIMIT = 2**28
