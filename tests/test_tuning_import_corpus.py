@@ -114,6 +114,9 @@ CORPUS: list[tuple[str, Any, str]] = [
     ("detail-is-huge", _set("detail", "x" * 10**6), "measurements[0].detail"),
     ("created-in-the-future", _set("created", 1e12), "measurements[0].created"),
     ("created-is-text", _set("created", "yesterday"), "measurements[0].created"),
+    ("escape-in-device-name", _set("device.model", "\x1b[2J\x1b[31mowned"), "measurements[0].device.model"),
+    ("escape-in-detail", _set("detail", "line\n\x1b]0;title\x07"), "measurements[0].detail"),
+    ("escape-in-version-key", _set("versions.\x1b[1m", "1"), "measurements[0].versions"),
     ("row-is-a-number", lambda doc: doc["measurements"].__setitem__(0, 5), "measurements[0]"),
     ("second-row-bad", _second_row_bad, "measurements[1].median_s"),
     ("measurements-not-a-list", _top("measurements", {"a": 1}), "measurements: must be an array"),
@@ -193,7 +196,7 @@ def test_a_malformed_file_is_rejected_whole(seeded, empty_cache, tmp_path, capsy
     assert main(["tune", "--import", str(bad)]) == 2
     captured = capsys.readouterr()
     output = captured.out + captured.err
-    assert "Traceback" not in output
+    assert "Traceback" not in output and "\x1b" not in output  # plain text: no escape reaches the terminal
     lines = [line for line in captured.out.splitlines() if line.strip()]
     assert len(lines) == 1, lines
     assert str(bad) in lines[0] and expected in lines[0], lines[0]

@@ -274,8 +274,11 @@ def _check_rows(path: Path, data: dict[str, Any]) -> None:
     if unknown:
         raise reject(schema.shown(unknown[0]), "not a field of this format")
     for name in ("exported", "gemmzoo"):
-        if name in data and (not isinstance(data[name], str) or len(data[name]) > schema.MAX_TEXT):
-            raise reject(name, f"must be a string of at most {schema.MAX_TEXT} characters")
+        if name in data:
+            try:
+                schema.text(data, name, schema.MAX_TEXT)
+            except schema.RowError as error:
+                raise reject(name, error.why) from None
     now = time.time()
     for name, check in (("measurements", schema.check_measurement), ("conformance", schema.check_verdict)):
         rows = data.get(name, [])

@@ -11,6 +11,7 @@ that a caller can name the file and the entry.
 from __future__ import annotations
 
 import math
+import re
 import time
 from typing import Any
 
@@ -89,8 +90,22 @@ def integer(row: dict[str, Any], field: str, low: int, high: int, *, required: b
         raise RowError(field, f"must be between {low} and {high}, got {shown(value)}")
 
 
-def text(row: dict[str, Any], field: str, limit: int, choices: tuple[str, ...] = ()) -> None:
-    """``row[field]`` is a string of at most ``limit`` characters (one of ``choices`` if given)."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(field: str, value: str, lines: bool = False) -> None:
+    """``value`` holds no control characters (escape sequences would reach the terminal); with
+    ``lines``, newlines and tabs are allowed."""
+    found = (_CONTROL_BUT_LINES if lines else _CONTROL).search(value)
+    if found:
+        raise RowError(field, f"must be plain text, holds the control character {found.group()!r}")
+
+
+def text(row: dict[str, Any], field: str, limit: int, choices: tuple[str, ...] = (),
+         lines: bool = False) -> None:
+    """``row[field]`` is a string of at most ``limit`` characters of plain text (one of
+    ``choices`` if given; newlines and tabs allowed with ``lines``)."""
     value = row.get(field)
     if not isinstance(value, str):
         raise RowError(field, f"must be a string, got {shown(value)}")
@@ -98,6 +113,7 @@ def text(row: dict[str, Any], field: str, limit: int, choices: tuple[str, ...] =
         raise RowError(field, f"must be at most {limit} characters, got {len(value)}")
     if choices and value not in choices:
         raise RowError(field, f"must be one of {', '.join(choices)}; got {shown(value)}")
+    plain(field, value, lines)
 
 
 def created(row: dict[str, Any], now: float) -> None:
@@ -120,9 +136,11 @@ def flat_object(row: dict[str, Any], field: str) -> dict[str, Any]:
     for key, item in value.items():
         if len(key) > MAX_NAME:
             raise RowError(f"{field}.{key[:MAX_NAME]}...", f"key longer than {MAX_NAME} characters")
+        plain(f"{field}.{shown(key)}", key)
         if isinstance(item, str):
             if len(item) > MAX_TEXT:
                 raise RowError(f"{field}.{key}", f"must be at most {MAX_TEXT} characters, got {len(item)}")
+            plain(f"{field}.{key}", item)
         elif _number(item):
             if not math.isfinite(item):
                 raise RowError(f"{field}.{key}", f"must be finite, got {shown(item)}")
@@ -175,7 +193,7 @@ def check_measurement(row: Any, now: float | None = None) -> None:
     text(row, "dtype", MAX_NAME, DTYPES)
     text(row, "layout", 2, LAYOUTS)
     _times(row)
-    text(row, "detail", MAX_DETAIL)
+    text(row, "detail", MAX_DETAIL, lines=True)
     created(row, time.time() if now is None else now)
 
 
@@ -190,7 +208,7 @@ def check_verdict(row: Any, now: float | None = None) -> None:
         raise RowError("passed", f"must be true or false, got {shown(row['passed'])}")
     integer(row, "checks", 0, MAX_CHECKS)
     integer(row, "failures", 0, MAX_CHECKS)
-    text(row, "detail", MAX_DETAIL)
+    text(row, "detail", MAX_DETAIL, lines=True)
     created(row, time.time() if now is None else now)
 
 
