@@ -198,3 +198,20 @@ def test_the_nearest_shape_query_reads_an_index_only(empty_cache):
             assert "SCAN" not in plan, plan
             if boxed:
                 assert "m>? AND m<?" in plan, plan  # the range of M is searched, not filtered
+
+
+def test_a_verdict_row_that_cannot_be_read_counts_as_none(empty_cache):
+    from gemmzoo.tuning.fingerprint import device_fingerprint
+    from gemmzoo.tuning.tune import verdict_versions
+
+    path = _made(empty_cache)
+    numpy_backend = gemmzoo.get_backend("numpy")
+    key = (device_fingerprint("cpu"), verdict_versions(numpy_backend), "numpy", "float64")
+    with sqlite3.connect(path) as raw:
+        raw.execute("INSERT INTO conformance (device, versions, backend, dtype, passed, checks, failures, "
+                    "detail, created) VALUES (?, ?, ?, ?, 'no', 1, 0, '', 0)", key)
+    store = open_store(empty_cache)
+    found = _warnings_of(lambda: store.conformance(*key))
+    assert store.conformance(*key) is None
+    assert len(found) == 1 and "cannot read" in found[0]
+    store.close()
