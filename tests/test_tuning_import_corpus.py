@@ -132,7 +132,10 @@ CORPUS: list[tuple[str, Any, str]] = [
     ("infinity-literal", "INFINITY", "not valid JSON"),
     ("overflowing-number", "OVERFLOW", "measurements[0].median_s"),
     ("duplicate-keys", "DUPLICATE", "duplicate key"),
-    ("deep-nesting", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("deep-arrays", "[" * 100_000 + "]" * 100_000, "'[' characters"),
+    ("deep-objects", '{"a":' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+    ("many-arrays", '{"format": "gemmzoo-tuning", "version": 1, "measurements": [' + "[]," * 20_000 + "[]]}",
+     "'[' characters"),
     ("not-utf8", b"\xff\xfe{\x00", "not valid JSON"),
 ]
 
@@ -283,3 +286,17 @@ def test_a_huge_detail_in_the_database_is_cut_when_shown(empty_cache, capsys):
     assert main(["best", "24", "16", "8", "--dtype", "float64", "--device", "cpu", "--no-measure"]) == 0
     out = capsys.readouterr().out
     assert "E" * 100 in out and len(out) < 10_000
+
+
+@pytest.mark.parametrize(("limit", "content", "expected"), [
+    ("MAX_OBJECTS", '{"measurements": [' + ", ".join(["{}"] * 50) + "]}", "more than 20 objects"),
+    ("MAX_NUMBERS", '{"measurements": [' + ", ".join(["1.5"] * 50) + "]}", "more than 20 numbers"),
+])
+def test_a_parse_stops_at_the_objects_and_numbers_a_file_may_hold(seeded, empty_cache, tmp_path, capsys,
+                                                                   monkeypatch, limit, content, expected):
+    monkeypatch.setattr(portable, limit, 20)
+    bomb = tmp_path / "bomb.json"
+    bomb.write_text(content)
+    assert main(["tune", "--import", str(bomb)]) == 2
+    assert expected in capsys.readouterr().out
+    assert _database(empty_cache) == seeded

@@ -18,7 +18,7 @@ The file (``gemmzoo tune --export FILE``) is human-readable JSON::
         ...
       ],
       "conformance": [
-        {"device": {...}, "versions": {..., "suite": 2, "accuracy": "componentwise"},
+        {"device": {...}, "versions": {..., "suite": 3, "accuracy": "componentwise"},
          "backend": "torch", "dtype": "float16",
          "passed": true, "checks": 65, "failures": 0, "detail": "", "created": 1795429990.0},
         ...
@@ -70,6 +70,11 @@ MAX_FILE_BYTES = 256 * 2**20
 """The largest tuning file ``--import`` reads (about 400,000 measurements as exported)."""
 MAX_ROWS = 1_000_000
 """The most rows of each list a tuning file may hold."""
+MAX_OBJECTS = 3 * 2 * MAX_ROWS + 1
+"""The most JSON objects a tuning file may hold: a row, its device and its versions per row."""
+MAX_NUMBERS = 16 * MAX_ROWS
+"""The most numbers a tuning file may hold (a measurement has about 12)."""
+MAX_ARRAYS = 10_000
 TOP_LEVEL = ("format", "version", "exported", "gemmzoo", "measurements", "conformance")
 
 
@@ -220,17 +225,48 @@ def _mismatch(row: dict[str, Any], here: _Here) -> tuple[str, str] | None:
     return None
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise ValueError(f"duplicate key {schema.shown(key)}")
-        found[key] = value
-    return found
+class _Parser:
+    """``json.loads`` hooks that refuse duplicate keys, NaN and Infinity, and stop the parse once it
+    has made more objects or numbers than a file of :data:`MAX_ROWS` rows per list holds (what a
+    parse allocates is then bounded by the file's legitimate contents, not by its bytes)."""
 
+    def __init__(self) -> None:
+        self.objects = self.numbers = 0
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
+    def object(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        self.objects += 1
+        if self.objects > MAX_OBJECTS:
+            raise ValueError(f"more than {MAX_OBJECTS} objects")
+        found: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in found:
+                raise ValueError(f"duplicate key {schema.shown(key)}")
+            found[key] = value
+        return found
+
+    def _count(self) -> None:
+        self.numbers += 1
+        if self.numbers > MAX_NUMBERS:
+            raise ValueError(f"more than {MAX_NUMBERS} numbers")
+
+    def integer(self, text: str) -> int:
+        self._count()
+        return int(text)
+
+    def real(self, text: str) -> float:
+        self._count()
+        return float(text)
+
+    @staticmethod
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a number JSON allows")
+
+    def loads(self, raw: bytes) -> Any:
+        arrays = raw.count(b"[")
+        if arrays > MAX_ARRAYS:  # a tuning file has three arrays; brackets in strings count too
+            raise ValueError(f"{arrays} '[' characters, more than {MAX_ARRAYS}")
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=self.object, parse_int=self.integer,
+                          parse_float=self.real, parse_constant=self.constant)
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -247,7 +283,7 @@ def load(path: str | Path) -> dict[str, Any]:
         why = error.strerror or error
         raise TuningFileError(f"{path}: cannot read a gemmzoo tuning file: {why}") from None
     try:
-        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        data = _Parser().loads(raw)
     except RecursionError:
         raise TuningFileError(f"{path}: rejected, nothing imported: nested too deeply") from None
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
