@@ -15,7 +15,7 @@ from gemmzoo.grids import GridPoint
 from gemmzoo.tuning import Record, explain, log_distance, state, tune
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
 from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR
-from gemmzoo.tuning.tune import verdict_versions
+from gemmzoo.tuning.tune import conformance_verdict, verdict_versions
 
 FAST, SLOW = "fast-fake", "slow-fake"
 
@@ -40,6 +40,13 @@ def row(backend: str, shape, median: float, spread: float = 0.0, *, device: str 
     return Record(device or device_fingerprint("cpu"),
                   versions or library_versions(backend, registry_module.get_registry()),
                   backend, m, n, k, dtype, "NN", status, median, spread, 0.5, 10, "", time.time())
+
+
+def passed_here(*names: str, dtype: str = "float32") -> None:
+    """Run the conformance suite on these backends here (stored rows rank only those that passed)."""
+    registry = registry_module.get_registry()
+    for name in names:
+        assert conformance_verdict(state.store(), registry.get(name), dtype) is True
 
 
 def forbid_measuring(monkeypatch):
@@ -115,6 +122,7 @@ def test_nearest_measured_shape_answers_when_measuring_is_off(monkeypatch):
     small, large = (16, 16, 16), (1024, 1024, 1024)
     state.store().add([row(FAST, small, 1e-5), row(SLOW, small, 2e-5),
                        row(FAST, large, 9e-3), row(SLOW, large, 3e-3)])
+    passed_here(FAST, SLOW)
     forbid_measuring(monkeypatch)
     near_small = explain((20, 12, 24), measure=False)
     assert (near_small.backend.name, near_small.source, near_small.basis) == (FAST, "nearest shape", small)
@@ -236,6 +244,7 @@ def test_ties_prefer_the_default_order_before_names(monkeypatch):
     state.reset()
     shape = (128, 128, 128)
     state.store().add([row("numpy", shape, 1.000e-3, 1e-6), row("torch", shape, 1.005e-3, 1e-6)])
+    passed_here("numpy", "torch")
     forbid_measuring(monkeypatch)
     choice = explain(shape, measure=False)
     assert choice.backend.name == "torch" and choice.tied == ("torch", "numpy")

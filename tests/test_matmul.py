@@ -13,6 +13,7 @@ from gemmzoo.errors import GemmInputError
 from gemmzoo.grids import GridPoint
 from gemmzoo.tuning import explain, state
 from gemmzoo.tuning.fingerprint import device_fingerprint
+from gemmzoo.tuning.tune import conformance_verdict
 
 torch = pytest.importorskip("torch")
 
@@ -389,6 +390,8 @@ def test_with_nothing_measured_the_callers_own_library_comes_first(monkeypatch):
     a64, b64 = operands(6, 5, 4, 10)
     a, b = torch.from_numpy(a64).float(), torch.from_numpy(b64).float()
     backend = gemmzoo.get_backend("torch-cpu")
+    # the default pick must have passed the conformance suite here (whose cases call prepare too)
+    assert conformance_verdict(state.store(), backend, "float32") is True
     calls = []
     original = type(backend).prepare
 

@@ -51,6 +51,17 @@ COLUMNS = (
 _STYLE = {"conforms": "green", "does not conform": "red", "TIMEOUT": "red"}
 
 
+def _store_verdicts(backend: object, report: object, dtypes: list[str]) -> None:
+    """The verdicts replace this machine's stored ones (what selection trusts); a database that
+    fails must not fail the check."""
+    from gemmzoo.tuning.verdicts import store_report
+
+    try:
+        store_report(backend, report, dtypes)
+    except Exception as error:
+        errors.print(f"verdicts not stored: {type(error).__name__}: {error}", markup=False, soft_wrap=True)
+
+
 def run(args: argparse.Namespace) -> int:
     say = messages(args.format)
     apply_timeout(args)
@@ -102,6 +113,7 @@ def _check_one(args: argparse.Namespace, backend: object, rows: list[dict[str, s
         task = progress.add_task(f"checking {backend.name}", total=total)
         report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t),
                                random=args.random, seed=args.seed, max_work=args.max_work)
+    _store_verdicts(backend, report, dtypes)
     row = {"backend": backend.name, "dtypes": ",".join(dtypes), "accuracy": str(accuracy_of(backend))}
     if report.timed_out is not None:
         say.print(f"TIMEOUT {report.timed_out}", markup=False, soft_wrap=True, style="red")

@@ -4,7 +4,7 @@ For every element, with R the float64 product of exactly the values the backend 
 ``|A||B|`` the product of the absolute values, and the dtype's facts from
 :mod:`gemmzoo.dtypes`::
 
-    acc   = (2·u_op + u_blk + 4·sqrt(K)·u_acc)·(|A||B|)ij
+    acc   = (2·u_op + u_blk + 4·sqrt(K)·u_acc)·(|A||B|)ij + K·u_acc·|Rij|
     bound = u_out·|Rij| + (1 + u_out)·acc + s
 
 ``u_out`` is the unit roundoff of the stored result (the final rounding), ``u_op`` the relative
@@ -13,9 +13,23 @@ error they may make summing a block of products before it joins the accumulator,
 block's sum of |products| (float8_e4m3fn's tensor cores: 2**-12; 0 elsewhere), so that over all
 blocks it is at most ``u_blk·(|A||B|)ij`` whatever K is, ``u_acc`` the
 roundoff of the accumulation (fp32 for every 16-bit and fp32 mode, fp64 for float64), and ``s``
-the smallest subnormal of the result type. The ``4·sqrt(K)`` factor is the probabilistic error
-bound of Higham and Mary (2019) with room to spare; the deterministic worst case grows with K
-instead and would let fp16 accumulation or a dropped term of the K sum pass at long K.
+the smallest subnormal of the result type.
+
+The accumulation error of a sum of K terms is ``Σ δ_k·s_k`` over its partial sums ``s_k``, each
+``|δ_k| <= u_acc``. Split every term into the mean ``Rij/K`` and what is left. The partial sums of
+what is left wander with random signs, and their rounding errors do too: for them the
+probabilistic bound of Higham and Mary (2019), ``sqrt(K)·u_acc`` per unit of ``|A||B|`` (here
+``4·sqrt(K)``, with room to spare), holds. The partial sums of the mean grow steadily to
+``Rij``, and round-to-nearest does not give them errors of random sign: once a partial sum is
+large against the terms it takes in, every one of them is rounded the same way (in the
+extreme, lost). So that part is bounded deterministically: in any summation order the partial
+sums of the mean add up to at most ``K·|Rij|/2``, and ``K·u_acc·|Rij|`` leaves a factor of 2 for
+room. For data of random sign ``|Rij|`` is about ``sqrt(K)`` times smaller than ``(|A||B|)ij``
+and the term changes little; for terms of one sign ``|Rij| = (|A||B|)ij`` and the bound becomes
+the classical deterministic one, ``K·u_acc·(|A||B|)ij``, which a plain fp32 loop over K meets and
+the ``sqrt(K)`` bound alone does not (see docs/plugins.md, "Long sums of one sign"). A bound that
+grew with K for every element would let fp16 accumulation or a dropped term of the K sum pass
+at long K on data of random sign; this one does not.
 
 When every integer in the problem is exactly representable (small-integer inputs whose sums stay
 within the result's ``exact_integers``), the bound is zero: the result must be exact.
@@ -58,8 +72,10 @@ def error_bound(dtype: str, k: int, reference: np.ndarray, magnitude: np.ndarray
     root_k = math.sqrt(max(k, 1))
     per_magnitude = 2 * info.operand_roundoff + info.block_sum_roundoff
     per_magnitude += 4 * root_k * info.accumulate_roundoff
-    accumulation = per_magnitude * magnitude
-    rounding = info.unit_roundoff * np.abs(reference)
+    size = np.abs(reference)
+    drift = max(k, 1) * info.accumulate_roundoff  # the partial sums of the terms' mean
+    accumulation = per_magnitude * magnitude + drift * size
+    rounding = info.unit_roundoff * size
     return rounding + (1 + info.unit_roundoff) * accumulation + info.smallest_subnormal
 
 

@@ -38,6 +38,10 @@ SCALED_SHAPES = ((64, 48, 80), (37, 29, 41))
 CANCEL_SHAPE = (48, 40, 64)
 NONFINITE_SHAPE = (12, 10, 9)
 REPEAT_SHAPE = (67, 71, 73)
+#: Shapes of the cases whose K sums hold terms of one sign, one large and many tiny
+#: (:mod:`gemmzoo.conformance.long_sums`): a matrix product and a row vector times a matrix
+#: (libraries take another route for a single row).
+SAME_SIGN_SHAPES = ((7, 5, 4099), (1, 5, 4099))
 #: float8_e4m3fn only: values over 2**-12 .. 2**10 in magnitude, so that subnormals, values that
 #: round to zero and values past E4M3's largest (448) all occur; K long enough to sum many.
 EXTREMES_SHAPE = (29, 35, 181)
@@ -54,7 +58,7 @@ GPU_SHAPES: tuple[tuple[int, int, int], ...] = (
 @dataclass(frozen=True)
 class Case:
     """One problem: ``kind`` of values ("random", "integers", "nonfinite", "repeat", "scaled",
-    "cancel", and for float8_e4m3fn "extremes"), shape, dtype and layout."""
+    "cancel", "same-sign", and for float8_e4m3fn "extremes"), shape, dtype and layout."""
 
     kind: str
     m: int
@@ -94,6 +98,7 @@ def conformance_cases(dtype: str, device: str = "cpu") -> list[Case]:
         Case("scaled", *SCALED_SHAPES[1], dtype, "TN"),
         Case("cancel", *CANCEL_SHAPE, dtype),
     ]
+    cases += [Case("same-sign", *shape, dtype) for shape in SAME_SIGN_SHAPES]
     if dtype == "float8_e4m3fn":
         cases += [Case("extremes", *EXTREMES_SHAPE, dtype, layout) for layout in ("NN", "TN", "NT")]
     return cases

@@ -12,6 +12,7 @@ import numpy as np
 
 from gemmzoo.conformance.cases import Case, conformance_cases, scale_decades
 from gemmzoo.conformance.judge import CheckFailedError, judge_result
+from gemmzoo.conformance.long_sums import same_sign_operands
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
 from gemmzoo.dtypes import DTYPES, result_dtype
 from gemmzoo.registry import probe_availability
@@ -80,6 +81,8 @@ def _operands(case: Case, rng: np.random.Generator) -> tuple[np.ndarray, np.ndar
     half of the K sum cancelling the first to a few percent (A = [P, P + E/16], B = [Q; -Q]), so
     each C element is far smaller than the terms it sums.
     """
+    if case.kind == "same-sign":
+        return same_sign_operands(case.m, case.n, case.k, case.dtype, rng)
     if case.kind not in ("scaled", "cancel"):
         a, b = _values(case, rng, (case.m, case.k)), _values(case, rng, (case.k, case.n))
         if case.kind == "nonfinite":

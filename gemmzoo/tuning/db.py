@@ -9,10 +9,19 @@ Faults it survives:
 
 - many processes writing at once: writes are ``BEGIN IMMEDIATE`` transactions, connections wait
   on a lock (busy timeout) and retry, and the journal is WAL where the filesystem allows it;
-- a truncated, garbage or foreign file: moved aside to ``tuning.sqlite3.corrupt-<time>-<pid>``
-  with one :class:`TuningCacheWarning`, and a fresh database is built;
-- a cache directory that cannot be created or written: one warning, then an in-memory store
-  (answers still work, nothing persists).
+- a lock held too long: a caller that must not wait (``gemmzoo.matmul``) sets a short deadline
+  with :func:`patience`, and past it an operation raises :class:`TuningStoreBusyError` instead of
+  waiting; opening a database whose schema is complete writes nothing, so it never waits on
+  a writer;
+- a truncated, garbage or foreign file, or one of this schema version with a table or column
+  missing: moved aside to ``tuning.sqlite3.corrupt-<time>-<pid>`` with one
+  :class:`TuningCacheWarning`, and a fresh database is built;
+- a file of a newer schema version: left alone, with one warning, and an in-memory store;
+- a cache directory that cannot be created or written, a read-only database file, or a write
+  that fails for any reason but a lock (disk full, I/O error): one warning, then an in-memory
+  store (answers still work, nothing persists);
+- a row that breaks :mod:`gemmzoo.tuning.schema` (written by an older gemmzoo, or by hand):
+  skipped when read, with one warning.
 
 Rows hold only numbers and strings (no pickle). The schema version is ``PRAGMA user_version``.
 """
@@ -32,10 +41,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from gemmzoo.grids import GridPoint
+from gemmzoo.tuning.schema import MAX_DETAIL, stored_measurement_problem
 
 SCHEMA_VERSION = 1
 DB_NAME = "tuning.sqlite3"
 BUSY_TIMEOUT_S = 30.0
+QUICK_CHECK_BYTES = 64 * 2**20
 RETRY_DEADLINE_S = 120.0
 
 _SCHEMA = """
@@ -74,6 +85,22 @@ CREATE TABLE conformance (
 );
 CREATE INDEX conformance_lookup ON conformance (device, backend, dtype);
 """
+_TABLE_COLUMNS = {
+    "measurements": ("id", "device", "versions", "backend", "m", "n", "k", "dtype", "layout", "status",
+                     "median_s", "spread_s", "error_ratio", "samples", "detail", "created"),
+    "conformance": ("id", "device", "versions", "backend", "dtype", "passed", "checks", "failures", "detail",
+                    "created"),
+    "recorded": ("device", "m", "n", "k", "dtype", "layout", "seen", "first", "last"),
+    "bandwidth": ("device", "bytes_per_s", "created"),
+}
+
+# Added beside schema version 1 without a version change (older releases ignore it): the nearest
+# measured shape is found by ranges of M, N and K within one backend's rows of one device,
+# dtype, layout and versions, read from this index alone.
+_NEAR_INDEX = """
+CREATE INDEX IF NOT EXISTS measurements_near ON measurements
+    (device, dtype, layout, backend, versions, status, m, n, k)
+"""
 
 # Added beside schema version 1 without a version change: older gemmzoo releases name the columns
 # they read and write, so they ignore these.
@@ -109,6 +136,34 @@ class _CorruptError(Exception):
 
 class _NewerSchemaError(Exception):
     """The file was written by a newer gemmzoo; it is left untouched."""
+
+
+class _ReadOnlyError(Exception):
+    """The file cannot be written (a read-only file or filesystem)."""
+
+
+class TuningStoreBusyError(Exception):
+    """Another process held the database's lock past the deadline of :func:`patience`."""
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def patience(seconds: float) -> Iterator[None]:
+    """Within this block (in this thread), no database operation waits on another process's lock
+    past ``seconds`` from now, in all: past it they raise :class:`TuningStoreBusyError`."""
+    outer = getattr(_local, "deadline", None)
+    mine = time.monotonic() + seconds
+    _local.deadline = mine if outer is None else min(outer, mine)
+    try:
+        yield
+    finally:
+        _local.deadline = outer
+
+
+def _deadline() -> float | None:
+    return getattr(_local, "deadline", None)
 
 
 @dataclass(frozen=True)
@@ -165,6 +220,7 @@ _RECORD_COLUMNS = ", ".join(f.name for f in fields(Record))
 _CONFORMANCE_COLUMNS = ", ".join(f.name for f in fields(ConformanceRecord))
 _warned: set[tuple[str, str]] = set()
 T = TypeVar("T")
+Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 
 
 def _warn_once(kind: str, where: str, message: str) -> None:
@@ -199,17 +255,40 @@ def _is_busy(error: sqlite3.Error) -> bool:
 
 
 def _retrying(action: Callable[[], T]) -> T:
-    """Run ``action``, retrying while another process holds the lock beyond the busy timeout."""
-    deadline = time.monotonic() + RETRY_DEADLINE_S
+    """Run ``action``, retrying while another process holds the lock beyond the busy timeout;
+    within :func:`patience`, :class:`TuningStoreBusyError` once its deadline has passed."""
+    short = _deadline()
+    deadline = time.monotonic() + RETRY_DEADLINE_S if short is None else short
     pause = 0.01
     while True:
         try:
             return action()
         except sqlite3.Error as error:
-            if not _is_busy(error) or time.monotonic() > deadline:
+            if not _is_busy(error):
                 raise
-        time.sleep(pause)
+            if time.monotonic() > deadline:
+                if short is not None:
+                    raise TuningStoreBusyError(
+                        f"the tuning database is locked by another process ({error})") from None
+                raise
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
         pause = min(pause * 2, 0.5)
+
+
+#: A box whose M range holds at most this many integers names them (``m IN (...)``): the index is
+#: then searched for each M in the range of N, instead of read through the whole range of M.
+NEAR_LIST_LIMIT = 400
+
+
+def near_sql(boxed: bool, listed: int = 0) -> str:
+    """The query of :meth:`TuningStore.shapes_near` (``boxed``: with ranges of M, N and K;
+    ``listed``: with M given as that many values instead of a range)."""
+    sql = ("SELECT DISTINCT m, n, k FROM measurements WHERE device = ? AND dtype = ? AND layout = ? "
+           "AND backend = ? AND versions = ? AND status = 'ok'")
+    if not boxed:
+        return sql
+    sizes = f"m IN ({', '.join('?' * listed)})" if listed else "m BETWEEN ? AND ?"
+    return sql + f" AND {sizes} AND n BETWEEN ? AND ? AND k BETWEEN ? AND ?"
 
 
 class TuningStore:
@@ -221,10 +300,12 @@ class TuningStore:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._bad_rows = 0
         target = ":memory:" if path is None else str(path)
         self._db = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                    check_same_thread=False)
+        self._busy_ms = int(BUSY_TIMEOUT_S * 1000)
         try:
             self._setup()
         except BaseException:
@@ -239,16 +320,100 @@ class TuningStore:
     def _setup(self) -> None:
         try:
             if self.path is not None:
-                with contextlib.suppress(sqlite3.OperationalError):  # WAL needs shared memory
-                    _retrying(lambda: self._db.execute("PRAGMA journal_mode=WAL").fetchone())
-                (verdict,) = _retrying(lambda: self._db.execute("PRAGMA quick_check").fetchone())
-                if verdict != "ok":
-                    raise _CorruptError(f"integrity check failed: {verdict}")
-            _retrying(self._create_schema)
+                self._wal()
+                self._check_integrity()
+            if self.path is not None and self.path.exists() and not os.access(self.path, os.W_OK):
+                raise _ReadOnlyError("the file is read-only")
+            if self._missing() or self.path is None:
+                self._run(self._create_schema)
+            elif not self._writable():
+                raise _ReadOnlyError("the file is read-only")
         except sqlite3.DatabaseError as error:
             if isinstance(error, sqlite3.OperationalError):
+                if "readonly" in str(error).lower() or "read-only" in str(error).lower():
+                    raise _ReadOnlyError(str(error)) from error
                 raise
             raise _CorruptError(str(error)) from error
+
+    def _check_integrity(self) -> None:
+        """``PRAGMA quick_check`` for a file of up to :data:`QUICK_CHECK_BYTES` (it reads every page:
+        about a second for 500 MiB); a larger one is only checked for truncation here, and damage
+        found later by a query sends the store to memory (:meth:`_guarded`)."""
+        assert self.path is not None
+        if self.path.stat().st_size <= QUICK_CHECK_BYTES:
+            (verdict,) = self._run(lambda: self._db.execute("PRAGMA quick_check").fetchone())
+            if verdict != "ok":
+                raise _CorruptError(f"integrity check failed: {verdict}")
+            return
+        (pages,) = self._run(lambda: self._db.execute("PRAGMA page_count").fetchone())
+        (size,) = self._run(lambda: self._db.execute("PRAGMA page_size").fetchone())
+        wal = self.path.with_name(self.path.name + "-wal")
+        held = self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+        if pages * size > held:
+            raise _CorruptError(f"truncated: {pages} pages of {size} bytes, {held} bytes on disk")
+
+    def _wal(self) -> None:
+        """The WAL journal where the filesystem allows it (readers then never wait on a writer),
+        synchronised at checkpoints rather than at every commit (a cache may lose its last rows at
+        a power cut, never its consistency)."""
+        (mode,) = self._run(lambda: self._db.execute("PRAGMA journal_mode").fetchone())
+        if str(mode).lower() != "wal":
+            # WAL needs shared memory, which some filesystems lack
+            with contextlib.suppress(sqlite3.OperationalError, TuningStoreBusyError):
+                (mode,) = self._run(lambda: self._db.execute("PRAGMA journal_mode=WAL").fetchone())
+        if str(mode).lower() == "wal":
+            self._db.execute("PRAGMA synchronous=NORMAL")
+
+    def _missing(self) -> list[str]:
+        """What the current schema lacks, read without a lock: ``[]`` when the database is complete;
+        raises for a newer, foreign or damaged one."""
+        (version,) = self._run(lambda: self._db.execute("PRAGMA user_version").fetchone())
+        if version > SCHEMA_VERSION:
+            raise _NewerSchemaError(f"schema version {version}, this gemmzoo knows {SCHEMA_VERSION}")
+        objects = dict(self._run(lambda: self._db.execute("SELECT name, type FROM sqlite_master").fetchall()))
+        if version == 0:
+            if objects:
+                raise _CorruptError(
+                    f"not a gemmzoo tuning database (schema version 0, {len(objects)} objects)")
+            return ["everything"]
+        if version != SCHEMA_VERSION:
+            raise _CorruptError(f"not a gemmzoo tuning database (schema version {version})")
+        missing = []
+        for table, columns in _TABLE_COLUMNS.items():
+            if objects.get(table) != "table":
+                if table in ("measurements", "conformance"):
+                    raise _CorruptError(f"damaged schema: table {table} is missing")
+                missing.append(table)
+                continue
+            present = {row[1] for row in self._run(lambda t=table: self._db.execute(f"PRAGMA table_info({t})")
+                                                   .fetchall())}
+            lacking = [c for c in columns if c not in present]
+            if lacking:
+                raise _CorruptError(f"damaged schema: table {table} lacks column {lacking[0]}")
+            if table == "measurements":
+                missing += [c for c in _HOST_COLUMNS if c not in present]
+        if objects.get("measurements_near") != "index":
+            missing.append("measurements_near")
+        return missing
+
+    def _writable(self) -> bool:
+        """Whether a write lock can be taken (a lock held by another process counts as yes)."""
+        def probe() -> bool:
+            self._db.execute("PRAGMA busy_timeout = 0")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute("ROLLBACK")
+            except sqlite3.OperationalError as error:
+                if _is_busy(error):
+                    return True
+                if "readonly" in str(error).lower() or "read-only" in str(error).lower():
+                    return False
+                raise
+            finally:
+                self._db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            return True
+
+        return probe()
 
     def _create_schema(self) -> None:
         with self._transaction():
@@ -256,6 +421,7 @@ class TuningStore:
             if version == SCHEMA_VERSION:
                 self._db.execute(_RECORDED_TABLE)
                 self._add_host_time()
+                self._db.execute(_NEAR_INDEX)
                 return
             if version > SCHEMA_VERSION:
                 raise _NewerSchemaError(f"schema version {version}, this gemmzoo knows {SCHEMA_VERSION}")
@@ -268,6 +434,7 @@ class TuningStore:
                 self._db.execute(statement)
             self._db.execute(_RECORDED_TABLE)
             self._add_host_time()
+            self._db.execute(_NEAR_INDEX)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _add_host_time(self) -> None:
@@ -277,6 +444,30 @@ class TuningStore:
         for column in _HOST_COLUMNS:
             if column not in present:
                 self._db.execute(f"ALTER TABLE measurements ADD COLUMN {column} REAL")
+
+    def _run(self, action: Callable[[], T]) -> T:
+        """``action`` under :func:`_retrying`, the connection's busy timeout cut to what is left of
+        the :func:`patience` deadline."""
+        deadline = _deadline()
+        wanted = int(BUSY_TIMEOUT_S * 1000)
+        if deadline is not None:
+            wanted = max(0, min(wanted, int((deadline - time.monotonic()) * 1000)))
+        if wanted != self._busy_ms:
+            self._db.execute(f"PRAGMA busy_timeout = {wanted}")
+            self._busy_ms = wanted
+        return _retrying(action)
+
+    def _to_memory(self, error: sqlite3.Error) -> None:
+        """Go on in memory after the file failed a write or read for a reason other than a lock."""
+        where = str(self.path)
+        _warn_once("memory", where, f"gemmzoo cannot use the tuning database at {where} ({error}); "
+                   "measurements are kept in memory for this process only")
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+        self.path = None
+        self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._busy_ms = int(BUSY_TIMEOUT_S * 1000)
+        self._create_schema()
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -288,17 +479,30 @@ class TuningStore:
             raise
         self._db.execute("COMMIT")
 
+    def _guarded(self, action: Callable[[], T]) -> T:
+        """``action`` (under the lock, with retries); a failure other than a lock moves the store
+        to memory (one warning) and runs ``action`` there."""
+        with self._lock:
+            try:
+                return self._run(action)
+            except sqlite3.DatabaseError as error:
+                damaged = type(error) is sqlite3.DatabaseError  # "database disk image is malformed"
+                if not (damaged or isinstance(error, sqlite3.OperationalError)):
+                    raise
+                if _is_busy(error) or self.path is None:
+                    raise
+                self._to_memory(error)
+                return self._run(action)
+
     def _write(self, sql: str, rows: list[tuple[object, ...]]) -> None:
         def write() -> None:
             with self._transaction():
                 self._db.executemany(sql, rows)
 
-        with self._lock:
-            _retrying(write)
+        self._guarded(write)
 
     def _read(self, sql: str, args: tuple[object, ...]) -> list[tuple[object, ...]]:
-        with self._lock:
-            return _retrying(lambda: self._db.execute(sql, args).fetchall())
+        return self._guarded(lambda: self._db.execute(sql, args).fetchall())
 
     # Measurements ---------------------------------------------------------------------------
 
@@ -309,9 +513,51 @@ class TuningStore:
             marks = ", ".join("?" * len(fields(Record)))
             self._write(f"INSERT INTO measurements ({_RECORD_COLUMNS}) VALUES ({marks})", rows)
 
+    def add_newer(self, records: Iterable[Record]) -> int:
+        """Store each measurement unless the database holds one as new or newer (by ``created``) of
+        the same device, versions, backend and problem; all in one transaction, in the order
+        given. Returns how many were stored."""
+        rows = [(*astuple(r), r.device, r.versions, r.backend, r.m, r.n, r.k, r.dtype, r.layout, r.created)
+                for r in records]
+        if not rows:
+            return 0
+        marks = ", ".join("?" * len(fields(Record)))
+        sql = (f"INSERT INTO measurements ({_RECORD_COLUMNS}) SELECT {marks} WHERE NOT EXISTS ("
+               "SELECT 1 FROM measurements WHERE device = ? AND versions = ? AND backend = ? AND m = ? "
+               "AND n = ? AND k = ? AND dtype = ? AND layout = ? AND created >= ?)")
+        added = [0]
+
+        def write() -> None:
+            with self._transaction():
+                before = self._db.total_changes
+                self._db.executemany(sql, rows)
+                added[0] = self._db.total_changes - before
+
+        self._guarded(write)
+        return added[0]
+
+    def _valid(self, rows: list[tuple[object, ...]]) -> list[Record]:
+        """Rows as records, leaving out (with one warning) those that break the schema."""
+        names = [f.name for f in fields(Record)]
+        kept = []
+        for row in rows:
+            problem = stored_measurement_problem(dict(zip(names, row, strict=True)))
+            if problem is None:
+                record = Record(*row)  # type: ignore[arg-type]
+                if len(record.detail) > MAX_DETAIL:
+                    record = Record(*row[:13], record.detail[:MAX_DETAIL] + "...(cut)", *row[14:])  # type: ignore[arg-type]
+                kept.append(record)
+                continue
+            self._bad_rows += 1
+            _warn_once("rows", str(self.path), f"gemmzoo's tuning database {self.path or '(memory)'} holds "
+                       f"rows it cannot use (e.g. {problem}); they are skipped. `gemmzoo cache --clear` "
+                       "removes them")
+        return kept
+
     def records(self, device: str, dtype: str, layout: str, shape: tuple[int, int, int] | None = None,
                 status: str | None = None) -> list[Record]:
-        """Measurements on ``device`` for ``dtype``/``layout`` (one shape, or all), oldest first."""
+        """Measurements on ``device`` for ``dtype``/``layout`` (one shape, or all), oldest first;
+        rows that break :mod:`gemmzoo.tuning.schema` are left out."""
         sql = f"SELECT {_RECORD_COLUMNS} FROM measurements WHERE device = ? AND dtype = ? AND layout = ?"
         args: tuple[object, ...] = (device, dtype, layout)
         if shape is not None:
@@ -320,7 +566,27 @@ class TuningStore:
         if status is not None:
             sql += " AND status = ?"
             args += (status,)
-        return [Record(*row) for row in self._read(sql + " ORDER BY id", args)]
+        return self._valid(self._read(sql + " ORDER BY id", args))
+
+    def shapes_near(self, device: str, dtype: str, layout: str, backend: str, versions: str,
+                    box: Box | None) -> list[tuple[int, int, int]]:
+        """The distinct shapes with an ``ok`` row of ``backend`` with ``versions`` on ``device`` for
+        ``dtype``/``layout``, within ``box`` (inclusive (low, high) of M, N and K) or anywhere;
+        read from an index alone."""
+        args: tuple[object, ...] = (device, dtype, layout, backend, versions)
+        listed = 0
+        if box is not None:
+            (m_low, m_high), n_range, k_range = box
+            if m_high - m_low < NEAR_LIST_LIMIT:
+                listed = m_high - m_low + 1
+                args += (*range(m_low, m_high + 1), *n_range, *k_range)
+            else:
+                args += (m_low, m_high, *n_range, *k_range)
+        shapes = []
+        for m, n, k in self._read(near_sql(box is not None, listed), args):
+            if all(isinstance(x, int) for x in (m, n, k)):
+                shapes.append((m, n, k))
+        return shapes  # type: ignore[return-value]
 
     def count(self) -> int:
         """How many measurements the database holds."""
@@ -365,9 +631,9 @@ class TuningStore:
         return float(rows[0][0]) if rows else None  # type: ignore[arg-type]
 
     def all_records(self) -> list[Record]:
-        """Every measurement, of every device and versions, oldest first (for export)."""
-        rows = self._read(f"SELECT {_RECORD_COLUMNS} FROM measurements ORDER BY id", ())
-        return [Record(*row) for row in rows]
+        """Every measurement, of every device and versions, oldest first (for export); rows that
+        break :mod:`gemmzoo.tuning.schema` are left out."""
+        return self._valid(self._read(f"SELECT {_RECORD_COLUMNS} FROM measurements ORDER BY id", ()))
 
     # Conformance ----------------------------------------------------------------------------
 
@@ -388,7 +654,12 @@ class TuningStore:
         if not rows:
             return None
         row = rows[0]
-        return ConformanceRecord(*row[:4], bool(row[4]), *row[5:])  # type: ignore[arg-type]
+        if row[4] not in (0, 1) or isinstance(row[4], float):
+            _warn_once("verdicts", str(self.path), f"gemmzoo's tuning database {self.path or '(memory)'} "
+                       f"holds a conformance verdict it cannot read (passed = {str(row[4])[:40]!r}); "
+                       "it counts as no verdict")
+            return None
+        return ConformanceRecord(*row[:4], row[4] == 1, *row[5:])  # type: ignore[arg-type]
 
     def all_conformance(self) -> list[ConformanceRecord]:
         """Every conformance verdict, oldest first (for export)."""
@@ -448,7 +719,8 @@ def _in_memory(where: str, why: str) -> TuningStore:
 
 def open_store(directory: Path | None = None) -> TuningStore:
     """The tuning database in ``directory`` (default: :func:`default_cache_dir`), repaired or
-    replaced by an in-memory store as the module docstring describes."""
+    replaced by an in-memory store as the module docstring describes. Within :func:`patience`, a
+    lock held past its deadline raises :class:`TuningStoreBusyError` instead."""
     directory = default_cache_dir() if directory is None else directory
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -461,8 +733,10 @@ def open_store(directory: Path | None = None) -> TuningStore:
             return TuningStore(db)
         except _CorruptError as error:
             _move_aside(db, seen, str(error))
-        except _NewerSchemaError as error:
+        except (_NewerSchemaError, _ReadOnlyError) as error:
             return _in_memory(str(db), str(error))
+        except TuningStoreBusyError:
+            raise
         except (sqlite3.Error, OSError) as error:
             return _in_memory(str(db), str(error))
     return _in_memory(str(db), "it kept failing its integrity check")

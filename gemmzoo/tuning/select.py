@@ -5,7 +5,9 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
 1. Candidates: registered backends (narrowed by ``GEMMZOO_BACKENDS``) on that device that
    declare ``dtype``, are available, are of an accuracy class the caller accepts (``accuracy``:
    componentwise only by default, see :mod:`gemmzoo.accuracy`), and have passed conformance for
-   ``dtype`` (see :mod:`gemmzoo.tuning.tune`).
+   ``dtype`` *on this machine* (see :mod:`gemmzoo.tuning.tune`; verdicts are never imported).
+   With measuring on, the suite runs now for a candidate that has no verdict here; with it off,
+   such a candidate's stored rows rank nothing (``gemmzoo check NAME`` earns the verdict).
 2. The latest stored measurement of each candidate for exactly this shape, this device
    fingerprint and the candidate's current library versions. Rows from another device or other
    versions are never used.
@@ -19,9 +21,13 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
 4. With measuring off (``measure=False`` or ``GEMMZOO_TUNE=0``), an exact miss is answered from
    the *nearest measured shape*: the smallest Euclidean distance between
    ``(ln M, ln N, ln K)`` vectors (sizes below 1 count as 1), equal distances going to the smaller
-   ``(M, N, K)``. With nothing measured at all, the answer is the first candidate in
-   :data:`DEFAULT_ORDER`, then by name (and it says it is an unmeasured default); ``gemmzoo.matmul``
-   puts the backends that compute on the caller's own array library first.
+   ``(M, N, K)``; the search looks in growing boxes of M, N and K around the shape
+   (:data:`NEAR_RADII`), read from an index, so it does not scan the database. With nothing
+   measured at all, the answer is the first candidate in :data:`DEFAULT_ORDER`, then by name
+   (and it says it is an unmeasured default); ``gemmzoo.matmul`` puts the backends that compute
+   on the caller's own array library first. A default that has no verdict here has the suite
+   run on it first (once per device, versions, backend and dtype); one that fails it is passed
+   over.
 5. Candidates are ranked by *caller time* (``by="caller"``, the default): the larger of the
    median device time and the median host time per call, what a loop of calls achieves; a
    launch-bound backend is ranked by its host time. ``by="device"`` ranks by device time alone.
@@ -39,12 +45,15 @@ Answers are kept in memory per process: a repeated call is a dictionary lookup.
 
 ``gemmzoo.matmul`` asks :func:`plan_choice`, which never measures (step 3 is skipped) and records
 the problems it had to answer from another shape or the default, for ``gemmzoo tune --recorded``.
+It never waits on another process's lock of the database for more than :data:`LOCK_PATIENCE_S`:
+past that it answers as if the database were empty (one warning) and records nothing.
 Backends whose ``selectable`` is false (baselines such as ``triton-naive``) are candidates only
 when ``GEMMZOO_BACKENDS`` names them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Callable
@@ -59,11 +68,16 @@ from gemmzoo.grids import GridPoint
 from gemmzoo.measure import ties
 from gemmzoo.registry import env_list, get_registry
 from gemmzoo.tuning import state
-from gemmzoo.tuning.db import Record
+from gemmzoo.tuning.db import Record, TuningStore, TuningStoreBusyError, patience
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
 from gemmzoo.tuning.tune import conformance_verdict, measure_records
 
 MISS_BUDGET_S = 0.3
+LOCK_PATIENCE_S = 1.0
+RECORD_PATIENCE_S = 0.25
+NEAR_RADII: tuple[float | None, ...] = (0.1, 0.25, 1.0, 4.0, 16.0, None)
+"""Half-widths, in ln-size units, of the boxes of M, N and K searched in turn for the nearest
+measured shape (None: everywhere)."""
 VERIFY_LIMIT = 2**28
 TIE_FLOOR = ties.TIE_FLOOR
 DEFAULT_ORDER = ("torch", "cupy", "numpy", "torch-cpu")
@@ -234,28 +248,46 @@ def _timings(latest: dict[str, Record], by: str = "caller") -> list[Timed]:
     return [_timed(r, by) for r in latest.values() if r.status == "ok" and r.median_s is not None]
 
 
+def _box(shape: tuple[int, int, int], radius: float | None) -> Any:
+    """Inclusive integer ranges of M, N and K holding every size within ``radius`` of ``shape``'s
+    in ln-size (sizes below 1 count as 1)."""
+    if radius is None:
+        return None
+    spread = math.exp(radius)
+    return tuple((max(1, math.floor(max(x, 1) / spread)), math.ceil(max(x, 1) * spread)) for x in shape)
+
+
 def _nearest(store: Any, fingerprint: str, dtype: str, layout: str, versions: dict[str, str],
              shape: tuple[int, int, int],
              by: str = "caller") -> tuple[tuple[int, int, int], list[Timed]] | None:
-    by_shape: dict[tuple[int, int, int], list[Record]] = {}
-    for record in store.records(fingerprint, dtype, layout):
-        by_shape.setdefault((record.m, record.n, record.k), []).append(record)
-    measured = {s: t for s, rows in by_shape.items() if (t := _timings(_latest(rows, versions), by))}
-    if not measured:
-        return None
-    basis = min(measured, key=lambda s: (log_distance(s, shape), s))
-    return basis, measured[basis]
+    """The measured shape nearest to ``shape`` (log distance) at which a candidate's newest row
+    is a timing, and those timings; searched in the growing boxes of :data:`NEAR_RADII`."""
+    tried: set[tuple[int, int, int]] = set()
+    for radius in NEAR_RADII:
+        box = _box(shape, radius)
+        found: set[tuple[int, int, int]] = set()
+        for name, version in versions.items():
+            found.update(store.shapes_near(fingerprint, dtype, layout, name, version, box))
+        for near in sorted(found - tried, key=lambda s: (log_distance(s, shape), s)):
+            if radius is not None and log_distance(near, shape) > radius:
+                break  # a shape outside the next box may be nearer
+            tried.add(near)
+            timings = _timings(_latest(store.records(fingerprint, dtype, layout, near), versions), by)
+            if timings:
+                return near, timings
+    return None
 
 
 def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             measure: bool | None = None, layout: str = "NN",
             native: Callable[[Any], bool] | None = None, accuracy: str = COMPONENTWISE,
-            by: str = "caller") -> Choice:
+            by: str = "caller", store: TuningStore | None = None) -> Choice:
     """Answer ``best_backend``'s question the slow way, and say why (no in-memory cache).
 
     ``native(backend)`` says whether a backend computes on the caller's own arrays; when nothing
     is measured, such backends come first in the default order (no conversions for nothing).
-    ``by`` is what candidates are ranked by: ``"caller"`` or ``"device"`` time.
+    ``by`` is what candidates are ranked by: ``"caller"`` or ``"device"`` time. ``store`` is the
+    database to answer from (default: this process's, :func:`gemmzoo.tuning.state.store`).
     """
     m, n, k = shape = _shape(shape)
     dtype = dtype_name(dtype)
@@ -266,18 +298,23 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
     measuring = measuring_enabled(measure) and min(shape) > 0  # an empty product has nothing to time
     with state.lock:
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
-        store = state.store()
-        conforming = []
+        store = state.store() if store is None else store
+        conforming, unchecked = [], []
         for backend in candidates:
             verdict = conformance_verdict(store, backend, dtype, run=measuring)
             if verdict is False:
-                excluded[backend.name] = f"failed conformance for {dtype}"
+                excluded[backend.name] = _failed(backend.name, dtype)
+            elif verdict is None:
+                unchecked.append(backend)
             else:
                 conforming.append(backend)
-        if not conforming:
+        if not conforming and not unchecked:
             raise BackendUnavailableError(
-                f"no backend computing {dtype} on {device} passed conformance "
+                f"no backend computing {dtype} on {device} passed conformance on this machine "
                 f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
+        for backend in unchecked:
+            excluded[backend.name] = (f"conformance for {dtype} not yet run on this machine: its stored "
+                                      f"rows rank nothing until it passes (gemmzoo check {backend.name})")
         by_name = {b.name: b for b in conforming}
         registry = get_registry()
         versions = {name: library_versions(name, registry) for name in by_name}
@@ -308,11 +345,37 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 source = "nearest shape"
                 note = f"nothing measured at {m}x{n}x{k}; nearest measured shape {'x'.join(map(str, basis))}"
         if not timings:
-            pick = min(conforming, key=lambda b: (native is not None and not native(b), preference(b.name)))
-            note = "nothing measured on this device; unmeasured default (conformance not checked)"
+            broke = {r.backend for r in latest.values() if r.status != "ok"}
+            pick = _default(store, conforming + unchecked, dtype, native, excluded, broke)
+            if pick is None:
+                raise BackendUnavailableError(
+                    f"no backend computing {dtype} on {device} passed conformance on this machine "
+                    f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
+            note = "nothing measured on this device; unmeasured default (passed conformance here)"
             return Choice(pick, shape, dtype, device, "default", None, (), (pick.name,), note, excluded)
         winner, ranking, tied = rank(timings)
         return Choice(by_name[winner], shape, dtype, device, source, basis, ranking, tied, note, excluded)
+
+
+def _failed(name: str, dtype: str) -> str:
+    return f"failed conformance for {dtype} on this machine (gemmzoo check {name} runs the suite again)"
+
+
+def _default(store: Any, backends: list[Any], dtype: str, native: Callable[[Any], bool] | None,
+             excluded: dict[str, str], broke: set[str]) -> Any:
+    """The first of ``backends`` in the default order (the caller's own array library first, those
+    whose newest row at this very shape is a failure last) that passed conformance here, running
+    the suite on those not checked yet; ``None`` if none."""
+    def order(b: Any) -> tuple[bool, bool, tuple[int, str]]:
+        return b.name in broke, native is not None and not native(b), preference(b.name)
+
+    for backend in sorted(backends, key=order):
+        if conformance_verdict(store, backend, dtype, run=True):
+            if backend.name not in broke:
+                excluded.pop(backend.name, None)
+            return backend
+        excluded[backend.name] = _failed(backend.name, dtype)
+    return None
 
 
 def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, *,
@@ -366,8 +429,20 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
         return state.answers[key].backend
     except KeyError:
         pass
-    choice = explain(shape, dtype, device, measure=False, layout=layout, native=native, accuracy=accuracy)
+    with state.lock:
+        try:
+            with patience(LOCK_PATIENCE_S):
+                choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
+                                 accuracy=accuracy)
+        except TuningStoreBusyError as error:
+            state.warn_busy(str(error))
+            choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
+                             accuracy=accuracy, store=state.scratch())
+        else:
+            if choice.source != "database" and min(shape) > 0 and recording_enabled():
+                # a hint for `gemmzoo tune --recorded`: dropped rather than waited for
+                with contextlib.suppress(TuningStoreBusyError), patience(RECORD_PATIENCE_S):
+                    state.store().record_problem(device_fingerprint(choice.device),
+                                                 GridPoint(*shape, dtype, layout))
     state.answers[key] = choice
-    if choice.source != "database" and min(shape) > 0 and recording_enabled():
-        state.store().record_problem(device_fingerprint(choice.device), GridPoint(*shape, dtype, layout))
     return choice.backend

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from typing import Any
 
 from gemmzoo import watchdog
 from gemmzoo.registry import forget_availability
 from gemmzoo.registry import unavailable_reason as guarded_reason
-from gemmzoo.tuning.db import TuningStore, default_cache_dir, open_store
+from gemmzoo.tuning.db import TuningCacheWarning, TuningStore, default_cache_dir, open_store
 
 lock = threading.RLock()
 """Held while a question is answered the slow way, so one process never measures twice at once."""
@@ -51,6 +52,29 @@ def store() -> TuningStore:
         return found
 
 
+_scratch: dict[int, TuningStore] = {}
+_busy_warned: set[str] = set()
+
+
+def scratch() -> TuningStore:
+    """An in-memory store of this process, for answers given while the database is locked."""
+    with lock:
+        found = _scratch.get(os.getpid())
+        if found is None:
+            found = _scratch[os.getpid()] = TuningStore(None)
+        return found
+
+
+def warn_busy(why: str) -> None:
+    """One :class:`TuningCacheWarning` per cache directory: answering without the database."""
+    directory = str(default_cache_dir())
+    if directory in _busy_warned:
+        return
+    _busy_warned.add(directory)
+    warnings.warn(f"{why}; gemmzoo.matmul answered without it rather than wait (the answer is kept "
+                  "for this process)", TuningCacheWarning, stacklevel=4)
+
+
 def unavailable_reason(backend: Any) -> str | None:
     """``backend.unavailable_reason()``, guarded and remembered for the rest of the process
     (:func:`gemmzoo.registry.unavailable_reason`: never raises, never hangs)."""
@@ -83,3 +107,8 @@ def reset() -> None:
             if pid == os.getpid():
                 opened.close()
         _stores.clear()
+        for pid, opened in _scratch.items():
+            if pid == os.getpid():
+                opened.close()
+        _scratch.clear()
+        _busy_warned.clear()
