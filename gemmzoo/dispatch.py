@@ -6,7 +6,8 @@ When the chosen backend keeps its arrays on the same device in another library, 
 result cross over through DLPack (``torch.from_numpy`` / ``.numpy()`` between NumPy and torch on
 the CPU), which shares memory instead of copying. A backend on another device than the caller's
 (only when named explicitly) receives host copies through ``from_numpy``, and its result is
-copied back. Autograd is not involved: torch inputs are detached.
+copied back. On torch tensors that require grad the result is differentiable: both backward
+products go through ``gemmzoo.matmul`` too (see :mod:`gemmzoo.autograd`).
 
 The work of a call is done once per *problem* (array types, shapes, strides, dtypes, devices): a
 plan is made then (:func:`make_plan`) and kept, and later calls go straight through it. Which
@@ -351,9 +352,8 @@ def make_plan(a: Any, b: Any, backend: Any = None,
         raise _input_error(f"A is on {a.device} and B on {b.device}", a, b)
     if kind == "cupy" and a.device.id != b.device.id:
         raise _input_error(f"A is on CUDA device {a.device.id} and B on {b.device.id}", a, b)
-    detach = kind == "torch" and (a.requires_grad or b.requires_grad)
-    if detach:
-        a, b = a.detach(), b.detach()
+    if kind == "torch" and (a.requires_grad or b.requires_grad):
+        return _differentiable_plan(a, b, backend, accuracy, dtype, tf32)
     chosen = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind), kind, accuracy)
     target = native_kind(chosen, dtype) if chosen.device == device else None
     if target is not None:
@@ -362,11 +362,11 @@ def make_plan(a: Any, b: Any, backend: Any = None,
         except Exception:  # no zero-copy route (negative strides, a dtype DLPack lacks): copy instead
             target = None
     if target is None:  # another device, or arrays gemmzoo cannot exchange: host copies both ways
-        plan = _host_plan(chosen, a, b, kind, dtype, tf32, detach)
+        plan = _host_plan(chosen, a, b, kind, dtype, tf32)
         return _checking_b(plan, a, backend, accuracy, tf32) if kind == "torch" else plan
     wrap = TF32Array if tf32 else _same
     run = chosen.prepare(wrap(a_native), wrap(b_native))
-    if target == kind and not detach:  # the caller's own arrays are the backend's: nothing between
+    if target == kind:  # the caller's own arrays are the backend's: nothing between
         if kind != "torch":
             return run
         # torch.mm checks B's dtype on real devices only: not on meta, nor for tensor subclasses
@@ -377,13 +377,24 @@ def make_plan(a: Any, b: Any, backend: Any = None,
     def plan(a: Any, b: Any) -> Any:
         if tf32:
             a, b = a.data, b.data
-        if detach:
-            a, b = a.detach(), b.detach()
         c = run(wrap(_convert(a, kind, target)), wrap(_convert(b, kind, target)))
         c = _convert(c.data if tf32 else c, target, kind)
         return TF32Array(c) if tf32 else c
 
     return _checking_b(plan, a, backend, accuracy, tf32) if kind == "torch" else plan
+
+
+def _differentiable_plan(a: Any, b: Any, backend: Any, accuracy: str, dtype: str,
+                        tf32: bool) -> Callable[[Any, Any], Any]:
+    """The plan of torch operands of which one or both require grad (see :mod:`gemmzoo.autograd`)."""
+    if dtype == "float8_e4m3fn":
+        raise _input_error("float8_e4m3fn operands that require grad are not supported (its product "
+                           "is bfloat16); detach them", a, b)
+    from gemmzoo.autograd import differentiable
+
+    wrap = TF32Array if tf32 else _same
+    forward = make_plan(wrap(a.detach()), wrap(b.detach()), backend, accuracy)
+    return differentiable(forward, backend, accuracy, tf32)
 
 
 def _checking_b(plan: Callable[[Any, Any], Any], a: Any, backend: Any, accuracy: str,
@@ -405,16 +416,14 @@ def _same(x: Any) -> Any:
     return x
 
 
-def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str, tf32: bool,
-               detach: bool) -> Callable[[Any, Any], Any]:
+def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str,
+               tf32: bool) -> Callable[[Any, Any], Any]:
     run = chosen.prepare(chosen.from_numpy(_to_host(a, kind), dtype),
                          chosen.from_numpy(_to_host(b, kind), dtype))
 
     def plan(a: Any, b: Any) -> Any:
         if tf32:
             a, b = a.data, b.data
-        if detach:
-            a, b = a.detach(), b.detach()
         c = chosen.to_numpy(run(chosen.from_numpy(_to_host(a, kind), dtype),
                                 chosen.from_numpy(_to_host(b, kind), dtype)))
         c = _from_host(c, kind, a, dtype)
