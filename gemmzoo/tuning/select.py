@@ -19,7 +19,10 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
 4. With measuring off (``measure=False`` or ``GEMMZOO_TUNE=0``), an exact miss is answered from
    the *nearest measured shape*: the smallest Euclidean distance between
    ``(ln M, ln N, ln K)`` vectors (sizes below 1 count as 1), equal distances going to the smaller
-   ``(M, N, K)``. With nothing measured at all, the answer is the first candidate in
+   ``(M, N, K)``. Its device times are carried to the new shape by the ratio of the two problems'
+   roofline costs (:func:`work_ratio`); host times per call are carried as measured, so a backend
+   whose host time exceeds its device time at the new shape is ranked there by host time.
+   With nothing measured at all, the answer is the first candidate in
    :data:`DEFAULT_ORDER`, then by name (and it says it is an unmeasured default); ``gemmzoo.matmul``
    puts the backends that compute on the caller's own array library first.
 5. Candidates are ranked by *caller time* (``by="caller"``, the default): the larger of the
@@ -232,17 +235,54 @@ def _timings(latest: dict[str, Record], by: str = "caller") -> list[Timed]:
     return [_timed(r, by) for r in latest.values() if r.status == "ok" and r.median_s is not None]
 
 
+#: Flops per byte at which a GEMM's compute and memory traffic take equal time (the roofline's
+#: ridge point), by device, for :func:`work_ratio`: the datasheet ratio of an H100's fp16 peak to
+#: its memory bandwidth on CUDA, a typical server CPU's on the host. Only the ratio of two
+#: problems' costs is used, so a rough ridge moves the answer only near the crossover.
+RIDGE_FLOPS_PER_BYTE = {"cuda": 300.0, "cpu": 30.0}
+
+
+def work_ratio(new: tuple[int, int, int], basis: tuple[int, int, int], dtype: str, device: str) -> float:
+    """How much longer a GEMM of shape ``new`` takes on the device than one of shape ``basis``,
+    by the roofline: each costs ``max(flops / ridge, bytes moved)``."""
+    from gemmzoo.roofline import bytes_moved
+
+    ridge = RIDGE_FLOPS_PER_BYTE.get(device, RIDGE_FLOPS_PER_BYTE["cpu"])
+
+    def cost(shape: tuple[int, int, int]) -> float:
+        m, n, k = shape
+        return max(2.0 * m * n * k / ridge, float(bytes_moved(GridPoint(m, n, k, dtype))), 1.0)
+
+    return cost(new) / cost(basis)
+
+
+def _carried(record: Record, scale: float, by: str) -> Timed:
+    """``record``'s timing carried to a shape ``scale`` times its work: the device time scales,
+    the host time per call does not, and ranking by caller time takes the larger of the two."""
+    device_s = float(record.median_s) * scale  # type: ignore[arg-type]
+    host = record.host_s
+    if by == "caller" and host is not None and host > device_s:
+        return Timed(record.backend, float(host), float(record.host_spread_s or 0.0), "host")
+    return Timed(record.backend, device_s, float(record.spread_s or 0.0) * scale)
+
+
 def _nearest(store: Any, fingerprint: str, dtype: str, layout: str, versions: dict[str, str],
-             shape: tuple[int, int, int],
-             by: str = "caller") -> tuple[tuple[int, int, int], list[Timed]] | None:
+             shape: tuple[int, int, int], by: str = "caller",
+             device: str = "cpu") -> tuple[tuple[int, int, int], list[Timed]] | None:
+    """The nearest measured shape and its timings carried to ``shape`` (see :func:`_carried`):
+    a backend whose host time exceeds its device time at ``shape`` is ranked by its host time,
+    whatever it won by at the measured shape."""
     by_shape: dict[tuple[int, int, int], list[Record]] = {}
     for record in store.records(fingerprint, dtype, layout):
         by_shape.setdefault((record.m, record.n, record.k), []).append(record)
-    measured = {s: t for s, rows in by_shape.items() if (t := _timings(_latest(rows, versions), by))}
+    measured = {s: ok for s, rows in by_shape.items()
+                if (ok := [r for r in _latest(rows, versions).values()
+                           if r.status == "ok" and r.median_s is not None])}
     if not measured:
         return None
     basis = min(measured, key=lambda s: (log_distance(s, shape), s))
-    return basis, measured[basis]
+    scale = work_ratio(shape, basis, dtype, device)
+    return basis, [_carried(r, scale, by) for r in measured[basis]]
 
 
 def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
@@ -299,11 +339,12 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             raise GemmError(f"no backend gave a correct result for {shape} {dtype} on {device}: "
                             + "; ".join(f"{name}: {why}" for name, why in excluded.items()))
         if not timings:
-            found = _nearest(store, fingerprint, dtype, layout, versions, shape, by)
+            found = _nearest(store, fingerprint, dtype, layout, versions, shape, by, device)
             if found is not None:
                 basis, timings = found
                 source = "nearest shape"
-                note = f"nothing measured at {m}x{n}x{k}; nearest measured shape {'x'.join(map(str, basis))}"
+                note = (f"nothing measured at {m}x{n}x{k}; nearest measured shape "
+                        f"{'x'.join(map(str, basis))} (device times scaled, host times as measured)")
         if not timings:
             pick = min(conforming, key=lambda b: (native is not None and not native(b), preference(b.name)))
             note = "nothing measured on this device; unmeasured default (conformance not checked)"
