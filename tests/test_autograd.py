@@ -140,7 +140,7 @@ def test_no_grad_gives_a_plain_result_and_the_plain_path_is_torch_mm_itself():
     plain_a = a.detach()
     c = gemmzoo.matmul(plain_a, b, "torch-cpu")
     assert not c.requires_grad
-    assert state.last_plan[0][1] is torch.mm  # no autograd layer when nothing requires grad
+    assert state.plan_cache.last[1] is torch.mm  # no autograd layer when nothing requires grad
 
 
 def test_fp8_operands_that_require_grad_are_refused_clearly():

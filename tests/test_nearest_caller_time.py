@@ -67,3 +67,25 @@ def test_device_bound_backends_keep_their_order_at_a_larger_shape(monkeypatch):
     assert choice.backend.name == FAST and choice.basis == basis
     assert all(t.bound == "device" for t in choice.ranking)
     assert work_ratio(asked, basis, "float32", "cpu") == pytest.approx(3000 * 2500 * 2800 / 2048**3)
+
+
+def test_gemmzoo_matmul_ranks_by_caller_time_unless_asked_for_device_time(monkeypatch):
+    import numpy as np
+
+    import gemmzoo
+
+    forbid_measuring(monkeypatch)
+    tuned, asked = (1, 640, 512), (1, 256, 256)
+    state.store().add([
+        dataclasses.replace(row(FAST, tuned, 50e-6, 1e-6), host_s=40e-6, host_spread_s=1e-6),
+        dataclasses.replace(row(SLOW, tuned, 60e-6, 1e-6), host_s=17e-6, host_spread_s=1e-6),
+    ])
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(asked[::2]).astype(np.float32)  # (M, K)
+    b = rng.standard_normal(asked[:0:-1]).astype(np.float32)  # (K, N)
+    for by, expected in (("caller", SLOW), ("device", FAST)):
+        c = gemmzoo.matmul(a, b, by=by)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+        assert state.plan_cache.last[1].__self__.name == expected, by
+    with pytest.raises(ValueError, match="by must be one of"):
+        gemmzoo.matmul(a, b, by="wall")

@@ -387,7 +387,7 @@ def recording_enabled() -> bool:
 
 def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN",
                 library: str | None = None, native: Callable[[Any], bool] | None = None,
-                accuracy: str = COMPONENTWISE) -> Any:
+                accuracy: str = COMPONENTWISE, by: str = "caller") -> Any:
     """The backend ``gemmzoo.matmul`` uses for a problem: ``best_backend``'s answer, never measured.
 
     A dispatch layer must not stall a program the first time it meets a shape, so this answers
@@ -396,14 +396,16 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
     own is recorded in the tuning database (unless ``GEMMZOO_RECORD=0``), and
     ``gemmzoo tune --recorded`` measures the recorded problems ahead of the next run — the
     record-then-tune-offline model of PyTorch's TunableOp. ``library`` names the caller's array
-    library and ``native(backend)`` says whether a backend computes on it (see :func:`explain`).
+    library and ``native(backend)`` says whether a backend computes on it (see :func:`explain`);
+    ``by`` is what candidates are ranked by, as in :func:`best_backend`.
     """
-    key = ("plan", shape, dtype, device, layout, library, accuracy, *environment_key())
+    key = ("plan", shape, dtype, device, layout, library, accuracy, by, *environment_key())
     try:
         return state.answers[key].backend
     except KeyError:
         pass
-    choice = explain(shape, dtype, device, measure=False, layout=layout, native=native, accuracy=accuracy)
+    choice = explain(shape, dtype, device, measure=False, layout=layout, native=native, accuracy=accuracy,
+                     by=by)
     state.answers[key] = choice
     if choice.source != "database" and min(shape) > 0 and recording_enabled():
         state.store().record_problem(device_fingerprint(choice.device), GridPoint(*shape, dtype, layout))

@@ -13,7 +13,7 @@ Operands that do not meet those rules are copied once per call into buffers that
   buffer (K16 = K rounded up to 16), the extra columns zero: M·K bytes read, M·K16 written.
 - B (K×N) that is not column-major with K and N multiples of 16 and aligned: into a column-major
   K16×N16 buffer, its padding zero. A row-major B (the usual ``x @ w`` layout) always takes this
-  copy, a transpose of K·N bytes: at 4096³ it moves 32 MiB against the GEMM's ~0.1 ms.
+  copy, a transpose of K·N bytes.
 - When N was padded, C comes back as the first N columns of the M×N16 product, copied into a new
   contiguous M×N tensor (M·N·2 bytes more each way).
 
