@@ -15,6 +15,13 @@ so a column-major A has its M padded too and C is cut in both dimensions. Where 
 padding the plan is the ``torch`` backend's own launcher: this backend then is cuBLAS exactly.
 The copies are a Triton kernel (:mod:`gemmzoo_triton.copy_kernel`) where Triton is installed,
 ``torch.nn.functional.pad`` otherwise.
+
+A plan keeps the buffers its Triton copies write, one set per thread and CUDA stream, so a call
+allocates nothing but C: one thread's calls on one stream run in order, so a call's copy never
+overwrites a buffer that the previous call's product is still reading. Buffers of more than
+:data:`REUSED_BUFFER_BYTES` are allocated per call instead (their copies take long enough that
+the allocation does not matter, and a plan does not hold on to that much memory), and so are those
+of a call made while a CUDA graph is being captured (the graph keeps its own).
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ from gemmzoo_triton.aligned import padded, units
 #: faster with K and N in whole 128-byte units than in 16-byte ones on most shapes measured
 #: (docs/results/2026-11-23-torch-padded.md), and the copy writes those zeros for free.
 COPY_UNIT_BYTES = 128
+
+
+#: The largest copy buffer (bytes) a plan keeps from call to call; larger ones are allocated per call.
+REUSED_BUFFER_BYTES = 64 << 20
 
 
 def rounded(length: int, element_size: int) -> int:
@@ -57,9 +68,58 @@ def _triton_copies(like: Any) -> bool:
     return like.is_cuda and importlib.util.find_spec("triton") is not None
 
 
+class _Buffers:
+    """The buffer a plan's copies write, kept per thread and CUDA stream (see the module
+    docstring): ``get()`` gives what ``make`` derived once from a buffer of ``numel`` elements."""
+
+    #: Buffers kept per plan (threads x streams) before the oldest are let go.
+    MAX_KEPT = 8
+
+    def __init__(self, numel: int, dtype: Any, device: Any, make: Callable[[Any], Any]) -> None:
+        import threading
+
+        import torch
+
+        self._numel, self._dtype, self._device, self._make = numel, dtype, device, make
+        self._kept: dict[Any, Any] = {}
+        self._reuse = numel * dtype.itemsize <= REUSED_BUFFER_BYTES
+        self._thread = threading.get_ident
+        self._stream: Callable[[], Any] = lambda: None
+        self._capturing: Callable[[], bool] = lambda: False
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            # torch's own accessor of the raw current stream where it has one (a C call), else the
+            # handle of the public Stream object
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            if raw is not None:
+                self._stream = lambda: raw(index)
+            else:
+                self._stream = lambda: torch.cuda.current_stream(index).cuda_stream
+            self._capturing = torch.cuda.is_current_stream_capturing
+
+    def _fresh(self) -> Any:
+        import torch
+
+        return self._make(torch.empty(self._numel, dtype=self._dtype, device=self._device))
+
+    def get(self) -> Any:
+        if not self._reuse or self._capturing():
+            return self._fresh()
+        key = self._thread(), self._stream()
+        try:
+            return self._kept[key]
+        except KeyError:
+            if len(self._kept) >= self.MAX_KEPT:
+                self._kept.clear()
+            kept = self._kept[key] = self._fresh()
+            return kept
+
+
 class PaddedCopy:
     """A copy of a 2-D tensor like ``like`` into a zeroed ``rows`` x ``cols`` tensor (the
-    tensor's values top left), stored column-major when ``column_major``."""
+    tensor's values top left), stored column-major when ``column_major``. The Triton copy writes a
+    buffer the copy keeps (:class:`_Buffers`); the result is a view of it, valid until the next
+    copy on the same stream."""
 
     def __init__(self, like: Any, rows: int, cols: int, column_major: bool) -> None:
         self.column_major = column_major
@@ -77,6 +137,12 @@ class PaddedCopy:
 
             self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(*self.shape),),
                                        copy_kernel.constexprs(units(like.element_size())), pointers=(0, 1))
+            self._buffers = _Buffers(self.numel, like.dtype, like.device, self._views)
+
+    def _views(self, buffer: Any) -> tuple[Any, Any]:
+        """What the kernel writes (the buffer in :attr:`shape`) and the padded operand it is."""
+        written = buffer.view(self.shape)
+        return written, self.result(written)
 
     def source(self, tensor: Any) -> Any:
         """What the kernel reads: ``tensor``, or its transpose for a column-major copy."""
@@ -91,16 +157,17 @@ class PaddedCopy:
 
         source = self.source(tensor)
         if self._launch is not None:
-            written = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+            written, operand = self._buffers.get()
             self._launch(source, written, *self.sizes)
-        else:
-            rows, cols = source.shape
-            written = torch.nn.functional.pad(source, (0, self.shape[1] - cols, 0, self.shape[0] - rows))
+            return operand
+        rows, cols = source.shape
+        written = torch.nn.functional.pad(source, (0, self.shape[1] - cols, 0, self.shape[0] - rows))
         return self.result(written)
 
 
 class PaddedPair:
-    """Both copies, A's and B's, from one allocation and one launch of the Triton kernel."""
+    """Both copies, A's and B's, into one buffer (kept as :class:`PaddedCopy`'s are) by one launch
+    of the Triton kernel."""
 
     def __init__(self, copy_a: PaddedCopy, copy_b: PaddedCopy) -> None:
         from gemmzoo_triton import copy_kernel
@@ -113,17 +180,21 @@ class PaddedPair:
         grid = (blocks_a + copy_kernel.blocks(*copy_b.shape),)
         self._launch = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10))
         self._blocks_a = blocks_a
+        self._buffers = _Buffers(self._numel, copy_a.dtype, copy_a.device, self._views)
 
-    def __call__(self, a: Any, b: Any) -> tuple[Any, Any]:
-        import torch
-
+    def _views(self, buffer: Any) -> tuple[Any, Any, Any, Any]:
+        """What the kernel writes for A and for B, and the padded operands they are."""
         copy_a, copy_b = self._a, self._b
-        buffer = torch.empty(self._numel, dtype=copy_a.dtype, device=copy_a.device)
         written_a = buffer[: copy_a.numel].view(copy_a.shape)
         written_b = buffer[copy_a.numel :].view(copy_b.shape)
+        return written_a, written_b, copy_a.result(written_a), copy_b.result(written_b)
+
+    def __call__(self, a: Any, b: Any) -> tuple[Any, Any]:
+        copy_a, copy_b = self._a, self._b
+        written_a, written_b, operand_a, operand_b = self._buffers.get()
         self._launch(copy_a.source(a), written_a, *copy_a.sizes, copy_b.source(b), written_b, *copy_b.sizes,
                      self._blocks_a)
-        return copy_a.result(written_a), copy_b.result(written_b)
+        return operand_a, operand_b
 
 
 def padded_plan(a: Any, b: Any, launch: Callable[[Any, Any], Any],
@@ -154,21 +225,34 @@ def padded_plan(a: Any, b: Any, launch: Callable[[Any, Any], Any],
     pair = copy_a is not None and copy_b is not None and _triton_copies(x)
     both = PaddedPair(copy_a, copy_b) if pair else None
 
-    def run(a: Any, b: Any) -> Any:
-        if tf32:
-            a, b = a.data, b.data
-        if both is not None:
-            a, b = both(a, b)
-        else:
-            if copy_a is not None:
-                a = copy_a(a)
-            if copy_b is not None:
-                b = copy_b(b)
-        if tf32:
-            c = launch(TF32Array(a), TF32Array(b)).data
+    # Every decision above is taken once: each case gets a function that only does its work.
+    copy: Callable[[Any, Any], tuple[Any, Any]]
+    if both is not None:
+        copy = both
+    elif copy_b is None:
+        copy = lambda a, b: (copy_a(a), b)  # noqa: E731
+    elif copy_a is None:
+        copy = lambda a, b: (a, copy_b(b))  # noqa: E731
+    else:
+        copy = lambda a, b: (copy_a(a), copy_b(b))  # noqa: E731
+
+    if tf32:
+        def run_tf32(a: Any, b: Any) -> Any:
+            x, y = copy(a.data, b.data)
+            c = launch(TF32Array(x), TF32Array(y)).data
             return TF32Array(c[:m, :n] if cut else c)
-        c = launch(a, b)
-        return c[:m, :n] if cut else c
+
+        return run_tf32
+    if cut:
+        def run_cut(a: Any, b: Any) -> Any:
+            x, y = copy(a, b)
+            return launch(x, y)[:m, :n]
+
+        return run_cut
+
+    def run(a: Any, b: Any) -> Any:
+        x, y = copy(a, b)
+        return launch(x, y)
 
     return run
 
