@@ -354,11 +354,6 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
         plain = type(a) is type(b) and _is_plain_tensor_type(type(a)) and not a.is_meta
         return run if plain and is_self_checking(run) else _checking_b(run, a, backend, accuracy, by, tf32)
 
-    if kind == "torch" and target == "cupy" and min(m, n, k) > 0:  # views planned once, no DLPack per call
-        from gemmzoo.torch_cupy import bridged
-
-        return _checking_b(bridged(run, a, b, tf32), a, backend, accuracy, by, tf32)
-
     def plan(a: Any, b: Any) -> Any:
         if tf32:
             a, b = a.data, b.data
@@ -366,6 +361,10 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
         c = _convert(c.data if tf32 else c, target, kind)
         return TF32Array(c) if tf32 else c
 
+    if kind == "torch" and target == "cupy" and min(m, n, k) > 0:  # views planned once, no DLPack per call
+        from gemmzoo.torch_cupy import bridged_or
+
+        plan = bridged_or(plan, run, wrap(a), wrap(b), tf32)
     return _checking_b(plan, a, backend, accuracy, by, tf32) if kind == "torch" else plan
 
 

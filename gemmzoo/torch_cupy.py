@@ -12,6 +12,9 @@ and C back into torch through DLPack on every call. Here the plan (:func:`bridge
   precedes those that read C, and it is captured with them in a CUDA graph capture.
 
 C, which CuPy allocates, becomes a torch tensor through DLPack (it owns its memory).
+
+:func:`bridged_or` makes that plan and checks it once against the DLPack exchange on the
+problem's own operands (the same bits, or the exchange is kept).
 """
 
 from __future__ import annotations
@@ -111,3 +114,24 @@ def bridged(run: Callable[[Any, Any], Any], a: Any, b: Any, tf32: bool) -> Calla
             return to_torch(run(x, y))
 
     return plan
+
+
+def bridged_or(fallback: Callable[[Any, Any], Any], run: Callable[[Any, Any], Any], a: Any, b: Any,
+               tf32: bool) -> Callable[[Any, Any], Any]:
+    """:func:`bridged`'s plan for operands like ``a`` and ``b`` (wrapped in :class:`TF32Array`
+    when ``tf32``), when its product of ``a`` and ``b`` equals ``fallback``'s bit for bit (the plan
+    that exchanges the arrays through DLPack on every call); ``fallback`` otherwise, and while a
+    CUDA graph is being captured (where the check cannot compare on the host)."""
+    import torch
+
+    if torch.cuda.is_current_stream_capturing():
+        return fallback
+    try:
+        plan = bridged(run, a.data if tf32 else a, b.data if tf32 else b, tf32)
+        mine, theirs = plan(a, b), fallback(a, b)
+        if tf32:
+            mine, theirs = mine.data, theirs.data
+        agree = bool(torch.equal(mine, theirs))
+    except Exception:  # a CuPy without these entry points, or memory it cannot view: keep DLPack
+        return fallback
+    return plan if agree else fallback

@@ -97,3 +97,24 @@ def test_tf32_operands_through_cupy():
     reference = a.double() @ b.double()
     error = (c.data.double() - reference).abs().max().item()
     assert error < 0.1 * reference.abs().max().item()
+
+
+def test_the_planned_views_are_used_not_the_dlpack_fallback():
+    import cupy
+
+    from gemmzoo.torch_cupy import bridged_or
+
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    a = torch.randn(40, 72, device="cuda", generator=generator).half()
+    b = torch.randn(72, 24, device="cuda", generator=generator).half().T.contiguous().T
+    backend = gemmzoo.get_backend("cupy")
+    run = backend.prepare(cupy.from_dlpack(a), cupy.from_dlpack(b))
+
+    def fallback(x, y):
+        return torch.from_dlpack(run(cupy.from_dlpack(x), cupy.from_dlpack(y)))
+
+    plan = bridged_or(fallback, run, a, b, False)
+    assert plan is not fallback
+    c = plan(a, b)
+    torch.cuda.synchronize()
+    _check(c, a, b, "float16")
