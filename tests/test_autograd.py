@@ -148,3 +148,24 @@ def test_fp8_operands_that_require_grad_are_refused_clearly():
     b = torch.zeros(16, 8).to(torch.float8_e4m3fn)
     with pytest.raises(GemmInputError, match=r"require grad.*\(4, 16\)|\(4, 16\).*require grad"):
         gemmzoo.matmul(a, b, "numpy")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "tf32"])
+def test_gradients_on_the_gpu_match_torch_matmul_within_the_suite_bound(dtype):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    tf32 = dtype == "tf32"
+    torch_dtype = torch.float32 if tf32 else getattr(torch, dtype)
+    m, n, k = 129, 257, 1031
+    a = random(m, k, torch_dtype, 1).cuda().requires_grad_()
+    b = random(k, n, torch_dtype, 2).cuda().requires_grad_()
+    upstream = random(m, n, torch_dtype, 3).cuda()
+    if tf32:
+        c = gemmzoo.matmul(gemmzoo.TF32Array(a), gemmzoo.TF32Array(b)).data
+    else:
+        c = gemmzoo.matmul(a, b)
+    assert c.requires_grad
+    c.backward(upstream)
+    for got, left, right in ((a.grad, upstream, b.T), (b.grad, a.T, upstream)):
+        within_bound(got.cpu(), left.cpu(), right.cpu(), dtype)

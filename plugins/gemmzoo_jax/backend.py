@@ -14,16 +14,19 @@ Precision is stated in each product, never in JAX's global configuration:
   backend never flips it for the process: it converts float64 operands and compiles their product
   inside JAX's scoped ``enable_x64`` context only. 64-bit arrays keep their dtype outside it.
 
-Each problem is compiled once (``prepare`` lowers and compiles ahead of time, so the plan's calls
-never compile); ``matmul`` goes through ``jax.jit``, which caches per shape and dtype. JAX
-dispatches asynchronously: ``synchronize`` waits for the last product this backend launched, and
-XLA runs one device's computations in order. jax is imported inside the methods only.
+JAX's GPU memory preallocation is turned off before JAX starts, unless the environment sets it
+(see :func:`_jax`). Each problem is compiled once (``prepare`` lowers and compiles ahead of time,
+so the plan's calls never compile); ``matmul`` goes through ``jax.jit``, which caches per shape
+and dtype. JAX dispatches asynchronously: ``synchronize`` waits for the last product this backend
+launched, and XLA runs one device's computations in order. jax is imported inside the methods only.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -43,9 +46,18 @@ def jax_missing_reason() -> str | None:
     return None
 
 
+def _jax() -> Any:
+    """The ``jax`` module. Before JAX starts its first backend, GPU memory preallocation is turned
+    off (``XLA_PYTHON_CLIENT_PREALLOCATE=false``) unless the environment says otherwise: by default
+    JAX takes most of a GPU's memory when it starts, and the backends compared here share the GPU
+    in one process. A program that started JAX itself keeps its own setting."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    return importlib.import_module("jax")
+
+
 def _x64() -> Any:
     """JAX's scoped switch for 64-bit types (``jax.enable_x64``; ``jax.experimental`` before 0.7)."""
-    import jax
+    jax = _jax()
 
     scoped = getattr(jax, "enable_x64", None)
     if scoped is None:
@@ -55,8 +67,8 @@ def _x64() -> Any:
 
 def _product(dtype: str) -> Callable[[Any, Any], Any]:
     """The traced function of ``C = A·B`` for ``dtype``, with its precision stated."""
-    import jax
-    import jax.numpy as jnp
+    jax = _jax()
+    jnp = jax.numpy
 
     if dtype in ("float16", "bfloat16"):
         def product(a: Any, b: Any) -> Any:
@@ -90,7 +102,7 @@ class JaxBackend(Backend):
         missing = jax_missing_reason()
         if missing:
             return missing
-        import jax
+        jax = _jax()
 
         try:
             jax.devices(self.platform)
@@ -104,13 +116,13 @@ class JaxBackend(Backend):
 
     @functools.cached_property
     def _device(self) -> Any:
-        import jax
+        jax = _jax()
 
         return jax.devices(self.platform)[0]
 
     def from_numpy(self, x: np.ndarray, dtype: str) -> Any:
-        import jax
-        import jax.numpy as jnp
+        jax = _jax()
+        jnp = jax.numpy
 
         self.check_dtype(dtype, np.shape(x))
         host = np.asarray(x).astype(jnp.dtype(_STORAGE[dtype]))
@@ -132,7 +144,7 @@ class JaxBackend(Backend):
         try:
             return self._jitted[dtype]
         except KeyError:
-            import jax
+            jax = _jax()
 
             jitted = self._jitted[dtype] = jax.jit(_product(dtype))
             return jitted
