@@ -205,7 +205,6 @@ _KEYS: dict[type, KeyFunction] = {TF32Array: _tf32_key}
 """The key function of each array type of A met so far, decided once per type (see
 :func:`_learn_key`)."""
 
-MAX_PLANS = PlanCache.MAX_PLANS
 
 
 def _learn_key(array_type: type) -> None:

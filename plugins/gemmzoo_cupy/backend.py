@@ -1,16 +1,16 @@
 """CuPy's matrix product on a CUDA GPU (cuBLAS underneath).
 
 The launch is ``cupy.dot``: for two matrices it is the product ``cupy.matmul`` computes (the same
-bits), without the generalized-ufunc wrapper ``cupy.matmul`` goes through first, which costs 1-2
-µs of host time per call on an H100 host (docs/results/2026-11-23-hot-path.md). Operands are
-checked to be matrices before it is reached, where ``dot`` and ``matmul`` would differ.
+bits), without the generalized-ufunc wrapper ``cupy.matmul`` goes through first, which costs host
+time on every call (docs/results/2026-11-23-hot-path.md has it measured). Operands are checked to
+be matrices before it is reached, where ``dot`` and ``matmul`` would differ.
 
 Precision is set per call on the cuBLAS handle CuPy uses for this thread, only where it differs,
 and restored after:
 
 - float16 and bfloat16 forbid cuBLAS's reduced-precision (16-bit) split-K reductions, so the sum
-  over K is fp32 from end to end (at 4097³ fp16 they put the error 1.5× over the fp32-accumulation
-  bound on the H100; see docs/results);
+  over K is fp32 from end to end (with them, misaligned fp16 products exceeded the
+  fp32-accumulation bound on the H100; see docs/results);
 - ``tf32`` is its own mode: ``TF32Array`` operands, TF32 tensor-op math for that call only;
 - ``float32`` is IEEE, and is not declared while ``CUPY_TF32`` is set to anything but 0, since CuPy
   then asks cuBLAS for TF32 compute on every fp32 product, whatever the math mode.
