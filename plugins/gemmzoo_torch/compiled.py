@@ -14,7 +14,8 @@ autotuning never fall in a timed call.
   against cuBLAS, per problem). Inductor reads cuBLAS's precision switches when it compiles (TF32
   in its templates) and cuBLAS reads them when it runs, so each dtype's switches
   (:mod:`gemmzoo_torch.precision`) are held at gemmzoo's values for the compilation and for every
-  call: float32 is IEEE, ``tf32`` is its own mode.
+  call: float32 is IEEE, ``tf32`` is its own mode. The switches' lock is held while a problem
+  compiles, so gemmzoo's other torch products in other threads wait for the compilation.
 
 torch is imported inside the methods only.
 """
