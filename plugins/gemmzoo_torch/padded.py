@@ -16,12 +16,8 @@ padding the plan is the ``torch`` backend's own launcher: this backend then is c
 The copies are a Triton kernel (:mod:`gemmzoo_triton.copy_kernel`) where Triton is installed,
 ``torch.nn.functional.pad`` otherwise.
 
-A plan keeps the buffers its Triton copies write, one set per thread and CUDA stream, so a call
-allocates nothing but C: one thread's calls on one stream run in order, so a call's copy never
-overwrites a buffer that the previous call's product is still reading. Buffers of more than
-:data:`REUSED_BUFFER_BYTES` are allocated per call instead (their copies take long enough that
-the allocation does not matter, and a plan does not hold on to that much memory), and so are those
-of a call made while a CUDA graph is being captured (the graph keeps its own).
+A plan keeps the buffers its Triton copies write (:mod:`gemmzoo_torch.buffers`), so a call
+allocates nothing but C.
 """
 
 from __future__ import annotations
@@ -32,16 +28,13 @@ from typing import Any
 
 from gemmzoo.backend import TF32Array, dtype_name
 from gemmzoo_torch.backend import TorchBackend
+from gemmzoo_torch.buffers import KeptBuffers
 from gemmzoo_triton.aligned import padded, units
 
 #: Bytes a K or N is rounded up to where its operand is copied anyway: cuBLAS ran padded products
 #: faster with K and N in whole 128-byte units than in 16-byte ones on most shapes measured
 #: (docs/results/2026-11-23-torch-padded.md), and the copy writes those zeros for free.
 COPY_UNIT_BYTES = 128
-
-
-#: The largest copy buffer (bytes) a plan keeps from call to call; larger ones are allocated per call.
-REUSED_BUFFER_BYTES = 64 << 20
 
 
 def rounded(length: int, element_size: int) -> int:
@@ -68,58 +61,11 @@ def _triton_copies(like: Any) -> bool:
     return like.is_cuda and importlib.util.find_spec("triton") is not None
 
 
-class _Buffers:
-    """The buffer a plan's copies write, kept per thread and CUDA stream (see the module
-    docstring): ``get()`` gives what ``make`` derived once from a buffer of ``numel`` elements."""
-
-    #: Buffers kept per plan (threads x streams) before the oldest are let go.
-    MAX_KEPT = 8
-
-    def __init__(self, numel: int, dtype: Any, device: Any, make: Callable[[Any], Any]) -> None:
-        import threading
-
-        import torch
-
-        self._numel, self._dtype, self._device, self._make = numel, dtype, device, make
-        self._kept: dict[Any, Any] = {}
-        self._reuse = numel * dtype.itemsize <= REUSED_BUFFER_BYTES
-        self._thread = threading.get_ident
-        self._stream: Callable[[], Any] = lambda: None
-        self._capturing: Callable[[], bool] = lambda: False
-        if device.type == "cuda":
-            index = device.index if device.index is not None else torch.cuda.current_device()
-            # torch's own accessor of the raw current stream where it has one (a C call), else the
-            # handle of the public Stream object
-            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-            if raw is not None:
-                self._stream = lambda: raw(index)
-            else:
-                self._stream = lambda: torch.cuda.current_stream(index).cuda_stream
-            self._capturing = torch.cuda.is_current_stream_capturing
-
-    def _fresh(self) -> Any:
-        import torch
-
-        return self._make(torch.empty(self._numel, dtype=self._dtype, device=self._device))
-
-    def get(self) -> Any:
-        if not self._reuse or self._capturing():
-            return self._fresh()
-        key = self._thread(), self._stream()
-        try:
-            return self._kept[key]
-        except KeyError:
-            if len(self._kept) >= self.MAX_KEPT:
-                self._kept.clear()
-            kept = self._kept[key] = self._fresh()
-            return kept
-
-
 class PaddedCopy:
     """A copy of a 2-D tensor like ``like`` into a zeroed ``rows`` x ``cols`` tensor (the
     tensor's values top left), stored column-major when ``column_major``. The Triton copy writes a
-    buffer the copy keeps (:class:`_Buffers`); the result is a view of it, valid until the next
-    copy on the same stream."""
+    buffer the copy keeps (:class:`~gemmzoo_torch.buffers.KeptBuffers`); the result is a view of it,
+    valid until the next copy on the same thread and stream."""
 
     def __init__(self, like: Any, rows: int, cols: int, column_major: bool) -> None:
         self.column_major = column_major
@@ -137,7 +83,7 @@ class PaddedCopy:
 
             self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(*self.shape),),
                                        copy_kernel.constexprs(units(like.element_size())), pointers=(0, 1))
-            self._buffers = _Buffers(self.numel, like.dtype, like.device, self._views)
+            self._buffers = KeptBuffers(self.numel, like.dtype, like.device, self._views)
 
     def _views(self, buffer: Any) -> tuple[Any, Any]:
         """What the kernel writes (the buffer in :attr:`shape`) and the padded operand it is."""
@@ -180,7 +126,7 @@ class PaddedPair:
         grid = (blocks_a + copy_kernel.blocks(*copy_b.shape),)
         self._launch = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10))
         self._blocks_a = blocks_a
-        self._buffers = _Buffers(self._numel, copy_a.dtype, copy_a.device, self._views)
+        self._buffers = KeptBuffers(self._numel, copy_a.dtype, copy_a.device, self._views)
 
     def _views(self, buffer: Any) -> tuple[Any, Any, Any, Any]:
         """What the kernel writes for A and for B, and the padded operands they are."""
