@@ -1,6 +1,7 @@
 """Host time per call of gemmzoo's hot path against the library call it wraps, in one run.
 
     python benchmarks/hot_path.py [--json FILE] [--calls N] [--rounds R]
+    python benchmarks/hot_path.py --targets [--json FILE] [--rounds R] [--budget S]
 
 Each row times a loop of N calls followed by one synchronisation and divides by N: what a
 program calling in a loop waits per call. Variants of one group run interleaved, R rounds, and the
@@ -11,6 +12,10 @@ that only ever adds time.
 On the CPU: 64x64 float32 NumPy and torch arrays. With CUDA: 128³ and 512³ float16 torch tensors
 (and CuPy arrays when CuPy is installed). The tuning cache is a fresh temporary directory, so
 ``gemmzoo.matmul`` without a backend gives the unmeasured default (torch for CUDA tensors).
+
+``--targets`` measures issue 34's targets instead (see :func:`target_groups`): on a miss
+``best_backend`` measures each problem first, so ``gemmzoo.matmul`` then runs what it chose.
+Restrict the candidates with ``GEMMZOO_BACKENDS`` as usual.
 """
 
 from __future__ import annotations
@@ -129,6 +134,197 @@ def cuda_groups(calls: int, rounds: int) -> list[dict[str, Any]]:
     return groups
 
 
+# The issue-34 targets (--targets) ---------------------------------------------------------------
+
+#: (M, N, K, dtype, layout) per group: LLM projections from decode to prefill (a Llama-3-8B-sized
+#: layer: QKV 4096->6144, MLP 4096->14336->4096), problems gemmzoo lost on, odd sizes, long K, tf32
+#: and fp8 (B column-major, as torch._scaled_mm takes it). None is in a bundled grid.
+TARGET_PROBLEMS: dict[str, list[tuple[int, int, int, str, str]]] = {
+    "LLM projections": [
+        (1, 6144, 4096, "bfloat16", "NN"), (1, 14336, 4096, "bfloat16", "NN"),
+        (1, 4096, 14336, "bfloat16", "NN"), (16, 6144, 4096, "bfloat16", "NN"),
+        (16, 4096, 14336, "bfloat16", "NN"), (128, 14336, 4096, "bfloat16", "NN"),
+        (32, 4608, 3584, "float16", "NN"), (2048, 6144, 4096, "bfloat16", "NN"),
+        (2048, 4096, 14336, "bfloat16", "NN"), (8192, 768, 3072, "float16", "NN"),
+        (1024, 50257, 768, "bfloat16", "NN"),
+    ],
+    "odd sizes": [
+        (1023, 1023, 1023, "float16", "NN"), (2047, 4093, 1531, "float16", "NN"),
+        (777, 5555, 3333, "bfloat16", "NN"), (3001, 3001, 3001, "bfloat16", "NN"),
+        (32768, 128, 128, "float16", "NN"),
+    ],
+    "long K": [(64, 64, 65536, "float16", "NN"), (256, 256, 32768, "bfloat16", "NN")],
+    "tf32": [(3072, 5120, 2048, "tf32", "NN"), (1000, 1000, 1000, "tf32", "NN")],
+    "fp8": [(16, 18944, 3584, "float8_e4m3fn", "NT"), (2048, 10240, 8192, "float8_e4m3fn", "NT"),
+            (4096, 4096, 4096, "float8_e4m3fn", "NT")],
+}
+#: A small CPU set, to run the same code path where there is no GPU.
+CPU_TARGET_PROBLEMS = {"CPU check": [(48, 40, 56, "float32", "NN"), (33, 65, 17, "float32", "NT")]}
+#: Padded paths on the misaligned cube of the issue, against torch.matmul in caller time.
+PADDED_PROBLEM = (1025, 1025, 1025, "float16", "NN")
+PADDED_BACKENDS = ("torch-padded", "triton-grouped")
+COMPILE_PEER = {"cuda": "torch-compile-cuda", "cpu": "torch-compile"}
+
+
+def _target_operands(m: int, n: int, k: int, dtype: str, layout: str, device: str) -> tuple[Any, Any]:
+    import torch
+
+    generator = torch.Generator(device=device).manual_seed(m * 7 + n * 5 + k)
+    storage = torch.float32 if dtype in ("tf32", "float8_e4m3fn") else getattr(torch, dtype)
+
+    def make(rows: int, cols: int, transposed: bool) -> Any:
+        shape = (cols, rows) if transposed else (rows, cols)
+        x = torch.randn(*shape, device=device, generator=generator)
+        if dtype == "float8_e4m3fn":
+            x = x.to(torch.float8_e4m3fn)
+        else:
+            x = x.to(storage)
+        return x.T if transposed else x
+
+    return make(m, k, layout[0] == "T"), make(k, n, layout[1] == "T")
+
+
+def _baseline(dtype: str) -> tuple[str, Call]:
+    """What a torch user calls for ``dtype``: torch.matmul (with TF32 allowed for tf32), or
+    torch._scaled_mm with unit scales and fp32 promotion for fp8."""
+    import torch
+
+    if dtype == "float8_e4m3fn":
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+
+        def scaled(a: Any, b: Any) -> Any:
+            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                    use_fast_accum=False)
+
+        return "torch._scaled_mm", scaled
+    if dtype == "tf32":
+        return "torch.matmul (allow_tf32)", lambda a, b: torch.matmul(a.data, b.data)
+    return "torch.matmul", torch.matmul
+
+
+def _calls_for(call: Call, a: Any, b: Any, sync: Callable[[], None], seconds: float = 0.05) -> int:
+    """How many calls make a loop of about ``seconds``."""
+    from gemmzoo.measure import loop_per_call_s
+
+    per_call = loop_per_call_s(functools.partial(call, a, b), 10, sync)
+    return max(10, min(2000, int(seconds / max(per_call, 1e-7))))
+
+
+def _geomean(values: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(values)))) if values else float("nan")
+
+
+def target_groups(rounds: int, device: str, budget_s: float,
+                  only: list[str] | None = None) -> list[dict[str, Any]]:
+    """The issue-34 targets, measured in one run: ``gemmzoo.matmul`` against what a torch user
+    calls (caller time, loops of calls, interleaved rounds), the backend it chose against
+    torch-compile in device time (the engine: CUDA events, L2 flushed), best_backend's first
+    answer on a miss (conformance verdicts made beforehand, timed apart), torch-compile's compile
+    time, and the padded paths at 1025³ fp16 (group ``padded``). ``only``: the groups to run."""
+    import torch
+
+    import gemmzoo
+    from gemmzoo import TF32Array
+    from gemmzoo.grids import GridPoint
+    from gemmzoo.measure import measure
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    problems = TARGET_PROBLEMS if device == "cuda" else CPU_TARGET_PROBLEMS
+    problems = {title: group for title, group in problems.items() if not only or title in only}
+    peer = gemmzoo.get_backend(COMPILE_PEER[device])
+    peer_reason = peer.unavailable_reason()
+    # Conformance verdicts first, timed apart: a first answer on a real machine has them stored.
+    for dtype in sorted({p[3] for group in problems.values() for p in group}):
+        start = time.perf_counter()
+        gemmzoo.best_backend((64, 64, 64), dtype, device)
+        print(f"conformance verdicts for {dtype}: {time.perf_counter() - start:.1f} s")
+    groups: list[dict[str, Any]] = []
+    speedups: list[float] = []
+    first_answers: list[float] = []
+    allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+    for title, group in problems.items():
+        rows = []
+        for m, n, k, dtype, layout in group:
+            a, b = _target_operands(m, n, k, dtype, layout, device)
+            if dtype == "tf32":
+                a, b = TF32Array(a), TF32Array(b)
+            start = time.perf_counter()
+            chosen = gemmzoo.best_backend((m, n, k), dtype, device, layout=layout)
+            first_answer = time.perf_counter() - start
+            first_answers.append(first_answer)
+            name, baseline = _baseline(dtype) if device == "cuda" else ("torch.matmul", torch.matmul)
+            torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+            try:
+                calls = _calls_for(baseline, a, b, sync)
+                label = f"{title}: {m}x{n}x{k} {dtype} {layout} (gemmzoo.matmul picks {chosen.name})"
+                caller = run_group(label, [(name, baseline, a, b), ("gemmzoo.matmul", gemmzoo.matmul, a, b)],
+                                   sync, calls, rounds, {"gemmzoo.matmul": 1 / 0.97})
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+            speedup = 1 / caller["rows"][1]["ratio"]
+            speedups.append(speedup)
+            row: dict[str, Any] = {"problem": [m, n, k, dtype, layout], "chosen": chosen.name,
+                                   "caller_speedup": speedup, "first_answer_s": first_answer,
+                                   "caller": caller["rows"]}
+            if peer_reason is None and dtype in peer.dtypes:
+                start = time.perf_counter()
+                peer.prepare(a, b)  # compiles and autotunes this problem
+                row["compile_s"] = time.perf_counter() - start
+                point = GridPoint(m, n, k, dtype, layout)
+                ours = measure(chosen, point, budget_s, verify=False)
+                theirs = measure(peer, point, budget_s, verify=False)
+                row["device_us"] = {chosen.name: ours.timing.median_s * 1e6,
+                                    peer.name: theirs.timing.median_s * 1e6}
+                row["device_vs_compile"] = theirs.timing.median_s / ours.timing.median_s
+                print(f"  device time: {chosen.name} {ours.timing.median_s * 1e6:.1f} us, {peer.name} "
+                      f"{theirs.timing.median_s * 1e6:.1f} us: {row['device_vs_compile']:.2f}x "
+                      f"(target >= 1.00x: {'met' if row['device_vs_compile'] >= 1.0 else 'MISSED'}); "
+                      f"compile {row['compile_s']:.1f} s")
+            print(f"  first answer {first_answer:.2f} s; caller speedup {speedup:.2f}x "
+                  f"(target >= 0.97x: {'met' if speedup >= 0.97 else 'MISSED'})")
+            rows.append(row)
+        groups.append({"group": title, "rows": rows})
+    if device == "cuda" and (not only or "padded" in only):
+        groups.append(_padded_group(rounds, sync))
+    if not speedups:
+        return groups
+    geomean = _geomean(speedups)
+    median_answer = float(np.median(first_answers))
+    print(f"\ngemmzoo.matmul against the torch baseline, caller time: geomean {geomean:.3f}x over "
+          f"{len(speedups)} problems "
+          f"(target >= 1.25x: {'met' if geomean >= 1.25 else 'MISSED'}), worst {min(speedups):.3f}x")
+    print(f"best_backend first answer on a miss: median {median_answer:.2f} s (target <= 5 s), "
+          f"worst {max(first_answers):.2f} s (target <= 15 s)")
+    groups.append({"group": "summary", "caller_speedup_geomean": geomean,
+                   "caller_speedup_worst": min(speedups), "first_answer_median_s": median_answer,
+                   "first_answer_worst_s": max(first_answers)})
+    return groups
+
+
+def _padded_group(rounds: int, sync: Callable[[], None]) -> dict[str, Any]:
+    """The padded paths at :data:`PADDED_PROBLEM`, through gemmzoo.matmul, against torch.matmul."""
+    import torch
+
+    import gemmzoo
+
+    m, n, k, dtype, layout = PADDED_PROBLEM
+    a, b = _target_operands(m, n, k, dtype, layout, "cuda")
+    rows: list[tuple[str, Call, Any, Any]] = [("torch.matmul", torch.matmul, a, b)]
+    for name in PADDED_BACKENDS:
+        if gemmzoo.get_backend(name).unavailable_reason() is None:
+            rows.append((f"gemmzoo.matmul(a, b, {name!r})", functools.partial(_named, name=name), a, b))
+    calls = _calls_for(torch.matmul, a, b, sync)
+    targets = {label: 1 / 1.7 for label, *_ in rows[1:]}
+    return run_group(f"padded paths: {m}x{n}x{k} {dtype} (target >= 1.7x torch.matmul: ratio <= 0.59)",
+                     rows, sync, calls, rounds, targets)
+
+
+def _named(a: Any, b: Any, name: str) -> Any:
+    import gemmzoo
+
+    return gemmzoo.matmul(a, b, name)
+
+
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine()}
     for name in ("torch", "cupy", "triton"):
@@ -152,19 +348,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed loop (default 2000)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument("--targets", action="store_true",
+                        help="instead: issue 34's targets (GPU; a small CPU set without one)")
+    parser.add_argument("--budget", type=float, default=0.3,
+                        help="--targets: seconds of device timing per backend and problem (default 0.3)")
+    parser.add_argument("--groups", default="",
+                        help="--targets: comma-separated groups to run (default all: "
+                             + ", ".join([*TARGET_PROBLEMS, "padded"]) + ")")
     args = parser.parse_args(argv)
     os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-hot-path-")
     found = versions()
     print(" ".join(f"{k}={v}" for k, v in found.items()))
-    groups = cpu_groups(args.calls, args.rounds)
     try:
         import torch
 
         cuda = torch.cuda.is_available()
     except ImportError:
         cuda = False
-    if cuda:
-        groups += cuda_groups(args.calls, args.rounds)
+    if args.targets:
+        only = [g.strip() for g in args.groups.split(",") if g.strip()] or None
+        groups = target_groups(args.rounds, "cuda" if cuda else "cpu", args.budget, only)
+    else:
+        groups = cpu_groups(args.calls, args.rounds)
+        if cuda:
+            groups += cuda_groups(args.calls, args.rounds)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"command": "python benchmarks/hot_path.py " + " ".join(sys.argv[1:]),

@@ -6,7 +6,8 @@ When the chosen backend keeps its arrays on the same device in another library, 
 result cross over through DLPack (``torch.from_numpy`` / ``.numpy()`` between NumPy and torch on
 the CPU), which shares memory instead of copying. A backend on another device than the caller's
 (only when named explicitly) receives host copies through ``from_numpy``, and its result is
-copied back. Autograd is not involved: torch inputs are detached.
+copied back. On torch tensors that require grad the result is differentiable: both backward
+products go through ``gemmzoo.matmul`` too (see :mod:`gemmzoo.autograd`).
 
 The work of a call is done once per *problem* (array types, shapes, strides, dtypes, devices): a
 plan is made then (:func:`make_plan`) and kept, and later calls go straight through it. Which
@@ -25,9 +26,10 @@ import numpy as np
 from gemmzoo.backend import TF32Array, is_self_checking, shape_text
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
+from gemmzoo.plan_cache import PlanCache
 from gemmzoo.registry import probe_timeout
-from gemmzoo.tuning import state
-from gemmzoo.tuning.select import environment_reader, plan_choice
+from gemmzoo.tuning import state as _state
+from gemmzoo.tuning.select import RANK_BY, environment_reader, plan_choice
 from gemmzoo.watchdog import call as watched
 
 _KINDS: dict[type, str] = {}
@@ -176,63 +178,47 @@ _read, (_N0, _N1, _N2) = environment_reader()
 
 # A problem's key: both array types, then what a plan was made for (see
 # :meth:`gemmzoo.Backend.prepare`) — shapes, strides, dtypes, devices, and for torch whether
-# autograd is on — then the environment variables that change the choice, the backend named and
-# the accuracy class. Each function builds it in one expression: it is read on every call.
-def _numpy_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
+# autograd is on — then the environment variables that change the choice, the backend named, the
+# accuracy class and what candidates are ranked by. Each function builds it in one expression: it
+# runs on every call.
+def _numpy_key(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, ...]:
     return (type(a), type(b), a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype,
-            _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
+            _read(_N0), _read(_N1), _read(_N2), backend, accuracy, by)
 
 
 # torch's is read in fewer attributes. Strides: ``True`` for a contiguous tensor (the strides
 # of its dimensions of size 1, the only ones contiguity leaves open, address nothing). B's dtype
 # and device: only A's are held, and whether B is on the meta device; torch.mm refuses a B of
 # another dtype or on another real device, and a plan that would not checks B (see make_plan).
-def _torch_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
+def _torch_key(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, ...]:
     return (type(a), type(b), a.shape, b.shape, a.is_contiguous() or a.stride(),
             b.is_contiguous() or b.stride(), a.dtype, a.device, b.is_meta, a.requires_grad,
-            b.requires_grad, _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
+            b.requires_grad, _read(_N0), _read(_N1), _read(_N2), backend, accuracy, by)
 
 
-def _cupy_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
-    # MemoryPointer.device_id is the array's device, read for a third of what a.device.id costs
+def _cupy_key(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, ...]:
+    # MemoryPointer.device_id is the array's device, read faster than a.device.id (no Device object)
     return (type(a), type(b), a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype,
-            a.data.device_id, b.data.device_id, _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
+            a.data.device_id, b.data.device_id, _read(_N0), _read(_N1), _read(_N2), backend, accuracy, by)
 
 
-def _tf32_key(a: Any, b: Any, backend: Any, accuracy: str) -> tuple[Any, ...]:
+def _tf32_key(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, ...]:
     inner = a.data
-    return (type(a), type(b), *_KEYS[type(inner)](inner, b.data, backend, accuracy))
+    return (type(a), type(b), *_KEYS[type(inner)](inner, b.data, backend, accuracy, by))
 
 
-_KEY_OF_KIND = {"numpy": _numpy_key, "torch": _torch_key, "cupy": _cupy_key}
-_KEYS: dict[type, Callable[[Any, Any, Any, str], tuple[Any, ...]]] = {TF32Array: _tf32_key}
-"""The key function of each array type of A met so far."""
+KeyFunction = Callable[[Any, Any, Any, str, str], tuple[Any, ...]]
+_KEY_OF_KIND: dict[str, KeyFunction] = {"numpy": _numpy_key, "torch": _torch_key, "cupy": _cupy_key}
+_KEYS: dict[type, KeyFunction] = {TF32Array: _tf32_key}
+"""The key function of each array type of A met so far, decided once per type (see
+:func:`_learn_key`)."""
 
-MAX_PLANS = 4096
-"""Plans kept per process; past that the cache starts again (a program that meets thousands of
-problems pays the planning again, never unbounded memory)."""
-
-_PLANS = state.plans
-_LAST = state.last_plan
-_NO_PLAN = state.NO_PLAN
-_GENERATION = state.generation
-
-
-class _NoTensor:
-    """Stands for torch.Tensor until gemmzoo.matmul has met torch."""
-
-
-_TENSOR: type = _NoTensor
-"""``torch.Tensor`` once met: :func:`matmul` builds its key inline (as :func:`_torch_key` does)."""
 
 
 def _learn_key(array_type: type) -> None:
-    global _TENSOR
     kind = array_kind(array_type)
     if kind is not None:
         _KEYS[array_type] = _KEY_OF_KIND[kind]
-        if kind == "torch" and _is_plain_tensor_type(array_type):
-            _TENSOR = array_type
 
 
 def _is_plain_tensor_type(array_type: type) -> bool:
@@ -242,7 +228,8 @@ def _is_plain_tensor_type(array_type: type) -> bool:
     return array_type is torch.Tensor
 
 
-def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwise") -> Any:
+def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwise",
+           by: str = "caller") -> Any:
     """``C = A·B`` for 2-D NumPy, CuPy or torch arrays of one type, device and dtype.
 
     ``backend`` is a backend name, a :class:`~gemmzoo.Backend`, or ``None`` for the backend
@@ -251,7 +238,8 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
     fp32; wrap both operands in :class:`~gemmzoo.TF32Array` for ``tf32``), device and layout.
     The result has the caller's array type, device and dtype; for float8_e4m3fn operands (torch
     ``float8_e4m3fn`` tensors, or NumPy arrays of ``ml_dtypes.float8_e4m3fn``) its dtype is
-    bfloat16 (a torch tensor, or an ``ml_dtypes.bfloat16`` array).
+    bfloat16 (a torch tensor, or an ``ml_dtypes.bfloat16`` array). On torch tensors that require
+    grad (with grad mode on) the result is differentiable (:mod:`gemmzoo.autograd`).
 
     The first call for a problem makes a plan: every check, the choice of backend, the
     conversions and the backend's own :meth:`~gemmzoo.Backend.prepare`. Later calls with operands
@@ -260,55 +248,45 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
 
     ``accuracy="normwise"`` lets the choice fall on a backend of the normwise accuracy class
     (:mod:`gemmzoo.accuracy`); a backend named in ``backend`` is used whatever its class.
+    ``by="device"`` ranks the candidates by device time alone instead of caller time (the larger
+    of device and host time per call): for programs that replay their products in CUDA graphs,
+    where the host work of a call is not repeated.
     """
+    cache = _state.plan_cache
     try:
-        if type(a) is _TENSOR:  # _torch_key(a, b, backend, accuracy), without the call
-            key = (_TENSOR, type(b), a.shape, b.shape, a.is_contiguous() or a.stride(),
-                   b.is_contiguous() or b.stride(), a.dtype, a.device, b.is_meta, a.requires_grad,
-                   b.requires_grad, _read(_N0), _read(_N1), _read(_N2), backend, accuracy)
-        else:
-            key = _KEYS[type(a)](a, b, backend, accuracy)
-        last_key, plan = _LAST[0]
+        key = _KEYS[type(a)](a, b, backend, accuracy, by)
+        last_key, plan = cache.last
         if key != last_key:  # not the problem of the call before: find its plan
-            seen = _GENERATION[0]
-            plan = _PLANS[key]
-            _LAST[0] = key, plan
-            if _GENERATION[0] != seen or seen & 1:  # the plans were dropped meanwhile: this too
-                _LAST[0] = _NO_PLAN
+            plan = cache.plans[key]
+            cache.last = key, plan
     except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
-        return _plan_and_call(a, b, backend, accuracy)
+        return _plan_and_call(a, b, backend, accuracy, by, cache)
     try:
         return plan(a, b)
     except Exception:
-        _reject(a, b, backend, accuracy)
+        _reject(a, b, backend, accuracy, by)
         raise
 
 
-def _reject(a: Any, b: Any, backend: Any, accuracy: str) -> None:
+def _reject(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> None:
     """Raise the error that names what is wrong with operands a plan refused, if anything is
     (otherwise the plan's own error stands)."""
     try:
-        make_plan(a, b, backend, accuracy)
+        make_plan(a, b, backend, accuracy, by)
     except GemmInputError as error:
         raise error from None
     except Exception:  # planning failed for another reason: the plan's own error says more
         pass
 
 
-def _plan_and_call(a: Any, b: Any, backend: Any, accuracy: str = "componentwise") -> Any:
+def _plan_and_call(a: Any, b: Any, backend: Any, accuracy: str, by: str, cache: PlanCache) -> Any:
+    """Plan a new problem, keep the plan in ``cache`` (the plan cache current when the call
+    began: if the answers were dropped since, nobody reads it any more), and call it."""
     if type(a) not in _KEYS:
         _learn_key(type(a))
-    seen = _GENERATION[0]
-    plan = make_plan(a, b, backend, accuracy)
+    plan = make_plan(a, b, backend, accuracy, by)
     try:
-        key = _KEYS[type(a)](a, b, backend, accuracy)
-        if len(_PLANS) >= MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
-        _LAST[0] = key, plan
-        if _GENERATION[0] != seen or seen & 1:  # answers dropped while planning: keep none of it
-            _LAST[0] = _NO_PLAN
-            _PLANS.pop(key, None)
+        cache.keep(_KEYS[type(a)](a, b, backend, accuracy, by), plan)
     except Exception:  # an unhashable backend object: correct, only not cached
         pass
     return plan(a, b)
@@ -323,13 +301,15 @@ def _layout(a: Any, b: Any, kind: str) -> str:
     return letter(a) + letter(b)
 
 
-def make_plan(a: Any, b: Any, backend: Any = None,
-              accuracy: str = "componentwise") -> Callable[[Any, Any], Any]:
+def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwise",
+              by: str = "caller") -> Callable[[Any, Any], Any]:
     """The plan ``gemmzoo.matmul`` keeps for operands like ``a`` and ``b``: a function of (A, B).
 
     Raises :class:`~gemmzoo.GemmInputError` for operands ``gemmzoo.matmul`` cannot take, naming
-    the shapes and what is wrong.
+    the shapes and what is wrong, and ``ValueError`` for an unknown ``by``.
     """
+    if by not in RANK_BY:
+        raise ValueError(f"gemmzoo.matmul: by must be one of {', '.join(RANK_BY)}; got {by!r}")
     tf32 = type(a) is TF32Array
     if tf32 or type(b) is TF32Array:
         if not (tf32 and type(b) is TF32Array):
@@ -359,10 +339,9 @@ def make_plan(a: Any, b: Any, backend: Any = None,
         raise _input_error(f"A is on {a.device} and B on {b.device}", a, b)
     if kind == "cupy" and a.device.id != b.device.id:
         raise _input_error(f"A is on CUDA device {a.device.id} and B on {b.device.id}", a, b)
-    detach = kind == "torch" and (a.requires_grad or b.requires_grad)
-    if detach:
-        a, b = a.detach(), b.detach()
-    chosen = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind), kind, accuracy)
+    if kind == "torch" and (a.requires_grad or b.requires_grad):
+        return _differentiable_plan(a, b, backend, accuracy, by, dtype, tf32)
+    chosen = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind), kind, accuracy, by)
     target = native_kind(chosen, dtype) if chosen.device == device else None
     if target is not None:
         try:
@@ -370,31 +349,46 @@ def make_plan(a: Any, b: Any, backend: Any = None,
         except Exception:  # no zero-copy route (negative strides, a dtype DLPack lacks): copy instead
             target = None
     if target is None:  # another device, or arrays gemmzoo cannot exchange: host copies both ways
-        plan = _host_plan(chosen, a, b, kind, dtype, tf32, detach)
-        return _checking_b(plan, a, backend, accuracy, tf32) if kind == "torch" else plan
+        plan = _host_plan(chosen, a, b, kind, dtype, tf32)
+        return _checking_b(plan, a, backend, accuracy, by, tf32) if kind == "torch" else plan
     wrap = TF32Array if tf32 else _same
     run = chosen.prepare(wrap(a_native), wrap(b_native))
-    if target == kind and not detach:  # the caller's own arrays are the backend's: nothing between
+    if target == kind:  # the caller's own arrays are the backend's: nothing between
         if kind != "torch":
             return run
         # torch.mm checks B's dtype on real devices only: not on meta, nor for tensor subclasses
         # (FakeTensor) that answer it themselves
         plain = type(a) is type(b) and _is_plain_tensor_type(type(a)) and not a.is_meta
-        return run if plain and is_self_checking(run) else _checking_b(run, a, backend, accuracy, tf32)
+        return run if plain and is_self_checking(run) else _checking_b(run, a, backend, accuracy, by, tf32)
 
     def plan(a: Any, b: Any) -> Any:
         if tf32:
             a, b = a.data, b.data
-        if detach:
-            a, b = a.detach(), b.detach()
         c = run(wrap(_convert(a, kind, target)), wrap(_convert(b, kind, target)))
         c = _convert(c.data if tf32 else c, target, kind)
         return TF32Array(c) if tf32 else c
 
-    return _checking_b(plan, a, backend, accuracy, tf32) if kind == "torch" else plan
+    if kind == "torch" and target == "cupy" and min(m, n, k) > 0:  # views planned once, no DLPack per call
+        from gemmzoo.torch_cupy import bridged_or
+
+        plan = bridged_or(plan, run, wrap(a), wrap(b), tf32)
+    return _checking_b(plan, a, backend, accuracy, by, tf32) if kind == "torch" else plan
 
 
-def _checking_b(plan: Callable[[Any, Any], Any], a: Any, backend: Any, accuracy: str,
+def _differentiable_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str, dtype: str,
+                        tf32: bool) -> Callable[[Any, Any], Any]:
+    """The plan of torch operands of which one or both require grad (see :mod:`gemmzoo.autograd`)."""
+    if dtype == "float8_e4m3fn":
+        raise _input_error("float8_e4m3fn operands that require grad are not supported (its product "
+                           "is bfloat16); detach them", a, b)
+    from gemmzoo.autograd import differentiable
+
+    wrap = TF32Array if tf32 else _same
+    forward = make_plan(wrap(a.detach()), wrap(b.detach()), backend, accuracy, by)
+    return differentiable(forward, backend, accuracy, by, tf32)
+
+
+def _checking_b(plan: Callable[[Any, Any], Any], a: Any, backend: Any, accuracy: str, by: str,
                 tf32: bool) -> Callable[[Any, Any], Any]:
     """``plan`` behind a check of B's dtype and device against A's, for torch operands (whose
     key holds A's only) and a plan that does not reject a mismatch itself."""
@@ -403,7 +397,7 @@ def _checking_b(plan: Callable[[Any, Any], Any], a: Any, backend: Any, accuracy:
     def checked(a: Any, b: Any) -> Any:
         inner = b.data if tf32 else b
         if inner.dtype is not dtype or inner.device != device:  # bad input: make_plan says why
-            return make_plan(a, b, backend, accuracy)(a, b)
+            return make_plan(a, b, backend, accuracy, by)(a, b)
         return plan(a, b)
 
     return checked
@@ -413,16 +407,14 @@ def _same(x: Any) -> Any:
     return x
 
 
-def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str, tf32: bool,
-               detach: bool) -> Callable[[Any, Any], Any]:
+def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str,
+               tf32: bool) -> Callable[[Any, Any], Any]:
     run = chosen.prepare(chosen.from_numpy(_to_host(a, kind), dtype),
                          chosen.from_numpy(_to_host(b, kind), dtype))
 
     def plan(a: Any, b: Any) -> Any:
         if tf32:
             a, b = a.data, b.data
-        if detach:
-            a, b = a.detach(), b.detach()
         c = chosen.to_numpy(run(chosen.from_numpy(_to_host(a, kind), dtype),
                                 chosen.from_numpy(_to_host(b, kind), dtype)))
         c = _from_host(c, kind, a, dtype)
@@ -432,15 +424,15 @@ def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str, tf32: bool,
 
 
 def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str, layout: str,
-             kind: str, accuracy: str = "componentwise") -> Any:
+             kind: str, accuracy: str = "componentwise", by: str = "caller") -> Any:
     if backend is None:
         return plan_choice(shape, dtype, device, layout, kind, lambda b: native_kind(b, dtype) == kind,
-                           accuracy)
+                           accuracy, by)
     if isinstance(backend, str):
         from gemmzoo.registry import get_registry
 
         backend = get_registry().get(backend)
-    reason = state.unavailable_reason(backend)
+    reason = _state.unavailable_reason(backend)
     if reason is not None:
         raise BackendUnavailableError(f"{backend.name}: unavailable: {reason}")
     if dtype not in backend.dtypes:

@@ -11,6 +11,7 @@ from gemmzoo.cli import main
 from gemmzoo.conformance.bounds import error_bound
 from gemmzoo.errors import GemmInputError
 from gemmzoo.grids import GridPoint
+from gemmzoo.plan_cache import NO_PLAN
 from gemmzoo.tuning import explain, state
 from gemmzoo.tuning.fingerprint import device_fingerprint
 from gemmzoo.tuning.tune import conformance_verdict
@@ -68,8 +69,8 @@ def test_views_and_autograd_tensors():
     a64, b64 = operands(19, 17, 13, 3)
     at = torch.from_numpy(np.ascontiguousarray(a64.T)).float().requires_grad_()
     c = gemmzoo.matmul(at.T, torch.from_numpy(b64).float(), "numpy")  # transposed view, needs grad
-    assert isinstance(c, torch.Tensor) and not c.requires_grad
-    assert_close(c.numpy(), a64.astype(np.float32), b64.astype(np.float32), "float32")
+    assert isinstance(c, torch.Tensor) and c.requires_grad  # differentiable: see test_autograd.py
+    assert_close(c.detach().numpy(), a64.astype(np.float32), b64.astype(np.float32), "float32")
     reversed_rows = a64.astype(np.float32)[::-1]  # negative strides: no zero-copy path, still right
     c = gemmzoo.matmul(reversed_rows, b64.astype(np.float32), "torch-cpu")
     assert type(c) is np.ndarray
@@ -296,18 +297,16 @@ def test_a_plan_that_trusts_torch_still_refuses_what_torch_lets_through(backend)
             gemmzoo.matmul(meta_a, meta_b.double(), backend)
 
 
-def test_the_inline_torch_key_is_the_torch_key_function():
+def test_the_last_plan_is_kept_under_the_torch_key():
     from gemmzoo import dispatch
 
     a, b = torch.ones(2, 3), torch.ones(4, 3).T
     for backend in (None, "torch-cpu"):
         gemmzoo.matmul(a, b, backend)
-        assert state.last_plan[0][0] == dispatch._torch_key(a, b, backend, "componentwise")
+        assert state.plan_cache.last[0] == dispatch._torch_key(a, b, backend, "componentwise", "caller")
 
 
 def test_answers_dropped_while_a_plan_is_found_or_made_leave_no_stale_plan(monkeypatch):
-    from gemmzoo import dispatch
-
     backend = gemmzoo.get_backend("torch-cpu")
     original = type(backend).prepare
 
@@ -318,7 +317,7 @@ def test_answers_dropped_while_a_plan_is_found_or_made_leave_no_stale_plan(monke
     x, y = torch.ones(2, 3), torch.ones(3, 4)
     monkeypatch.setattr(type(backend), "prepare", forgetting)
     gemmzoo.matmul(x, y, "torch-cpu")
-    assert not state.plans and state.last_plan[0] == state.NO_PLAN
+    assert not state.plan_cache.plans and state.plan_cache.last == NO_PLAN
     monkeypatch.setattr(type(backend), "prepare", original)
 
     class Forgets(dict):  # the answers dropped right after a plan was looked up
@@ -329,12 +328,10 @@ def test_answers_dropped_while_a_plan_is_found_or_made_leave_no_stale_plan(monke
 
     gemmzoo.matmul(x, y, "torch-cpu")
     gemmzoo.matmul(y.T, x.T, "torch-cpu")  # another problem comes last
-    plans = Forgets(state.plans)
-    monkeypatch.setattr(dispatch, "_PLANS", plans)
-    monkeypatch.setattr(state, "plans", plans)
+    state.plan_cache.plans = Forgets(state.plan_cache.plans)
     c = gemmzoo.matmul(x, y, "torch-cpu")
     np.testing.assert_array_equal(c.numpy(), np.full((2, 4), 3.0))
-    assert state.last_plan[0] == state.NO_PLAN
+    assert not state.plan_cache.plans and state.plan_cache.last == NO_PLAN
 
 
 def test_forgetting_answers_drops_the_last_plan_too(monkeypatch):
@@ -379,7 +376,7 @@ def test_a_plan_is_never_reused_for_operands_that_differ(monkeypatch):
         c = gemmzoo.matmul(x, y, "torch-cpu")
         assert type(c) is type(x) and c.shape == (12, 10)
         if isinstance(c, torch.Tensor):
-            assert not c.requires_grad
+            assert c.requires_grad == x.requires_grad
             c, x, y = (t.detach().numpy() for t in (c, x, y))
         assert_close(c, x, y, str(x.dtype))
     assert len(prepared) == len(variants) - 1  # one plan per distinct problem

@@ -128,3 +128,51 @@ def test_torch_backend_rejects_a_k_that_the_fp8_padding_would_hide():
     # K 20 against 24: both pad to 32, so _scaled_mm alone would take them
     with pytest.raises(GemmInputError, match=r"torch-fp8-on-cpu.*\(8, 20\).*\(24, 16\)"):
         backend.matmul(a, operand(24, 16))
+
+
+class Fp8PlanOnCpu(TorchBackend):
+    """The torch backend's fp8 plan (fp8.scaled_plan, what prepare returns) with torch's CPU
+    ``_scaled_mm`` doing the product."""
+
+    name = "torch-fp8-plan-on-cpu"
+    device = "cpu"
+    dtypes = frozenset({"float8_e4m3fn"})
+
+    def unavailable_reason(self):
+        return None
+
+    def synchronize(self):
+        return None
+
+
+@cpu_scaled_mm
+def test_the_fp8_plan_conforms_for_every_shape_and_layout():
+    report = check_backend(Fp8PlanOnCpu(), dtypes=["float8_e4m3fn"])
+    assert report.passed, [(r.check, r.detail) for r in report.failures]
+
+
+def _fp8(rng, rows, cols, offset=0):
+    """Integers in E4M3 (exact), row-major, at ``offset`` bytes past an aligned allocation."""
+    values = torch.from_numpy(rng.integers(-3, 4, (rows, cols)).astype(np.float32)).to(torch.float8_e4m3fn)
+    storage = torch.empty(offset + rows * cols, dtype=torch.uint8)
+    view = storage[offset:].view(torch.float8_e4m3fn).view(rows, cols)
+    view.copy_(values)
+    return view
+
+
+@cpu_scaled_mm
+@pytest.mark.parametrize(("m", "n", "k"), [(8, 32, 48), (5, 17, 33)])
+def test_an_fp8_plan_reuses_its_buffers_and_copies_an_unaligned_operand(m, n, k):
+    backend = Fp8PlanOnCpu()
+    rng = np.random.default_rng(m + n + k)
+    a, b = _fp8(rng, m, k), _fp8(rng, k, n)  # B row-major: always copied (transposed)
+    run = backend.prepare(a, b)
+    results = []
+    for offset in (0, 1, 0):  # A at an unaligned address in the second call
+        a, b = _fp8(rng, m, k, offset), _fp8(rng, k, n)
+        assert (a.data_ptr() % 16 != 0) == (offset == 1)
+        c = run(a, b)
+        assert c.dtype == torch.bfloat16 and c.shape == (m, n)
+        torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=0, atol=0)
+        results.append(c)
+    assert not torch.equal(results[0], results[2])  # new values each call were read

@@ -211,3 +211,41 @@ def test_backend_on_the_gpu_matches_the_float64_product(dtype, layout):
     assert c.shape == (m, n) and (np.abs(c - exact) <= bound).all()
     aligned_a, aligned_b = a[:, :128].contiguous(), b[:128, :256].contiguous()
     assert backend.prepare(wrap(aligned_a), wrap(aligned_b)) is backend._run(dtype)  # torch.mm itself
+
+
+def test_a_plan_reuses_its_copy_buffer_per_thread_and_stays_right():
+    """Calls of one plan write the same buffer (nothing allocated but C), each call's C is right
+    for its own operands, and another thread gets a buffer of its own."""
+    import threading
+
+    pytest.importorskip("triton")
+    x, y = operand(13, 21, "N", torch.float32, 1), operand(21, 11, "T", torch.float32, 2)
+    kp, np_ = padded_length(21, 4), padded_length(11, 4)
+    pair = PaddedPair(PaddedCopy(x, 13, kp, column_major=False), PaddedCopy(y, kp, np_, column_major=True))
+    first = pair(x, y)[0].data_ptr()
+    run = padded_plan(x, y, torch.mm)
+    for seed in range(3):
+        a, b = operand(13, 21, "N", torch.float32, 10 + seed), operand(21, 11, "T", torch.float32, 20 + seed)
+        padded_a, padded_b = pair(a, b)
+        assert padded_a.data_ptr() == first
+        assert torch.equal(padded_a[:, :21], a) and torch.equal(padded_b[:21, :11], b)
+        c = run(a, b)
+        torch.testing.assert_close(c, (a.double() @ b.double()).float(), rtol=1e-5, atol=1e-5)
+    other = []
+    thread = threading.Thread(target=lambda: other.append(pair(x, y)[0].data_ptr()))
+    thread.start()
+    thread.join()
+    assert other and other[0] != first
+
+
+def test_large_copy_buffers_are_not_kept(monkeypatch):
+    pytest.importorskip("triton")
+    from gemmzoo_torch import buffers as padded_module
+
+    monkeypatch.setattr(padded_module, "REUSED_BUFFER_BYTES", 0)
+    x, y = operand(13, 21, "N", torch.float32, 1), operand(21, 11, "N", torch.float32, 2)
+    kp, np_ = padded_length(21, 4), padded_length(11, 4)
+    pair = PaddedPair(PaddedCopy(x, 13, kp, column_major=False), PaddedCopy(y, kp, np_, column_major=False))
+    kept = [pair(x, y) for _ in range(2)]
+    assert kept[0][0].data_ptr() != kept[1][0].data_ptr()
+    assert all(torch.equal(a[:, :21], x) and torch.equal(b[:21, :11], y) for a, b in kept)

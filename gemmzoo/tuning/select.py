@@ -22,7 +22,10 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    the *nearest measured shape*: the smallest Euclidean distance between
    ``(ln M, ln N, ln K)`` vectors (sizes below 1 count as 1), equal distances going to the smaller
    ``(M, N, K)``; the search looks in growing boxes of M, N and K around the shape
-   (:data:`NEAR_RADII`), read from an index, so it does not scan the database. With nothing
+   (:data:`NEAR_RADII`), read from an index, so it does not scan the database. Its device times
+   are carried to the new shape by the ratio of the two problems' roofline costs
+   (:func:`work_ratio`); host times per call are carried as measured, so a backend whose host time
+   exceeds its device time at the new shape is ranked there by host time. With nothing
    measured at all, the answer is the first candidate in :data:`DEFAULT_ORDER`, then by name
    (and it says it is an unmeasured default); ``gemmzoo.matmul`` puts the backends that compute
    on the caller's own array library first. A default that has no verdict here has the suite
@@ -257,11 +260,44 @@ def _box(shape: tuple[int, int, int], radius: float | None) -> Any:
     return tuple((max(1, math.floor(max(x, 1) / spread)), math.ceil(max(x, 1) * spread)) for x in shape)
 
 
+#: Flops per byte at which a GEMM's compute and memory traffic take equal time (the roofline's
+#: ridge point), by device, for :func:`work_ratio`: the datasheet ratio of an H100's fp16 peak to
+#: its memory bandwidth on CUDA, a typical server CPU's on the host. Only the ratio of two
+#: problems' costs is used, so a rough ridge moves the answer only near the crossover.
+RIDGE_FLOPS_PER_BYTE = {"cuda": 300.0, "cpu": 30.0}
+
+
+def work_ratio(new: tuple[int, int, int], basis: tuple[int, int, int], dtype: str, device: str) -> float:
+    """How much longer a GEMM of shape ``new`` takes on the device than one of shape ``basis``,
+    by the roofline: each costs ``max(flops / ridge, bytes moved)``."""
+    from gemmzoo.roofline import bytes_moved
+
+    ridge = RIDGE_FLOPS_PER_BYTE.get(device, RIDGE_FLOPS_PER_BYTE["cpu"])
+
+    def cost(shape: tuple[int, int, int]) -> float:
+        m, n, k = shape
+        return max(2.0 * m * n * k / ridge, float(bytes_moved(GridPoint(m, n, k, dtype))), 1.0)
+
+    return cost(new) / cost(basis)
+
+
+def _carried(record: Record, scale: float, by: str) -> Timed:
+    """``record``'s timing carried to a shape ``scale`` times its work: the device time scales,
+    the host time per call does not, and ranking by caller time takes the larger of the two."""
+    device_s = float(record.median_s) * scale  # type: ignore[arg-type]
+    host = record.host_s
+    if by == "caller" and host is not None and host > device_s:
+        return Timed(record.backend, float(host), float(record.host_spread_s or 0.0), "host")
+    return Timed(record.backend, device_s, float(record.spread_s or 0.0) * scale)
+
+
 def _nearest(store: Any, fingerprint: str, dtype: str, layout: str, versions: dict[str, str],
-             shape: tuple[int, int, int],
-             by: str = "caller") -> tuple[tuple[int, int, int], list[Timed]] | None:
+             shape: tuple[int, int, int], by: str = "caller",
+             device: str = "cpu") -> tuple[tuple[int, int, int], list[Timed]] | None:
     """The measured shape nearest to ``shape`` (log distance) at which a candidate's newest row
-    is a timing, and those timings; searched in the growing boxes of :data:`NEAR_RADII`."""
+    is a timing, searched in the growing boxes of :data:`NEAR_RADII`, and its timings carried to
+    ``shape`` (see :func:`_carried`): a backend whose host time exceeds its device time at
+    ``shape`` is ranked by its host time, whatever it won by at the measured shape."""
     tried: set[tuple[int, int, int]] = set()
     for radius in NEAR_RADII:
         box = _box(shape, radius)
@@ -272,9 +308,11 @@ def _nearest(store: Any, fingerprint: str, dtype: str, layout: str, versions: di
             if radius is not None and log_distance(near, shape) > radius:
                 break  # a shape outside the next box may be nearer
             tried.add(near)
-            timings = _timings(_latest(store.records(fingerprint, dtype, layout, near), versions), by)
-            if timings:
-                return near, timings
+            ok = [r for r in _latest(store.records(fingerprint, dtype, layout, near), versions).values()
+                  if r.status == "ok" and r.median_s is not None]
+            if ok:
+                scale = work_ratio(shape, near, dtype, device)
+                return near, [_carried(r, scale, by) for r in ok]
     return None
 
 
@@ -339,11 +377,12 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             raise GemmError(f"no backend gave a correct result for {shape} {dtype} on {device}: "
                             + "; ".join(f"{name}: {why}" for name, why in excluded.items()))
         if not timings:
-            found = _nearest(store, fingerprint, dtype, layout, versions, shape, by)
+            found = _nearest(store, fingerprint, dtype, layout, versions, shape, by, device)
             if found is not None:
                 basis, timings = found
                 source = "nearest shape"
-                note = f"nothing measured at {m}x{n}x{k}; nearest measured shape {'x'.join(map(str, basis))}"
+                note = (f"nothing measured at {m}x{n}x{k}; nearest measured shape "
+                        f"{'x'.join(map(str, basis))} (device times scaled, host times as measured)")
         if not timings:
             broke = {r.backend for r in latest.values() if r.status != "ok"}
             pick = _default(store, conforming + unchecked, dtype, native, excluded, broke)
@@ -413,7 +452,7 @@ def recording_enabled() -> bool:
 
 def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN",
                 library: str | None = None, native: Callable[[Any], bool] | None = None,
-                accuracy: str = COMPONENTWISE) -> Any:
+                accuracy: str = COMPONENTWISE, by: str = "caller") -> Any:
     """The backend ``gemmzoo.matmul`` uses for a problem: ``best_backend``'s answer, never measured.
 
     A dispatch layer must not stall a program the first time it meets a shape, so this answers
@@ -422,9 +461,10 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
     own is recorded in the tuning database (unless ``GEMMZOO_RECORD=0``), and
     ``gemmzoo tune --recorded`` measures the recorded problems ahead of the next run — the
     record-then-tune-offline model of PyTorch's TunableOp. ``library`` names the caller's array
-    library and ``native(backend)`` says whether a backend computes on it (see :func:`explain`).
+    library and ``native(backend)`` says whether a backend computes on it (see :func:`explain`);
+    ``by`` is what candidates are ranked by, as in :func:`best_backend`.
     """
-    key = ("plan", shape, dtype, device, layout, library, accuracy, *environment_key())
+    key = ("plan", shape, dtype, device, layout, library, accuracy, by, *environment_key())
     try:
         return state.answers[key].backend
     except KeyError:
@@ -433,11 +473,11 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
         try:
             with patience(LOCK_PATIENCE_S):
                 choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
-                                 accuracy=accuracy)
+                                 accuracy=accuracy, by=by)
         except TuningStoreBusyError as error:
             state.warn_busy(str(error))
             choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
-                             accuracy=accuracy, store=state.scratch())
+                             accuracy=accuracy, store=state.scratch(), by=by)
         else:
             if choice.source != "database" and min(shape) > 0 and recording_enabled():
                 # a hint for `gemmzoo tune --recorded`: dropped rather than waited for

@@ -8,6 +8,7 @@ import warnings
 from typing import Any
 
 from gemmzoo import watchdog
+from gemmzoo.plan_cache import PlanCache
 from gemmzoo.registry import forget_availability
 from gemmzoo.registry import unavailable_reason as guarded_reason
 from gemmzoo.tuning.db import TuningCacheWarning, TuningStore, default_cache_dir, open_store
@@ -18,18 +19,9 @@ lock = threading.RLock()
 answers: dict[tuple[Any, ...], Any] = {}
 """``best_backend`` answers by (shape, dtype, device, measure, relevant environment)."""
 
-plans: dict[tuple[Any, ...], Any] = {}
-"""``gemmzoo.matmul``'s plans by problem (see :mod:`gemmzoo.dispatch`); they embed answers, so
-they are dropped with them."""
-
-NO_PLAN: tuple[Any, Any] = ((), None)
-last_plan: list[tuple[Any, Any]] = [NO_PLAN]
-"""``[(key, plan)]``: the problem ``gemmzoo.matmul`` met last and its plan, looked at before
-:data:`plans` (a program that repeats one problem skips hashing its key); dropped with them."""
-
-generation: list[int] = [0]
-"""Counts up once as the answers start being dropped and once when they are gone (odd while they
-are): a plan found or made while the count moved is not kept."""
+plan_cache = PlanCache()
+"""``gemmzoo.matmul``'s plans (see :mod:`gemmzoo.dispatch`); they embed answers, so a new cache
+replaces this one when the answers are dropped."""
 
 verdicts: dict[tuple[str, str, str, str], bool] = {}
 """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
@@ -83,22 +75,16 @@ def unavailable_reason(backend: Any) -> str | None:
 
 def forget_answers() -> None:
     """Drop cached answers and the plans built on them (new measurements were stored)."""
-    generation[0] += 1
+    global plan_cache
     answers.clear()
-    plans.clear()
-    last_plan[0] = NO_PLAN
-    generation[0] += 1
+    plan_cache = PlanCache()  # after the answers: a plan made from an old answer goes to the old cache
 
 
 def reset() -> None:
     """Forget everything: answers, verdicts, availability, quarantines (:mod:`gemmzoo.watchdog`),
     and close the databases."""
     with lock:
-        generation[0] += 1
-        answers.clear()
-        plans.clear()
-        last_plan[0] = NO_PLAN
-        generation[0] += 1
+        forget_answers()
         verdicts.clear()
         availability.clear()
         forget_availability()

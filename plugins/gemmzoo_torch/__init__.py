@@ -1,5 +1,6 @@
-"""gemmzoo's bundled torch plugin: ``torch-cpu``, ``torch`` (cuBLAS) and ``torch-padded`` (cuBLAS
-on zero-padded copies, for shapes whose rows are not 16-byte aligned)."""
+"""gemmzoo's bundled torch plugin: ``torch-cpu``, ``torch`` (cuBLAS), ``torch-padded`` (cuBLAS
+on zero-padded copies, for shapes whose rows are not 16-byte aligned), and ``torch-compile`` /
+``torch-compile-cuda`` (TorchInductor max-autotune, compiled per problem)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,24 @@ from collections.abc import Callable
 
 from gemmzoo import hookimpl
 from gemmzoo_torch.backend import TorchBackend, TorchCpuBackend
+from gemmzoo_torch.compiled import TorchCompileBackend, TorchCompileCudaBackend
 from gemmzoo_torch.padded import TorchPaddedBackend
 
-__all__ = ["TorchBackend", "TorchCpuBackend", "TorchPaddedBackend", "gemmzoo_register_backends"]
+__all__ = [
+    "TorchBackend",
+    "TorchCompileBackend",
+    "TorchCompileCudaBackend",
+    "TorchCpuBackend",
+    "TorchPaddedBackend",
+    "gemmzoo_register_backends",
+]
 
 
 @hookimpl
 def gemmzoo_register_backends(register: Callable[[object], None]) -> None:
-    """Register ``torch-cpu``, ``torch`` and ``torch-padded``; none imports torch until it is used."""
+    """Register the torch backends; none imports torch until it is used."""
     register(TorchCpuBackend())
     register(TorchBackend())
     register(TorchPaddedBackend())
+    register(TorchCompileBackend())
+    register(TorchCompileCudaBackend())

@@ -21,6 +21,12 @@ Zero padding leaves every element of C exact: the padded products are 0·0 and 0
 or B stays in the columns and rows that C keeps. ``docs/results/2026-11-23-fp8.md`` has the measured
 cost of the B copy. Problems with an empty dimension or K = 0 launch nothing.
 
+:func:`scaled_plan` is the plan of one problem (what ``gemmzoo.matmul`` and the benchmarks call):
+which operand may need a copy, into what, the unit scales and whether C is cut are decided once;
+per call only the operands' addresses are checked (an unaligned one is copied). Its copy buffers
+are kept from call to call (:mod:`gemmzoo_torch.buffers`) with their padding zeroed once, so a copy
+is one launch and no allocation.
+
 Nothing here imports torch at module import.
 """
 
@@ -143,3 +149,57 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any = None, scale_b: Any = None) -> A
         out_dtype=torch.bfloat16, use_fast_accum=False,
     )
     return c if c.shape[1] == n else c[:, :n].contiguous()
+
+
+class _Fp8Copy:
+    """A copy of fp8 operands of one shape into a kept buffer of ``rows`` x ``cols`` (padded,
+    row-major), whose padding is zeroed when the buffer is made: transposed first when
+    ``transpose`` (B, which ``_scaled_mm`` takes column-major)."""
+
+    def __init__(self, like: Any, rows: int, cols: int, transpose: bool) -> None:
+        import torch
+
+        from gemmzoo_torch.buffers import KeptBuffers
+
+        self._rows, self._cols = (like.shape[1], like.shape[0]) if transpose else tuple(like.shape)
+        self._shape = (rows, cols)
+        self._transpose = transpose
+        self._buffers = KeptBuffers(rows * cols, torch.float8_e4m3fn, like.device, self._views)
+
+    def _views(self, flat: Any) -> tuple[Any, Any]:
+        """The region the values go to, and the operand ``_scaled_mm`` gets; the padding zeroed."""
+        buffer = flat.view(self._shape)
+        buffer.view(_bytes_dtype()).zero_()  # zeroed as bytes: fp8 fills are not everywhere
+        region = buffer[: self._rows, : self._cols]
+        return region, buffer.t() if self._transpose else buffer
+
+    def __call__(self, x: Any) -> Any:
+        region, operand = self._buffers.get()
+        region.copy_(x.t() if self._transpose else x)
+        return operand
+
+
+def scaled_plan(a: Any, b: Any) -> Any:
+    """The plan of float8_e4m3fn operands like ``a`` (M×K) and ``b`` (K×N): what
+    :func:`scaled_matmul` does with unit scales, decided once for their shapes and strides (the
+    caller has checked them)."""
+    import torch
+
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0 or k == 0:
+        return scaled_matmul
+    scaled_mm, bf16, one = torch._scaled_mm, torch.bfloat16, _unit_scale(a.device)
+    a_ready = a.is_contiguous() and k % ALIGN == 0  # then only its address can need the copy
+    b_ready = b.t().is_contiguous() and k % ALIGN == 0 and n % ALIGN == 0
+    copy_a = _Fp8Copy(a, m, _round_up(k), transpose=False)
+    copy_b = _Fp8Copy(b, _round_up(n), _round_up(k), transpose=True)
+    cut = not b_ready and n % ALIGN != 0
+
+    def run(a: Any, b: Any) -> Any:
+        x = a if a_ready and a.data_ptr() % ALIGN == 0 else copy_a(a)
+        y = b if b_ready and b.data_ptr() % ALIGN == 0 else copy_b(b)
+        c = scaled_mm(x, y, one, one, out_dtype=bf16, use_fast_accum=False)
+        return c[:, :n].contiguous() if cut else c
+
+    return run

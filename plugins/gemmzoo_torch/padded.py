@@ -15,6 +15,9 @@ so a column-major A has its M padded too and C is cut in both dimensions. Where 
 padding the plan is the ``torch`` backend's own launcher: this backend then is cuBLAS exactly.
 The copies are a Triton kernel (:mod:`gemmzoo_triton.core.copy_kernel`) where Triton is installed,
 ``torch.nn.functional.pad`` otherwise.
+
+A plan keeps the buffers its Triton copies write (:mod:`gemmzoo_torch.buffers`), so a call
+allocates nothing but C.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from gemmzoo.backend import TF32Array, dtype_name
 from gemmzoo_torch.backend import TorchBackend
+from gemmzoo_torch.buffers import KeptBuffers
 from gemmzoo_triton.core.aligned import padded, units
 
 #: Bytes a K or N is rounded up to where its operand is copied anyway: cuBLAS ran padded products
@@ -59,7 +63,9 @@ def _triton_copies(like: Any) -> bool:
 
 class PaddedCopy:
     """A copy of a 2-D tensor like ``like`` into a zeroed ``rows`` x ``cols`` tensor (the
-    tensor's values top left), stored column-major when ``column_major``."""
+    tensor's values top left), stored column-major when ``column_major``. The Triton copy writes a
+    buffer the copy keeps (:class:`~gemmzoo_torch.buffers.KeptBuffers`); the result is a view of it,
+    valid until the next copy on the same thread and stream."""
 
     def __init__(self, like: Any, rows: int, cols: int, column_major: bool) -> None:
         self.column_major = column_major
@@ -77,6 +83,12 @@ class PaddedCopy:
 
             self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(*self.shape),),
                                        copy_kernel.constexprs(units(like.element_size())), pointers=(0, 1))
+            self._buffers = KeptBuffers(self.numel, like.dtype, like.device, self._views)
+
+    def _views(self, buffer: Any) -> tuple[Any, Any]:
+        """What the kernel writes (the buffer in :attr:`shape`) and the padded operand it is."""
+        written = buffer.view(self.shape)
+        return written, self.result(written)
 
     def source(self, tensor: Any) -> Any:
         """What the kernel reads: ``tensor``, or its transpose for a column-major copy."""
@@ -91,16 +103,17 @@ class PaddedCopy:
 
         source = self.source(tensor)
         if self._launch is not None:
-            written = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+            written, operand = self._buffers.get()
             self._launch(source, written, *self.sizes)
-        else:
-            rows, cols = source.shape
-            written = torch.nn.functional.pad(source, (0, self.shape[1] - cols, 0, self.shape[0] - rows))
+            return operand
+        rows, cols = source.shape
+        written = torch.nn.functional.pad(source, (0, self.shape[1] - cols, 0, self.shape[0] - rows))
         return self.result(written)
 
 
 class PaddedPair:
-    """Both copies, A's and B's, from one allocation and one launch of the Triton kernel."""
+    """Both copies, A's and B's, into one buffer (kept as :class:`PaddedCopy`'s are) by one launch
+    of the Triton kernel."""
 
     def __init__(self, copy_a: PaddedCopy, copy_b: PaddedCopy) -> None:
         from gemmzoo_triton.core import copy_kernel
@@ -113,17 +126,21 @@ class PaddedPair:
         grid = (blocks_a + copy_kernel.blocks(*copy_b.shape),)
         self._launch = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10))
         self._blocks_a = blocks_a
+        self._buffers = KeptBuffers(self._numel, copy_a.dtype, copy_a.device, self._views)
 
-    def __call__(self, a: Any, b: Any) -> tuple[Any, Any]:
-        import torch
-
+    def _views(self, buffer: Any) -> tuple[Any, Any, Any, Any]:
+        """What the kernel writes for A and for B, and the padded operands they are."""
         copy_a, copy_b = self._a, self._b
-        buffer = torch.empty(self._numel, dtype=copy_a.dtype, device=copy_a.device)
         written_a = buffer[: copy_a.numel].view(copy_a.shape)
         written_b = buffer[copy_a.numel :].view(copy_b.shape)
+        return written_a, written_b, copy_a.result(written_a), copy_b.result(written_b)
+
+    def __call__(self, a: Any, b: Any) -> tuple[Any, Any]:
+        copy_a, copy_b = self._a, self._b
+        written_a, written_b, operand_a, operand_b = self._buffers.get()
         self._launch(copy_a.source(a), written_a, *copy_a.sizes, copy_b.source(b), written_b, *copy_b.sizes,
                      self._blocks_a)
-        return copy_a.result(written_a), copy_b.result(written_b)
+        return operand_a, operand_b
 
 
 def padded_plan(a: Any, b: Any, launch: Callable[[Any, Any], Any],
@@ -154,21 +171,34 @@ def padded_plan(a: Any, b: Any, launch: Callable[[Any, Any], Any],
     pair = copy_a is not None and copy_b is not None and _triton_copies(x)
     both = PaddedPair(copy_a, copy_b) if pair else None
 
-    def run(a: Any, b: Any) -> Any:
-        if tf32:
-            a, b = a.data, b.data
-        if both is not None:
-            a, b = both(a, b)
-        else:
-            if copy_a is not None:
-                a = copy_a(a)
-            if copy_b is not None:
-                b = copy_b(b)
-        if tf32:
-            c = launch(TF32Array(a), TF32Array(b)).data
+    # Every decision above is taken once: each case gets a function that only does its work.
+    copy: Callable[[Any, Any], tuple[Any, Any]]
+    if both is not None:
+        copy = both
+    elif copy_b is None:
+        copy = lambda a, b: (copy_a(a), b)  # noqa: E731
+    elif copy_a is None:
+        copy = lambda a, b: (a, copy_b(b))  # noqa: E731
+    else:
+        copy = lambda a, b: (copy_a(a), copy_b(b))  # noqa: E731
+
+    if tf32:
+        def run_tf32(a: Any, b: Any) -> Any:
+            x, y = copy(a.data, b.data)
+            c = launch(TF32Array(x), TF32Array(y)).data
             return TF32Array(c[:m, :n] if cut else c)
-        c = launch(a, b)
-        return c[:m, :n] if cut else c
+
+        return run_tf32
+    if cut:
+        def run_cut(a: Any, b: Any) -> Any:
+            x, y = copy(a, b)
+            return launch(x, y)[:m, :n]
+
+        return run_cut
+
+    def run(a: Any, b: Any) -> Any:
+        x, y = copy(a, b)
+        return launch(x, y)
 
     return run
 

@@ -1,0 +1,89 @@
+"""Autograd through ``gemmzoo.matmul``: ``C = A·B`` on torch tensors that require grad.
+
+The forward product is the plan ``gemmzoo.matmul`` made for the operands (detached), and the
+backward products are ``gemmzoo.matmul`` calls too, so the zoo chooses a backend for each of them
+(``dA = dC·Bᵀ`` and ``dB = Aᵀ·dC``) with the same ``backend``, ``accuracy`` and ``by`` as the forward call;
+each is computed only when its operand requires grad. Under ``torch.no_grad()`` or inference mode
+the plan calls the forward product directly and the result does not require grad, as
+``torch.matmul``'s would not.
+
+Double backward works: with ``create_graph=True`` the backward products are themselves
+``gemmzoo.matmul`` calls on tensors that require grad, so they are recorded in turn. torch is
+imported when the first differentiable plan is made.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from gemmzoo.backend import TF32Array
+
+Plan = Callable[[Any, Any], Any]
+
+
+@functools.cache
+def _function() -> Any:
+    """The ``torch.autograd.Function`` of the product (torch is imported here)."""
+    import torch
+
+    from gemmzoo import dispatch
+
+    def product(x: Any, y: Any, backend: Any, accuracy: str, by: str, tf32: bool) -> Any:
+        if tf32:
+            return dispatch.matmul(TF32Array(x), TF32Array(y), backend, accuracy=accuracy, by=by).data
+        return dispatch.matmul(x, y, backend, accuracy=accuracy, by=by)
+
+    class GemmzooMatmul(torch.autograd.Function):
+        """``C = A·B`` through a gemmzoo plan; both gradients through ``gemmzoo.matmul``."""
+
+        @staticmethod
+        def forward(ctx: Any, a: Any, b: Any, run: Plan, backend: Any, accuracy: str,  # type: ignore[override]
+                    by: str, tf32: bool) -> Any:
+            ctx.save_for_backward(a, b)
+            ctx.gemm = backend, accuracy, by, tf32
+            if tf32:
+                return run(TF32Array(a.detach()), TF32Array(b.detach())).data
+            return run(a.detach(), b.detach())
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> tuple[Any, ...]:  # type: ignore[override]
+            a, b = ctx.saved_tensors
+            backend, accuracy, by, tf32 = ctx.gemm
+            if 0 in grad.stride():  # an expanded gradient (of a sum, say): give the GEMM real rows
+                grad = grad.contiguous()
+            grad_a = grad_b = None
+            if ctx.needs_input_grad[0]:
+                grad_a = product(grad, b.t(), backend, accuracy, by, tf32)
+            if ctx.needs_input_grad[1]:
+                grad_b = product(a.t(), grad, backend, accuracy, by, tf32)
+            return grad_a, grad_b, None, None, None, None, None
+
+    return GemmzooMatmul
+
+
+def differentiable(forward: Plan, backend: Any, accuracy: str, by: str, tf32: bool) -> Plan:
+    """The plan of a problem whose operands require grad: ``forward`` (the plan of the detached
+    operands) inside an autograd function whose backward products go through ``gemmzoo.matmul``.
+    ``tf32``: the operands and the result are :class:`~gemmzoo.TF32Array` wrappers."""
+    import torch
+
+    apply = _function().apply
+    grad_enabled = torch.is_grad_enabled
+
+    if tf32:
+        def plan_tf32(a: Any, b: Any) -> Any:
+            x, y = a.data, b.data
+            if not grad_enabled():
+                return forward(TF32Array(x.detach()), TF32Array(y.detach()))
+            return TF32Array(apply(x, y, forward, backend, accuracy, by, True))
+
+        return plan_tf32
+
+    def plan(a: Any, b: Any) -> Any:
+        if not grad_enabled():
+            return forward(a.detach(), b.detach())
+        return apply(a, b, forward, backend, accuracy, by, False)
+
+    return plan

@@ -1,0 +1,91 @@
+"""Nearest-shape answers carry device times to the new shape and host times as measured: a
+backend that won a large shape on device time is not carried to a small one where its host time
+is what the caller waits for. Stored rows with chosen numbers make the answers certain."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from test_best_backend import FAST, SLOW, forbid_measuring, fresh, row  # noqa: F401  (fresh: autouse fixture)
+
+from gemmzoo.tuning import explain, state
+from gemmzoo.tuning.select import plan_choice, work_ratio
+
+TUNED = (1, 10240, 8192)  # a decode projection, measured
+ASKED = (1, 4096, 4096)  # a smaller one, not measured
+
+
+def _store_decode_rows() -> None:
+    # FAST: a decode kernel, 50 us on the device but 40 us of host work per call; SLOW: 60 us on
+    # the device and 17 us of host work. FAST wins the tuned shape in caller time.
+    state.store().add([
+        dataclasses.replace(row(FAST, TUNED, 50e-6, 1e-6), host_s=40e-6, host_spread_s=1e-6),
+        dataclasses.replace(row(SLOW, TUNED, 60e-6, 1e-6), host_s=17e-6, host_spread_s=1e-6),
+    ])
+
+
+def test_the_tuned_shape_itself_goes_to_the_device_winner(monkeypatch):
+    forbid_measuring(monkeypatch)
+    _store_decode_rows()
+    assert explain(TUNED, measure=False).backend.name == FAST
+
+
+def test_a_smaller_shape_is_not_carried_to_a_backend_its_host_time_loses(monkeypatch):
+    forbid_measuring(monkeypatch)
+    _store_decode_rows()
+    scale = work_ratio(ASKED, TUNED, "float32", "cpu")
+    assert 0.15 < scale < 0.25  # memory-bound decode shapes: the ratio of the bytes moved
+    choice = explain(ASKED, measure=False)
+    assert (choice.backend.name, choice.source, choice.basis) == (SLOW, "nearest shape", TUNED)
+    carried = {t.backend: t for t in choice.ranking}
+    assert carried[FAST].bound == "host" and carried[FAST].median_s == pytest.approx(40e-6)
+    assert carried[SLOW].bound == "host" and carried[SLOW].median_s == pytest.approx(17e-6)
+    assert "scaled" in choice.note
+    # gemmzoo.matmul's question (never measures) gets the same answer
+    assert plan_choice(ASKED, "float32", "cpu").name == SLOW
+
+
+def test_ranking_by_device_time_still_carries_the_device_winner(monkeypatch):
+    forbid_measuring(monkeypatch)
+    _store_decode_rows()
+    choice = explain(ASKED, measure=False, by="device")
+    assert choice.backend.name == FAST
+    carried = {t.backend: t.median_s for t in choice.ranking}
+    scale = work_ratio(ASKED, TUNED, "float32", "cpu")
+    assert carried[FAST] == pytest.approx(50e-6 * scale) and carried[SLOW] == pytest.approx(60e-6 * scale)
+
+
+def test_device_bound_backends_keep_their_order_at_a_larger_shape(monkeypatch):
+    forbid_measuring(monkeypatch)
+    basis, asked = (2048, 2048, 2048), (3000, 2500, 2800)
+    state.store().add([
+        dataclasses.replace(row(FAST, basis, 1e-3, 1e-6), host_s=60e-6, host_spread_s=1e-6),
+        dataclasses.replace(row(SLOW, basis, 2e-3, 1e-6), host_s=10e-6, host_spread_s=1e-6),
+    ])
+    choice = explain(asked, measure=False)
+    assert choice.backend.name == FAST and choice.basis == basis
+    assert all(t.bound == "device" for t in choice.ranking)
+    assert work_ratio(asked, basis, "float32", "cpu") == pytest.approx(3000 * 2500 * 2800 / 2048**3)
+
+
+def test_gemmzoo_matmul_ranks_by_caller_time_unless_asked_for_device_time(monkeypatch):
+    import numpy as np
+
+    import gemmzoo
+
+    forbid_measuring(monkeypatch)
+    tuned, asked = (1, 640, 512), (1, 256, 256)
+    state.store().add([
+        dataclasses.replace(row(FAST, tuned, 50e-6, 1e-6), host_s=40e-6, host_spread_s=1e-6),
+        dataclasses.replace(row(SLOW, tuned, 60e-6, 1e-6), host_s=17e-6, host_spread_s=1e-6),
+    ])
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(asked[::2]).astype(np.float32)  # (M, K)
+    b = rng.standard_normal(asked[:0:-1]).astype(np.float32)  # (K, N)
+    for by, expected in (("caller", SLOW), ("device", FAST)):
+        c = gemmzoo.matmul(a, b, by=by)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+        assert state.plan_cache.last[1].__self__.name == expected, by
+    with pytest.raises(ValueError, match="by must be one of"):
+        gemmzoo.matmul(a, b, by="wall")
