@@ -8,7 +8,14 @@ import sqlite3
 import time
 
 import pytest
-from test_best_backend import FAST, SLOW, forbid_measuring, fresh, row  # noqa: F401  (fresh: autouse fixture)
+from test_best_backend import (  # noqa: F401  (fresh: autouse fixture)
+    FAST,
+    SLOW,
+    forbid_measuring,
+    fresh,
+    passed_here,
+    row,
+)
 
 from gemmzoo.cli import main
 from gemmzoo.tuning import explain, state
@@ -18,7 +25,9 @@ SHAPE = (64, 64, 64)
 
 
 def _store(*records):
+    """Store the rows and earn their backends' verdicts here (stored rows rank only those)."""
     state.store().add(records)
+    passed_here(*sorted({r.backend for r in records} & {FAST, SLOW}))
 
 
 def test_a_launch_bound_backend_loses_on_caller_time_and_wins_on_device_time(monkeypatch):

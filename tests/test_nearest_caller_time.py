@@ -7,7 +7,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_best_backend import FAST, SLOW, forbid_measuring, fresh, row  # noqa: F401  (fresh: autouse fixture)
+from test_best_backend import (  # noqa: F401  (fresh: autouse fixture)
+    FAST,
+    SLOW,
+    forbid_measuring,
+    fresh,
+    passed_here,
+    row,
+)
 
 from gemmzoo.tuning import explain, state
 from gemmzoo.tuning.select import plan_choice, work_ratio
@@ -23,6 +30,7 @@ def _store_decode_rows() -> None:
         dataclasses.replace(row(FAST, TUNED, 50e-6, 1e-6), host_s=40e-6, host_spread_s=1e-6),
         dataclasses.replace(row(SLOW, TUNED, 60e-6, 1e-6), host_s=17e-6, host_spread_s=1e-6),
     ])
+    passed_here(FAST, SLOW)  # stored rows rank only backends that passed the suite here
 
 
 def test_the_tuned_shape_itself_goes_to_the_device_winner(monkeypatch):
@@ -63,6 +71,7 @@ def test_device_bound_backends_keep_their_order_at_a_larger_shape(monkeypatch):
         dataclasses.replace(row(FAST, basis, 1e-3, 1e-6), host_s=60e-6, host_spread_s=1e-6),
         dataclasses.replace(row(SLOW, basis, 2e-3, 1e-6), host_s=10e-6, host_spread_s=1e-6),
     ])
+    passed_here(FAST, SLOW)  # stored rows rank only backends that passed the suite here
     choice = explain(asked, measure=False)
     assert choice.backend.name == FAST and choice.basis == basis
     assert all(t.bound == "device" for t in choice.ranking)
@@ -80,6 +89,7 @@ def test_gemmzoo_matmul_ranks_by_caller_time_unless_asked_for_device_time(monkey
         dataclasses.replace(row(FAST, tuned, 50e-6, 1e-6), host_s=40e-6, host_spread_s=1e-6),
         dataclasses.replace(row(SLOW, tuned, 60e-6, 1e-6), host_s=17e-6, host_spread_s=1e-6),
     ])
+    passed_here(FAST, SLOW)  # stored rows rank only backends that passed the suite here
     rng = np.random.default_rng(0)
     a = rng.standard_normal(asked[::2]).astype(np.float32)  # (M, K)
     b = rng.standard_normal(asked[:0:-1]).astype(np.float32)  # (K, N)
