@@ -269,15 +269,19 @@ def json_document(results: Sequence[BenchResult], environment: dict[str, Any] | 
                   command: str | None = None, baseline: str | None = None, meta: dict[str, Any] | None = None,
                   extras: Sequence[dict[str, Any]] | None = None) -> str:
     """The text :func:`write_json` writes."""
+    from gemmzoo.result_schema import FORMAT, VERSION, finite
+
     records = _records(results)
     if extras is not None:
-        for record, extra in zip(records, extras, strict=True):
+        for record, extra in zip(records, finite(list(extras)), strict=True):
             record.update(extra)
     data = {
+        "format": FORMAT,
+        "version": VERSION,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command,
-        "environment": environment or {},
-        **(meta or {}),
+        "environment": finite(environment or {}),
+        **finite(meta or {}),
         "results": records,
         "summary": [vars(entry) for entry in summaries(results, baseline)],
     }
@@ -287,8 +291,8 @@ def json_document(results: Sequence[BenchResult], environment: dict[str, Any] | 
 def write_json(results: Sequence[BenchResult], path: str | Path, environment: dict[str, Any] | None = None,
                command: str | None = None, baseline: str | None = None, meta: dict[str, Any] | None = None,
                extras: Sequence[dict[str, Any]] | None = None) -> None:
-    """``{"created", "command", "environment", "results": [...], "summary": [...]}``; NaN written
-    as null.
+    """``{"format", "version", "created", "command", "environment", "results": [...], "summary":
+    [...]}`` (the result format of :mod:`gemmzoo.result_schema`); NaN written as null.
 
     ``meta`` adds top-level keys (``shard``, ``devices``, ``interrupted``: see :mod:`gemmzoo.runs`);
     ``extras[i]`` adds keys to the i-th result (``gpu``: the GPU that measured it and its state then)."""

@@ -19,7 +19,7 @@ from gemmzoo.cli import main
 from gemmzoo.cli.sizes import need, too_large
 from gemmzoo.grids import GridPoint
 
-LIGHT = {"GEMMZOO_DISABLE_PLUGINS": "torch,triton,cupy"}
+LIGHT = {"GEMMZOO_DISABLE_PLUGINS": "torch,triton,cupy,jax"}
 
 # A numpy backend that raises on one size and sleeps on another (and says so in a file), so that
 # a test can stop a run in the middle.

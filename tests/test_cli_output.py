@@ -16,7 +16,7 @@ import pytest
 from fake_distributions import run_gemmzoo
 
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-LIGHT = {"GEMMZOO_DISABLE_PLUGINS": "torch,triton,cupy"}  # numpy only: quick subprocesses
+LIGHT = {"GEMMZOO_DISABLE_PLUGINS": "torch,triton,cupy,jax"}  # numpy only: quick subprocesses
 
 
 def shown(raw: str) -> list[str]:

@@ -309,7 +309,7 @@ def test_bench_times_the_bundled_backends_next_to_every_misbehaving_one(site, tm
 
 def test_best_answers_with_a_bundled_backend(site, tmp_path):
     result, elapsed = gemmzoo_cli(site, tmp_path, "best", "8", "8", "8", "--timeout", "1",
-                                  GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+                                  GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy,jax")
 
     assert_no_traceback(result)
     assert elapsed < corpus.HANG_S
@@ -331,7 +331,7 @@ def test_matmul_in_a_process_with_every_misbehaving_plugin(site, tmp_path):
               "rtol=1e-5, atol=1e-5)\n")
     env = subprocess_env(site, PYTHONPATH=os.pathsep.join([str(site), str(TESTS)]),
                          GEMMZOO_CACHE_DIR=str(tmp_path / "cache"), GEMMZOO_TIMEOUT="1",
-                         GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+                         GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy,jax")
     start = time.monotonic()
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                             timeout=corpus.HANG_S * 3, check=False)

@@ -58,7 +58,7 @@ def failed(stdout: str) -> dict[str, str]:
 
 
 def test_import_failure_names_the_plugins_file_and_line(site):
-    result = run_gemmzoo(site, "list", "--plain", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+    result = run_gemmzoo(site, "list", "--plain", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy,jax")
 
     assert result.returncode == 0, result.stderr
     errors = failed(result.stdout)
@@ -78,7 +78,7 @@ def test_import_failure_names_the_plugins_file_and_line(site):
 @pytest.mark.parametrize("plain", [True, False], ids=["plain", "table"])
 def test_list_verbose_prints_each_traceback(site, plain):
     args = ("list", "-v", "--plain") if plain else ("list", "-v")
-    result = run_gemmzoo(site, *args, GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+    result = run_gemmzoo(site, *args, GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy,jax")
 
     assert result.returncode == 0, result.stderr
     shown = result.stderr if plain else result.stdout
@@ -126,7 +126,7 @@ def test_a_plugin_that_exits_at_import_fails_alone(tmp_path):
     write_distribution(tmp_path, "gemmzoo-quitter", "0.1", {"quitter": "gemmzoo_quitter"},
                        {"gemmzoo_quitter": "import sys\n\nsys.exit(3)\n"})
 
-    result = run_gemmzoo(tmp_path, "list", "--plain", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+    result = run_gemmzoo(tmp_path, "list", "--plain", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy,jax")
 
     assert result.returncode == 0, result.stderr
     assert (f"FAILED\t'quitter' (gemmzoo-quitter 0.1)\tfailed to import gemmzoo_quitter: SystemExit: 3 "

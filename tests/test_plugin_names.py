@@ -49,7 +49,7 @@ def test_another_distribution_cannot_take_a_bundled_name(tmp_path, entry_point):
     write_distribution(tmp_path, "evil-dist", "6.6", {entry_point: module},
                        {module: IMPOSTOR.format(name="numpy")})
 
-    result = run_gemmzoo(tmp_path, "list", "--plain", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+    result = run_gemmzoo(tmp_path, "list", "--plain", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy,jax")
 
     assert result.returncode == 0, result.stderr
     own = f"numpy (gemmzoo {metadata.version('gemmzoo')})"
@@ -81,7 +81,7 @@ def test_between_two_other_distributions_the_first_entry_point_wins(tmp_path):
     write_distribution(tmp_path, "second-dist", "2.0", {"beta": "plug_beta"},
                        {"plug_beta": IMPOSTOR.format(name="shared-name")})
 
-    result = run_gemmzoo(tmp_path, "list", "--plain", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy")
+    result = run_gemmzoo(tmp_path, "list", "--plain", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy,jax")
 
     assert result.returncode == 0, result.stderr
     assert plain_rows(result.stdout)["shared-name"][4] == "alpha (first-dist 1.0)"

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from gemmzoo.bench import OK, UNSUPPORTED, WRONG
+from gemmzoo.bench import OK, UNSUPPORTED
 from gemmzoo.cli.console import console, errors
 from gemmzoo.runs import RunFileError, load_run, merge_runs
 
@@ -39,7 +39,8 @@ def run_merge(args: argparse.Namespace) -> int:
 def write_outputs(args: argparse.Namespace, results: list[Any], environment: dict[str, Any] | None,
                   command: str, baseline: str | None = None, meta: dict[str, Any] | None = None,
                   extras: list[dict[str, Any]] | None = None) -> int:
-    """Write the JSON, CSV and plot that ``args`` asks for; the exit status (1 if any result is WRONG)."""
+    """Write the JSON, CSV and plot that ``args`` asks for; the exit status (1 if any result is
+    WRONG, ERROR or TIMEOUT)."""
     from gemmzoo.report import write_csv, write_json
     from gemmzoo.result_schema import FORMAT, VERSION, finite
 
@@ -56,4 +57,4 @@ def write_outputs(args: argparse.Namespace, results: list[Any], environment: dic
 
         write_plot(results, args.plot)
         console.print(f"wrote {args.plot}")
-    return 1 if any(r.status == WRONG for r in results) else 0
+    return 1 if any(r.status not in (OK, UNSUPPORTED) for r in results) else 0
