@@ -5,9 +5,11 @@ module) and the --devices pool's start-up overlap. CPU and the pretend GPU of te
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -452,3 +454,29 @@ def test_submitted_points_run_while_the_parent_is_still_busy(tmp_path):
         assert {value[2] for _, value in outcomes} <= {str(len(share)) for share in core_shares(cores, 2)}
     with pytest.raises(RuntimeError, match="already submitted"):
         pool.submit(functools.partial(finish_time, str(tmp_path)), points)
+
+
+def test_nvbench_timings_cross_the_process_boundary_whole():
+    """cuda-bench runs once a process, so each nvbench timing comes from a child as JSON: the
+    samples, and a mean-only timing, read back as they were."""
+    from gemmzoo.measure.nvbench_child import timing_from_record, timing_record
+
+    rng = random.Random(3)
+    samples = [1e-3 * (1 + rng.random() / 50) for _ in range(40)]
+    timing = Timing.of(samples, "nvbench cold measurement (cuda-bench)", 0.02)
+    back = timing_from_record(json.loads(json.dumps(timing_record(timing))))
+    assert back == timing and back.data == timing.data and back.converged is timing.converged
+    mean_only = Timing(2e-3, 2e-3, 2e-3, 0, "nvbench, mean", noise=0.01, converged=True, target=0.02)
+    assert timing_from_record(json.loads(json.dumps(timing_record(mean_only)))) == mean_only
+    with pytest.raises(GemmError, match="no GPU here"):
+        timing_from_record({"error": "no GPU here"})
+
+
+def test_an_nvbench_child_without_cuda_bench_names_the_extra():
+    from gemmzoo.measure.nvbench_child import timing_in_child
+
+    pytest.importorskip("numpy")
+    if importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bench") is not None:
+        pytest.skip("cuda-bench is installed here")
+    with pytest.raises(GemmError, match=r"gemmzoo\[nvbench\]"):
+        timing_in_child("numpy", GridPoint(8, 8, 8, "float32"), 0.01, 0.02, 0)

@@ -21,9 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gemmzoo.measure.adaptors import do_bench_timing, graph_call, nvbench_timing
+from gemmzoo.measure.adaptors import cuda_bench, current_cuda_device, do_bench_timing, graph_call
 from gemmzoo.measure.clocks import ClockReport, ClockWatch, nvml_watch
 from gemmzoo.measure.engine import MAX_QUEUED_CALLS, Engine, gc_paused
+from gemmzoo.measure.nvbench_child import timing_in_child
 from gemmzoo.measure.problems import Problem, planned
 from gemmzoo.measure.stats import NOISE_TARGET, StoppingRule, Timing
 from gemmzoo.measure.threads import ThreadLimit, ThreadReport
@@ -175,8 +176,12 @@ def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
             call = graph_call(call)
         engine = Engine(gpu)
         if timer in ("do_bench", "nvbench"):
-            device = do_bench_timing(call, budget_s, noise_target) if timer == "do_bench" \
-                else nvbench_timing(call, budget_s, noise_target)
+            if timer == "do_bench":
+                device = do_bench_timing(call, budget_s, noise_target)
+            else:  # nvbench runs once a process: each timing in a child (gemmzoo.measure.nvbench_child)
+                cuda_bench()  # a missing cuda-bench is said here, before any child starts
+                device = timing_in_child(backend.name, problem.point, budget_s, noise_target,
+                                         current_cuda_device())
             watch.read()
         else:
             with gc_paused():
