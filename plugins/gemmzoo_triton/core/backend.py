@@ -10,7 +10,7 @@ from typing import Any
 from gemmzoo import Backend, TF32Array
 from gemmzoo.backend import dtype_name
 from gemmzoo.torch_tensors import TorchTensors
-from gemmzoo_triton.core.env import interpreter_mode, mode_dtypes, triton_unavailable_reason
+from gemmzoo_triton.core.env import autotune_mode, interpreter_mode, mode_dtypes, triton_unavailable_reason
 
 #: Offsets into each matrix are 32-bit in the kernels.
 MAX_OFFSET = 2**31 - 1
@@ -22,13 +22,18 @@ class TritonBackend(TorchTensors, Backend):
     ``device`` is ``"cuda"``, or ``"cpu"`` under Triton's interpreter (``TRITON_INTERPRET=1``),
     which runs the same kernels on CPU tensors. ``dtypes`` follow the mode; see
     :func:`mode_dtypes` for why the interpreter declares fewer.
+
+    ``autotune``: how the autotuned kernels tune a problem they meet for the first time,
+    ``"quick"`` or ``"full"`` (see :mod:`~gemmzoo_triton.core.autotune`); None reads
+    ``GEMMZOO_TRITON_AUTOTUNE`` now, else ``"quick"``. Backends without autotuned kernels ignore it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, autotune: str | None = None) -> None:
         # Decided once: triton.jit reads TRITON_INTERPRET when it decorates the kernels, so the
         # mode cannot change for a process's backends after they are first used anyway.
         self.device = "cpu" if interpreter_mode() else "cuda"
         self.dtypes = mode_dtypes()
+        self.autotune = autotune_mode(autotune)
         self._plans: dict[tuple[Any, ...], Callable[[Any, Any], Any]] = {}
 
     def unavailable_reason(self) -> str | None:

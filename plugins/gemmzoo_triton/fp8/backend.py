@@ -101,13 +101,15 @@ class TritonFp8Backend(TritonBackend):
     ``promote``, the partial-sum promotion (``None``: the kernels' default, once per K tile; a
     positive number: every that many products); ``tma=False`` keeps every problem on the
     pointer kernel; ``gluon=False`` sends what the Gluon kernel would take to the Triton TMA
-    kernel.
+    kernel; ``autotune``, ``"quick"`` or ``"full"``, as for ``triton-grouped``
+    (:mod:`~gemmzoo_triton.core.autotune`).
     """
 
     name = "triton-fp8"
 
-    def __init__(self, *, promote: int | None = None, tma: bool = True, gluon: bool = True) -> None:
-        super().__init__()
+    def __init__(self, *, promote: int | None = None, tma: bool = True, gluon: bool = True,
+                 autotune: str | None = None) -> None:
+        super().__init__(autotune=autotune)
         if promote is not None and promote < 0:
             raise ValueError(f"triton-fp8: promote={promote}: the partial sums are promoted once per K "
                              "tile (None or 0) or every that many products (a positive number)")
@@ -185,7 +187,7 @@ class TritonFp8Backend(TritonBackend):
                     return c
                 from gemmzoo_triton.fp8 import tma_kernel as fp8_tma_kernel
 
-                fp8_tma_kernel.launch(x, y, c, promote)
+                fp8_tma_kernel.launch(x, y, c, promote, self.autotune)
                 return c
-        fp8_kernel.launch(x, y, c, promote)
+        fp8_kernel.launch(x, y, c, promote, self.autotune)
         return c

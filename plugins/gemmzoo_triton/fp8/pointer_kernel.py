@@ -29,7 +29,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from gemmzoo_triton.core.autotune import autotune_options, launch_tuned, make_config, prune_configs
+from gemmzoo_triton.core.autotune import autotuned, launch_tuned, make_config
 from gemmzoo_triton.core.env import interpreter_mode
 from gemmzoo_triton.core.tile_order import tile_position
 
@@ -74,11 +74,9 @@ def f32_to_bf16_nearest_even(x):
     return (rounded >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
-@triton.autotune(
+@autotuned(
     configs=INTERPRETER_CONFIGS if interpreter_mode() else HOPPER_FP8_CONFIGS,
     key=["M", "N", "K", "PROMOTE"],  # Triton adds the operands' dtypes to the key
-    prune_configs_by={"early_config_prune": prune_configs},
-    **autotune_options(),
 )
 @triton.jit
 def fp8_matmul_kernel(
@@ -132,8 +130,9 @@ def fp8_matmul_kernel(
     tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
-def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY) -> triton.Config:
-    """Compute ``c = x @ y`` (fp8 operands, bf16 ``c``); return the config that ran."""
+def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY, mode: str = "quick") -> triton.Config:
+    """Compute ``c = x @ y`` (fp8 operands, bf16 ``c``), tuned in ``mode`` (see
+    :mod:`~gemmzoo_triton.core.autotune`); return the config that ran."""
     M, K = x.shape
     N = y.shape[1]
 
@@ -148,4 +147,4 @@ def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY) -> triton.Confi
         c.stride(0), c.stride(1),
     )
     options = {"PROMOTE": promote, "INTERPRETER": interpreter_mode()}
-    return launch_tuned(fp8_matmul_kernel, grid, args, options, (M, N, K, promote, str(x.dtype)))
+    return launch_tuned(fp8_matmul_kernel, grid, args, options, (M, N, K, promote, str(x.dtype)), mode)

@@ -49,7 +49,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gemmzoo_triton.core.autotune import autotune_options, launch_tuned, make_config, prune_configs
+from gemmzoo_triton.core.autotune import autotuned, launch_tuned, make_config
 from gemmzoo_triton.core.hopper import num_sms
 from gemmzoo_triton.core.tile_order import tile_position
 from gemmzoo_triton.fp8.pointer_kernel import PROMOTE_EVERY
@@ -100,12 +100,7 @@ def promoted_dot(a, b, accumulator, PROMOTE: tl.constexpr):
         return tl.dot(a, b, accumulator, max_num_imprecise_acc=PROMOTE)
 
 
-@triton.autotune(
-    configs=HOPPER_FP8_TMA_CONFIGS,
-    key=["M", "N", "K", "PROMOTE"],
-    prune_configs_by={"early_config_prune": prune_configs},
-    **autotune_options(),
-)
+@autotuned(configs=HOPPER_FP8_TMA_CONFIGS, key=["M", "N", "K", "PROMOTE"])
 @triton.jit
 def fp8_tma_matmul_kernel(
     a_desc, b_desc, c_desc,
@@ -172,14 +167,14 @@ def grid_for(M: int, N: int, sms: int) -> Any:
     return grid
 
 
-def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY) -> triton.Config:
+def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY, mode: str = "quick") -> triton.Config:
     """Compute ``c = x @ y``: ``x`` row-major, ``y`` column-major, both fp8; ``c`` bf16, contiguous.
 
-    Returns the config that ran.
+    Tuned in ``mode`` (see :mod:`~gemmzoo_triton.core.autotune`). Returns the config that ran.
     """
     M, K = x.shape
     N = y.shape[1]
     sms = num_sms(x.device)
     args = (_descriptor(x), _descriptor(y.T), _descriptor(c), M, N, K)
     return launch_tuned(fp8_tma_matmul_kernel, grid_for(M, N, sms), args, {"PROMOTE": promote},
-                        (M, N, K, promote, sms))
+                        (M, N, K, promote, sms), mode)
