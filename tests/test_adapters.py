@@ -129,7 +129,7 @@ def test_a_compiled_kernel_gives_a_launcher_per_grid():
     assert internals.compiled_launcher(None, (1, 1, 1)) is None
 
 
-def test_the_autotuner_keeps_the_config_it_picked():
+def test_the_autotuner_keeps_the_config_it_picked(empty_cache):  # a full pick is kept on disk
     internals = _triton_internals()
     import torch
 
