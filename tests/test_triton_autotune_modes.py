@@ -229,3 +229,40 @@ def test_an_unreadable_picks_file_means_tuning_again():
     picks_store.path().write_text("{not json")
     picks_store.forget()
     assert picks_store.load(("stamp_kernel", 1, 2, 3), CONFIGS) is None
+
+
+# gemmzoo tune ------------------------------------------------------------------------------------
+
+
+def test_a_tuning_run_measures_the_full_twin_of_a_quick_backend():
+    quick = TritonGroupedBackend(contiguous_c=True)
+    twin = quick.for_tuning()
+    assert twin.autotune == "full" and quick.autotune == "quick"
+    assert twin.name == quick.name and twin.contiguous_c and twin.gluon == quick.gluon
+    assert twin._plans is not quick._plans and quick.for_tuning() is twin
+    assert twin.for_tuning() is twin
+    full = TritonFp8Backend(autotune="full")
+    assert full.for_tuning() is full
+
+
+def test_gemmzoo_tune_measures_triton_backends_in_full_mode(empty_cache, monkeypatch):
+    import importlib
+
+    import gemmzoo
+    from gemmzoo.grids import GridPoint
+
+    tune = importlib.import_module("gemmzoo.tuning.tune")  # the module: the package exports the function
+
+    measured = []
+
+    def fake_measure(backends, point, budget_s, verify):
+        measured.extend(backends)
+        return []
+
+    monkeypatch.setattr(tune, "measure_records", fake_measure)
+    monkeypatch.setattr(tune, "conformance_verdict", lambda store, backend, dtype, run=True: True)
+    tune.tune([GridPoint(8, 8, 8, "float32", "NN")], ["triton-grouped", "numpy"])
+    by_name = {b.name: b for b in measured}
+    assert by_name["triton-grouped"].autotune == "full"
+    assert by_name["triton-grouped"] is gemmzoo.get_backend("triton-grouped").for_tuning()
+    assert by_name["numpy"] is gemmzoo.get_backend("numpy")  # backends without the hook as they are

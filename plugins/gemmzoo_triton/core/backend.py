@@ -3,6 +3,7 @@ one-kernel plan; nothing here imports torch or triton at module import."""
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,20 @@ class TritonBackend(TorchTensors, Backend):
 
     def unavailable_reason(self) -> str | None:
         return triton_unavailable_reason()
+
+    def for_tuning(self) -> TritonBackend:
+        """This backend as a deliberate tuning run measures it (``gemmzoo tune``): the same
+        backend with ``autotune="full"``, which times every config of a problem not fully tuned
+        before and keeps its pick for quick backends too. Made once; itself when already full."""
+        if self.autotune == "full":
+            return self
+        twin = self.__dict__.get("_full_twin")
+        if twin is None:
+            twin = copy.copy(self)
+            twin.autotune, twin._plans = "full", {}
+            twin.__dict__.pop("_full_twin", None)
+            self._full_twin = twin
+        return twin
 
     def synchronize(self) -> None:
         if self.device == "cuda":
