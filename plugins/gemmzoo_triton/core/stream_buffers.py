@@ -31,11 +31,6 @@ def _stream_reader(device: Any) -> Callable[[], Any]:
     import torch
 
     index = device.index if device.index is not None else torch.cuda.current_device()
-    # torch's raw accessor of the current stream where it has one (one C call), else the handle
-    # of the public Stream object
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return lambda: raw(index)
     return lambda: torch.cuda.current_stream(index).cuda_stream
 
 
