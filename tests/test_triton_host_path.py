@@ -200,3 +200,45 @@ def test_the_tf32_route_keeps_its_copies_too(monkeypatch):
         spies.start()
         check_product(run(x, y), x, y, "tf32", None)
         assert spies.empties == 0 and spies.descriptors == 1  # C's
+
+
+class RecordingKernel:
+    """Stands in for a kernel under the interpreter's launch path: records each launch."""
+
+    def __init__(self):
+        self.launches: list[tuple[tuple, dict]] = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **constexprs: self.launches.append((args, constexprs))
+
+
+def describe(argument):
+    """A descriptor's base, shape, strides and block shape, or the argument itself."""
+    if hasattr(argument, "block_shape"):
+        return (argument.base.data_ptr(), list(argument.shape), list(argument.strides),
+                list(argument.block_shape))
+    return argument
+
+
+@pytest.mark.parametrize(("a_t", "b_t"), [(False, False), (True, False), (False, True)])
+def test_gluon_launches_make_the_same_descriptors_apart(monkeypatch, a_t, b_t):
+    """The Gluon kernels' bound launch called whole and called with A's and B's descriptors made
+    apart (as a plan with kept copies does) launch the same arguments."""
+    gluon_parts = pytest.importorskip("gemmzoo_triton.core.gluon_parts")  # Triton 3.6 or later
+    if tma_backend().device == "cuda":
+        pytest.skip("the launch is recorded through the interpreter's launch path")
+    config = gluon_parts.GluonConfig(block_m=64, block_n=32, block_k=16, stages=2, operand_bytes=2)
+    m, n, k = 64, 96, 48
+    x = strided_operand(m, k, "T" if a_t else "N", torch.float16, "cpu", 1)
+    y = strided_operand(k, n, "T" if b_t else "N", torch.float16, "cpu", 2)
+    c = torch.empty(m, n, dtype=torch.float16)
+    kernel = RecordingKernel()
+    run = gluon_parts.bind(kernel, m, n, k, a_t, b_t, 132, config, extra=lambda: (7, 8))
+    run(x, y, c)
+    run.launch(run.a_desc(x), run.b_desc(y), c)
+    (whole, constexprs), (apart, _) = kernel.launches
+    assert [describe(a) for a in whole] == [describe(a) for a in apart]
+    assert describe(whole[0])[3] == ([16, 64] if a_t else [64, 16])
+    assert describe(whole[1])[3] == ([32, 16] if b_t else [16, 32])
+    assert describe(whole[2])[1:] == ([m, n], [n, 1], [64, 32]) and whole[3:] == (m, n, k, 7, 8)
+    assert constexprs["STAGES"] == 2 and constexprs["num_warps"] == 8

@@ -161,12 +161,3 @@ class KeptCopies:
             copy_y.write(y, written_y)
             y = operand_y
         return x, y, described
-
-
-def aligned_empty(rows: int, cols: int, like: Any) -> Any:
-    """An uninitialised rows x cols tensor of ``like``'s dtype and device, a view of a buffer
-    whose rows are padded to 16 bytes: C for the aligned route, which TMA can store whole."""
-    import torch
-
-    buffer = torch.empty((rows, padded(cols, like.element_size())), dtype=like.dtype, device=like.device)
-    return buffer[:, :cols]
