@@ -266,3 +266,9 @@ def test_gemmzoo_tune_measures_triton_backends_in_full_mode(empty_cache, monkeyp
     assert by_name["triton-grouped"].autotune == "full"
     assert by_name["triton-grouped"] is gemmzoo.get_backend("triton-grouped").for_tuning()
     assert by_name["numpy"] is gemmzoo.get_backend("numpy")  # backends without the hook as they are
+
+
+def test_each_mode_has_its_own_autotuner_over_one_kernel():
+    full, quick = autotune.tuner(stamp_kernel, "full"), autotune.tuner(stamp_kernel, "quick")
+    assert full is stamp_kernel and quick is not full
+    assert quick.fn is full.fn  # one triton.jit function: its compiled kernels are shared

@@ -174,6 +174,12 @@ def autotuned(configs: list[triton.Config], key: list[str]) -> Callable[[Any], A
     return decorate
 
 
+def tuner(kernel: Any, mode: str) -> Any:
+    """The autotuner of ``kernel`` (made by :func:`autotuned`) that tunes in ``mode``."""
+    tuners = _TUNERS[triton_internals.kernel_name(kernel)]
+    return tuners.full if mode == "full" else tuners.quick
+
+
 #: The config picked for each problem this process has seen, by the kernel's name and the
 #: problem's key (see :func:`launch_tuned`). Later calls launch it straight through the kernel:
 #: the autotuner's per-call path costs host time of its own, which shows in the timings of small
