@@ -2,8 +2,9 @@
 plan keeps per thread and CUDA stream (one launch when A and B are both copied), their TMA
 descriptors are made once per buffer, and a call makes nothing new but C (and C's descriptor).
 
-Runs where the TMA kernels run: under the interpreter on CPU tensors (the route is forced, as in
-test_triton_tma), or on a GPU with TMA, where the route is the problem's own.
+Runs where the TMA kernels run: under the interpreter on CPU tensors, or on a GPU with TMA; the
+route is forced (the shapes are small), as in test_triton_tma, and the Triton TMA kernel takes the
+products (``gluon=False``), so that the descriptors counted are its own.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ pytest.importorskip("triton")
 def aligned_route(monkeypatch):
     """Every problem on the aligned route, every device taken for one with TMA."""
     backend = tma_backend()
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "aligned")
     if backend.device == "cpu":
-        monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "aligned")
         monkeypatch.setattr(hopper, "tma_device", lambda device: True)
     return backend.device
 
@@ -75,7 +76,7 @@ def test_kept_copies_compute_each_calls_own_operands(aligned_route, layout):
     """Three calls on new values through one plan: each result within the float64 bound, and
     the results of earlier calls untouched by later ones (C is never a kept buffer)."""
     m, n, k = 37, 43, 53  # rows of A, B and C unaligned
-    backend = TritonGroupedBackend()
+    backend = TritonGroupedBackend(gluon=False)
     x, y = operands(m, n, k, layout, aligned_route, 0)
     run = backend.prepare(x, y)
     assert run.route == "aligned"
@@ -99,7 +100,7 @@ def test_after_the_first_call_a_call_makes_only_c(aligned_route, monkeypatch, n,
     then on, per call one copy launch (both copies), the product's launch, C's descriptor where C
     has one, and no other allocation."""
     spies = Spies(monkeypatch)
-    backend = TritonGroupedBackend(contiguous_c=contiguous_c)
+    backend = TritonGroupedBackend(gluon=False, contiguous_c=contiguous_c)
     x, y = operands(37, n, 53, "NN", aligned_route, 1)
     run = backend.prepare(x, y)
     first = run(x, y)  # binds the kernel
@@ -118,7 +119,7 @@ def test_an_operand_not_copied_gets_its_descriptor_per_call(aligned_route, monke
     """K a multiple of 8: A's rows are aligned and A is read as it is (its address changes from
     call to call, so its descriptor is made per call); B and C are copied and padded."""
     spies = Spies(monkeypatch)
-    backend = TritonGroupedBackend()
+    backend = TritonGroupedBackend(gluon=False)
     x, y = operands(37, 43, 48, "NN", aligned_route, 2)
     run = backend.prepare(x, y)
     first = run(x, y)
@@ -135,7 +136,7 @@ def test_calls_while_a_graph_is_captured_use_fresh_buffers(aligned_route, monkey
     monkeypatch.setattr(stream_buffers, "_capture_reader", lambda device: lambda: capturing[0])
     spies = Spies(monkeypatch)
     x, y = operands(37, 43, 53, "SS", aligned_route, 3)
-    run = TritonGroupedBackend().prepare(x, y)
+    run = TritonGroupedBackend(gluon=False).prepare(x, y)
     first = run(x, y)
     capturing[0] = True
     spies.start()
@@ -154,7 +155,7 @@ def test_each_thread_and_stream_keeps_its_own_buffer(aligned_route, monkeypatch)
     monkeypatch.setattr(stream_buffers, "_stream_reader", lambda device: lambda: stream[0])
     spies = Spies(monkeypatch)
     x, y = operands(37, 43, 53, "NN", aligned_route, 4)
-    run = TritonGroupedBackend().prepare(x, y)
+    run = TritonGroupedBackend(gluon=False).prepare(x, y)
     first = run(x, y)
     run(x, y)  # the first kept buffer
     spies.start()
@@ -172,7 +173,7 @@ def test_large_buffers_are_not_kept(aligned_route, monkeypatch):
     monkeypatch.setattr(stream_buffers, "REUSED_BUFFER_BYTES", 0)
     spies = Spies(monkeypatch)
     x, y = operands(37, 43, 53, "NN", aligned_route, 5)
-    run = TritonGroupedBackend().prepare(x, y)
+    run = TritonGroupedBackend(gluon=False).prepare(x, y)
     first = run(x, y)
     spies.start()
     assert torch.equal(run(x, y), first) and torch.equal(run(x, y), first)
