@@ -147,4 +147,38 @@ def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY, mode: str = "qu
         c.stride(0), c.stride(1),
     )
     options = {"PROMOTE": promote, "INTERPRETER": interpreter_mode()}
-    return launch_tuned(fp8_matmul_kernel, grid, args, options, (M, N, K, promote, str(x.dtype)), mode)
+    return launch_tuned(fp8_matmul_kernel, grid, args, options, problem_key(x, y, promote), mode)
+
+
+def problem_key(x: Any, y: Any, promote: int) -> tuple[Any, ...]:
+    """The key the pointer kernel's config is kept under for ``x @ y``."""
+    return (x.shape[0], y.shape[1], x.shape[1], promote, str(x.dtype))
+
+
+def picked(x: Any, y: Any, promote: int, mode: str = "quick") -> triton.Config | None:
+    """The config :func:`launch` in ``mode`` launches for a problem like ``x @ y``, or None before
+    it is tuned (:func:`~gemmzoo_triton.core.autotune.picked`)."""
+    from gemmzoo_triton.core import autotune
+
+    return autotune.picked(fp8_matmul_kernel, problem_key(x, y, promote), mode)
+
+
+def bind(x: Any, y: Any, promote: int, config: triton.Config) -> Any:
+    """:func:`launch` with ``config``, bound for every problem like ``x @ y`` (shapes, strides):
+    the returned ``run(x, y, c)`` launches the compiled kernel on a contiguous bf16 ``c``."""
+    from gemmzoo_triton.core import triton_internals
+    from gemmzoo_triton.core.launch import BoundLaunch
+
+    M, K = x.shape
+    N = y.shape[1]
+    blocks = config.all_kwargs()
+    tiles = triton.cdiv(M, blocks["BLOCK_SIZE_M"]) * triton.cdiv(N, blocks["BLOCK_SIZE_N"])
+    options = {"PROMOTE": promote, "INTERPRETER": interpreter_mode()}
+    kernel = triton_internals.jit_function(fp8_matmul_kernel)
+    launch_bound = BoundLaunch(kernel, (tiles,), {**options, **blocks})
+    sizes = (M, N, K, x.stride(0), x.stride(1), y.stride(0), y.stride(1), N, 1)
+
+    def run(x: Any, y: Any, c: Any) -> None:
+        launch_bound(x, y, c, *sizes)
+
+    return run

@@ -178,3 +178,36 @@ def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY, mode: str = "qu
     args = (_descriptor(x), _descriptor(y.T), _descriptor(c), M, N, K)
     return launch_tuned(fp8_tma_matmul_kernel, grid_for(M, N, sms), args, {"PROMOTE": promote},
                         (M, N, K, promote, sms), mode)
+
+
+def picked(x: Any, y: Any, promote: int, mode: str = "quick") -> triton.Config | None:
+    """The config :func:`launch` in ``mode`` launches for a problem like ``x @ y``, or None before
+    it is tuned (:func:`~gemmzoo_triton.core.autotune.picked`)."""
+    from gemmzoo_triton.core import autotune
+
+    M, K = x.shape
+    return autotune.picked(fp8_tma_matmul_kernel, (M, y.shape[1], K, promote, num_sms(x.device)), mode)
+
+
+def bind(M: int, N: int, K: int, promote: int, config: triton.Config, sms: int) -> Any:
+    """:func:`launch` with ``config`` bound for every M x N x K problem on a GPU of ``sms`` SMs:
+    the returned ``run(x, y, c)`` makes the descriptors with the config's block shapes (the
+    operands' addresses change from call to call) and launches the compiled kernel."""
+    from gemmzoo_triton.core import triton_internals
+    from gemmzoo_triton.core.launch import BoundLaunch
+
+    blocks = config.all_kwargs()
+    bk = blocks["BLOCK_SIZE_K"]
+    part_m = blocks["BLOCK_SIZE_M"] // blocks["SPLIT_M"]
+    part_n = blocks["BLOCK_SIZE_N"] // blocks["SPLIT_N"]
+    kernel = triton_internals.jit_function(fp8_tma_matmul_kernel)
+    grid = grid_for(M, N, sms)(blocks)
+    launch_bound = BoundLaunch(kernel, grid, {"PROMOTE": promote, **blocks}, pointers=())
+
+    def run(x: Any, y: Any, c: Any) -> None:
+        b = y.T
+        launch_bound(TensorDescriptor(x, [M, K], [x.stride(0), 1], [part_m, bk]),
+                     TensorDescriptor(b, [N, K], [b.stride(0), 1], [part_n, bk]),
+                     TensorDescriptor(c, [M, N], [c.stride(0), 1], [part_m, part_n]), M, N, K)
+
+    return run
