@@ -129,7 +129,7 @@ def test_a_compiled_kernel_gives_a_launcher_per_grid():
     assert internals.compiled_launcher(None, (1, 1, 1)) is None
 
 
-def test_the_autotuner_keeps_the_config_it_picked():
+def test_the_autotuner_keeps_the_config_it_picked(empty_cache):  # a full pick is kept on disk
     internals = _triton_internals()
     import torch
 
@@ -139,8 +139,8 @@ def test_the_autotuner_keeps_the_config_it_picked():
     gen = torch.Generator().manual_seed(5)
     x, y = torch.randn(23, 41, generator=gen), torch.randn(41, 17, generator=gen)  # a shape of its own
     c = torch.empty(23, 17)
-    assert pointer_kernel.picked(x, y, "ieee") is None
-    config = pointer_kernel.launch(x, y, c, "ieee")
+    assert pointer_kernel.picked(x, y, "ieee", "full") is None
+    config = pointer_kernel.launch(x, y, c, "ieee", mode="full")  # through the autotuner
     assert internals.picked_config(pointer_kernel.grouped_matmul_kernel) is config
     assert autotune.PICKED[pointer_kernel.pointer_key(x, y, "ieee")] is config
     torch.testing.assert_close(c, x @ y, rtol=1e-4, atol=1e-4)

@@ -145,7 +145,7 @@ def tune(
     or ``"skipped"`` (unavailable, or failed conformance; record None) for each backend and point.
     """
     store = state.store()
-    chosen = get_registry().select(backends)
+    chosen = [getattr(b, "for_tuning", lambda b=b: b)() for b in get_registry().select(backends)]
     made: list[Record] = []
     with state.lock:
         for point in points:

@@ -46,45 +46,118 @@ def aligned_copy(tensor: Any, column_major: bool | None = None) -> Any:
 
 class AlignedCopy:
     """:func:`aligned_copy` bound for every tensor like ``like`` (shape, strides, dtype, device):
-    the buffer's shape and the copy's launch are decided once."""
+    the buffer's shape and the copy's launch are decided once. A call copies into a new buffer;
+    :meth:`views` and :meth:`write` let a plan copy into a buffer it keeps instead
+    (:class:`KeptCopies`)."""
 
     def __init__(self, like: Any, column_major: bool | None = None) -> None:
         rows, cols = like.shape
         size = like.element_size()
         if column_major is None:
             column_major = like.stride(0) == 1 and like.stride(1) != 1
-        self._column_major = column_major
-        self._rows, self._cols = (cols, rows) if column_major else (rows, cols)  # of what is copied
-        self._buffer_shape = (self._rows, padded(self._cols, size))
-        self._dtype, self._device = like.dtype, like.device
+        self.column_major = column_major
+        self.rows, self.cols = (cols, rows) if column_major else (rows, cols)  # of what is copied
+        self.row_stride = padded(self.cols, size)
+        #: The elements of the buffer the copy writes: whole padded rows, so a buffer of two
+        #: copies starts the second one 16-byte aligned.
+        self.numel = self.rows * self.row_stride
+        self.dtype, self.device = like.dtype, like.device
         strides = like.stride()[::-1] if column_major else like.stride()
-        self._launch = None
+        #: The copy kernel's (see :mod:`~gemmzoo_triton.core.copy_kernel`) sizes after its two
+        #: pointers, or None where the copy transposes (torch's ``copy_`` makes it).
+        self.sizes: tuple[int, ...] | None = None
+        self.launch: Any = None
         if like.numel() > 0 and strides[1] <= strides[0]:
             from gemmzoo_triton.core import copy_kernel
             from gemmzoo_triton.core.launch import BoundLaunch
 
-            self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(self._rows, self._cols),),
-                                       copy_kernel.constexprs(units(size)), pointers=(0, 1))
-            self._sizes = (self._rows, self._cols, self._rows, self._cols, strides[0], strides[1],
-                           self._buffer_shape[1])
+            self.launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(self.rows, self.cols),),
+                                      copy_kernel.constexprs(units(size)), pointers=(0, 1))
+            self.sizes = (self.rows, self.cols, self.rows, self.cols, strides[0], strides[1], self.row_stride)
+
+    def source(self, tensor: Any) -> Any:
+        """What the copy reads: ``tensor``, or its transpose for a column-major copy."""
+        return tensor.T if self.column_major else tensor
+
+    def views(self, flat: Any) -> tuple[Any, Any]:
+        """What the copy writes in a 1-D buffer of at least :attr:`numel` elements (rows
+        :attr:`row_stride` apart), and the aligned operand it is."""
+        written = flat[: self.numel].view(self.rows, self.row_stride)[:, : self.cols]
+        return written, (written.T if self.column_major else written)
+
+    def write(self, tensor: Any, written: Any) -> None:
+        """Copy ``tensor`` into ``written`` (from :meth:`views`)."""
+        source = self.source(tensor)
+        if self.launch is not None:
+            self.launch(source, written, *self.sizes)
+        else:
+            written.copy_(source)
 
     def __call__(self, tensor: Any) -> Any:
         import torch
 
-        buffer = torch.empty(self._buffer_shape, dtype=self._dtype, device=self._device)
-        target = buffer[:, : self._cols]
-        source = tensor.T if self._column_major else tensor
-        if self._launch is not None:
-            self._launch(source, target, *self._sizes)
-        else:
-            target.copy_(source)
-        return target.T if self._column_major else target
+        written, operand = self.views(torch.empty(self.numel, dtype=self.dtype, device=self.device))
+        self.write(tensor, written)
+        return operand
 
 
-def aligned_empty(rows: int, cols: int, like: Any) -> Any:
-    """An uninitialised rows x cols tensor of ``like``'s dtype and device, a view of a buffer
-    whose rows are padded to 16 bytes: C for the aligned route, which TMA can store whole."""
-    import torch
+class KeptCopies:
+    """The aligned copies of A and B (``copy_x`` and ``copy_y``, either None where that operand
+    is not copied) in one buffer kept per thread and CUDA stream
+    (:class:`~gemmzoo_triton.core.stream_buffers.StreamBuffers`), made by one launch of the
+    two-copy kernel where both copies are the kernel's.
 
-    buffer = torch.empty((rows, padded(cols, like.element_size())), dtype=like.dtype, device=like.device)
-    return buffer[:, :cols]
+    ``describe(operand_x, operand_y)`` (None for an operand not copied) is called once per
+    buffer; its result comes back with the operands on every call, so that a plan makes the
+    TMA descriptors of its kept operands once.
+    """
+
+    __slots__ = ("_blocks_x", "_buffers", "_copy_x", "_copy_y", "_describe", "_pair")
+
+    def __init__(self, copy_x: AlignedCopy | None, copy_y: AlignedCopy | None,
+                 describe: Any) -> None:
+        from gemmzoo_triton.core.stream_buffers import StreamBuffers
+
+        self._copy_x, self._copy_y, self._describe = copy_x, copy_y, describe
+        first = copy_x if copy_x is not None else copy_y
+        if first is None:
+            raise ValueError("KeptCopies needs at least one copy")
+        numel = (copy_x.numel if copy_x is not None else 0) + (copy_y.numel if copy_y is not None else 0)
+        self._buffers = StreamBuffers(numel, first.dtype, first.device, self._make)
+        self._pair = None
+        kernels = copy_x is not None and copy_y is not None and None not in (copy_x.launch, copy_y.launch)
+        if kernels:
+            from gemmzoo_triton.core import copy_kernel
+            from gemmzoo_triton.core.launch import BoundLaunch
+
+            self._blocks_x = copy_kernel.blocks(copy_x.rows, copy_x.cols)
+            grid = (self._blocks_x + copy_kernel.blocks(copy_y.rows, copy_y.cols),)
+            constexprs = copy_kernel.constexprs(units(first.dtype.itemsize))
+            self._pair = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10))
+
+    def _make(self, flat: Any) -> tuple[Any, Any, Any, Any, Any]:
+        """(written x, written y, operand x, operand y, what ``describe`` made) for a new buffer."""
+        written_x = operand_x = written_y = operand_y = None
+        if self._copy_x is not None:
+            written_x, operand_x = self._copy_x.views(flat)
+        if self._copy_y is not None:
+            offset = self._copy_x.numel if self._copy_x is not None else 0
+            written_y, operand_y = self._copy_y.views(flat[offset:])
+        return written_x, written_y, operand_x, operand_y, self._describe(operand_x, operand_y)
+
+    def __call__(self, x: Any, y: Any) -> tuple[Any, Any, Any]:
+        """Copy ``x`` and ``y`` (those of them copied); return the operands (``x`` or ``y`` itself
+        where not copied) and what ``describe`` made for this buffer."""
+        written_x, written_y, operand_x, operand_y, described = self._buffers.get()
+        copy_x, copy_y = self._copy_x, self._copy_y
+        if self._pair is not None:
+            self._pair(copy_x.source(x), written_x, *copy_x.sizes, copy_y.source(y), written_y, *copy_y.sizes,
+                       self._blocks_x)
+            return operand_x, operand_y, described
+        if copy_x is not None:
+            copy_x.write(x, written_x)
+            x = operand_x
+        if copy_y is not None:
+            copy_y.write(y, written_y)
+            y = operand_y
+        return x, y, described

@@ -1,16 +1,32 @@
-"""What the autotuned ``tl`` kernels share: their configs, the pruning of configs per problem, and
-the launch that tunes a problem once per process and then launches its pick directly."""
+"""What the autotuned ``tl`` kernels share: their configs, the pruning of configs per problem, the
+two autotuning modes, and the launch that tunes a problem once and then launches its pick directly.
 
+Two modes (:data:`~gemmzoo_triton.core.env.AUTOTUNE_MODES`), a backend option (``autotune=``,
+default :data:`~gemmzoo_triton.core.env.AUTOTUNE_ENV`, else ``"quick"``):
 
+- ``"quick"``, for a problem met for the first time (``best_backend`` on a miss, a program's first
+  call): a cheap model of the problem (:func:`estimated_cost`: tile waste at the M and N edges,
+  waves of programs over the SMs, K steps, the tile's operand reuse) ranks the configs that
+  :func:`prune_configs` keeps, and only the best :data:`QUICK_CONFIGS` are compiled and timed (the
+  best alone is launched without timing when the others are pruned away);
+- ``"full"``, for ``gemmzoo tune``, the deliberate path: every config :func:`prune_configs` keeps is
+  compiled and timed. Its picks are kept on disk (:mod:`~gemmzoo_triton.core.picks_store`), and a
+  quick backend launches a problem's full pick wherever one exists, in any later process.
+"""
 
 from __future__ import annotations
 
 import inspect
+import math
+from collections.abc import Callable
 from typing import Any
 
 import triton
 
-from gemmzoo_triton.core import triton_internals
+from gemmzoo_triton.core import picks_store, triton_internals
+
+#: Configs a quick autotune compiles and times at most: the model's best ones.
+QUICK_CONFIGS = 2
 
 
 def make_config(
@@ -66,6 +82,7 @@ def _element_size(named_args: dict[str, Any]) -> int:
     return getattr(a, "base", a).element_size()
 
 
+
 def autotune_options() -> dict[str, Any]:
     """``cache_results=True`` where this Triton has it (3.4 and later): tuning results on disk."""
     if "cache_results" in inspect.signature(triton.autotune).parameters:
@@ -73,29 +90,150 @@ def autotune_options() -> dict[str, Any]:
     return {}
 
 
-#: The config the autotuner picked for each problem this process has seen, by the kernel's name
-#: and the problem's key (see :func:`launch_tuned`). Later calls launch it straight through the
-#: kernel: the autotuner's per-call path costs host time of its own, which shows in the timings of
-#: small products (docs/results/2026-11-21-h100-triton.md).
+#: SMs assumed where the operands are not on a CUDA device (the interpreter): the H100's.
+DEFAULT_SMS = 132
+
+#: Rows x columns of a tile at and above which its operand reuse stops limiting it: the tile's
+#: ``bm·bn/(bm+bn)`` (multiply-adds per element loaded) compared with this.
+FULL_REUSE = 64
+
+#: Bytes of K a tile's step should load per row to fill the widest shared-memory swizzle.
+STEP_BYTES = 128
+
+
+def estimated_cost(config: triton.Config, m: int, n: int, k: int, element_size: int, sms: int) -> float:
+    """A relative time for ``config`` on an M x N x K problem: the model a quick autotune ranks by.
+
+    Programs run in waves over the SMs (``PROGRAMS_PER_SM`` at a time on each, one by default);
+    each computes a whole tile, edges included (the masked rows and columns past M and N and the
+    K steps past K are work done for nothing); a tile whose operand reuse is under
+    :data:`FULL_REUSE` waits on memory in proportion; K steps narrower than :data:`STEP_BYTES`
+    and pipelines longer than the K loop cost a little more.
+    """
+    bm, bn, bk = (config.kwargs[f"BLOCK_SIZE_{d}"] for d in "MNK")
+    per_sm = max(1, int(config.kwargs.get("PROGRAMS_PER_SM", 1) or 1))
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
+    waves = math.ceil(tiles / (sms * per_sm)) * per_sm
+    steps = math.ceil(k / bk)
+    reuse = min(1.0, (bm * bn / (bm + bn)) / FULL_REUSE)
+    cost = waves * bm * bn * steps * bk / reuse
+    if bk * element_size < STEP_BYTES:
+        cost *= 1.1
+    if config.num_stages > steps + 1:
+        cost *= 1.05
+    return cost
+
+
+def quick_prune(
+    configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any
+) -> list[triton.Config]:
+    """:func:`prune_configs`, then the :data:`QUICK_CONFIGS` best by :func:`estimated_cost`
+    (equal costs keep the configs' order)."""
+    kept = prune_configs(configs, named_args, **kwargs)
+    if len(kept) <= QUICK_CONFIGS:
+        return kept
+    m, n, k = named_args["M"], named_args["N"], named_args["K"]
+    a = next(iter(named_args.values()))
+    device = getattr(getattr(a, "base", a), "device", None)
+    sms = DEFAULT_SMS
+    if device is not None and device.type == "cuda":
+        from gemmzoo_triton.core import hopper
+
+        sms = hopper.num_sms(device)
+    size = _element_size(named_args)
+    return sorted(kept, key=lambda c: estimated_cost(c, m, n, k, size, sms))[:QUICK_CONFIGS]
+
+
+class _Tuners:
+    """A kernel's two autotuners over one ``triton.jit`` function, and the configs they share."""
+
+    __slots__ = ("configs", "full", "quick")
+
+    def __init__(self, full: Any, quick: Any, configs: list[triton.Config]) -> None:
+        self.full, self.quick, self.configs = full, quick, configs
+
+
+#: Each autotuned kernel's tuners, by the kernel's name.
+_TUNERS: dict[str, _Tuners] = {}
+
+
+def autotuned(configs: list[triton.Config], key: list[str]) -> Callable[[Any], Any]:
+    """``triton.autotune`` in both modes: decorates a ``triton.jit`` function and returns the full
+    mode's autotuner (pruned by :func:`prune_configs`); :func:`launch_tuned` finds the quick one
+    (pruned by :func:`quick_prune`). Both keep their results on disk where Triton can."""
+
+    def decorate(fn: Any) -> Any:
+        def tuner(prune: Callable[..., list[triton.Config]]) -> Any:
+            return triton.autotune(configs=configs, key=key, prune_configs_by={"early_config_prune": prune},
+                                   **autotune_options())(fn)
+
+        full, quick = tuner(prune_configs), tuner(quick_prune)
+        _TUNERS[fn.__name__] = _Tuners(full, quick, list(configs))
+        return full
+
+    return decorate
+
+
+def tuner(kernel: Any, mode: str) -> Any:
+    """The autotuner of ``kernel`` (made by :func:`autotuned`) that tunes in ``mode``."""
+    tuners = _TUNERS[triton_internals.kernel_name(kernel)]
+    return tuners.full if mode == "full" else tuners.quick
+
+
+#: The config picked for each problem this process has seen, by the kernel's name and the
+#: problem's key (see :func:`launch_tuned`). Later calls launch it straight through the kernel:
+#: the autotuner's per-call path costs host time of its own, which shows in the timings of small
+#: products (docs/results/2026-11-21-h100-triton.md).
 PICKED: dict[tuple[Any, ...], triton.Config] = {}
+
+#: The keys of :data:`PICKED` whose config a full autotune picked.
+FULL_PICKS: set[tuple[Any, ...]] = set()
+
+
+def picked(kernel: Any, key: tuple[Any, ...], mode: str = "quick") -> triton.Config | None:
+    """The config a problem of ``key`` launches in ``mode``, or None before it is tuned: a full
+    pick (this process's, else one kept on disk) in either mode; in quick mode, else the quick pick."""
+    picked_key = (triton_internals.kernel_name(kernel), *key)
+    config = PICKED.get(picked_key)
+    if config is not None and (mode == "quick" or picked_key in FULL_PICKS):
+        return config
+    tuners = _TUNERS.get(picked_key[0])
+    stored = picks_store.load(picked_key, tuners.configs) if tuners is not None else None
+    if stored is not None:
+        PICKED[picked_key] = stored
+        FULL_PICKS.add(picked_key)
+    return stored
 
 
 def launch_tuned(
-    kernel: Any, grid: Any, args: tuple[Any, ...], options: dict[str, Any], key: tuple[Any, ...]
+    kernel: Any, grid: Any, args: tuple[Any, ...], options: dict[str, Any], key: tuple[Any, ...],
+    mode: str = "quick",
 ) -> triton.Config:
     """Launch an autotuned ``kernel`` on ``grid`` (a function of the config); return the config.
 
-    A problem's first call goes through the autotuner, which times the configs and keeps the
-    best; :data:`PICKED` remembers it under the kernel's name and ``key``, and later calls launch
-    it directly, without the autotuner's per-call cost. The autotuner runs a config's
+    A problem's first call in ``mode`` tunes it (see the module docstring); :data:`PICKED`
+    remembers the pick under the kernel's name and ``key`` (and a full pick on disk), and later
+    calls launch it directly, without the autotuner's per-call cost. The autotuner runs a config's
     ``pre_hook`` before its launches; a direct launch runs it here.
     """
     picked_key = (triton_internals.kernel_name(kernel), *key)
-    config = PICKED.get(picked_key)
+    config = picked(kernel, key, mode)
     if config is None:
-        kernel[grid](*args, **options)
-        config = PICKED[picked_key] = triton_internals.picked_config(kernel)
-        return config
+        tuners = _TUNERS.get(picked_key[0])
+        if mode == "full" or tuners is None:
+            kernel[grid](*args, **options)
+            config = PICKED[picked_key] = triton_internals.picked_config(kernel)
+            if mode == "full":
+                FULL_PICKS.add(picked_key)
+                picks_store.save(picked_key, config)
+            return config
+        named_args = dict(zip(triton_internals.argument_names(kernel), args, strict=False))
+        quick = quick_prune(tuners.configs, named_args, **options)
+        if len(quick) > 1:
+            tuners.quick[grid](*args, **options)
+            config = PICKED[picked_key] = triton_internals.picked_config(tuners.quick)
+            return config
+        config = PICKED[picked_key] = quick[0]  # nothing to time: launched directly below
     config_kwargs = config.all_kwargs()
     if config.pre_hook is not None:
         # args: the leading ones

@@ -3,6 +3,7 @@ one-kernel plan; nothing here imports torch or triton at module import."""
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from gemmzoo import Backend, TF32Array
 from gemmzoo.backend import dtype_name
 from gemmzoo.torch_tensors import TorchTensors
-from gemmzoo_triton.core.env import interpreter_mode, mode_dtypes, triton_unavailable_reason
+from gemmzoo_triton.core.env import autotune_mode, interpreter_mode, mode_dtypes, triton_unavailable_reason
 
 #: Offsets into each matrix are 32-bit in the kernels.
 MAX_OFFSET = 2**31 - 1
@@ -22,17 +23,36 @@ class TritonBackend(TorchTensors, Backend):
     ``device`` is ``"cuda"``, or ``"cpu"`` under Triton's interpreter (``TRITON_INTERPRET=1``),
     which runs the same kernels on CPU tensors. ``dtypes`` follow the mode; see
     :func:`mode_dtypes` for why the interpreter declares fewer.
+
+    ``autotune``: how the autotuned kernels tune a problem they meet for the first time,
+    ``"quick"`` or ``"full"`` (see :mod:`~gemmzoo_triton.core.autotune`); None reads
+    ``GEMMZOO_TRITON_AUTOTUNE`` now, else ``"quick"``. Backends without autotuned kernels ignore it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, autotune: str | None = None) -> None:
         # Decided once: triton.jit reads TRITON_INTERPRET when it decorates the kernels, so the
         # mode cannot change for a process's backends after they are first used anyway.
         self.device = "cpu" if interpreter_mode() else "cuda"
         self.dtypes = mode_dtypes()
+        self.autotune = autotune_mode(autotune)
         self._plans: dict[tuple[Any, ...], Callable[[Any, Any], Any]] = {}
 
     def unavailable_reason(self) -> str | None:
         return triton_unavailable_reason()
+
+    def for_tuning(self) -> TritonBackend:
+        """This backend as a deliberate tuning run measures it (``gemmzoo tune``): the same
+        backend with ``autotune="full"``, which times every config of a problem not fully tuned
+        before and keeps its pick for quick backends too. Made once; itself when already full."""
+        if self.autotune == "full":
+            return self
+        twin = self.__dict__.get("_full_twin")
+        if twin is None:
+            twin = copy.copy(self)
+            twin.autotune, twin._plans = "full", {}
+            twin.__dict__.pop("_full_twin", None)
+            self._full_twin = twin
+        return twin
 
     def synchronize(self) -> None:
         if self.device == "cuda":

@@ -18,6 +18,27 @@ MIN_TRITON = (3, 0)
 GLUON_MIN_TRITON = (3, 6)
 
 
+#: How the autotuned kernels tune a problem met for the first time (a backend's ``autotune=``):
+#: see :mod:`~gemmzoo_triton.core.autotune`.
+AUTOTUNE_MODES = ("quick", "full")
+
+#: The environment variable that gives the mode of backends made without ``autotune=`` (read when
+#: a backend is made).
+AUTOTUNE_ENV = "GEMMZOO_TRITON_AUTOTUNE"
+
+
+def autotune_mode(requested: str | None = None) -> str:
+    """The autotuning mode: ``requested``, else :data:`AUTOTUNE_ENV`'s value, else ``"quick"``."""
+    mode = requested
+    if mode is None:
+        mode = os.environ.get(AUTOTUNE_ENV, "").strip().lower() or "quick"
+    if mode not in AUTOTUNE_MODES:
+        where = "autotune=" if requested is not None else f"{AUTOTUNE_ENV}="
+        raise ValueError(f"gemmzoo_triton: {where}{mode!r}: the autotuning mode is one of "
+                         f"{', '.join(AUTOTUNE_MODES)}")
+    return mode
+
+
 def interpreter_mode() -> bool:
     """Whether Triton runs kernels under its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"

@@ -209,13 +209,33 @@ def over(view: Any, block: tuple[int, int]) -> Any:
     return TensorDescriptor(view, list(view.shape), [view.stride(0), 1], list(block), layout)
 
 
+Describer = Callable[[Any], Any]
+
+
+def describers(a_t: bool, b_t: bool, config: GluonConfig) -> tuple[Describer, Describer]:
+    """Functions making the TMA descriptors over A (or Aᵀ when ``a_t``) and over B (or Bᵀ when
+    ``b_t``), with ``config``'s block shapes."""
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    if a_t:
+        def a_desc(x: Any) -> Any:
+            return over(x.T, (bk, bm))
+    else:
+        def a_desc(x: Any) -> Any:
+            return over(x, (bm, bk))
+    if b_t:
+        def b_desc(y: Any) -> Any:
+            return over(y.T, (bn, bk))
+    else:
+        def b_desc(y: Any) -> Any:
+            return over(y, (bk, bn))
+    return a_desc, b_desc
+
+
 def descriptors(x: Any, y: Any, c: Any, a_t: bool, b_t: bool, config: GluonConfig) -> tuple[Any, Any, Any]:
     """TMA descriptors over A (or Aᵀ when ``a_t``), B (or Bᵀ when ``b_t``) and C (row-major), with
     ``config``'s block shapes."""
-    bm, bn, bk = config.block_m, config.block_n, config.block_k
-    a_desc = over(x.T, (bk, bm)) if a_t else over(x, (bm, bk))
-    b_desc = over(y.T, (bn, bk)) if b_t else over(y, (bk, bn))
-    return a_desc, b_desc, over(c, (bm, bn))
+    a_desc, b_desc = describers(a_t, b_t, config)
+    return a_desc(x), b_desc(y), over(c, (config.block_m, config.block_n))
 
 
 def grid(M: int, N: int, sms: int, config: GluonConfig) -> tuple[int]:
@@ -229,21 +249,23 @@ def bind(kernel: Any, M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, co
          **constexprs: Any) -> Any:
     """``run(x, y, c)``: ``kernel`` for every problem of this shape and layout, bound once (grid,
     constexprs, compiled kernel); only the descriptors are made per call, since the operands'
-    addresses change. ``constexprs``: the kernel's own beyond STAGES, GROUP_M and num_warps.
-    ``programs``: the grid (default :func:`grid`); ``extra()``: run-time arguments the kernel
-    takes after M, N and K, asked for on each call."""
-    from gemmzoo_triton.core.launch import BoundLaunch
+    addresses change (a :class:`~gemmzoo_triton.core.launch.DescriptorLaunch`, so that a plan
+    can make A's and B's once for buffers it keeps). ``constexprs``: the kernel's own beyond
+    STAGES, GROUP_M and num_warps. ``programs``: the grid (default :func:`grid`); ``extra()``:
+    run-time arguments the kernel takes after M, N and K, asked for on each call."""
+    from gemmzoo_triton.core.launch import BoundLaunch, DescriptorLaunch
 
     constexprs = {"STAGES": config.stages, "GROUP_M": config.group_m, "num_warps": config.num_warps,
                   **constexprs}
     launch_grid = grid(M, N, sms, config) if programs is None else (programs,)
     launch_bound = BoundLaunch(kernel, launch_grid, constexprs, pointers=())
 
+    c_block = (config.block_m, config.block_n)
     if extra is None:
-        def run(x: Any, y: Any, c: Any) -> None:
-            launch_bound(*descriptors(x, y, c, a_t, b_t, config), M, N, K)
+        def launch(a_desc: Any, b_desc: Any, c: Any) -> None:
+            launch_bound(a_desc, b_desc, over(c, c_block), M, N, K)
     else:
-        def run(x: Any, y: Any, c: Any) -> None:
-            launch_bound(*descriptors(x, y, c, a_t, b_t, config), M, N, K, *extra())
+        def launch(a_desc: Any, b_desc: Any, c: Any) -> None:
+            launch_bound(a_desc, b_desc, over(c, c_block), M, N, K, *extra())
 
-    return run
+    return DescriptorLaunch(*describers(a_t, b_t, config), launch)

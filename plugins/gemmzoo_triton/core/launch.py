@@ -13,7 +13,7 @@ as it does on a Triton whose internals :mod:`~gemmzoo_triton.core.triton_interna
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gemmzoo_triton.core import triton_internals
@@ -60,3 +60,18 @@ class BoundLaunch:
                                                       self._grid)
         if launcher is not None:
             self._compiled[aligned] = launcher
+
+
+class DescriptorLaunch:
+    """``run(x, y, c)`` of a kernel that reads A and B through TMA descriptors, with the
+    descriptors' making apart: ``launch(a_desc(x), b_desc(y), c)``. A plan whose operands live
+    in buffers it keeps makes their descriptors once per buffer and calls :attr:`launch`."""
+
+    __slots__ = ("a_desc", "b_desc", "launch")
+
+    def __init__(self, a_desc: Callable[[Any], Any], b_desc: Callable[[Any], Any],
+                 launch: Callable[[Any, Any, Any], None]) -> None:
+        self.a_desc, self.b_desc, self.launch = a_desc, b_desc, launch
+
+    def __call__(self, x: Any, y: Any, c: Any) -> None:
+        self.launch(self.a_desc(x), self.b_desc(y), c)

@@ -101,13 +101,15 @@ class TritonFp8Backend(TritonBackend):
     ``promote``, the partial-sum promotion (``None``: the kernels' default, once per K tile; a
     positive number: every that many products); ``tma=False`` keeps every problem on the
     pointer kernel; ``gluon=False`` sends what the Gluon kernel would take to the Triton TMA
-    kernel.
+    kernel; ``autotune``, ``"quick"`` or ``"full"``, as for ``triton-grouped``
+    (:mod:`~gemmzoo_triton.core.autotune`).
     """
 
     name = "triton-fp8"
 
-    def __init__(self, *, promote: int | None = None, tma: bool = True, gluon: bool = True) -> None:
-        super().__init__()
+    def __init__(self, *, promote: int | None = None, tma: bool = True, gluon: bool = True,
+                 autotune: str | None = None) -> None:
+        super().__init__(autotune=autotune)
         if promote is not None and promote < 0:
             raise ValueError(f"triton-fp8: promote={promote}: the partial sums are promoted once per K "
                              "tile (None or 0) or every that many products (a positive number)")
@@ -123,41 +125,66 @@ class TritonFp8Backend(TritonBackend):
         return _fp8_gpu_reason()
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
-        """A plan that launches the Gluon kernel bound once for the problem, where
-        :meth:`matmul` would take it; :meth:`matmul` itself for every other problem."""
+        """The plan for this problem: the kernel :meth:`matmul` would take, decided and bound
+        once (the Gluon kernel at once; the TMA and pointer kernels after the first call, which
+        tunes them), so that a call copies what :func:`k_major` copies, allocates C and launches."""
         M, N, K = self.check_operands(a, b)
-        if self.device != "cuda" or not (self.tma and self.gluon) or M * N * K == 0:
-            return self.matmul
+        if M * N * K == 0:
+            return self.compute
         import torch
 
         from gemmzoo_triton.fp8 import pointer_kernel as fp8_kernel
 
         x, y, _ = self.operands(a, b)
         promote = fp8_kernel.PROMOTE_EVERY if self.promote is None else self.promote
-        copy_a, copy_b = x.stride(1) != 1, y.stride(0) != 1
-        x, y = k_major(x, y)
+        gpu = self.device == "cuda"
+        copy_a, copy_b = (x.stride(1) != 1, y.stride(0) != 1) if gpu else (False, False)
+        if gpu:
+            x, y = k_major(x, y)
         c = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
-        config = gluon_fp8_config(x, y) if promote == 0 and tma_fp8_eligible(x, y, c) else None
-        if config is None:
-            return self.matmul
-        from gemmzoo_triton.core.hopper import num_sms
-        from gemmzoo_triton.fp8 import gluon_kernel as fp8_gluon_kernel
+        tma = gpu and self.tma and tma_fp8_eligible(x, y, c)
+        compute, allocate = self.compute, output_allocator(M, N, torch.bfloat16, x.device)
+        if tma and self.gluon and promote == 0:
+            config = gluon_fp8_config(x, y)
+            if config is not None:
+                from gemmzoo_triton.core.hopper import num_sms
+                from gemmzoo_triton.fp8 import gluon_kernel as fp8_gluon_kernel
 
-        run = fp8_gluon_kernel.bind(M, N, K, num_sms(x.device), config)
-        matmul, allocate = self.matmul, output_allocator(M, N, torch.bfloat16, x.device)
+                return _plan(fp8_gluon_kernel.bind(M, N, K, num_sms(x.device), config), copy_a, copy_b,
+                             True, allocate, compute)
+        if tma:
+            from gemmzoo_triton.core.hopper import num_sms
+            from gemmzoo_triton.fp8 import tma_kernel as fp8_tma_kernel
 
-        def gluon_plan(a: Any, b: Any) -> Any:
-            x = a.contiguous() if copy_a else a
-            y = b.t().contiguous().t() if copy_b else b
-            if (x.data_ptr() | y.data_ptr()) % 16:  # a start the descriptors cannot take
-                return matmul(a, b)
-            c = allocate()
+            sms = num_sms(x.device)
+
+            def bind_tma(x: Any, y: Any, c: Any) -> Callable[[Any, Any, Any], None]:
+                config = fp8_tma_kernel.picked(x, y, promote, self.autotune)
+                if config is None:
+                    config = fp8_tma_kernel.launch(x, y, c, promote, self.autotune)
+                    return fp8_tma_kernel.bind(M, N, K, promote, config, sms)
+                run = fp8_tma_kernel.bind(M, N, K, promote, config, sms)
+                run(x, y, c)
+                return run
+
+            return _plan(_FirstCall(bind_tma), copy_a, copy_b, True, allocate, compute)
+
+        def bind_pointers(x: Any, y: Any, c: Any) -> Callable[[Any, Any, Any], None]:
+            config = fp8_kernel.picked(x, y, promote, self.autotune)
+            if config is None:
+                config = fp8_kernel.launch(x, y, c, promote, self.autotune)
+                return fp8_kernel.bind(x, y, promote, config)
+            run = fp8_kernel.bind(x, y, promote, config)
             run(x, y, c)
-            return c
+            return run
 
-        return gluon_plan
+        return _plan(_FirstCall(bind_pointers), copy_a, copy_b, False, allocate, compute)
 
     def matmul(self, a: Any, b: Any) -> Any:
+        return self.remembered_plan(a, b)(a, b)
+
+    def compute(self, a: Any, b: Any) -> Any:
+        """``a @ b`` with every decision taken on this call (the plans' fallback)."""
         import torch
 
         from gemmzoo_triton.fp8 import pointer_kernel as fp8_kernel
@@ -185,7 +212,48 @@ class TritonFp8Backend(TritonBackend):
                     return c
                 from gemmzoo_triton.fp8 import tma_kernel as fp8_tma_kernel
 
-                fp8_tma_kernel.launch(x, y, c, promote)
+                fp8_tma_kernel.launch(x, y, c, promote, self.autotune)
                 return c
-        fp8_kernel.launch(x, y, c, promote)
+        fp8_kernel.launch(x, y, c, promote, self.autotune)
         return c
+
+
+class _FirstCall:
+    """``run(x, y, c)`` that binds its launch on the first call (``bind(x, y, c)`` computes C and
+    returns the bound launch, tuning first where nothing was tuned), then launches it."""
+
+    __slots__ = ("_bind", "_bound")
+
+    def __init__(self, bind: Callable[[Any, Any, Any], Callable[[Any, Any, Any], None]]) -> None:
+        self._bind, self._bound = bind, None
+
+    def __call__(self, x: Any, y: Any, c: Any) -> None:
+        if self._bound is None:
+            self._bound = self._bind(x, y, c)
+        else:
+            self._bound(x, y, c)
+
+
+def _plan(run: Callable[[Any, Any, Any], None], copy_a: bool, copy_b: bool, descriptors: bool,
+          allocate: Callable[[], Any], fallback: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``plan(a, b)``: A and B made K-major where the problem's layouts need it (``copy_a``,
+    ``copy_b``), C allocated, ``run(x, y, c)``. With ``descriptors`` an operand whose start is not
+    16-byte aligned (views can start anywhere) goes to ``fallback`` instead."""
+    if descriptors:
+        def plan(a: Any, b: Any) -> Any:
+            x = a.contiguous() if copy_a else a
+            y = b.t().contiguous().t() if copy_b else b
+            if (x.data_ptr() | y.data_ptr()) % 16:  # a start the descriptors cannot take
+                return fallback(a, b)
+            c = allocate()
+            run(x, y, c)
+            return c
+
+        return plan
+
+    def plan_pointers(a: Any, b: Any) -> Any:
+        c = allocate()
+        run(a.contiguous() if copy_a else a, b.t().contiguous().t() if copy_b else b, c)
+        return c
+
+    return plan_pointers

@@ -29,7 +29,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from gemmzoo_triton.core.autotune import autotune_options, launch_tuned, make_config, prune_configs
+from gemmzoo_triton.core.autotune import autotuned, launch_tuned, make_config
 from gemmzoo_triton.core.env import interpreter_mode
 from gemmzoo_triton.core.tile_order import tile_position
 
@@ -74,11 +74,9 @@ def f32_to_bf16_nearest_even(x):
     return (rounded >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
-@triton.autotune(
+@autotuned(
     configs=INTERPRETER_CONFIGS if interpreter_mode() else HOPPER_FP8_CONFIGS,
     key=["M", "N", "K", "PROMOTE"],  # Triton adds the operands' dtypes to the key
-    prune_configs_by={"early_config_prune": prune_configs},
-    **autotune_options(),
 )
 @triton.jit
 def fp8_matmul_kernel(
@@ -132,8 +130,9 @@ def fp8_matmul_kernel(
     tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
-def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY) -> triton.Config:
-    """Compute ``c = x @ y`` (fp8 operands, bf16 ``c``); return the config that ran."""
+def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY, mode: str = "quick") -> triton.Config:
+    """Compute ``c = x @ y`` (fp8 operands, bf16 ``c``), tuned in ``mode`` (see
+    :mod:`~gemmzoo_triton.core.autotune`); return the config that ran."""
     M, K = x.shape
     N = y.shape[1]
 
@@ -148,4 +147,38 @@ def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY) -> triton.Confi
         c.stride(0), c.stride(1),
     )
     options = {"PROMOTE": promote, "INTERPRETER": interpreter_mode()}
-    return launch_tuned(fp8_matmul_kernel, grid, args, options, (M, N, K, promote, str(x.dtype)))
+    return launch_tuned(fp8_matmul_kernel, grid, args, options, problem_key(x, y, promote), mode)
+
+
+def problem_key(x: Any, y: Any, promote: int) -> tuple[Any, ...]:
+    """The key the pointer kernel's config is kept under for ``x @ y``."""
+    return (x.shape[0], y.shape[1], x.shape[1], promote, str(x.dtype))
+
+
+def picked(x: Any, y: Any, promote: int, mode: str = "quick") -> triton.Config | None:
+    """The config :func:`launch` in ``mode`` launches for a problem like ``x @ y``, or None before
+    it is tuned (:func:`~gemmzoo_triton.core.autotune.picked`)."""
+    from gemmzoo_triton.core import autotune
+
+    return autotune.picked(fp8_matmul_kernel, problem_key(x, y, promote), mode)
+
+
+def bind(x: Any, y: Any, promote: int, config: triton.Config) -> Any:
+    """:func:`launch` with ``config``, bound for every problem like ``x @ y`` (shapes, strides):
+    the returned ``run(x, y, c)`` launches the compiled kernel on a contiguous bf16 ``c``."""
+    from gemmzoo_triton.core import triton_internals
+    from gemmzoo_triton.core.launch import BoundLaunch
+
+    M, K = x.shape
+    N = y.shape[1]
+    blocks = config.all_kwargs()
+    tiles = triton.cdiv(M, blocks["BLOCK_SIZE_M"]) * triton.cdiv(N, blocks["BLOCK_SIZE_N"])
+    options = {"PROMOTE": promote, "INTERPRETER": interpreter_mode()}
+    kernel = triton_internals.jit_function(fp8_matmul_kernel)
+    launch_bound = BoundLaunch(kernel, (tiles,), {**options, **blocks})
+    sizes = (M, N, K, x.stride(0), x.stride(1), y.stride(0), y.stride(1), N, 1)
+
+    def run(x: Any, y: Any, c: Any) -> None:
+        launch_bound(x, y, c, *sizes)
+
+    return run

@@ -49,7 +49,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gemmzoo_triton.core.autotune import autotune_options, launch_tuned, make_config, prune_configs
+from gemmzoo_triton.core.autotune import autotuned, launch_tuned, make_config
 from gemmzoo_triton.core.hopper import num_sms
 from gemmzoo_triton.core.tile_order import tile_position
 from gemmzoo_triton.fp8.pointer_kernel import PROMOTE_EVERY
@@ -100,12 +100,7 @@ def promoted_dot(a, b, accumulator, PROMOTE: tl.constexpr):
         return tl.dot(a, b, accumulator, max_num_imprecise_acc=PROMOTE)
 
 
-@triton.autotune(
-    configs=HOPPER_FP8_TMA_CONFIGS,
-    key=["M", "N", "K", "PROMOTE"],
-    prune_configs_by={"early_config_prune": prune_configs},
-    **autotune_options(),
-)
+@autotuned(configs=HOPPER_FP8_TMA_CONFIGS, key=["M", "N", "K", "PROMOTE"])
 @triton.jit
 def fp8_tma_matmul_kernel(
     a_desc, b_desc, c_desc,
@@ -172,14 +167,47 @@ def grid_for(M: int, N: int, sms: int) -> Any:
     return grid
 
 
-def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY) -> triton.Config:
+def launch(x: Any, y: Any, c: Any, promote: int = PROMOTE_EVERY, mode: str = "quick") -> triton.Config:
     """Compute ``c = x @ y``: ``x`` row-major, ``y`` column-major, both fp8; ``c`` bf16, contiguous.
 
-    Returns the config that ran.
+    Tuned in ``mode`` (see :mod:`~gemmzoo_triton.core.autotune`). Returns the config that ran.
     """
     M, K = x.shape
     N = y.shape[1]
     sms = num_sms(x.device)
     args = (_descriptor(x), _descriptor(y.T), _descriptor(c), M, N, K)
     return launch_tuned(fp8_tma_matmul_kernel, grid_for(M, N, sms), args, {"PROMOTE": promote},
-                        (M, N, K, promote, sms))
+                        (M, N, K, promote, sms), mode)
+
+
+def picked(x: Any, y: Any, promote: int, mode: str = "quick") -> triton.Config | None:
+    """The config :func:`launch` in ``mode`` launches for a problem like ``x @ y``, or None before
+    it is tuned (:func:`~gemmzoo_triton.core.autotune.picked`)."""
+    from gemmzoo_triton.core import autotune
+
+    M, K = x.shape
+    return autotune.picked(fp8_tma_matmul_kernel, (M, y.shape[1], K, promote, num_sms(x.device)), mode)
+
+
+def bind(M: int, N: int, K: int, promote: int, config: triton.Config, sms: int) -> Any:
+    """:func:`launch` with ``config`` bound for every M x N x K problem on a GPU of ``sms`` SMs:
+    the returned ``run(x, y, c)`` makes the descriptors with the config's block shapes (the
+    operands' addresses change from call to call) and launches the compiled kernel."""
+    from gemmzoo_triton.core import triton_internals
+    from gemmzoo_triton.core.launch import BoundLaunch
+
+    blocks = config.all_kwargs()
+    bk = blocks["BLOCK_SIZE_K"]
+    part_m = blocks["BLOCK_SIZE_M"] // blocks["SPLIT_M"]
+    part_n = blocks["BLOCK_SIZE_N"] // blocks["SPLIT_N"]
+    kernel = triton_internals.jit_function(fp8_tma_matmul_kernel)
+    grid = grid_for(M, N, sms)(blocks)
+    launch_bound = BoundLaunch(kernel, grid, {"PROMOTE": promote, **blocks}, pointers=())
+
+    def run(x: Any, y: Any, c: Any) -> None:
+        b = y.T
+        launch_bound(TensorDescriptor(x, [M, K], [x.stride(0), 1], [part_m, bk]),
+                     TensorDescriptor(b, [N, K], [b.stride(0), 1], [part_n, bk]),
+                     TensorDescriptor(c, [M, N], [c.stride(0), 1], [part_m, part_n]), M, N, K)
+
+    return run

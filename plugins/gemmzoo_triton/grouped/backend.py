@@ -45,11 +45,15 @@ class TritonGroupedBackend(TritonBackend):
     Options (keywords of the constructor): ``gluon=False`` keeps the Gluon kernels out, so the TMA
     kernel takes their problems (registered as ``triton-grouped-tma`` for comparisons);
     ``contiguous_c=True`` returns a contiguous C on the TMA routes, stored through masked pointers
-    (the Gluon kernel does not take those problems). Pass such an instance wherever a backend
-    goes: ``gemmzoo.matmul(a, b, backend=TritonGroupedBackend(contiguous_c=True))``.
+    (the Gluon kernel does not take those problems); ``autotune="full"`` times every config of the
+    autotuned kernels on a problem's first call instead of the few a model of the problem ranks
+    best (``"quick"``, the default unless ``GEMMZOO_TRITON_AUTOTUNE`` says otherwise; see
+    :mod:`~gemmzoo_triton.core.autotune`). Pass such an instance wherever a backend goes:
+    ``gemmzoo.matmul(a, b, backend=TritonGroupedBackend(contiguous_c=True))``.
 
     Each kernel autotunes once per problem in a process: per shape, dtype and precision, and for
-    TMA per transposed operand and C's store. On Triton >= 3.4 the pointer kernel's results are
+    TMA per transposed operand and C's store. A full autotune's pick is kept on disk and launched
+    by quick backends too. On Triton >= 3.4 the pointer kernel's results are
     also kept in Triton's cache directory across processes; the TMA kernel's are not, because
     Triton does not cache the results of configs with a ``pre_hook``, which it needs to set the
     descriptors' block shapes. A prepared plan binds the picked config's launch after its first
@@ -60,8 +64,9 @@ class TritonGroupedBackend(TritonBackend):
     name = "triton-grouped"
     activations = ACTIVATIONS
 
-    def __init__(self, *, gluon: bool = True, contiguous_c: bool = False) -> None:
-        super().__init__()
+    def __init__(self, *, gluon: bool = True, contiguous_c: bool = False,
+                 autotune: str | None = None) -> None:
+        super().__init__(autotune=autotune)
         self.gluon = gluon
         self.contiguous_c = contiguous_c
 
@@ -80,7 +85,7 @@ class TritonGroupedBackend(TritonBackend):
         if M * N == 0 or K == 0:  # every activation offered maps 0 to 0
             return self.empty_plan(a, x, y)
         return GroupedPlan(x, y, precision, activation, isinstance(a, TF32Array),
-                           gluon=self.gluon, contiguous_c=self.contiguous_c)
+                           gluon=self.gluon, contiguous_c=self.contiguous_c, autotune=self.autotune)
 
     def matmul(self, a: Any, b: Any, activation: str | None = None) -> Any:
         if activation is None:
@@ -98,8 +103,8 @@ class TritonGroupedTmaBackend(TritonGroupedBackend):
     name = "triton-grouped-tma"
     selectable = False
 
-    def __init__(self) -> None:
-        super().__init__(gluon=False)
+    def __init__(self, *, autotune: str | None = None) -> None:
+        super().__init__(gluon=False, autotune=autotune)
 
     def unavailable_reason(self) -> str | None:
         reason = super().unavailable_reason()

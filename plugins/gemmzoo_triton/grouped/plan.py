@@ -37,7 +37,7 @@ from typing import Any
 
 from gemmzoo import TF32Array
 from gemmzoo_triton.core import hopper
-from gemmzoo_triton.core.aligned import AlignedCopy, aligned_copy, aligned_empty
+from gemmzoo_triton.core.aligned import AlignedCopy, KeptCopies, aligned_copy
 from gemmzoo_triton.core.backend import MAX_OFFSET, output_allocator
 from gemmzoo_triton.core.padding import padded
 
@@ -151,11 +151,14 @@ class GroupedPlan:
     ``gluon``: whether Hopper's Gluon kernels may take the problem (off: the TMA kernel takes what
     they would). ``contiguous_c``: whether a C whose rows are not 16-byte aligned comes back
     contiguous (stored through masked pointers) rather than as a view of a padded buffer.
+    ``autotune``: how the pointer and TMA kernels tune a problem not tuned before, ``"quick"`` or
+    ``"full"`` (:mod:`~gemmzoo_triton.core.autotune`).
     """
 
     def __init__(self, x: Any, y: Any, precision: str, activation: str | None, wrap: bool,
-                 gluon: bool = True, contiguous_c: bool = False) -> None:
+                 gluon: bool = True, contiguous_c: bool = False, autotune: str = "quick") -> None:
         self.route = route(x, y, precision, gluon)
+        self._autotune = autotune
         self._gluon = gluon
         self._precision = precision
         self._activation = activation
@@ -174,11 +177,18 @@ class GroupedPlan:
         self._copy_x = AlignedCopy(x, self._x_layout) if tma and _needs_copy(x, self._x_layout) else None
         self._copy_y = AlignedCopy(y, self._y_layout) if tma and _needs_copy(y, self._y_layout) else None
         self._tma = tma
-        self._c_view = tma and not contiguous_c and (y.shape[1] * x.element_size()) % 16 != 0
+        if tma and not contiguous_c and (y.shape[1] * x.element_size()) % 16 != 0:
+            # C's rows padded to 16 bytes (in one allocation: no buffer sliced per call)
+            self._new_c = c_view_allocator(*self._shape, x.dtype, x.device)
+        self._run: Callable[[Any, Any], Any] = self._general
 
     def __call__(self, a: Any, b: Any) -> Any:
+        return self._run(a, b)
+
+    def _general(self, a: Any, b: Any) -> Any:
+        """A call of any route: copies into new buffers, descriptors made by the bound launch."""
         x, y = (a.data, b.data) if self._wrap else (a, b)
-        c = aligned_empty(*self._shape, x) if self._c_view else self._new_c()
+        c = self._new_c()
         if self._tma:
             # An operand whose rows (decided per problem) or start (per call: views can start
             # anywhere) are not 16-byte aligned goes through an aligned copy: descriptors need both.
@@ -194,7 +204,51 @@ class GroupedPlan:
             self._bound(x, y, c)
         else:
             self._first_call(x, y, c)
+            self._run = self._kept_copies_run() or self._general
         return TF32Array(c) if self._wrap else c
+
+    def _kept_copies_run(self) -> Callable[[Any, Any], Any] | None:
+        """After the first call, for a route that copies A or B into a kernel reading descriptors:
+        ``run(a, b)`` copying into buffers kept per thread and stream (one launch when both are
+        copied), with their descriptors made once per buffer; per call only C and its descriptor
+        are new. None for the other routes."""
+        from gemmzoo_triton.core.launch import DescriptorLaunch
+
+        bound = self._bound
+        if not isinstance(bound, DescriptorLaunch) or (self._copy_x is None and self._copy_y is None):
+            return None
+        a_desc, b_desc, launch = bound.a_desc, bound.b_desc, bound.launch
+
+        def describe(x: Any, y: Any) -> tuple[Any, Any]:
+            return (None if x is None else a_desc(x)), (None if y is None else b_desc(y))
+
+        copies = KeptCopies(self._copy_x, self._copy_y, describe)
+        new_c, wrap, x_layout, y_layout = self._new_c, self._wrap, self._x_layout, self._y_layout
+        if self._copy_x is not None and self._copy_y is not None:
+            def run_both(a: Any, b: Any) -> Any:
+                if wrap:
+                    a, b = a.data, b.data
+                dx, dy = copies(a, b)[2]
+                c = new_c()
+                launch(dx, dy, c)
+                return TF32Array(c) if wrap else c
+
+            return run_both
+
+        def run_one(a: Any, b: Any) -> Any:
+            if wrap:
+                a, b = a.data, b.data
+            x, y, (dx, dy) = copies(a, b)
+            # the operand not copied must still start 16-byte aligned, as in _general
+            if dx is None:
+                dx = a_desc(aligned_copy(x, x_layout) if x.data_ptr() % 16 else x)
+            else:
+                dy = b_desc(aligned_copy(y, y_layout) if y.data_ptr() % 16 else y)
+            c = new_c()
+            launch(dx, dy, c)
+            return TF32Array(c) if wrap else c
+
+        return run_one
 
     def _first_call(self, x: Any, y: Any, c: Any) -> None:
         """Pick the kernel and config (autotuning unless a problem of this key did), bind the
@@ -202,9 +256,9 @@ class GroupedPlan:
         if self.route == "pointer":
             from gemmzoo_triton.grouped import pointer_kernel as kernel
 
-            config = kernel.picked(x, y, self._precision)
+            config = kernel.picked(x, y, self._precision, self._autotune)
             if config is None:
-                config = kernel.launch(x, y, c, self._precision, self._activation)
+                config = kernel.launch(x, y, c, self._precision, self._activation, self._autotune)
             self._bound = kernel.bind(x, y, self._precision, config, self._activation)
         elif self._tf32_gluon:
             from gemmzoo_triton.grouped import tf32_kernel as grouped_tf32_kernel
@@ -219,11 +273,22 @@ class GroupedPlan:
                 return
             from gemmzoo_triton.grouped import tma_kernel as kernel
 
-            config = kernel.picked(x, y, c, self._precision, self._activation)
+            config = kernel.picked(x, y, c, self._precision, self._activation, self._autotune)
             if config is None:
-                config = kernel.launch(x, y, c, self._precision, self._activation)
+                config = kernel.launch(x, y, c, self._precision, self._activation, self._autotune)
             self._bound = kernel.bind(x, y, c, self._precision, config, self._activation)
         self._bound(x, y, c)
+
+
+def c_view_allocator(rows: int, cols: int, dtype: Any, device: Any) -> Callable[[], Any]:
+    """A function that returns a new ``rows`` x ``cols`` tensor each call whose rows start every
+    16 bytes (a C the TMA kernels store whole through a descriptor): one ``empty_strided``."""
+    import functools
+
+    import torch
+
+    stride = padded(cols, torch.empty((), dtype=dtype).element_size())
+    return functools.partial(torch.empty_strided, (rows, cols), (stride, 1), dtype=dtype, device=device)
 
 
 def tma_eligible(x: Any, y: Any, c: Any, precision: str) -> bool:

@@ -16,8 +16,8 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from gemmzoo_triton.core import triton_internals
-from gemmzoo_triton.core.autotune import PICKED, autotune_options, launch_tuned, make_config, prune_configs
+from gemmzoo_triton.core import autotune, triton_internals
+from gemmzoo_triton.core.autotune import autotuned, launch_tuned, make_config
 from gemmzoo_triton.core.env import interpreter_mode
 from gemmzoo_triton.core.tile_order import tile_position
 
@@ -70,11 +70,9 @@ def relu(x):
     return tl.where(x < 0, 0.0, x)
 
 
-@triton.autotune(
+@autotuned(
     configs=INTERPRETER_CONFIGS if interpreter_mode() else TUTORIAL_CONFIGS + HOPPER_CONFIGS + EXTRA_CONFIGS,
     key=["M", "N", "K", "PRECISION"],  # Triton adds the operands' dtypes to the key
-    prune_configs_by={"early_config_prune": prune_configs},
-    **autotune_options(),
 )
 @triton.jit
 def grouped_matmul_kernel(
@@ -126,8 +124,10 @@ def grouped_matmul_kernel(
     tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
-def launch(x: Any, y: Any, c: Any, precision: str, activation: str | None = None) -> triton.Config:
-    """Compute ``c = activation(x @ y)`` with the pointer kernel; return the config that ran."""
+def launch(x: Any, y: Any, c: Any, precision: str, activation: str | None = None,
+           mode: str = "quick") -> triton.Config:
+    """Compute ``c = activation(x @ y)`` with the pointer kernel, tuned in ``mode`` (see
+    :mod:`~gemmzoo_triton.core.autotune`); return the config that ran."""
     M, K = x.shape
     N = y.shape[1]
 
@@ -142,7 +142,7 @@ def launch(x: Any, y: Any, c: Any, precision: str, activation: str | None = None
         c.stride(0), c.stride(1),
     )
     options = {"PRECISION": precision, "ACTIVATION": activation or ""}
-    return launch_tuned(grouped_matmul_kernel, grid, args, options, (M, N, K, precision, str(x.dtype)))
+    return launch_tuned(grouped_matmul_kernel, grid, args, options, pointer_key(x, y, precision)[1:], mode)
 
 
 def pointer_key(x: Any, y: Any, precision: str) -> tuple[Any, ...]:
@@ -150,9 +150,10 @@ def pointer_key(x: Any, y: Any, precision: str) -> tuple[Any, ...]:
     return ("grouped_matmul_kernel", x.shape[0], y.shape[1], x.shape[1], precision, str(x.dtype))
 
 
-def picked(x: Any, y: Any, precision: str) -> triton.Config | None:
-    """The config :func:`launch` has picked for a problem like ``x @ y``, or None before its first call."""
-    return PICKED.get(pointer_key(x, y, precision))
+def picked(x: Any, y: Any, precision: str, mode: str = "quick") -> triton.Config | None:
+    """The config :func:`launch` in ``mode`` launches for a problem like ``x @ y``, or None before
+    it is tuned (:func:`~gemmzoo_triton.core.autotune.picked`)."""
+    return autotune.picked(grouped_matmul_kernel, pointer_key(x, y, precision)[1:], mode)
 
 
 def bind(

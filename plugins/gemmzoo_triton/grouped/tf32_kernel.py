@@ -142,15 +142,19 @@ def descriptors(x: Any, y: Any, b_t: bool, config: GluonConfig = CONFIG) -> tupl
 
 def bind(M: int, N: int, K: int, b_t: bool, sms: int, config: GluonConfig = CONFIG) -> Any:
     """``run(x, y, c)`` for every problem of this shape and B layout: grid and constexprs bound
-    once, the descriptors made per call (the operands' addresses change)."""
-    from gemmzoo_triton.core.launch import BoundLaunch
+    once, the descriptors made per call (the operands' addresses change), a
+    :class:`~gemmzoo_triton.core.launch.DescriptorLaunch`."""
+    from gemmzoo_triton.core.launch import BoundLaunch, DescriptorLaunch
 
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
     launch = BoundLaunch(grouped_tf32_kernel, (max(1, min(sms, tiles)),),
                          {"STAGES": config.stages, "GROUP_M": config.group_m, "B_T": b_t,
                           "num_warps": config.num_warps}, pointers=(2,))
 
-    def run(x: Any, y: Any, c: Any) -> None:
-        launch(*descriptors(x, y, b_t, config), c, c.stride(0), M, N, K)
+    def launch_on(a_desc: Any, b_desc: Any, c: Any) -> None:
+        launch(a_desc, b_desc, c, c.stride(0), M, N, K)
 
-    return run
+    a_block = (config.block_m, config.block_k)
+    b_block = (config.block_n, config.block_k) if b_t else (config.block_k, config.block_n)
+    return DescriptorLaunch(lambda x: over(x, a_block), (lambda y: over(y.T, b_block)) if b_t
+                            else (lambda y: over(y, b_block)), launch_on)

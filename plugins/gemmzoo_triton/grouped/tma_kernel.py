@@ -24,11 +24,11 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gemmzoo_triton.core import triton_internals
-from gemmzoo_triton.core.autotune import PICKED, autotune_options, launch_tuned, make_config, prune_configs
+from gemmzoo_triton.core import autotune, triton_internals
+from gemmzoo_triton.core.autotune import autotuned, launch_tuned, make_config
 from gemmzoo_triton.core.env import interpreter_mode
 from gemmzoo_triton.core.hopper import column_major
-from gemmzoo_triton.core.launch import BoundLaunch
+from gemmzoo_triton.core.launch import BoundLaunch, DescriptorLaunch
 from gemmzoo_triton.core.tile_order import tile_position
 from gemmzoo_triton.grouped.pointer_kernel import leaky_relu, relu
 
@@ -80,12 +80,7 @@ _CONFIGS = INTERPRETER_CONFIGS if interpreter_mode() else HOPPER_CONFIGS
 _KEY = ["M", "N", "K", "PRECISION", "A_T", "B_T", "DTYPE", "C_PTR"]
 
 #: The TMA kernel's autotuning.
-_autotuned = triton.autotune(
-    configs=_CONFIGS,
-    key=_KEY,
-    prune_configs_by={"early_config_prune": prune_configs},
-    **autotune_options(),
-)
+_autotuned = autotuned(configs=_CONFIGS, key=_KEY)
 
 
 @triton.jit
@@ -195,8 +190,10 @@ def _problem(
     return tma_matmul_kernel, options, key, lambda meta: (tiles(meta),)
 
 
-def launch(x: Any, y: Any, c: Any, precision: str, activation: str | None = None) -> triton.Config:
-    """Compute ``c = activation(x @ y)`` with a TMA kernel; return the config that ran.
+def launch(x: Any, y: Any, c: Any, precision: str, activation: str | None = None,
+           mode: str = "quick") -> triton.Config:
+    """Compute ``c = activation(x @ y)`` with a TMA kernel tuned in ``mode`` (see
+    :mod:`~gemmzoo_triton.core.autotune`); return the config that ran.
 
     The operands must pass :func:`gemmzoo_triton.grouped.plan.tma_eligible`'s rules for A and B (its
     device rule aside: under the interpreter this runs on CPU tensors); C must be contiguous in
@@ -207,15 +204,16 @@ def launch(x: Any, y: Any, c: Any, precision: str, activation: str | None = None
     c_arg = c if options["C_PTR"] else _descriptor(c, False)
     M, K = x.shape
     args = (_descriptor(x, a_t), _descriptor(y, b_t), c_arg, M, y.shape[1], K, c.stride(0))
-    return launch_tuned(kernel, grid, args, options, key)
+    return launch_tuned(kernel, grid, args, options, key, mode)
 
 
 def picked(
-    x: Any, y: Any, c: Any, precision: str, activation: str | None = None
+    x: Any, y: Any, c: Any, precision: str, activation: str | None = None, mode: str = "quick"
 ) -> triton.Config | None:
-    """The config :func:`launch` has picked for a problem like this one, or None before its first call."""
+    """The config :func:`launch` in ``mode`` launches for a problem like this one, or None before
+    it is tuned (:func:`~gemmzoo_triton.core.autotune.picked`)."""
     kernel, _, key, _ = _problem(x, y, c, precision, activation)
-    return PICKED.get((triton_internals.kernel_name(kernel), *key))
+    return autotune.picked(kernel, key, mode)
 
 
 def bind(
@@ -225,7 +223,8 @@ def bind(
 
     The returned ``run(x, y, c)`` makes the descriptors (their base addresses change from call
     to call) and launches the compiled kernel; operands must have the layouts and C the row
-    alignment of the ones given here.
+    alignment of the ones given here. It is a :class:`~gemmzoo_triton.core.launch.DescriptorLaunch`,
+    so that a plan can make A's and B's descriptors once for buffers it keeps.
     """
     kernel, options, _, grid = _problem(x, y, c, precision, activation)
     blocks = config.all_kwargs()
@@ -238,11 +237,16 @@ def bind(
     x_shape, y_shape = ([K, M] if a_t else [M, K]), ([N, K] if b_t else [K, N])
     x_block, y_block = ([bk, bm] if a_t else [bm, bk]), ([bn, bk] if b_t else [bk, bn])
 
-    def run(x: Any, y: Any, c: Any) -> None:
-        xv, yv = (x.T if a_t else x), (y.T if b_t else y)
-        a_desc = TensorDescriptor(xv, x_shape, [xv.stride(0), 1], x_block)
-        b_desc = TensorDescriptor(yv, y_shape, [yv.stride(0), 1], y_block)
+    def a_desc(x: Any) -> TensorDescriptor:
+        xv = x.T if a_t else x
+        return TensorDescriptor(xv, x_shape, [xv.stride(0), 1], x_block)
+
+    def b_desc(y: Any) -> TensorDescriptor:
+        yv = y.T if b_t else y
+        return TensorDescriptor(yv, y_shape, [yv.stride(0), 1], y_block)
+
+    def launch(a_desc: Any, b_desc: Any, c: Any) -> None:
         c_arg = c if c_ptr else TensorDescriptor(c, [M, N], [c.stride(0), 1], [bm, bn])
         launch_bound(a_desc, b_desc, c_arg, M, N, K, c.stride(0))
 
-    return run
+    return DescriptorLaunch(a_desc, b_desc, launch)

@@ -1,0 +1,80 @@
+"""Scratch buffers a plan keeps from call to call, one per thread and CUDA stream.
+
+A plan that copies its operands before the product (triton-grouped's aligned route) would
+otherwise allocate, view and describe new copies on every call. One thread's calls on one CUDA
+stream run in order on the GPU, so a call's copy never overwrites a buffer that the previous
+call's product is still reading: each (thread, stream) pair can keep one buffer, with whatever a
+plan derives from it once (views, TMA descriptors). Not kept, and made afresh each call:
+buffers of more than :data:`REUSED_BUFFER_BYTES` (their copies take long enough that the
+allocation does not show, and a plan does not hold that much memory), and those of a call made
+while a CUDA graph is being captured (the graph keeps its own, and a kept buffer would be shared
+between the graph's replays and eager calls).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+#: The largest buffer (bytes) a plan keeps from call to call.
+REUSED_BUFFER_BYTES = 64 << 20
+
+#: Buffers kept per plan (threads x streams) before they are all let go.
+MAX_KEPT = 8
+
+
+def _stream_reader(device: Any) -> Callable[[], Any]:
+    """A function giving the current CUDA stream of ``device`` (a handle), or None on a CPU."""
+    if device.type != "cuda":
+        return lambda: None
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return lambda: torch.cuda.current_stream(index).cuda_stream
+
+
+def _capture_reader(device: Any) -> Callable[[], bool]:
+    """A function saying whether a CUDA graph is being captured on the current stream."""
+    if device.type != "cuda":
+        return lambda: False
+    import torch
+
+    return torch.cuda.is_current_stream_capturing
+
+
+class StreamBuffers:
+    """``get()``: what ``make`` derived from a buffer of ``numel`` elements of ``dtype`` on
+    ``device``, one kept per thread and CUDA stream (see the module's docstring)."""
+
+    __slots__ = ("_capturing", "_device", "_dtype", "_kept", "_make", "_numel", "_reuse", "_stream")
+
+    def __init__(self, numel: int, dtype: Any, device: Any, make: Callable[[Any], Any]) -> None:
+        self._numel, self._dtype, self._device, self._make = numel, dtype, device, make
+        self._kept: dict[tuple[int, Any], Any] = {}
+        self._reuse = numel * dtype.itemsize <= REUSED_BUFFER_BYTES
+        self._stream = _stream_reader(device)
+        self._capturing = _capture_reader(device)
+
+    def fresh(self) -> Any:
+        """``make`` on a new buffer, kept nowhere."""
+        import torch
+
+        return self._make(torch.empty(self._numel, dtype=self._dtype, device=self._device))
+
+    def get(self) -> Any:
+        """The kept entry of the calling thread's current stream (made on its first use), or a
+        fresh one where none is kept (see the module's docstring)."""
+        if not self._reuse or self._capturing():
+            return self.fresh()
+        key = threading.get_ident(), self._stream()
+        kept = self._kept.get(key)
+        if kept is None:
+            if len(self._kept) >= MAX_KEPT:
+                self._kept.clear()
+            kept = self._kept[key] = self.fresh()
+        return kept
+
+    def kept(self) -> int:
+        """How many entries are kept now."""
+        return len(self._kept)
