@@ -113,6 +113,11 @@ class Backend:
     #: ``triton-naive``): ``best_backend`` and ``gemmzoo.matmul`` consider it only when it is named
     #: (``backend=``, ``GEMMZOO_BACKENDS``). Benchmarks and the conformance suite run it as usual.
     selectable: bool = True
+    #: True for a backend that compiles and autotunes each new problem when it is first met,
+    #: taking seconds (``torch-compile``): ``best_backend`` neither runs its conformance suite nor
+    #: measures it to answer a shape it has never seen, so first answers stay fast; ``gemmzoo
+    #: check`` and ``gemmzoo tune`` do, and from then on its stored timings rank it as usual.
+    compiles_per_problem: bool = False
     #: How close to the exact product the result is promised to be (``gemmzoo.accuracy``):
     #: ``"componentwise"`` (every classical GEMM) or the weaker ``"normwise"`` (Strassen-like
     #: algorithms). The conformance suite checks the declared class's bound, and ``best_backend``

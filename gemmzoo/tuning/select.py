@@ -202,6 +202,15 @@ def default_device(selected: list[Any]) -> str:
     return "cuda" if cuda else "cpu"
 
 
+def _compiles(backend: Any) -> bool:
+    """Whether ``backend`` compiles each new problem (:attr:`gemmzoo.Backend.compiles_per_problem`);
+    a plugin whose attribute cannot be read counts as one that does not."""
+    try:
+        return getattr(backend, "compiles_per_problem", False) is True
+    except Exception:
+        return False
+
+
 def _candidates(dtype: str, device: str | None,
                 accuracy: str = COMPONENTWISE) -> tuple[list[Any], str, dict[str, str]]:
     named = set(env_list("GEMMZOO_BACKENDS"))
@@ -339,7 +348,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         store = state.store() if store is None else store
         conforming, unchecked = [], []
         for backend in candidates:
-            verdict = conformance_verdict(store, backend, dtype, run=measuring)
+            verdict = conformance_verdict(store, backend, dtype, run=measuring and not _compiles(backend))
             if verdict is False:
                 excluded[backend.name] = _failed(backend.name, dtype)
             elif verdict is None:
@@ -353,6 +362,9 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         for backend in unchecked:
             excluded[backend.name] = (f"conformance for {dtype} not yet run on this machine: its stored "
                                       f"rows rank nothing until it passes (gemmzoo check {backend.name})")
+            if measuring and _compiles(backend):
+                excluded[backend.name] = (f"compiles each new problem: its suite and timings are not run "
+                                          f"for a first answer (gemmzoo tune --shape {m}x{n}x{k} runs them)")
         by_name = {b.name: b for b in conforming}
         registry = get_registry()
         versions = {name: library_versions(name, registry) for name in by_name}
@@ -360,6 +372,10 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         latest = _latest(store.records(fingerprint, dtype, layout, shape), versions)
         source = "database"
         missing = [b for b in conforming if b.name not in latest]
+        for backend in [b for b in missing if _compiles(b)]:  # seconds a problem: `gemmzoo tune` measures it
+            missing.remove(backend)
+            excluded[backend.name] = (f"compiles each new problem: not measured for a first answer "
+                                      f"(gemmzoo tune --shape {m}x{n}x{k} measures it)")
         if measuring and missing:
             point = GridPoint(m, n, k, dtype, layout)
             budget = MISS_BUDGET_S / len(missing)

@@ -60,6 +60,8 @@ class TorchCompileBackend(TorchTensors, Backend):
     """``torch.compile(torch.mm, mode="max-autotune", dynamic=False)`` on CPU tensors, compiled
     once per problem."""
 
+    compiles_per_problem = True
+
     name = "torch-compile"
     device = "cpu"
     dtypes = frozenset({"float16", "bfloat16", "float32", "float64"})
