@@ -187,14 +187,19 @@ def check_measurement(row: Any, now: float | None = None) -> None:
     _fields(row, MEASUREMENT_FIELDS, MEASUREMENT_OPTIONAL)
     flat_object(row, "device")
     flat_object(row, "versions")
+    _problem_and_times(row)
+    text(row, "detail", MAX_DETAIL, lines=True)
+    created(row, time.time() if now is None else now)
+
+
+def _problem_and_times(row: Any) -> None:
+    """The backend, the problem (sizes, dtype, layout) and the times of a measurement row."""
     _backend(row)
     for size in ("m", "n", "k"):
         integer(row, size, 1, MAX_SIZE)
     text(row, "dtype", MAX_NAME, DTYPES)
     text(row, "layout", 2, LAYOUTS)
     _times(row)
-    text(row, "detail", MAX_DETAIL, lines=True)
-    created(row, time.time() if now is None else now)
 
 
 def check_verdict(row: Any, now: float | None = None) -> None:
@@ -218,12 +223,7 @@ def stored_measurement_problem(row: dict[str, Any]) -> str | None:
     try:
         for field in ("device", "versions"):
             text(row, field, 64 * MAX_KEYS * 4)
-        _backend(row)
-        for size in ("m", "n", "k"):
-            integer(row, size, 1, MAX_SIZE)
-        text(row, "dtype", MAX_NAME, DTYPES)
-        text(row, "layout", 2, LAYOUTS)
-        _times(row)
+        _problem_and_times(row)
         if not isinstance(row.get("detail"), str):
             raise RowError("detail", f"must be a string, got {shown(row.get('detail'))}")
     except RowError as error:

@@ -26,6 +26,19 @@ def torch_missing_reason() -> str | None:
     return None
 
 
+def cuda_missing_reason() -> str | None:
+    """Why torch cannot compute on a CUDA GPU here (not installed, or no device visible), or ``None``."""
+    missing = torch_missing_reason()
+    if missing:
+        return missing
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        return f"no CUDA device visible to torch {torch.__version__} ({build})"
+    return None
+
+
 class TorchCpuBackend(TorchTensors, Backend):
     """``torch.mm`` on CPU tensors."""
 
@@ -86,15 +99,7 @@ class TorchBackend(TorchCpuBackend):
         return base if fp8.fp8_device_ready() is False else base | {"float8_e4m3fn"}
 
     def unavailable_reason(self) -> str | None:
-        missing = torch_missing_reason()
-        if missing:
-            return missing
-        import torch
-
-        if not torch.cuda.is_available():
-            build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
-            return f"no CUDA device visible to torch {torch.__version__} ({build})"
-        return None
+        return cuda_missing_reason()
 
     def __init__(self) -> None:
         self._runs: dict[Any, Callable[[Any, Any], Any]] = {}

@@ -31,7 +31,7 @@ from typing import Any
 from gemmzoo import Backend, TF32Array
 from gemmzoo.backend import dtype_name
 from gemmzoo.torch_tensors import TorchTensors
-from gemmzoo_torch.backend import torch_missing_reason
+from gemmzoo_torch.backend import cuda_missing_reason, torch_missing_reason
 
 
 def _product(a: Any, b: Any) -> Any:
@@ -121,16 +121,11 @@ class TorchCompileCudaBackend(TorchCompileBackend):
     mode = "max-autotune-no-cudagraphs"
 
     def unavailable_reason(self) -> str | None:
-        missing = torch_missing_reason()
+        missing = cuda_missing_reason()
         if missing:
             return missing
         import importlib.util
 
-        import torch
-
-        if not torch.cuda.is_available():
-            build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
-            return f"no CUDA device visible to torch {torch.__version__} ({build})"
         if importlib.util.find_spec("triton") is None:
             return "TorchInductor needs triton on CUDA (pip install triton)"
         return None
