@@ -480,3 +480,24 @@ def test_an_nvbench_child_without_cuda_bench_names_the_extra():
         pytest.skip("cuda-bench is installed here")
     with pytest.raises(GemmError, match=r"gemmzoo\[nvbench\]"):
         timing_in_child("numpy", GridPoint(8, 8, 8, "float32"), 0.01, 0.02, 0)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs a process affinity of two cores or more")
+def test_a_benchmark_process_is_confined_to_the_policy_cores_before_jax_starts():
+    """XLA sizes its pool from the cores the process may use, once: confining the process to the
+    policy's count before JAX is imported is the only limit that reaches it; after, nothing."""
+    import subprocess
+
+    script = ("import os, sys\n"
+              "from gemmzoo.measure.threads import confine_to_policy, usable_cores\n"
+              "before = usable_cores()\n"
+              "print(confine_to_policy(1), len(os.sched_getaffinity(0)), usable_cores() == before,\n"
+              "      confine_to_policy(1))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["1", "1", "True", "1"]
+    late = ("import sys, types\nsys.modules['jax'] = types.ModuleType('jax')\n"
+            "from gemmzoo.measure.threads import confine_to_policy, pools_now\n"
+            "print(confine_to_policy(1), dict(pools_now()).get('xla', 0) >= 1)\n")
+    done = subprocess.run([sys.executable, "-c", late], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["None", "True"]

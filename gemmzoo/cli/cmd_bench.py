@@ -165,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
         errors.print("--max-noise must be 0 or more (percent)", style="red", markup=False)
         return 2
     noise_target = args.max_noise / 100
+    if not args.devices:  # XLA's pool, out of threadpoolctl's reach, takes the policy's cores
+        from gemmzoo.measure.threads import confine_to_policy
+
+        confine_to_policy(args.threads)
     registry = get_registry()
     try:
         points = points_from_arguments(args)

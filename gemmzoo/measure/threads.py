@@ -14,7 +14,11 @@ disagree. The policy:
   machine with at least :data:`MANY_CORES` of them, else one (where a multi-threaded pool is the
   first thing to lose its threads to the rest of the machine);
 - the limit and the pools as they were *inside* the timed region (:class:`ThreadReport`) are
-  recorded with every measurement.
+  recorded with every measurement;
+- XLA's CPU pool (JAX) is out of threadpoolctl's reach: it takes one thread per core the process
+  may run on, counted once when JAX starts. A benchmarking process whose policy allows fewer
+  threads than it has cores therefore confines itself to that many cores before JAX is imported
+  (:func:`confine_to_policy`), so that every pool, XLA's too, runs on that many.
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ MANY_CORES = 4
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS tells, else all)."""
+    """The cores this process may run on (its CPU affinity where the OS tells, else all), as they
+    were before :func:`confine_to_policy` narrowed them."""
+    if _confined:
+        return _confined[0][1]
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -77,9 +84,33 @@ def _threadpoolctl() -> Any:
     return threadpoolctl
 
 
+_confined: list[tuple[int, int]] = []  # (cores left, cores before) once confine_to_policy narrowed them
+
+
+def confine_to_policy(threads: int | None = None) -> int | None:
+    """Run this process on the policy's number of cores from now on (CPU affinity), so that pools
+    threadpoolctl cannot limit (XLA's) start with that many threads; only before JAX is imported
+    and where the OS lets a process set its affinity. The core count, else ``None``."""
+    count, _ = resolve_threads(threads)
+    if _confined:
+        return _confined[0][0]
+    before = usable_cores()
+    if "jax" in sys.modules or not hasattr(os, "sched_setaffinity") or count >= before:
+        return None
+    try:
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:count])
+    except OSError:
+        return None
+    _confined.append((count, before))
+    return count
+
+
 def pools_now() -> tuple[tuple[str, int], ...]:
-    """Each BLAS/OpenMP pool's thread count now (the largest per kind), and torch's."""
+    """Each BLAS/OpenMP pool's thread count now (the largest per kind), torch's, and XLA's where
+    JAX is imported (its pool as :func:`confine_to_policy` left it, else one thread per core)."""
     found: dict[str, int] = {}
+    if "jax" in sys.modules:
+        found["xla"] = _confined[0][0] if _confined else usable_cores()
     library = _threadpoolctl()
     if library is not None:
         for info in library.threadpool_info():
