@@ -501,3 +501,25 @@ def test_a_benchmark_process_is_confined_to_the_policy_cores_before_jax_starts()
             "print(confine_to_policy(1), dict(pools_now()).get('xla', 0) >= 1)\n")
     done = subprocess.run([sys.executable, "-c", late], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["None", "True"]
+
+
+def test_cpu_samples_come_from_several_allocations_in_turn():
+    """A CPU time depends on where the operands sit; a run samples several allocations of the
+    same values in turn, so that variation lands in its own noise, not between runs."""
+    from gemmzoo.measure.timers import CPU_ALLOCATIONS, run_timing
+    from gemmzoo_numpy.backend import NumpyBackend
+
+    seen: dict[int, int] = {}
+
+    class Counting(NumpyBackend):
+        name = "counting-numpy"
+
+        def matmul(self, a, b):
+            seen[b.ctypes.data] = seen.get(b.ctypes.data, 0) + 1
+            return super().matmul(a, b)
+
+    backend = Counting()
+    problem = make_problem(backend, GridPoint(24, 16, 8, "float32", "NT"))
+    timed = run_timing(problem, budget_s=0.05, noise_target=0.0)
+    assert len(seen) == CPU_ALLOCATIONS and min(seen.values()) >= 2
+    assert f"{CPU_ALLOCATIONS} allocations in turn" in timed.device.method

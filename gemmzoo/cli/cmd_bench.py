@@ -165,10 +165,17 @@ def run(args: argparse.Namespace) -> int:
         errors.print("--max-noise must be 0 or more (percent)", style="red", markup=False)
         return 2
     noise_target = args.max_noise / 100
-    if not args.devices:  # XLA's pool, out of threadpoolctl's reach, takes the policy's cores
-        from gemmzoo.measure.threads import confine_to_policy
+    if args.devices:
+        return _run(args, say, noise_target)
+    from gemmzoo.measure.threads import confined_to_policy
 
-        confine_to_policy(args.threads)
+    # XLA's pool, out of threadpoolctl's reach, takes the policy's cores (docs/benchmarks.md)
+    with confined_to_policy(args.threads):
+        return _run(args, say, noise_target)
+
+
+def _run(args: argparse.Namespace, say: Any, noise_target: float) -> int:
+    """The run itself, after the options were checked: points, backends, timing, output."""
     registry = get_registry()
     try:
         points = points_from_arguments(args)

@@ -50,6 +50,27 @@ def make_problem(backend: Any, point: GridPoint, seed: int = 0) -> Problem:
     return Problem(backend, point, a, b, backend.to_numpy(a), backend.to_numpy(b))
 
 
+#: Host bytes of A and B (float64) up to which :func:`operand_copies` makes copies.
+COPIES_UP_TO_BYTES = 64 << 20
+
+
+def operand_copies(problem: Problem, count: int) -> list[tuple[Any, Any]]:
+    """``count`` more native (A, B) pairs holding the problem's values, each in new allocations,
+    in the problem's layout; none for operands over :data:`COPIES_UP_TO_BYTES`. A CPU GEMM's time
+    depends on where its operands sit (their address modulo the cache line and page), which one
+    allocation fixes for a whole run and the next run draws anew: timing over several
+    allocations puts that variation inside one run's noise instead of between runs."""
+    point = problem.point
+    if problem.a_host is None or problem.b_host is None:  # nothing to copy from
+        return []
+    if (point.m * point.k + point.k * point.n) * 8 > COPIES_UP_TO_BYTES:
+        return []
+    backend = problem.backend
+    return [(_operand(backend, problem.a_host, point.dtype, point.layout[0] == "T"),
+             _operand(backend, problem.b_host, point.dtype, point.layout[1] == "T"))
+            for _ in range(count)]
+
+
 def planned(backend: Any, a: Any, b: Any) -> Callable[[Any, Any], Any]:
     """What ``gemmzoo.matmul`` calls for operands like ``a`` and ``b``: the backend's plan
     (:meth:`gemmzoo.Backend.prepare`), or its ``matmul`` for an object without one."""

@@ -105,6 +105,22 @@ def confine_to_policy(threads: int | None = None) -> int | None:
     return count
 
 
+@contextlib.contextmanager
+def confined_to_policy(threads: int | None = None) -> Iterator[int | None]:
+    """:func:`confine_to_policy` for the length of a ``with`` block: the process's cores are given
+    back afterwards (XLA's pool, once sized, stays as it is)."""
+    try:
+        original = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        original = None
+    try:
+        yield confine_to_policy(threads)
+    finally:
+        if _confined and original is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, original)
+
+
 def pools_now() -> tuple[tuple[str, int], ...]:
     """Each BLAS/OpenMP pool's thread count now (the largest per kind), torch's, and XLA's where
     JAX is imported (its pool as :func:`confine_to_policy` left it, else one thread per core)."""

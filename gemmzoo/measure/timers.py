@@ -16,6 +16,7 @@ clock is read between batches (:mod:`gemmzoo.measure.clocks`).
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from gemmzoo.measure.adaptors import cuda_bench, current_cuda_device, do_bench_t
 from gemmzoo.measure.clocks import ClockReport, ClockWatch, nvml_watch
 from gemmzoo.measure.engine import MAX_QUEUED_CALLS, Engine, gc_paused
 from gemmzoo.measure.nvbench_child import timing_in_child
-from gemmzoo.measure.problems import Problem, planned
+from gemmzoo.measure.problems import Problem, operand_copies, planned
 from gemmzoo.measure.stats import NOISE_TARGET, StoppingRule, Timing
 from gemmzoo.measure.threads import ThreadLimit, ThreadReport
 
@@ -54,6 +55,11 @@ class TimedCalls:
     host: Timing
     threads: ThreadReport
     clocks: ClockReport | None = None
+
+
+#: Operand allocations a CPU timing takes its samples from in turn (see
+#: :func:`gemmzoo.measure.problems.operand_copies`).
+CPU_ALLOCATIONS = 4
 
 
 def cpu_samples(call: Callable[[], Any], synchronize: Callable[[], None], rule: StoppingRule) -> list[float]:
@@ -169,7 +175,16 @@ def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
             call()
         backend.synchronize()
         if backend.device != "cuda":
-            device = rule.timing(cpu_samples(call, backend.synchronize, rule), "wall clock")
+            pairs = [(a, b), *operand_copies(problem, CPU_ALLOCATIONS - 1)]
+            for pair in pairs[1:]:
+                run(*pair)
+            turns = itertools.cycle(pairs)
+
+            def rotating() -> Any:
+                return run(*next(turns))
+
+            method = "wall clock" + (f", {len(pairs)} allocations in turn" if len(pairs) > 1 else "")
+            device = rule.timing(cpu_samples(rotating, backend.synchronize, rule), method)
             return TimedCalls(device, device, limit.report())
         watch = clock_watch if clock_watch is not None else nvml_watch()
         if timer == "graph":
