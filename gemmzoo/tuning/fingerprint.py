@@ -19,7 +19,7 @@ from gemmzoo.device import cpu_model, cuda_properties, nvidia_driver
 # Frameworks whose upgrade can change any backend's speed or results. Every installed one is part
 # of every backend's versions: a third-party backend may use any of them, and discarding a valid
 # row is cheap while trusting a stale one is wrong.
-FRAMEWORKS = ("numpy", "torch", "triton")
+FRAMEWORKS = ("numpy", "torch", "triton", "jax", "jaxlib")
 _CUPY_DISTRIBUTIONS = ("cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy-rocm-5-0")
 
 
@@ -37,7 +37,7 @@ def _version(distribution: str) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def framework_versions() -> dict[str, str]:
-    """Installed versions of numpy, torch, triton and cupy (found without importing them)."""
+    """Installed versions of numpy, torch, triton, jax and cupy (found without importing them)."""
     found = {name: v for name in FRAMEWORKS if (v := _version(name)) is not None}
     for dist in _CUPY_DISTRIBUTIONS:
         if (v := _version(dist)) is not None:
