@@ -238,10 +238,15 @@ def test_the_thread_limit_holds_inside_the_timed_region_and_is_recorded():
     torch_before = torch.get_num_threads() if torch else None
     spy = PoolSpy()
     result = measure(spy, POINT, budget_s=0.02, threads=1)
+    # XLA's pool (where JAX is loaded) is out of threadpoolctl's reach: it is reported as it is
+    # (see test_a_benchmark_process_is_confined_to_the_policy_cores_before_jax_starts)
+    def limitable(pools):
+        return {kind: count for kind, count in dict(pools).items() if kind != "xla"}
+
     timed = spy.seen[2:]  # the first call loads libraries; the judge's call is outside the limit
-    assert timed and all(set(seen.values()) == {1} for seen in timed)
+    assert timed and all(set(limitable(seen).values()) == {1} for seen in timed)
     assert result.threads is not None and result.threads.threads == 1
-    assert dict(result.threads.pools) and set(dict(result.threads.pools).values()) == {1}
+    assert limitable(result.threads.pools) and set(limitable(result.threads.pools).values()) == {1}
     assert result.threads.policy == "--threads 1"
     after = {info["internal_api"]: info["num_threads"] for info in threadpoolctl.threadpool_info()}
     assert after == before and (torch.get_num_threads() if torch else None) == torch_before
