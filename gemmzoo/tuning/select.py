@@ -270,8 +270,8 @@ def _box(shape: tuple[int, int, int], radius: float | None) -> Any:
 
 
 #: Flops per byte at which a GEMM's compute and memory traffic take equal time (the roofline's
-#: ridge point), by device, for :func:`work_ratio`: the datasheet ratio of an H100's fp16 peak to
-#: its memory bandwidth on CUDA, a typical server CPU's on the host. Only the ratio of two
+#: ridge point), by device, for :func:`work_ratio`: of the order of a current data-centre GPU's
+#: datasheet fp16 peak over its memory bandwidth on CUDA, a server CPU's on the host. Only the ratio of two
 #: problems' costs is used, so a rough ridge moves the answer only near the crossover.
 RIDGE_FLOPS_PER_BYTE = {"cuda": 300.0, "cpu": 30.0}
 

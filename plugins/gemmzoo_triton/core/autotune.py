@@ -90,7 +90,7 @@ def autotune_options() -> dict[str, Any]:
     return {}
 
 
-#: SMs assumed where the operands are not on a CUDA device (the interpreter): the H100's.
+#: SMs assumed where the operands are not on a CUDA device (the interpreter): a large Hopper part's.
 DEFAULT_SMS = 132
 
 #: Rows x columns of a tile at and above which its operand reuse stops limiting it: the tile's
