@@ -156,6 +156,15 @@ def _ok(backend: Any, point: GridPoint, result: Measurement) -> BenchResult:
                        accuracy=str(accuracy_of(backend)))
 
 
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_bench`, with the results measured so far (each merged over the
+    rounds it had), in the order the run would have returned them."""
+
+    def __init__(self, results: list[BenchResult]) -> None:
+        super().__init__()
+        self.results = results
+
+
 def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float = 0.2,
               on_result: Callable[[BenchResult], None] | None = None, timer: str = "events",
               rounds: int = 1, threads: int | None = None, noise_target: float = NOISE_TARGET,
@@ -163,9 +172,23 @@ def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: fl
     """Every backend on every point, point by point, in ``rounds`` interleaved rounds of
     ``budget_s / rounds`` each; ``on_result`` hears each result as its last round finishes.
     A backend is checked in the first round only; one that fails there is not timed again.
-    Each backend's check and timing at a point has ``timeout`` seconds (see :func:`bench_one`)."""
+    Each backend's check and timing at a point has ``timeout`` seconds (see :func:`bench_one`).
+    Ctrl-C raises :class:`BenchInterrupted` with the results so far."""
     rounds = max(1, rounds)
     final: dict[tuple[str, GridPoint], BenchResult] = {}
+    try:
+        _rounds(backends, points, budget_s, on_result, timer, rounds, threads, noise_target, timeout, final)
+    except KeyboardInterrupt as stop:
+        raise BenchInterrupted([final[(backend.name, point)] for point in points for backend in backends
+                                if (backend.name, point) in final]) from stop
+    return [final[(backend.name, point)] for point in points for backend in backends]
+
+
+def _rounds(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float,
+            on_result: Callable[[BenchResult], None] | None, timer: str, rounds: int, threads: int | None,
+            noise_target: float, timeout: float | str | None,
+            final: dict[tuple[str, GridPoint], BenchResult]) -> None:
+    """:func:`run_bench`'s rounds, each result (merged over its rounds so far) kept in ``final``."""
     for number in range(rounds):
         last = number == rounds - 1
         for point in points:
@@ -187,7 +210,6 @@ def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: fl
                 final[key] = result
                 if last and on_result is not None:
                     on_result(result)
-    return [final[(backend.name, point)] for point in points for backend in backends]
 
 
 def environment(backends: Sequence[Any]) -> dict[str, Any]:

@@ -29,6 +29,11 @@ from gemmzoo.grids import GridError, GridPoint, default_grid_name, grids
 from gemmzoo.measure import TIMERS
 from gemmzoo.registry import get_registry, unavailable_reason
 
+#: Interleaved rounds by default: drift of the machine during a run (seen between identical runs
+#: on a shared 2-core machine, docs/results/2026-11-25-cpu-repeatability.md) lands in each
+#: result's noise, where compare can see it, instead of between runs.
+DEFAULT_ROUNDS = 3
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_point_arguments(parser, "bench")
@@ -48,9 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sample until the median is known to within this percent (95%% confidence) or "
                              "the budget is spent; rows that miss it are marked noisy (default 2; 0: always "
                              "spend the whole budget)")
-    parser.add_argument("--rounds", type=COUNT, default=1, metavar="N",
+    parser.add_argument("--rounds", type=COUNT, default=DEFAULT_ROUNDS, metavar="N",
                         help="measure in N interleaved rounds (each backend, point by point, N times; the "
-                             "budget split between them) and merge them, so drift hits every backend alike")
+                             "budget split between them) and merge them, so drift hits every backend alike "
+                             f"and shows in each result's noise (default {DEFAULT_ROUNDS})")
     add_format_arguments(parser)
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
     parser.add_argument("--csv", metavar="FILE", help="write every result as CSV")
@@ -235,8 +241,11 @@ def _run(args: argparse.Namespace, say: Any, noise_target: float) -> int:
             else:
                 results = run_bench(backends, points, args.budget, on_result=advance_here, timer=args.timer,
                                     rounds=args.rounds, threads=args.threads, noise_target=noise_target)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         interrupted = True
+        so_far = getattr(stop, "results", None)  # run_bench's: every round measured so far, merged
+        if so_far and len(so_far) > len(results):
+            results = so_far
         errors.print(f"interrupted: {len(results)} of {len(points) * len(backends)} results measured; "
                      "writing those", style="yellow", markup=False)
 
