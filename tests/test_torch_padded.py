@@ -240,7 +240,7 @@ def test_a_plan_reuses_its_copy_buffer_per_thread_and_stays_right():
 
 def test_large_copy_buffers_are_not_kept(monkeypatch):
     pytest.importorskip("triton")
-    from gemmzoo_torch import buffers as padded_module
+    from gemmzoo_triton.core import stream_buffers as padded_module
 
     monkeypatch.setattr(padded_module, "REUSED_BUFFER_BYTES", 0)
     x, y = operand(13, 21, "N", torch.float32, 1), operand(21, 11, "N", torch.float32, 2)

@@ -107,30 +107,6 @@ def choose_baseline(backends: list[Any], points: list[GridPoint], requested: str
     return (serving[0] if serving else (ordered[0] if ordered else None)), None
 
 
-def _failed(results: list[BenchResult]) -> bool:
-    return any(r.status not in (OK, UNSUPPORTED) for r in results)
-
-
-def _write_files(args: argparse.Namespace, results: list[BenchResult], environment: dict[str, Any],
-                 command: str, baseline: str | None, meta: dict[str, Any],
-                 extras: list[dict[str, Any]]) -> None:
-    from gemmzoo.report import write_csv, write_json
-
-    say = messages(args.format)
-    if args.json:
-        write_json(results, args.json, environment, command, baseline, meta=meta,
-                   extras=extras if len(extras) == len(results) else None)
-        say.print(f"wrote {args.json}", markup=False)
-    if args.csv:
-        write_csv(results, args.csv)
-        say.print(f"wrote {args.csv}", markup=False)
-    if args.plot and results:
-        from gemmzoo.report import write_plot
-
-        write_plot(results, args.plot)
-        say.print(f"wrote {args.plot}", markup=False)
-
-
 def _show(args: argparse.Namespace, results: list[BenchResult], baseline: str | None,
           environment: dict[str, Any], command: str, meta: dict[str, Any]) -> None:
     from gemmzoo.report import bench_listing, json_document, summary_lines, write_csv
@@ -258,7 +234,7 @@ def _run(args: argparse.Namespace, say: Any, noise_target: float) -> int:
     environment = bench_environment(backends)
     if results:
         _show(args, results, baseline, environment, command, run_meta)
-    _write_files(args, results, environment, command, baseline, run_meta, extras)
-    if interrupted:
-        return 130
-    return 1 if _failed(results) else 0
+    from gemmzoo.cli.merge import write_outputs
+
+    code = write_outputs(args, results, environment, command, baseline, run_meta, extras)
+    return 130 if interrupted else code

@@ -39,22 +39,23 @@ def run_merge(args: argparse.Namespace) -> int:
 def write_outputs(args: argparse.Namespace, results: list[Any], environment: dict[str, Any] | None,
                   command: str, baseline: str | None = None, meta: dict[str, Any] | None = None,
                   extras: list[dict[str, Any]] | None = None) -> int:
-    """Write the JSON, CSV and plot that ``args`` asks for; the exit status (1 if any result is
-    WRONG, ERROR or TIMEOUT)."""
+    """Write the JSON (the result format, :func:`gemmzoo.report.json_document`), CSV and plot that
+    ``args`` asks for, for ``bench`` and ``bench --merge``; the exit status (1 if any result is
+    WRONG, ERROR or TIMEOUT). ``extras`` that do not match the results one to one are left out."""
+    from gemmzoo.cli.console import messages
     from gemmzoo.report import write_csv, write_json
-    from gemmzoo.result_schema import FORMAT, VERSION, finite
 
+    say = messages(getattr(args, "format", "table"))
     if args.json:
-        versioned = finite({"format": FORMAT, "version": VERSION, **(meta or {})})
-        write_json(results, args.json, finite(environment), command, baseline, meta=versioned,
-                   extras=None if extras is None else finite(extras))
-        console.print(f"wrote {args.json}")
+        write_json(results, args.json, environment, command, baseline, meta=meta,
+                   extras=extras if extras is not None and len(extras) == len(results) else None)
+        say.print(f"wrote {args.json}", markup=False)
     if args.csv:
         write_csv(results, args.csv)
-        console.print(f"wrote {args.csv}")
-    if args.plot:
+        say.print(f"wrote {args.csv}", markup=False)
+    if args.plot and results:
         from gemmzoo.report import write_plot
 
         write_plot(results, args.plot)
-        console.print(f"wrote {args.plot}")
+        say.print(f"wrote {args.plot}", markup=False)
     return 1 if any(r.status not in (OK, UNSUPPORTED) for r in results) else 0

@@ -360,11 +360,12 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 f"no backend computing {dtype} on {device} passed conformance on this machine "
                 f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
         for backend in unchecked:
-            excluded[backend.name] = (f"conformance for {dtype} not yet run on this machine: its stored "
-                                      f"rows rank nothing until it passes (gemmzoo check {backend.name})")
             if measuring and _compiles(backend):
                 excluded[backend.name] = (f"compiles each new problem: its suite and timings are not run "
                                           f"for a first answer (gemmzoo tune --shape {m}x{n}x{k} runs them)")
+            else:
+                excluded[backend.name] = (f"conformance for {dtype} not yet run on this machine: its stored "
+                                          f"rows rank nothing until it passes (gemmzoo check {backend.name})")
         by_name = {b.name: b for b in conforming}
         registry = get_registry()
         versions = {name: library_versions(name, registry) for name in by_name}

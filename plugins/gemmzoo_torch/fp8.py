@@ -24,8 +24,8 @@ cost of the B copy. Problems with an empty dimension or K = 0 launch nothing.
 :func:`scaled_plan` is the plan of one problem (what ``gemmzoo.matmul`` and the benchmarks call):
 which operand may need a copy, into what, the unit scales and whether C is cut are decided once;
 per call only the operands' addresses are checked (an unaligned one is copied). Its copy buffers
-are kept from call to call (:mod:`gemmzoo_torch.buffers`) with their padding zeroed once, so a copy
-is one launch and no allocation.
+are kept from call to call (:mod:`gemmzoo_triton.core.stream_buffers`) with their padding zeroed
+once, so a copy is one launch and no allocation.
 
 Nothing here imports torch at module import.
 """
@@ -159,12 +159,12 @@ class _Fp8Copy:
     def __init__(self, like: Any, rows: int, cols: int, transpose: bool) -> None:
         import torch
 
-        from gemmzoo_torch.buffers import KeptBuffers
+        from gemmzoo_triton.core.stream_buffers import StreamBuffers
 
         self._rows, self._cols = (like.shape[1], like.shape[0]) if transpose else tuple(like.shape)
         self._shape = (rows, cols)
         self._transpose = transpose
-        self._buffers = KeptBuffers(rows * cols, torch.float8_e4m3fn, like.device, self._views)
+        self._buffers = StreamBuffers(rows * cols, torch.float8_e4m3fn, like.device, self._views)
 
     def _views(self, flat: Any) -> tuple[Any, Any]:
         """The region the values go to, and the operand ``_scaled_mm`` gets; the padding zeroed."""

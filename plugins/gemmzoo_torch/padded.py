@@ -16,7 +16,7 @@ padding the plan is the ``torch`` backend's own launcher: this backend then is c
 The copies are a Triton kernel (:mod:`gemmzoo_triton.core.copy_kernel`) where Triton is installed,
 ``torch.nn.functional.pad`` otherwise.
 
-A plan keeps the buffers its Triton copies write (:mod:`gemmzoo_torch.buffers`), so a call
+A plan keeps the buffers its Triton copies write (:mod:`gemmzoo_triton.core.stream_buffers`), so a call
 allocates nothing but C.
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 
 from gemmzoo.backend import TF32Array, dtype_name
 from gemmzoo_torch.backend import TorchBackend
-from gemmzoo_torch.buffers import KeptBuffers
 from gemmzoo_triton.core.aligned import padded, units
+from gemmzoo_triton.core.stream_buffers import StreamBuffers
 
 #: Bytes a K or N is rounded up to where its operand is copied anyway: cuBLAS ran padded products
 #: faster with K and N in whole 128-byte units than in 16-byte ones on most shapes measured
@@ -64,8 +64,8 @@ def _triton_copies(like: Any) -> bool:
 class PaddedCopy:
     """A copy of a 2-D tensor like ``like`` into a zeroed ``rows`` x ``cols`` tensor (the
     tensor's values top left), stored column-major when ``column_major``. The Triton copy writes a
-    buffer the copy keeps (:class:`~gemmzoo_torch.buffers.KeptBuffers`); the result is a view of it,
-    valid until the next copy on the same thread and stream."""
+    buffer the copy keeps (:class:`~gemmzoo_triton.core.stream_buffers.StreamBuffers`); the result
+    is a view of it, valid until the next copy on the same thread and stream."""
 
     def __init__(self, like: Any, rows: int, cols: int, column_major: bool) -> None:
         self.column_major = column_major
@@ -83,7 +83,7 @@ class PaddedCopy:
 
             self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(*self.shape),),
                                        copy_kernel.constexprs(units(like.element_size())), pointers=(0, 1))
-            self._buffers = KeptBuffers(self.numel, like.dtype, like.device, self._views)
+            self._buffers = StreamBuffers(self.numel, like.dtype, like.device, self._views)
 
     def _views(self, buffer: Any) -> tuple[Any, Any]:
         """What the kernel writes (the buffer in :attr:`shape`) and the padded operand it is."""
@@ -126,7 +126,7 @@ class PaddedPair:
         grid = (blocks_a + copy_kernel.blocks(*copy_b.shape),)
         self._launch = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10))
         self._blocks_a = blocks_a
-        self._buffers = KeptBuffers(self._numel, copy_a.dtype, copy_a.device, self._views)
+        self._buffers = StreamBuffers(self._numel, copy_a.dtype, copy_a.device, self._views)
 
     def _views(self, buffer: Any) -> tuple[Any, Any, Any, Any]:
         """What the kernel writes for A and for B, and the padded operands they are."""
