@@ -73,12 +73,12 @@ def verify_check() -> dict[str, object]:
     from gemmzoo.conformance.bounds import error_bound, reference
     from gemmzoo.conformance.judge import CheckFailedError, judge_result
     from gemmzoo.grids import GridPoint
-    from gemmzoo.measure import prepare
+    from gemmzoo.measure import make_problem
     from gemmzoo.verify import device_reference
 
     backend = gemmzoo.get_backend("torch")
     found: dict[str, object] = {}
-    problem = prepare(backend, GridPoint(2048, 2048, 2048, "float16"), seed=1)
+    problem = make_problem(backend, GridPoint(2048, 2048, 2048, "float16"), seed=1)
     c = backend.matmul(problem.a, problem.b)
     on_device = device_reference(problem.a, problem.b)
     on_host = reference(problem.a_host, problem.b_host)
@@ -96,7 +96,7 @@ def verify_check() -> dict[str, object]:
         found["planted_error_caught"] = False
     except CheckFailedError as error:
         found["planted_error_caught"] = str(error)
-    problem = prepare(backend, GridPoint(4096, 4096, 4096, "float32"), seed=2)
+    problem = make_problem(backend, GridPoint(4096, 4096, 4096, "float32"), seed=2)
     for _ in range(2):  # the second of each is timed: cuBLAS handles and the like are made by then
         torch.cuda.synchronize()
         began = time.perf_counter()

@@ -37,11 +37,11 @@ from gemmzoo.measure import (
     DeviceClock,
     Engine,
     Timing,
-    compare,
     gc_paused,
     host_timing,
+    judge_problem,
+    make_problem,
     planned,
-    prepare,
 )
 
 DEVICE_CLOCK = DeviceClock()
@@ -120,8 +120,8 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
     defaults to :data:`DEVICE_CLOCK`); without it :class:`TimerNotSetError` is raised rather than
     a wall-clock figure reported as device time.
     """
-    problem = prepare(backend, point, seed)
-    checked = compare(problem)
+    problem = make_problem(backend, point, seed)
+    checked = judge_problem(problem)
     a, b = problem.a, problem.b
     run = planned(backend, a, b)  # what gemmzoo.matmul calls for such operands
 

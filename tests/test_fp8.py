@@ -109,9 +109,9 @@ def test_result_dtype_and_grid_points():
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 def test_measure_checks_fp8_points(layout):
     from gemmzoo.grids import GridPoint
-    from gemmzoo.measure import check, prepare
+    from gemmzoo.measure import check, make_problem
 
-    problem = prepare(NumpyBackend(), GridPoint(33, 47, 70, "float8_e4m3fn", layout))
+    problem = make_problem(NumpyBackend(), GridPoint(33, 47, 70, "float8_e4m3fn", layout))
     assert 0 < check(problem) <= 1
 
 

@@ -58,9 +58,9 @@ def _cuda_backends(dtype: str, selectable_only: bool = False) -> list[Any]:
 
 def _timed_call(backend: Any, point: Any) -> Any:
     """The call the engine and pytest-benchmark time: the backend's plan on ``point``'s operands."""
-    from gemmzoo.measure import planned, prepare
+    from gemmzoo.measure import make_problem, planned
 
-    problem = prepare(backend, point)
+    problem = make_problem(backend, point)
     a, b = problem.a, problem.b
     run = planned(backend, a, b)
     return lambda: run(a, b)
@@ -179,11 +179,11 @@ def caller_loop_times(backends: list[Any], point: Any, rounds: int = 7,
     """Each backend's caller time on ``point``, measured as a program gets it: its plan called
     ``calls`` times in a loop, then one synchronisation, divided by ``calls``; ``rounds`` rounds
     taking the backends in turn, the median kept."""
-    from gemmzoo.measure import loop_per_call_s, planned, prepare
+    from gemmzoo.measure import loop_per_call_s, make_problem, planned
 
     loops = []
     for backend in backends:
-        problem = prepare(backend, point)
+        problem = make_problem(backend, point)
         run, a, b = planned(backend, problem.a, problem.b), problem.a, problem.b
         for _ in range(20):
             run(a, b)
@@ -276,18 +276,18 @@ def test_a_graph_of_a_call_on_another_stream_is_refused():
     import gemmzoo
     from gemmzoo.errors import GemmError
     from gemmzoo.grids import GridPoint
-    from gemmzoo.measure import graph_call, planned, prepare, time_calls
+    from gemmzoo.measure import graph_call, make_problem, planned, time_calls
 
     cupy = gemmzoo.get_backend("cupy")
     if cupy.unavailable_reason() is not None:
         pytest.skip(cupy.unavailable_reason())
-    problem = prepare(cupy, GridPoint(256, 128, 64, "float16"))
+    problem = make_problem(cupy, GridPoint(256, 128, 64, "float16"))
     run = planned(cupy, problem.a, problem.b)
     with pytest.raises(GemmError, match=r"empty|not a torch tensor"):
         graph_call(lambda: run(problem.a, problem.b))
     with pytest.raises(GemmError, match=r"empty|not a torch tensor"):
         time_calls(problem, 0.01, timer="graph")
-    torch_problem = prepare(gemmzoo.get_backend("torch"), GridPoint(256, 128, 64, "float16"))
+    torch_problem = make_problem(gemmzoo.get_backend("torch"), GridPoint(256, 128, 64, "float16"))
     assert time_calls(torch_problem, 0.01, timer="graph")[0].median_s > 1e-6
 
 

@@ -22,8 +22,8 @@ from gemmzoo.measure import (
     Problem,
     Timing,
     interleaved_caller_timings,
+    make_problem,
     measure,
-    prepare,
     time_calls,
     time_problem,
 )
@@ -84,7 +84,7 @@ def test_a_call_that_synchronises_is_timed_without_a_hold_instead_of_hanging():
 def test_without_a_hold_kernel_the_method_says_so():
     events = FakeEvents(flush_s=1e-5, holds=False)
     backend = FakeCudaBackend(events, gemm_s=0.0005, launch_s=0.002)
-    device, host = time_calls(prepare(backend, POINT), budget_s=0.02, gpu=events)
+    device, host = time_calls(make_problem(backend, POINT), budget_s=0.02, gpu=events)
     assert "without a stream hold" in device.method
     assert device.median_s > 0.0005  # the launch gaps the hold would have kept out
     assert host.median_s >= 0.002
@@ -117,7 +117,7 @@ def test_a_stream_keeps_the_next_batch_queued_and_the_gpu_busy():
     the next batch is queued behind its hold before the host waits for the one running."""
     events = FakeEvents(flush_s=1e-4)
     backend = FakeCudaBackend(events, gemm_s=0.0004, launch_s=0.001)
-    problem = prepare(backend, POINT)
+    problem = make_problem(backend, POINT)
     batches = Engine(events).stream(lambda: backend.matmul(problem.a, problem.b), 8)
     first, second = next(batches), next(batches)
     batches.close()
@@ -150,7 +150,7 @@ def test_interleaved_caller_timings_take_the_backends_in_turn():
             return matmul(a, b)
 
         backend.matmul = traced
-    problems = [prepare(slow, POINT), prepare(fast, POINT)]
+    problems = [make_problem(slow, POINT), make_problem(fast, POINT)]
     slow_t, fast_t = interleaved_caller_timings(problems, [0.002, 0.001], rounds=4)
     assert slow_t.samples == fast_t.samples == 4 and "4 interleaved rounds" in slow_t.method
     assert 0.002 <= slow_t.median_s < 0.02 and 0.001 <= fast_t.median_s < slow_t.median_s
@@ -215,7 +215,7 @@ def test_time_problem_cpu_path_is_wall_time():
 def test_unknown_timer_is_refused():
     events = FakeEvents()
     with pytest.raises(ValueError, match="do_bench"):
-        time_calls(prepare(FakeCudaBackend(events), POINT), timer="stopwatch", gpu=events)
+        time_calls(make_problem(FakeCudaBackend(events), POINT), timer="stopwatch", gpu=events)
 
 
 def test_rounds_merge_their_samples():

@@ -37,23 +37,17 @@ _HOMES = {
     "timers": ("TIMERS", "WARMUP_S", "TimedCalls", "host_timing", "interleaved_caller_timings",
                "loop_per_call_s", "run_timing", "time_calls", "time_problem"),
 }
-_OLD_NAMES = {
-    "prepare": "make_problem",  # read like Backend.prepare
-    "compare": "judge_problem",  # read like gemmzoo.compare
-}
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 
-__all__ = sorted([*_WHERE, *_OLD_NAMES])
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
-    """``gemmzoo.measure.X`` for the names above, from the module that holds X (and the former
-    names ``prepare`` and ``compare`` of :func:`make_problem` and :func:`judge_problem`)."""
-    target = _OLD_NAMES.get(name, name)
-    module = _WHERE.get(target)
+    """``gemmzoo.measure.X`` for the names above, from the module that holds X."""
+    module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'gemmzoo.measure' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"gemmzoo.measure.{module}"), target)
+    value = getattr(importlib.import_module(f"gemmzoo.measure.{module}"), name)
     globals()[name] = value
     return value
 

@@ -113,10 +113,10 @@ def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, 
              if r.status == "ok" and r.median_s is not None and (r.host_s or 0.0) > r.median_s]
     if len(bound) < 2:
         return records
-    from gemmzoo.measure import interleaved_caller_timings, prepare
+    from gemmzoo.measure import interleaved_caller_timings, make_problem
 
     def caller_timings() -> list[Any]:
-        problems = [prepare(backends[index], point) for index in bound]
+        problems = [make_problem(backends[index], point) for index in bound]
         return interleaved_caller_timings(problems, [float(records[index].host_s) for index in bound])
 
     try:  # several backends in one task: an overrun quarantines none of them
