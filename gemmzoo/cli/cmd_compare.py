@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gemmzoo.cli.console import console, errors
+from gemmzoo.cli.output import duration
 from gemmzoo.compare import (
     AMBIGUOUS,
     BROKEN,
@@ -62,10 +63,6 @@ _STYLE = {SAME: "", FASTER: "green", SLOWER: "bold red", BROKEN: "bold red", AMB
           MISSING: "dim", FIXED: "green"}
 
 
-def _time(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"
-
-
 def _cell(row: Row, number: int) -> tuple[str, str]:
     """The text of a run's cell and its style."""
     cell = row.cells[number]
@@ -75,7 +72,7 @@ def _cell(row: Row, number: int) -> tuple[str, str]:
     if result.measurement is None or result.status != "ok":
         text = result.status.upper()
     else:
-        text = _time(result.measurement.timing.median_s)
+        text = duration(result.measurement.timing.median_s)
         text += f" ±{cell.noise * 50:.2g}%" if cell.noise is not None else " ±?"
     if cell.flags:
         text += f" ({', '.join(cell.flags)})"

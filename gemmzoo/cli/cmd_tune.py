@@ -15,7 +15,7 @@ from gemmzoo.cli.options import (
     points_from_arguments,
     timeout_lines,
 )
-from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
+from gemmzoo.cli.output import Column, Listing, add_format_arguments, duration, emit
 from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import GemmError
 from gemmzoo.grids import GridPoint
@@ -56,12 +56,6 @@ def recorded_points() -> dict[str, list[GridPoint]]:
     return found
 
 
-def _time(seconds: float) -> str:
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
-
-
 SUMMARY_COLUMNS = (
     Column("problem", "problem"),
     Column("best", "best"),
@@ -96,9 +90,9 @@ def _summary(records: list[Any], skipped: dict[tuple[Any, str], list[str]]) -> L
         best = next(t for t in ranking if t.backend == winner)
         other = next((t for t in ranking if t.backend != winner), None)
         rows.append({
-            **row, "best": winner, "median": _time(best.median_s),
+            **row, "best": winner, "median": duration(best.median_s),
             "tflops": f"{point.flops / best.median_s / 1e12:.3g}" if best.median_s > 0 else "-",
-            "runner_up": f"{other.backend} {_time(other.median_s)}" if other else "-",
+            "runner_up": f"{other.backend} {duration(other.median_s)}" if other else "-",
             "tie": ("yes: " + ", ".join(tied)) if len(tied) > 1 else "no",
         })
     return Listing("gemmzoo tune: fastest per problem (stored)", SUMMARY_COLUMNS, rows)

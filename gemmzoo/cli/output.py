@@ -76,6 +76,12 @@ class Listing:
     notes: list[str] = field(default_factory=list)
 
 
+def duration(seconds: float) -> str:
+    """A time per call as the commands print it: three significant digits, in ms from 1 ms up,
+    else in us."""
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"
+
+
 def add_format_arguments(parser: argparse.ArgumentParser) -> None:
     """``--format``, ``--wide`` and ``--plain`` (short for ``--format plain``)."""
     parser.add_argument("--format", choices=FORMATS, default="table",
