@@ -9,7 +9,7 @@ from rich.markup import escape
 from gemmzoo.accuracy import ACCURACY_CLASSES, COMPONENTWISE, accuracy_of
 from gemmzoo.cli.console import console, errors
 from gemmzoo.cli.options import SIZE, add_timeout_argument, apply_timeout, timeout_lines
-from gemmzoo.cli.output import Column, Listing, add_format_arguments, duration, emit
+from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import GemmError
 
@@ -65,6 +65,10 @@ def _too_large(args: argparse.Namespace) -> str | None:
     return too_large([GridPoint(args.M, args.N, args.K, args.dtype)], candidates)
 
 
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} us"
+
+
 def run(args: argparse.Namespace) -> int:
     from gemmzoo.measure.ties import TIE_MAX_RATIO
     from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, explain
@@ -106,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     if mine is not None:
         exact = choice.basis == shape and mine.median_s > 0
         rate = f", {flops / mine.median_s / 1e12:.3g} TFLOPS" if exact else ""
-        console.print(f"  time: {duration(mine.median_s)} median, IQR {duration(mine.spread_s)} "
+        console.print(f"  time: {_us(mine.median_s)} median, IQR {_us(mine.spread_s)} "
                       f"at {basis}{rate}")
         bound = "host time: launch-bound, the GPU waits for the launches" if mine.bound == "host" \
             else "device time"
@@ -115,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  ranked by: {ranked}; {choice.backend.name}'s figure is its {bound}")
     other = choice.runner_up
     if other is not None:
-        console.print(f"  runner-up: {other.backend}, {duration(other.median_s)} median "
-                      f"({other.bound} time), IQR {duration(other.spread_s)}")
+        console.print(f"  runner-up: {other.backend}, {_us(other.median_s)} median "
+                      f"({other.bound} time), IQR {_us(other.spread_s)}")
     else:
         console.print("  runner-up: none measured")
     if choice.tie:
