@@ -302,6 +302,7 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
     import torch
     import triton
 
+    from gemmzoo_triton.core.launch import BoundLaunch
     from gemmzoo_triton.splitk import kernel
 
     M, K = x.shape
@@ -329,14 +330,15 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
     }
     constants = dict(shared, EVEN_K=K % config.block_k == 0, EVEN_N=N % config.block_n == 0)
     splits, k_per_split = config.splits, config.k_per_split
-    launch = kernel.splitk_kernel[grid]
+    launch = BoundLaunch(kernel.splitk_kernel, grid, constants, pointers=(0, 1, 2, 3, 4))
     # enough programs to spread the reduction over every multiprocessor, two per SM at least
     sms = multiprocessors(None if device.type == "cpu" else (device.index or 0))
     reduce_block = max(64, min(1024, 1 << max(0, (M * N // (2 * sms)).bit_length() - 1)))
-    reduce_grid = (triton.cdiv(M * N, reduce_block),)
+    reduce = BoundLaunch(kernel.reduce_kernel, (triton.cdiv(M * N, reduce_block),),
+                         {"BLOCK": reduce_block, "CHUNK": REDUCE_CHUNK, "num_warps": 4}, pointers=(0, 1))
 
     def run_pointers(x: Any, y: Any, c: Any, ws: Any) -> None:
-        launch(x, y, c, ws, counters, M, N, K, k_per_split, splits, *strides, N, 1, **constants)
+        launch(x, y, c, ws, counters, M, N, K, k_per_split, splits, *strides, N, 1)
 
     run_products = run_pointers
     if config.tma and tma_operand(x) and tma_operand(y):
@@ -347,8 +349,8 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
         a_t, b_t = column_major(x), column_major(y)
         a_box = [config.block_k, config.block_m] if a_t else [config.block_m, config.block_k]
         b_box = [config.block_n, config.block_k] if b_t else [config.block_k, config.block_n]
-        launch_tma = kernel.splitk_tma_kernel[grid]
-        tma_constants = dict(shared, A_T=a_t, B_T=b_t)
+        launch_tma = BoundLaunch(kernel.splitk_tma_kernel, grid, dict(shared, A_T=a_t, B_T=b_t),
+                                 pointers=(2, 3, 4))
 
         def run_products(x: Any, y: Any, c: Any, ws: Any) -> None:
             if x.data_ptr() % 16 or y.data_ptr() % 16:
@@ -356,16 +358,14 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
                 return
             a_desc = TensorDescriptor.from_tensor(x.T if a_t else x, a_box)
             b_desc = TensorDescriptor.from_tensor(y.T if b_t else y, b_box)
-            launch_tma(a_desc, b_desc, c, ws, counters, M, N, K, k_per_split, splits, N, 1, **tma_constants)
+            launch_tma(a_desc, b_desc, c, ws, counters, M, N, K, k_per_split, splits, N, 1)
 
     def run(x: Any, y: Any) -> Any:
         c = torch.empty((M, N), device=device, dtype=dtype)
         ws = torch.empty((splits, M, N), device=device, dtype=torch.float32) if splits > 1 else c
         run_products(x, y, c, ws)
         if config.reduce == 2:
-            kernel.reduce_kernel[reduce_grid](
-                ws, c, M, N, splits, N, 1, BLOCK=reduce_block, CHUNK=REDUCE_CHUNK, num_warps=4
-            )
+            reduce(ws, c, M, N, splits, N, 1)
         return c
 
     return run
