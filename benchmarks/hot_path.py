@@ -1,7 +1,7 @@
 """Host time per call of gemmzoo's hot path against the library call it wraps, in one run.
 
     python benchmarks/hot_path.py [--json FILE] [--calls N] [--rounds R]
-    python benchmarks/hot_path.py --targets [--json FILE] [--rounds R] [--budget S]
+    python benchmarks/hot_path.py --targets [--json FILE] [--rounds R] [--budget S] [--verdicts DB]
 
 Each row times a loop of N calls followed by one synchronisation and divides by N: what a
 program calling in a loop waits per call. Variants of one group run interleaved, R rounds, and the
@@ -25,6 +25,7 @@ import functools
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -352,11 +353,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead: issue 34's targets (GPU; a small CPU set without one)")
     parser.add_argument("--budget", type=float, default=0.3,
                         help="--targets: seconds of device timing per backend and problem (default 0.3)")
+    parser.add_argument("--verdicts", metavar="DB",
+                        help="--targets: a tuning database holding only conformance verdicts (made by "
+                             "`gemmzoo check` on this machine), copied into the fresh cache so that first "
+                             "answers find them stored; verdicts of another device or versions are not used")
     parser.add_argument("--groups", default="",
                         help="--targets: comma-separated groups to run (default all: "
                              + ", ".join([*TARGET_PROBLEMS, "padded"]) + ")")
     args = parser.parse_args(argv)
-    os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-hot-path-")
+    cache = os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-hot-path-")
+    if args.verdicts:
+        from gemmzoo.tuning.db import DB_NAME
+
+        shutil.copyfile(args.verdicts, os.path.join(cache, DB_NAME))
     found = versions()
     print(" ".join(f"{k}={v}" for k, v in found.items()))
     try:

@@ -90,6 +90,22 @@ def test_quiet_samples_converge_before_the_budget():
     assert timing.median_s == pytest.approx(statistics.median(samples))
 
 
+def test_quiet_samples_keep_sampling_until_the_minimum_time():
+    """nvbench's minimum time: converged samples do not stop the rule before ``min_time_s``
+    (capped by the budget), so a GPU timing spans the stretch do_bench's does."""
+    rng = np.random.default_rng(2)
+    for budget, min_time, expected in ((1.0, 0.1, 0.1), (0.05, 0.1, 0.05)):
+        clock = FakeClock()
+        rule = StoppingRule(budget_s=budget, target=0.02, min_time_s=min_time, clock=clock)
+        samples: list[float] = []
+        rule.start()
+        while not rule.done(samples):
+            samples.append(1e-3 * (1 + 0.002 * rng.standard_normal()))
+            clock.now += 1e-3
+        assert clock.now == pytest.approx(expected, abs=1.5e-3), (budget, min_time, clock.now)
+        assert rule.timing(samples, "fake").converged is True
+
+
 def test_noisy_samples_stop_at_the_budget_and_are_marked_not_converged():
     clock = FakeClock()
     rule = StoppingRule(budget_s=0.05, target=0.02, clock=clock)

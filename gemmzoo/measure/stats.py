@@ -6,9 +6,10 @@ half-width of a distribution-free 95% confidence interval of the median (from or
 the samples and does not shrink with more of them, the noise says how well the median is known.
 
 :class:`StoppingRule` is nvbench's rule with this noise in place of its relative standard
-deviation: keep sampling until at least ``min_samples`` are in and the noise is at most
-``target``, or until the time ``budget_s`` is spent (then the timing is *not converged*: marked
-noisy, never ranked silently), or until ``max_samples``.
+deviation: keep sampling until at least ``min_samples`` are in, at least ``min_time_s`` has
+passed (nvbench's minimum time) and the noise is at most ``target``, or until the time
+``budget_s`` is spent (then the timing is *not converged*: marked noisy, never ranked silently),
+or until ``max_samples``. The minimum time is capped by the budget.
 """
 
 from __future__ import annotations
@@ -130,14 +131,18 @@ class StoppingRule:
     target: float = NOISE_TARGET
     min_samples: int = MIN_SAMPLES
     max_samples: int = 1000
+    min_time_s: float = 0.0
     clock: Callable[[], float] = time.perf_counter
     _deadline: float = field(default=math.inf, init=False, repr=False)
+    _earliest: float = field(default=0.0, init=False, repr=False)
     _next_check: int = field(default=0, init=False, repr=False)
     converged: bool = field(default=False, init=False)
 
     def start(self) -> None:
         """Start the budget's clock."""
-        self._deadline = self.clock() + self.budget_s
+        now = self.clock()
+        self._deadline = now + self.budget_s
+        self._earliest = now + min(self.min_time_s, self.budget_s)
         self._next_check = self.min_samples
         self.converged = False
 
@@ -145,7 +150,7 @@ class StoppingRule:
         """Whether to stop now; sets :attr:`converged` when the noise target is met. The noise
         is computed at geometrically spaced counts, so checking costs little per sample."""
         count = len(samples)
-        if self.target > 0 and count >= self._next_check:
+        if self.target > 0 and count >= self._next_check and self.clock() >= self._earliest:
             self._next_check = max(count + 1, math.ceil(count * 1.1))
             if relative_noise(samples) <= self.target:
                 self.converged = True

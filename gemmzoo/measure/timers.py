@@ -37,6 +37,11 @@ timers of ``triton.testing.do_bench`` and nvbench (``cuda-bench``) as cross-chec
 #: Seconds of timed-but-discarded calls before the samples on a GPU: do_bench's warm-up, since a
 #: large GEMM's clock keeps sinking for longer than that and the two must sample the same stretch.
 WARMUP_S = 0.025
+#: Seconds of samples a GPU timing takes at least (the budget permitting), do_bench's default
+#: repetition time: under a power cap a large GEMM's clock is still sinking after the warm-up, so
+#: a timing that stopped at its first converged batches would read an earlier, faster stretch
+#: than do_bench and pytest-benchmark do.
+MIN_SAMPLE_S = 0.1
 #: Device time per batch of timed calls, and the host-time batches taken per measurement.
 BATCH_S = 0.01
 HOST_BATCHES = 9
@@ -169,7 +174,8 @@ def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
 
     call()  # loads whatever libraries the call needs, so that the thread limit reaches them
     backend.synchronize()
-    rule = StoppingRule(budget_s, noise_target, max_samples=max_samples)
+    rule = StoppingRule(budget_s, noise_target, max_samples=max_samples,
+                        min_time_s=MIN_SAMPLE_S if backend.device == "cuda" else 0.0)
     with ThreadLimit(threads) as limit:
         for _ in range(warmup):
             call()
