@@ -118,6 +118,12 @@ class Backend:
     #: measures it to answer a shape it has never seen, so first answers stay fast; ``gemmzoo
     #: check`` and ``gemmzoo tune`` do, and from then on its stored timings rank it as usual.
     compiles_per_problem: bool = False
+    #: True for a CUDA backend whose kernels run in order on the caller's current CUDA stream
+    #: (torch's current stream, which CuPy's default stream is too), so that CUDA events recorded
+    #: there bracket its work. A backend that launches on streams of its own (JAX) sets it False:
+    #: its device time is then the wall time of loops of calls, each loop ended by its
+    #: ``synchronize`` (:mod:`gemmzoo.measure.timers`), an upper bound that includes launch time.
+    stream_ordered: bool = True
     #: How close to the exact product the result is promised to be (``gemmzoo.accuracy``):
     #: ``"componentwise"`` (every classical GEMM) or the weaker ``"normwise"`` (Strassen-like
     #: algorithms). The conformance suite checks the declared class's bound, and ``best_backend``

@@ -42,6 +42,7 @@ from gemmzoo.measure import (
     judge_problem,
     make_problem,
     planned,
+    stream_ordered,
 )
 
 DEVICE_CLOCK = DeviceClock()
@@ -92,11 +93,18 @@ def benchmark_params(backends: Sequence[Any], points: Sequence[GridPoint]) -> li
             if point.dtype not in backend.dtypes:
                 continue
             options: dict[str, Any] = {"group": point.id}
-            if backend.device == "cuda":
+            if _events_time(backend):
                 options["timer"] = DEVICE_CLOCK
             params.append(pytest.param(backend.name, point.id, id=f"{point.id}-{backend.name}",
                                        marks=pytest.mark.benchmark(**options)))
     return params
+
+
+def _events_time(backend: Any) -> bool:
+    """Whether ``backend`` is timed by the device clock: a CUDA backend whose work CUDA events on
+    the current stream bracket. One on streams of its own (``stream_ordered = False``) is timed
+    by pytest-benchmark's wall clock around each call and its ``synchronize``, as CPU backends are."""
+    return backend.device == "cuda" and stream_ordered(backend)
 
 
 def point_from_id(point_id: str) -> GridPoint:
@@ -130,7 +138,7 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
 
     host: Timing | None = None
     extra: dict[str, Any] = {}
-    if backend.device == "cuda":
+    if _events_time(backend):
         clock = clock or DEVICE_CLOCK
         with gc_paused():
             first = max(clock.engine.batch(call, 1)[0], 1e-7)

@@ -161,3 +161,23 @@ class FakeCudaBackend(Backend):
 
     def synchronize(self) -> None:
         self.events.synchronize()
+
+
+class OwnStreamBackend(FakeCudaBackend):
+    """A CUDA backend that computes on a stream of its own, as JAX does: the pretend GPU's events
+    never see its work, which only its ``synchronize`` waits for (``gemm_s`` of wall time per
+    call launched since the last one). ``stream_ordered`` says so, unless ``declared=False``."""
+
+    def __init__(self, events: FakeEvents, gemm_s: float, declared: bool = True) -> None:
+        super().__init__(events, gemm_s=gemm_s, name="own-stream")
+        self.stream_ordered = not declared
+        self.pending = 0
+
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        self.check_operands(a, b)
+        self.pending += 1
+        return np.matmul(a, b)
+
+    def synchronize(self) -> None:
+        spend_host(self.pending * self.gemm_s)
+        self.pending = 0

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from fake_gpu import FakeCudaBackend, FakeEvents
+from fake_gpu import FakeCudaBackend, FakeEvents, OwnStreamBackend
 
 from gemmzoo.device import device_info, peak_key, peak_tflops
 from gemmzoo.grids import GridPoint
@@ -44,6 +44,18 @@ def test_device_time_leaves_out_a_launch_path_slower_than_the_gemm():
     assert 0.002 <= result.host_s < 0.02
     assert result.launch_bound and result.caller_s == result.host_s
     assert "stream hold" in result.timing.method and "without" not in result.timing.method
+
+
+def test_a_backend_on_its_own_stream_is_timed_by_loops_it_synchronises():
+    """Events on the caller's stream do not see work on another stream: such a backend's device
+    time comes from loops of calls ended by its synchronize, never from the empty events."""
+    events = FakeEvents(flush_s=0.0002)
+    unseen = measure(OwnStreamBackend(events, 0.001, declared=False), POINT, budget_s=0.02, gpu=events)
+    assert unseen.timing.median_s < 1e-4  # what events alone report: nothing
+    result = measure(OwnStreamBackend(events, 0.001), POINT, budget_s=0.05, gpu=events)
+    assert 0.001 <= result.timing.median_s < 0.002
+    assert "synchronize" in result.timing.method and result.timing.samples >= 6
+    assert result.caller_s >= 0.001
 
 
 def test_a_long_gemm_is_device_bound():
@@ -256,7 +268,7 @@ def test_cpu_device_info_has_versions():
 
 FAKE_BENCH = '''
 import pytest
-from fake_gpu import FakeCudaBackend, FakeEvents
+from fake_gpu import FakeCudaBackend, FakeEvents, OwnStreamBackend
 from gemmzoo.grids import GridPoint
 from gemmzoo.measure import DeviceClock
 from gemmzoo.pytest_bench import run_benchmark

@@ -35,7 +35,7 @@ _HOMES = {
     "threads": ("ThreadLimit", "ThreadReport"),
     "ties": ("Estimate", "rank", "tied"),
     "timers": ("TIMERS", "WARMUP_S", "TimedCalls", "host_timing", "interleaved_caller_timings",
-               "loop_per_call_s", "run_timing", "time_calls", "time_problem"),
+               "loop_per_call_s", "run_timing", "stream_ordered", "time_calls", "time_problem"),
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 

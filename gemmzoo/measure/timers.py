@@ -2,8 +2,11 @@
 
 - **device time**: on a CUDA backend, CUDA events around the GEMM alone, the L2 flushed before
   each call, the calls queued behind a stream hold (:class:`~gemmzoo.measure.engine.Engine`); on
-  the CPU, the wall time of one call. Samples are taken until the stopping rule says the median is
-  known well enough or the budget is spent (:class:`~gemmzoo.measure.stats.StoppingRule`).
+  the CPU, the wall time of one call; on a CUDA backend that runs on streams of its own
+  (``stream_ordered = False``: no event on the caller's stream brackets its work), the wall time
+  per call of loops of calls, each ended by the backend's ``synchronize``. Samples are taken
+  until the stopping rule says the median is known well enough or the budget is spent
+  (:class:`~gemmzoo.measure.stats.StoppingRule`).
 - **host time**: what one call costs the calling thread, from loops of calls (on a GPU, queued
   behind a hold, so the loop never waits for the device).
 - **caller time** of several problems: loops of calls ended by one synchronisation, in
@@ -79,6 +82,31 @@ def cpu_samples(call: Callable[[], Any], synchronize: Callable[[], None], rule: 
             samples.append(time.perf_counter() - start)
             if rule.done(samples):
                 return samples
+
+
+def stream_ordered(backend: Any) -> bool:
+    """Whether CUDA events on the current stream bracket ``backend``'s work
+    (:attr:`gemmzoo.Backend.stream_ordered`); an attribute that cannot be read counts as true."""
+    try:
+        return getattr(backend, "stream_ordered", True) is not False
+    except Exception:
+        return True
+
+
+def loop_samples(call: Callable[[], Any], synchronize: Callable[[], None], rule: StoppingRule) -> list[float]:
+    """Seconds per call of loops of calls, each loop about :data:`BATCH_S` long and ended by
+    ``synchronize`` (:func:`loop_per_call_s`), until ``rule`` says stop: one sample per loop."""
+    first = loop_per_call_s(call, 1, synchronize)
+    count = max(1, min(1000, int(BATCH_S / max(first, 1e-7))))
+    warm_until = time.perf_counter() + WARMUP_S
+    while time.perf_counter() < warm_until:
+        loop_per_call_s(call, count, synchronize)
+    samples: list[float] = []
+    rule.start()
+    with gc_paused():
+        while not rule.done(samples):
+            samples.append(loop_per_call_s(call, count, synchronize))
+    return samples
 
 
 def device_samples(call: Callable[[], Any], engine: Engine, rule: StoppingRule,
@@ -193,9 +221,15 @@ def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
             device = rule.timing(cpu_samples(rotating, backend.synchronize, rule), method)
             return TimedCalls(device, device, limit.report())
         watch = clock_watch if clock_watch is not None else nvml_watch()
+        engine = Engine(gpu)
+        if not stream_ordered(backend):  # whatever the timer: only the backend's own wait sees its work
+            device = rule.timing(loop_samples(call, backend.synchronize, rule),
+                                 "wall clock of loops of calls, each ended by synchronize (own streams)")
+            watch.read()
+            host = host_timing(call, engine, device.median_s)
+            return TimedCalls(device, host, limit.report(), watch.report())
         if timer == "graph":
             call = graph_call(call)
-        engine = Engine(gpu)
         if timer in ("do_bench", "nvbench"):
             if timer == "do_bench":
                 device = do_bench_timing(call, budget_s, noise_target)

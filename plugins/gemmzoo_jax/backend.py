@@ -198,5 +198,6 @@ class JaxCudaBackend(JaxBackend):
 
     name = "jax-cuda"
     device = "cuda"
+    stream_ordered = False  # XLA launches on its own streams: events on torch's cannot time it
     dtypes = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})
     platform = "gpu"
