@@ -15,14 +15,29 @@ from gemmzoo.grids import GridPoint
 @dataclass
 class Problem:
     """Native inputs for one grid point on one backend, and the host copies they were made from
-    (as the backend holds them, read back with ``to_numpy``)."""
+    (as the backend holds them, read back with ``to_numpy`` when first asked for: a timing that
+    checks no result never pays for copying large operands back)."""
 
     backend: Any
     point: GridPoint
     a: Any
     b: Any
-    a_host: np.ndarray
-    b_host: np.ndarray
+    _a_host: np.ndarray | None = None
+    _b_host: np.ndarray | None = None
+
+    @property
+    def a_host(self) -> np.ndarray:
+        """A as the backend holds it, on the host."""
+        if self._a_host is None:
+            self._a_host = self.backend.to_numpy(self.a)
+        return self._a_host
+
+    @property
+    def b_host(self) -> np.ndarray:
+        """B as the backend holds it, on the host."""
+        if self._b_host is None:
+            self._b_host = self.backend.to_numpy(self.b)
+        return self._b_host
 
 
 def _operand(backend: Any, x: np.ndarray, dtype: str, transposed: bool) -> Any:
@@ -47,7 +62,7 @@ def make_problem(backend: Any, point: GridPoint, seed: int = 0) -> Problem:
     a_values, b_values = host_operands(point.m, point.n, point.k, seed)
     a = _operand(backend, a_values, point.dtype, point.layout[0] == "T")
     b = _operand(backend, b_values, point.dtype, point.layout[1] == "T")
-    return Problem(backend, point, a, b, backend.to_numpy(a), backend.to_numpy(b))
+    return Problem(backend, point, a, b)
 
 
 #: Host bytes of A and B (float64) up to which :func:`operand_copies` makes copies.
@@ -61,7 +76,7 @@ def operand_copies(problem: Problem, count: int) -> list[tuple[Any, Any]]:
     allocation fixes for a whole run and the next run draws anew: timing over several
     allocations puts that variation inside one run's noise instead of between runs."""
     point = problem.point
-    if problem.a_host is None or problem.b_host is None:  # nothing to copy from
+    if problem.a is None or problem.b is None:  # nothing to copy from
         return []
     if (point.m * point.k + point.k * point.n) * 8 > COPIES_UP_TO_BYTES:
         return []
