@@ -423,11 +423,27 @@ def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str,
     return plan
 
 
+def backend_for(a: Any, b: Any, *, accuracy: str = "componentwise", by: str = "caller") -> Any:
+    """The backend ``gemmzoo.matmul(a, b)`` (no backend named) computes with for operands like
+    ``a`` and ``b``: the choice its plan makes, without making the plan. Operands it would refuse
+    raise :class:`~gemmzoo.GemmInputError`, as ``gemmzoo.matmul`` does."""
+    tf32 = type(a) is TF32Array and type(b) is TF32Array
+    x, y = (a.data, b.data) if tf32 else (a, b)
+    kind = array_kind(type(x))
+    dtype = dtype_of(x) if kind is not None else None
+    if kind is None or dtype is None or len(x.shape) != 2 or len(y.shape) != 2:
+        make_plan(a, b, None, accuracy, by)  # raises the error that names what is wrong
+        raise _input_error("operands gemmzoo.matmul cannot take", a, b)
+    m, k = x.shape
+    return _resolve(None, (m, y.shape[1], k), "tf32" if tf32 else dtype, device_of(x, kind),
+                    _layout(x, y, kind), kind, accuracy, by)
+
+
 def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str, layout: str,
              kind: str, accuracy: str = "componentwise", by: str = "caller") -> Any:
     if backend is None:
         return plan_choice(shape, dtype, device, layout, kind, lambda b: native_kind(b, dtype) == kind,
-                           accuracy, by)
+                           accuracy, by, lambda b: native_kind(b, dtype) is not None)
     if isinstance(backend, str):
         from gemmzoo.registry import get_registry
 

@@ -99,3 +99,32 @@ def test_gemmzoo_matmul_ranks_by_caller_time_unless_asked_for_device_time(monkey
         assert state.plan_cache.last[1].__self__.name == expected, by
     with pytest.raises(ValueError, match="by must be one of"):
         gemmzoo.matmul(a, b, by="wall")
+
+
+def test_gemmzoo_matmul_never_picks_a_backend_its_arrays_reach_only_through_the_host(monkeypatch):
+    """The fastest stored backend computes on arrays of no library gemmzoo exchanges with the
+    caller's: gemmzoo.matmul passes it over (each call would copy both operands and the result
+    through the host), best_backend still names it, and naming it still works."""
+    import numpy as np
+    from tuning_fakes import ForeignBackend, registry_with
+
+    import gemmzoo
+    from gemmzoo import registry as registry_module
+
+    foreign = ForeignBackend()
+    monkeypatch.setattr(registry_module, "_registry",
+                        registry_with(foreign, *registry_module.get_registry().select(None)))
+    state.reset()
+    shape = (24, 40, 32)
+    state.store().add([row(foreign.name, shape, 1e-6, 1e-8), row(FAST, shape, 5e-5, 1e-7),
+                       row(SLOW, shape, 9e-5, 1e-7)])
+    passed_here(foreign.name, FAST, SLOW)
+    forbid_measuring(monkeypatch)
+    assert explain(shape, measure=False).backend.name == foreign.name
+    choice = explain(shape, measure=False, reachable=lambda b: b.name != foreign.name)
+    assert choice.backend.name == FAST and "host" in choice.excluded[foreign.name]
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((24, 32)).astype(np.float32), rng.standard_normal((32, 40)).astype(np.float32)
+    assert gemmzoo.dispatch.backend_for(a, b).name == FAST
+    np.testing.assert_allclose(gemmzoo.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gemmzoo.matmul(a, b, foreign.name), a @ b, rtol=1e-5, atol=1e-5)

@@ -328,13 +328,16 @@ def _nearest(store: Any, fingerprint: str, dtype: str, layout: str, versions: di
 def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             measure: bool | None = None, layout: str = "NN",
             native: Callable[[Any], bool] | None = None, accuracy: str = COMPONENTWISE,
-            by: str = "caller", store: TuningStore | None = None) -> Choice:
+            by: str = "caller", store: TuningStore | None = None,
+            reachable: Callable[[Any], bool] | None = None) -> Choice:
     """Answer ``best_backend``'s question the slow way, and say why (no in-memory cache).
 
     ``native(backend)`` says whether a backend computes on the caller's own arrays; when nothing
     is measured, such backends come first in the default order (no conversions for nothing).
     ``by`` is what candidates are ranked by: ``"caller"`` or ``"device"`` time. ``store`` is the
     database to answer from (default: this process's, :func:`gemmzoo.tuning.state.store`).
+    ``reachable(backend)`` says whether the caller's arrays reach a backend without host copies:
+    one that they do not is never the answer (asked of the winner only, then of the next).
     """
     m, n, k = shape = _shape(shape)
     dtype = dtype_name(dtype)
@@ -400,9 +403,11 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 source = "nearest shape"
                 note = (f"nothing measured at {m}x{n}x{k}; nearest measured shape "
                         f"{'x'.join(map(str, basis))} (device times scaled, host times as measured)")
+        if timings and reachable is not None:
+            timings = _reachable_only(timings, by_name, reachable, excluded)
         if not timings:
             broke = {r.backend for r in latest.values() if r.status != "ok"}
-            pick = _default(store, conforming + unchecked, dtype, native, excluded, broke)
+            pick = _default(store, conforming + unchecked, dtype, native, excluded, broke, reachable)
             if pick is None:
                 raise BackendUnavailableError(
                     f"no backend computing {dtype} on {device} passed conformance on this machine "
@@ -413,12 +418,31 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         return Choice(by_name[winner], shape, dtype, device, source, basis, ranking, tied, note, excluded)
 
 
+UNREACHABLE = ("computes on arrays gemmzoo.matmul cannot hand it without copying both ways through "
+               "the host: used only when named (backend=...)")
+
+
+def _reachable_only(timings: list[Timed], by_name: dict[str, Any], reachable: Callable[[Any], bool],
+                    excluded: dict[str, str]) -> list[Timed]:
+    """``timings`` without the backends ``reachable`` refuses, asking it of the fastest first and
+    stopping at the first it accepts (so a slower backend's library is not loaded for nothing)."""
+    kept = list(timings)
+    while kept:
+        winner = by_name[rank(kept)[0]]
+        if reachable(winner):
+            return kept
+        excluded[winner.name] = UNREACHABLE
+        kept = [t for t in kept if t.backend != winner.name]
+    return kept
+
+
 def _failed(name: str, dtype: str) -> str:
     return f"failed conformance for {dtype} on this machine (gemmzoo check {name} runs the suite again)"
 
 
 def _default(store: Any, backends: list[Any], dtype: str, native: Callable[[Any], bool] | None,
-             excluded: dict[str, str], broke: set[str]) -> Any:
+             excluded: dict[str, str], broke: set[str],
+             reachable: Callable[[Any], bool] | None = None) -> Any:
     """The first of ``backends`` in the default order (the caller's own array library first, those
     whose newest row at this very shape is a failure last) that passed conformance here, running
     the suite on those not checked yet; ``None`` if none."""
@@ -426,6 +450,9 @@ def _default(store: Any, backends: list[Any], dtype: str, native: Callable[[Any]
         return b.name in broke, native is not None and not native(b), preference(b.name)
 
     for backend in sorted(backends, key=order):
+        if reachable is not None and not reachable(backend):
+            excluded[backend.name] = UNREACHABLE
+            continue
         if conformance_verdict(store, backend, dtype, run=True):
             if backend.name not in broke:
                 excluded.pop(backend.name, None)
@@ -469,7 +496,8 @@ def recording_enabled() -> bool:
 
 def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN",
                 library: str | None = None, native: Callable[[Any], bool] | None = None,
-                accuracy: str = COMPONENTWISE, by: str = "caller") -> Any:
+                accuracy: str = COMPONENTWISE, by: str = "caller",
+                reachable: Callable[[Any], bool] | None = None) -> Any:
     """The backend ``gemmzoo.matmul`` uses for a problem: ``best_backend``'s answer, never measured.
 
     A dispatch layer must not stall a program the first time it meets a shape, so this answers
@@ -478,8 +506,9 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
     own is recorded in the tuning database (unless ``GEMMZOO_RECORD=0``), and
     ``gemmzoo tune --recorded`` measures the recorded problems ahead of the next run — the
     record-then-tune-offline model of PyTorch's TunableOp. ``library`` names the caller's array
-    library and ``native(backend)`` says whether a backend computes on it (see :func:`explain`);
-    ``by`` is what candidates are ranked by, as in :func:`best_backend`.
+    library, ``native(backend)`` says whether a backend computes on it and ``reachable(backend)``
+    whether the caller's arrays reach it without host copies (see :func:`explain`); ``by`` is
+    what candidates are ranked by, as in :func:`best_backend`.
     """
     key = ("plan", shape, dtype, device, layout, library, accuracy, by, *environment_key())
     try:
@@ -490,11 +519,11 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
         try:
             with patience(LOCK_PATIENCE_S):
                 choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
-                                 accuracy=accuracy, by=by)
+                                 accuracy=accuracy, by=by, reachable=reachable)
         except TuningStoreBusyError as error:
             state.warn_busy(str(error))
             choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
-                             accuracy=accuracy, store=state.scratch(), by=by)
+                             accuracy=accuracy, store=state.scratch(), by=by, reachable=reachable)
         else:
             if choice.source != "database" and min(shape) > 0 and recording_enabled():
                 # a hint for `gemmzoo tune --recorded`: dropped rather than waited for
