@@ -238,3 +238,37 @@ def test_an_unchecked_python_reads_os_environ_publicly(monkeypatch):
     assert "checked" in os_environ.unsupported_reason()
     read, keys = os_environ.reader(["HOME"])
     assert read == os.environ.get and keys == ("HOME",)
+
+
+def test_the_stream_lookup_is_tritons_own_where_it_has_one(monkeypatch):
+    internals = _triton_internals()
+    import triton
+
+    class Active:
+        def get_current_stream(self, index):
+            return 1000 + index
+
+    class Drivers:
+        active = Active()
+
+    monkeypatch.setattr(triton.runtime, "driver", Drivers())
+    assert internals.current_stream_reader(3)() == 1003
+
+
+def test_without_an_active_triton_driver_the_stream_lookup_is_torchs(monkeypatch):
+    internals = _triton_internals()
+    import triton
+
+    class Drivers:
+        @property
+        def active(self):
+            raise RuntimeError("0 active drivers")
+
+    monkeypatch.setattr(triton.runtime, "driver", Drivers())
+    torch = pytest.importorskip("torch")
+
+    class Stream:
+        cuda_stream = 77
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index: Stream())
+    assert internals.current_stream_reader(0)() == 77

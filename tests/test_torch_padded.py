@@ -69,6 +69,26 @@ def test_plan_is_the_launcher_itself_when_nothing_needs_padding():
     assert padded_plan(empty, b, torch.mm) is torch.mm
 
 
+def test_the_launcher_is_planned_for_the_padded_operands_cublas_gets():
+    """``launcher`` sees operands shaped and strided as the calls' padded copies (so a per-problem
+    decision such as the precision probe is made for the product cuBLAS runs), once per plan."""
+    a, b = operand(13, 7, "N", torch.float32, 1), operand(7, 9, "N", torch.float32, 2)
+    planned = []
+
+    def launcher(x, y):
+        planned.append((tuple(x.shape), x.stride(), tuple(y.shape), y.stride()))
+        return torch.mm
+
+    launch, seen = calls(torch.mm)
+    run = padded_plan(a, b, launch, launcher=launcher)
+    c = run(a, b)
+    assert planned == [((13, 32), (32, 1), (32, 32), (32, 1))] and not seen  # launcher's launch runs
+    bound = 1e-5 * (a.double().abs() @ b.double().abs())
+    assert ((c.double() - a.double() @ b.double()).abs() <= bound).all()
+    aligned_a, aligned_b = operand(13, 4, "N", torch.float32, 3), operand(4, 8, "N", torch.float32, 4)
+    assert padded_plan(aligned_a, aligned_b, launch, launcher=lambda x, y: "unpadded") == "unpadded"
+
+
 def test_only_the_operands_that_need_it_are_copied():
     """K aligned but N odd: only B is copied, its N rounded up to 128 bytes (K stays: A is not
     copied); K odd: both are, and K too is rounded up to 128 bytes."""

@@ -28,6 +28,7 @@ from typing import Any
 
 from gemmzoo.backend import TF32Array, dtype_name
 from gemmzoo_torch.backend import TorchBackend
+from gemmzoo_torch.precision import needless_switches
 from gemmzoo_triton.core.aligned import padded, units
 from gemmzoo_triton.core.stream_buffers import StreamBuffers
 
@@ -98,6 +99,15 @@ class PaddedCopy:
         """The padded operand, from the tensor the kernel wrote."""
         return written.T if self.column_major else written
 
+    def example(self) -> Any:
+        """A padded operand as calls will give it (shape, strides, and for the Triton copy the very
+        buffer), with no copy made: what a launcher is planned for."""
+        import torch
+
+        if self._launch is not None:
+            return self._buffers.get()[1]
+        return self.result(torch.empty(self.shape, dtype=self.dtype, device=self.device))
+
     def __call__(self, tensor: Any) -> Any:
         import torch
 
@@ -135,6 +145,10 @@ class PaddedPair:
         written_b = buffer[copy_a.numel :].view(copy_b.shape)
         return written_a, written_b, copy_a.result(written_a), copy_b.result(written_b)
 
+    def examples(self) -> tuple[Any, Any]:
+        """Both padded operands as calls will give them, with no copy made."""
+        return self._buffers.get()[2:]
+
     def __call__(self, a: Any, b: Any) -> tuple[Any, Any]:
         copy_a, copy_b = self._a, self._b
         written_a, written_b, operand_a, operand_b = self._buffers.get()
@@ -143,23 +157,33 @@ class PaddedPair:
         return operand_a, operand_b
 
 
-def padded_plan(a: Any, b: Any, launch: Callable[[Any, Any], Any],
-                tf32: bool = False) -> Callable[[Any, Any], Any]:
+Launch = Callable[[Any, Any], Any]
+
+
+def padded_plan(a: Any, b: Any, launch: Launch, tf32: bool = False,
+                launcher: Callable[[Any, Any], Launch] | None = None) -> Launch:
     """``run(a, b)`` for tensors like ``a`` and ``b`` (shape, strides, dtype, device): ``launch``
     on zero-padded copies of the operands that need one, C cut to M x N; ``launch`` itself when
     no operand does. With ``tf32`` the operands and the result are :class:`TF32Array` wrappers
-    (``launch`` takes and gives them too)."""
+    (``launch`` takes and gives them too). ``launcher(x, y)``, when given, makes the launch for
+    operands like ``x`` and ``y`` instead (the padded ones where there are copies), so that what
+    it decides per problem is decided for the problem cuBLAS actually gets."""
     x, y = (a.data, b.data) if tf32 else (a, b)
     (m, k), n = x.shape, y.shape[1]
+    if launcher is not None:
+        launch_for = launcher
+    else:
+        def launch_for(x: Any, y: Any) -> Callable[[Any, Any], Any]:
+            return launch
     if m == 0 or n == 0 or k == 0:
-        return launch
+        return launch_for(a, b)
     size = x.element_size()
     a_columns, b_columns = _column_major(x), _column_major(y)
     kp, np_ = padded(k, size), padded(n, size)
     mp = padded(m, size) if a_columns else m
     copies_a, copies_b = not _cublas_ready(x, mp, kp, a_columns), not _cublas_ready(y, kp, np_, b_columns)
     if not (copies_a or copies_b):
-        return launch
+        return launch_for(a, b)
     # what is copied anyway gets whole 128-byte units: K when both operands are copied, N when B is
     if copies_a and copies_b:
         kp = rounded(k, size)
@@ -181,6 +205,14 @@ def padded_plan(a: Any, b: Any, launch: Callable[[Any, Any], Any],
         copy = lambda a, b: (a, copy_b(b))  # noqa: E731
     else:
         copy = lambda a, b: (copy_a(a), copy_b(b))  # noqa: E731
+    if both is not None:
+        example_x, example_y = both.examples()
+    else:
+        example_x = copy_a.example() if copy_a is not None else x
+        example_y = copy_b.example() if copy_b is not None else y
+    if tf32:
+        example_x, example_y = TF32Array(example_x), TF32Array(example_y)
+    launch = launch_for(example_x, example_y)
 
     if tf32:
         def run_tf32(a: Any, b: Any) -> Any:
@@ -223,7 +255,11 @@ class TorchPaddedBackend(TorchBackend):
         """The plan for this problem: which operands are copied, into what, decided once."""
         self.check_operands(a, b)
         dtype = dtype_name(a)
-        return padded_plan(a, b, self._run(dtype), tf32=dtype == "tf32")
+
+        def launcher(x: Any, y: Any) -> Callable[[Any, Any], Any]:  # the torch backend's, per problem
+            return self._run(dtype, needless_switches(dtype, x, y))
+
+        return padded_plan(a, b, self._run(dtype), tf32=dtype == "tf32", launcher=launcher)
 
     def matmul(self, a: Any, b: Any) -> Any:
         return self.remembered_plan(a, b)(a, b)

@@ -30,8 +30,9 @@ def _stream_reader(device: Any) -> Callable[[], Any]:
         return lambda: None
     import torch
 
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return lambda: torch.cuda.current_stream(index).cuda_stream
+    from gemmzoo_triton.core.triton_internals import current_stream_reader
+
+    return current_stream_reader(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _capture_reader(device: Any) -> Callable[[], bool]:

@@ -3,9 +3,10 @@
 The fast path binds each problem's launch once and then calls the compiled kernel directly, which
 needs what ``triton.jit`` and ``triton.autotune`` keep on their objects but do not document: a
 ``JITFunction``'s parameter list (``params``, to know the constexprs a compiled kernel takes),
-the launcher a ``CompiledKernel`` returns for a grid (``compiled[grid]``), and an ``Autotuner``'s
+the launcher a ``CompiledKernel`` returns for a grid (``compiled[grid]``), an ``Autotuner``'s
 picked config (``best_config``), wrapped function (``fn``, ``base_fn``) and argument names
-(``arg_names``).
+(``arg_names``), and the active driver's current-stream lookup
+(``triton.runtime.driver.active.get_current_stream``, what each Triton launch asks).
 
 :func:`unsupported_reason` says whether the installed Triton is one these were written and
 checked against (:data:`TESTED_MAJORS`) and still has them. Where it is not, :class:`BoundLaunch`
@@ -17,6 +18,7 @@ attributes have no public equivalent, so reading them raises a clear error inste
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 #: Major versions of Triton whose internals these accessors were written for (3.0 to 3.9 checked).
@@ -79,3 +81,19 @@ def jit_function(autotuner: Any) -> Any:
 def argument_names(autotuner: Any) -> list[str]:
     """The kernel's parameter names, in order."""
     return list(_autotuner_attribute(autotuner, "arg_names"))
+
+
+def current_stream_reader(device_index: int) -> Callable[[], Any]:
+    """A function giving the handle of ``device_index``'s current CUDA stream, through the lookup
+    Triton's own launches make (the active driver's ``get_current_stream``), which costs a small
+    fraction of building torch's ``Stream`` object; torch's public ``current_stream`` where this
+    Triton has no such lookup. Only for CUDA devices: without a GPU Triton has no active driver."""
+    import triton
+
+    try:
+        lookup = triton.runtime.driver.active.get_current_stream
+    except (AttributeError, RuntimeError):
+        import torch
+
+        return lambda: torch.cuda.current_stream(device_index).cuda_stream
+    return functools.partial(lookup, device_index)
