@@ -103,7 +103,7 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
     host, and the device time is compared with do_bench of the call replayed as a CUDA graph
     instead (``reference`` says which); the caller time is compared with plain do_bench there
     (``caller_ratio``)."""
-    from gemmzoo.measure import measure
+    from gemmzoo.measure import measure, stream_ordered
 
     rows = []
     for point in points:
@@ -113,6 +113,8 @@ def engine_rows(points: list[Any], budget_s: float, verify_limit: int = 2**28,
         for backend in _cuda_backends(point.dtype):
             row: dict[str, Any] = {"point": point.id, "backend": backend.name}
             if backend.name == "triton-naive" and point.flops > NAIVE_FLOPS:
+                continue
+            if not stream_ordered(backend):  # do_bench's events on torch's stream do not see its work
                 continue
             try:
                 do_bench_reads, results, pytest_reads = [], [], []
