@@ -75,15 +75,21 @@ def test_the_median_interval_covers_the_median_about_as_often_as_it_claims():
     assert relative_noise([1.0] * 5) == math.inf
 
 
+def _sampled(rule: StoppingRule, clock: FakeClock, draw) -> list[float]:
+    """Samples from ``draw()`` until ``rule`` stops, the clock moving 1 ms a sample."""
+    samples: list[float] = []
+    rule.start()
+    while not rule.done(samples):
+        samples.append(draw())
+        clock.now += 1e-3
+    return samples
+
+
 def test_quiet_samples_converge_before_the_budget():
     clock = FakeClock()
     rule = StoppingRule(budget_s=1.0, target=0.02, clock=clock)
     rng = np.random.default_rng(1)
-    samples: list[float] = []
-    rule.start()
-    while not rule.done(samples):
-        samples.append(1e-3 * (1 + 0.002 * rng.standard_normal()))  # 0.2% jitter
-        clock.now += 1e-3
+    samples = _sampled(rule, clock, lambda: 1e-3 * (1 + 0.002 * rng.standard_normal()))  # quiet
     assert rule.converged and rule.min_samples <= len(samples) < 20 and clock.now < 0.1
     timing = rule.timing(samples, "fake")
     assert timing.converged is True and not timing.noisy and timing.noise <= 0.02
@@ -97,11 +103,7 @@ def test_quiet_samples_keep_sampling_until_the_minimum_time():
     for budget, min_time, expected in ((1.0, 0.1, 0.1), (0.05, 0.1, 0.05)):
         clock = FakeClock()
         rule = StoppingRule(budget_s=budget, target=0.02, min_time_s=min_time, clock=clock)
-        samples: list[float] = []
-        rule.start()
-        while not rule.done(samples):
-            samples.append(1e-3 * (1 + 0.002 * rng.standard_normal()))
-            clock.now += 1e-3
+        samples = _sampled(rule, clock, lambda: 1e-3 * (1 + 0.002 * rng.standard_normal()))
         assert clock.now == pytest.approx(expected, abs=1.5e-3), (budget, min_time, clock.now)
         assert rule.timing(samples, "fake").converged is True
 
@@ -110,11 +112,7 @@ def test_noisy_samples_stop_at_the_budget_and_are_marked_not_converged():
     clock = FakeClock()
     rule = StoppingRule(budget_s=0.05, target=0.02, clock=clock)
     rng = np.random.default_rng(2)
-    samples: list[float] = []
-    rule.start()
-    while not rule.done(samples):
-        samples.append(float(rng.lognormal(np.log(1e-3), 1.0)))  # a spread over a factor of e
-        clock.now += 1e-3
+    samples = _sampled(rule, clock, lambda: float(rng.lognormal(np.log(1e-3), 1.0)))  # spread over e
     assert not rule.converged and clock.now == pytest.approx(0.05, abs=1.5e-3)
     timing = rule.timing(samples, "fake")
     assert timing.converged is False and timing.noisy and timing.noise > 0.02
