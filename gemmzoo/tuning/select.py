@@ -47,7 +47,9 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
 Answers are kept in memory per process: a repeated call is a dictionary lookup.
 
 ``gemmzoo.matmul`` asks :func:`plan_choice`, which never measures (step 3 is skipped) and records
-the problems it had to answer from another shape or the default, for ``gemmzoo tune --recorded``.
+the problems it had to answer from another shape or the default, for ``gemmzoo tune --recorded``;
+it passes over a winner that the caller's arrays would reach only through host copies (one
+computing on another library's arrays, such as JAX's), which a call names explicitly instead.
 It never waits on another process's lock of the database for more than :data:`LOCK_PATIENCE_S`:
 past that it answers as if the database were empty (one warning) and records nothing.
 Backends whose ``selectable`` is false (baselines such as ``triton-naive``) are candidates only
