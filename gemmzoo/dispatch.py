@@ -19,7 +19,7 @@ so a new shape never stalls a program; shapes met without a stored measurement a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -301,13 +301,22 @@ def _layout(a: Any, b: Any, kind: str) -> str:
     return letter(a) + letter(b)
 
 
-def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwise",
-              by: str = "caller") -> Callable[[Any, Any], Any]:
-    """The plan ``gemmzoo.matmul`` keeps for operands like ``a`` and ``b``: a function of (A, B).
+class _Problem(NamedTuple):
+    """Operands ``gemmzoo.matmul`` accepts, unwrapped, and what its plan is decided on."""
 
-    Raises :class:`~gemmzoo.GemmInputError` for operands ``gemmzoo.matmul`` cannot take, naming
-    the shapes and what is wrong, and ``ValueError`` for an unknown ``by``.
-    """
+    a: Any
+    b: Any
+    kind: str
+    dtype: str
+    tf32: bool
+    shape: tuple[int, int, int]
+    device: str
+
+
+def _checked(a: Any, b: Any, by: str) -> _Problem:
+    """The problem of operands ``a`` and ``b`` (TF32Array wrappers taken off), or the error that
+    names what is wrong with them: :class:`~gemmzoo.GemmInputError`, or ``ValueError`` for an
+    unknown ``by``."""
     if by not in RANK_BY:
         raise ValueError(f"gemmzoo.matmul: by must be one of {', '.join(RANK_BY)}; got {by!r}")
     tf32 = type(a) is TF32Array
@@ -339,6 +348,17 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
         raise _input_error(f"A is on {a.device} and B on {b.device}", a, b)
     if kind == "cupy" and a.device.id != b.device.id:
         raise _input_error(f"A is on CUDA device {a.device.id} and B on {b.device.id}", a, b)
+    return _Problem(a, b, kind, dtype, tf32, (m, n, k), device)
+
+
+def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwise",
+              by: str = "caller") -> Callable[[Any, Any], Any]:
+    """The plan ``gemmzoo.matmul`` keeps for operands like ``a`` and ``b``: a function of (A, B).
+
+    Raises :class:`~gemmzoo.GemmInputError` for operands ``gemmzoo.matmul`` cannot take, naming
+    the shapes and what is wrong, and ``ValueError`` for an unknown ``by``.
+    """
+    a, b, kind, dtype, tf32, (m, n, k), device = _checked(a, b, by)
     if kind == "torch" and (a.requires_grad or b.requires_grad):
         return _differentiable_plan(a, b, backend, accuracy, by, dtype, tf32)
     chosen = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind), kind, accuracy, by)
@@ -427,16 +447,8 @@ def backend_for(a: Any, b: Any, *, accuracy: str = "componentwise", by: str = "c
     """The backend ``gemmzoo.matmul(a, b)`` (no backend named) computes with for operands like
     ``a`` and ``b``: the choice its plan makes, without making the plan. Operands it would refuse
     raise :class:`~gemmzoo.GemmInputError`, as ``gemmzoo.matmul`` does."""
-    tf32 = type(a) is TF32Array and type(b) is TF32Array
-    x, y = (a.data, b.data) if tf32 else (a, b)
-    kind = array_kind(type(x))
-    dtype = dtype_of(x) if kind is not None else None
-    if kind is None or dtype is None or len(x.shape) != 2 or len(y.shape) != 2:
-        make_plan(a, b, None, accuracy, by)  # raises the error that names what is wrong
-        raise _input_error("operands gemmzoo.matmul cannot take", a, b)
-    m, k = x.shape
-    return _resolve(None, (m, y.shape[1], k), "tf32" if tf32 else dtype, device_of(x, kind),
-                    _layout(x, y, kind), kind, accuracy, by)
+    x, y, kind, dtype, _tf32, shape, device = _checked(a, b, by)
+    return _resolve(None, shape, dtype, device, _layout(x, y, kind), kind, accuracy, by)
 
 
 def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str, layout: str,
