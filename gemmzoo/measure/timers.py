@@ -95,18 +95,20 @@ def stream_ordered(backend: Any) -> bool:
 
 def loop_samples(call: Callable[[], Any], synchronize: Callable[[], None], rule: StoppingRule) -> list[float]:
     """Seconds per call of loops of calls, each loop about :data:`BATCH_S` long and ended by
-    ``synchronize`` (:func:`loop_per_call_s`), until ``rule`` says stop: one sample per loop."""
+    ``synchronize``, until ``rule`` says stop: :func:`cpu_samples` of one loop, divided by its
+    length (one sample per loop)."""
     first = loop_per_call_s(call, 1, synchronize)
     count = max(1, min(1000, int(BATCH_S / max(first, 1e-7))))
+
+    def loop() -> None:
+        for _ in range(count):
+            call()
+
     warm_until = time.perf_counter() + WARMUP_S
     while time.perf_counter() < warm_until:
-        loop_per_call_s(call, count, synchronize)
-    samples: list[float] = []
-    rule.start()
-    with gc_paused():
-        while not rule.done(samples):
-            samples.append(loop_per_call_s(call, count, synchronize))
-    return samples
+        loop()
+        synchronize()
+    return [seconds / count for seconds in cpu_samples(loop, synchronize, rule)]
 
 
 def device_samples(call: Callable[[], Any], engine: Engine, rule: StoppingRule,
