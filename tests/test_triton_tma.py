@@ -261,6 +261,7 @@ def test_backend_picks_tma_only_for_eligible_problems_on_gpu(monkeypatch):
     # what the Gluon kernels would on Hopper (those: test_gluon_kernels)
     backend = TritonGroupedBackend(gluon=False)
     monkeypatch.setattr(hopper, "TMA_MIN_WORK", 0)  # small problems here, to test the other rules
+    monkeypatch.setattr(grouped_plan, "COPIED_MIN_WORK", 2**62)  # that route's tests: test_copied_route
     from gemmzoo_triton.core import autotune
 
     tma = TMA
@@ -319,6 +320,12 @@ def test_routes_by_layout_dtype_and_size(monkeypatch):
     assert route(16, 17, 16, layout="NT") == "aligned"  # B^T's rows aligned, C's are not
     assert route(7, 17, 17) == "pointer"  # M under ALIGNED_MIN_SIDE
     assert route(9, 9, 9) == "pointer"  # under ALIGNED_MIN_WORK
+    monkeypatch.setattr(grouped_plan, "COPIED_MIN_WORK", 600)
+    assert route(7, 17, 17) == "copied"  # unaligned rows, under the aligned route's thresholds
+    assert route(9, 9, 9) == "copied"
+    assert route(8, 8, 8) == "pointer"  # not over COPIED_MIN_WORK
+    assert route(7, 17, 17, torch.float32) == "pointer"
+    monkeypatch.setattr(grouped_plan, "COPIED_MIN_WORK", 10**6)
     x, y = operand(16, 16, False, torch.float32), operand(16, 16, False, torch.float32)
     assert grouped_plan.route(x, y, "tf32") == "tf32"
     assert grouped_plan.route(x, y, "ieee") == "pointer"

@@ -30,7 +30,8 @@ class BoundLaunch:
     ``pointers`` are the positions of the run-time arguments that are tensors.
     """
 
-    __slots__ = ("_compiled", "_constexprs", "_grid", "_jit_path", "_kernel", "_pointers", "_tail")
+    __slots__ = ("_aligned", "_compiled", "_constexprs", "_grid", "_jit_path", "_kernel", "_pointers",
+                 "_tail")
 
     def __init__(
         self, kernel: Any, grid: Sequence[int], constexprs: dict[str, Any],
@@ -45,21 +46,58 @@ class BoundLaunch:
         self._jit_path = interpreter_mode() or triton_internals.unsupported_reason() is not None
         self._tail = () if self._jit_path else triton_internals.constexpr_values(kernel, constexprs)
         self._compiled: dict[tuple[bool, ...], Any] = {}
+        self._aligned = _alignment_reader(self._pointers)
 
     def __call__(self, *args: Any) -> None:
         """Launch on ``args``: the run-time arguments (tensors, descriptors, integers)."""
         if self._jit_path:
             self._kernel[self._grid](*args, **self._constexprs)
             return
-        aligned = tuple(args[i].data_ptr() % 16 == 0 for i in self._pointers)
+        aligned = self._aligned(args)
         runner = self._compiled.get(aligned)
         if runner is not None:
             runner(*args, *self._tail)
             return
+        self._first(aligned, args)
+
+    def on_stream(self, stream: Any, *args: Any) -> None:
+        """:meth:`__call__` on the CUDA stream handle ``stream``, which must be the current one:
+        for a caller that has looked it up already (Triton's launch would look it up again)."""
+        if self._jit_path:
+            self._kernel[self._grid](*args, **self._constexprs)
+            return
+        aligned = self._aligned(args)
+        runner = self._compiled.get(aligned)
+        if runner is not None:
+            runner(*args, *self._tail, stream=stream)
+            return
+        self._first(aligned, args)
+
+    def _first(self, aligned: tuple[bool, ...], args: tuple[Any, ...]) -> None:
+        """The first launch of an alignment pattern: through ``triton.jit``, keeping its kernel."""
         launcher = triton_internals.compiled_launcher(self._kernel[self._grid](*args, **self._constexprs),
                                                       self._grid)
         if launcher is not None:
             self._compiled[aligned] = launcher
+
+
+def _alignment_reader(pointers: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[bool, ...]]:
+    """A function of a launch's arguments: whether each of the tensors at ``pointers`` starts
+    16-byte aligned. Written out for up to three tensors (a generator over them costs twice as
+    much, on every launch)."""
+    if len(pointers) == 0:
+        return lambda args: ()
+    if len(pointers) == 1:
+        (i,) = pointers
+        return lambda args: (args[i].data_ptr() % 16 == 0,)
+    if len(pointers) == 2:
+        i, j = pointers
+        return lambda args: (args[i].data_ptr() % 16 == 0, args[j].data_ptr() % 16 == 0)
+    if len(pointers) == 3:
+        i, j, k = pointers
+        return lambda args: (args[i].data_ptr() % 16 == 0, args[j].data_ptr() % 16 == 0,
+                             args[k].data_ptr() % 16 == 0)
+    return lambda args: tuple([args[i].data_ptr() % 16 == 0 for i in pointers])
 
 
 class DescriptorLaunch:

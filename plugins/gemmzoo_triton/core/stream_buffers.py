@@ -41,7 +41,9 @@ def _capture_reader(device: Any) -> Callable[[], bool]:
         return lambda: False
     import torch
 
-    return torch.cuda.is_current_stream_capturing
+    # torch.cuda.is_current_stream_capturing's own call, without its Python wrapper (a plan asks on
+    # every call)
+    return getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
 
 
 class StreamBuffers:
@@ -66,9 +68,17 @@ class StreamBuffers:
     def get(self) -> Any:
         """The kept entry of the calling thread's current stream (made on its first use), or a
         fresh one where none is kept (see the module's docstring)."""
+        return self._entry(self._stream())
+
+    def get_on(self) -> tuple[Any, Any]:
+        """``(get(), the current stream's handle)``, for a caller that launches on it."""
+        stream = self._stream()
+        return self._entry(stream), stream
+
+    def _entry(self, stream: Any) -> Any:
         if not self._reuse or self._capturing():
             return self.fresh()
-        key = threading.get_ident(), self._stream()
+        key = threading.get_ident(), stream
         kept = self._kept.get(key)
         if kept is None:
             if len(self._kept) >= MAX_KEPT:

@@ -3,7 +3,8 @@
 The kernels: the tutorial's pointer kernel (:mod:`~gemmzoo_triton.grouped.pointer_kernel`), the
 TMA kernel (:mod:`~gemmzoo_triton.grouped.tma_kernel`), and on Hopper the warp-specialized Gluon
 kernel for fp16 and bf16 (:mod:`~gemmzoo_triton.grouped.gluon_kernel`) and the Gluon tf32 kernel
-(:mod:`~gemmzoo_triton.grouped.tf32_kernel`). Four routes lead to them:
+(:mod:`~gemmzoo_triton.grouped.tf32_kernel`), and the one-launch copying kernel
+(:mod:`~gemmzoo_triton.grouped.copied_kernel`). Five routes lead to them:
 
 - ``pointer``: the pointer kernel, for everything the others do not take;
 - ``tma``: a TMA kernel on the operands as they are, where their rows and C's are 16-byte
@@ -17,6 +18,10 @@ kernel for fp16 and bf16 (:mod:`~gemmzoo_triton.grouped.gluon_kernel`) and the G
   (docs/results/2026-11-23-triton-grouped.md). A C whose rows are not aligned is a view of a
   buffer with padded rows, stored whole through a descriptor, unless the plan is made with
   ``contiguous_c=True`` (then C is contiguous and stored through masked pointers);
+- ``copied``: fp16 and bf16 problems the aligned route does not take (smaller ones) whose rows
+  are not aligned, above :data:`COPIED_MIN_WORK`: one launch that copies A and B into aligned
+  buffers the plan keeps and multiplies from them (no fused activation: with one, the pointer
+  route);
 - ``tf32``: large float32 problems in tf32. Hopper's tf32 tensor-core instruction reads its
   shared-memory operands only K-major: on Hopper the Gluon tf32 kernel (see
   :func:`tf32_gluon_takes`) takes A row-major (copied when it is not) and B either way;
@@ -24,7 +29,8 @@ kernel for fp16 and bf16 (:mod:`~gemmzoo_triton.grouped.gluon_kernel`) and the G
   B column-major (copied into those layouts), where the pointer kernel is far behind.
 
 A plan's first call picks the config (autotuning when no earlier problem of this key did) and
-binds the launch; later calls allocate C, make any copies and descriptors their addresses need,
+binds the launch (the copied route's config is chosen by its problem's shape, when the plan is
+made); later calls allocate C, make any copies and descriptors their addresses need,
 and launch the compiled kernel.
 """
 
@@ -48,6 +54,12 @@ from gemmzoo_triton.core.padding import padded
 #: the route overtook the pointer kernel (docs/results/2026-11-23-triton-grouped.md).
 ALIGNED_MIN_SIDE = 256
 ALIGNED_MIN_WORK = 2 * 1024**3
+
+
+#: Under ALIGNED_MIN_WORK, problems of more multiply-adds than this whose rows are not aligned
+#: take the one-launch kernel (:mod:`~gemmzoo_triton.grouped.copied_kernel`): its copies and
+#: product cost one launch's host time, where the aligned route's cost two and descriptors.
+COPIED_MIN_WORK = 128**3
 
 
 def gluon_schedule(x: Any, M: int, N: int, K: int) -> Any:
@@ -108,8 +120,8 @@ def tf32_gluon_takes(x: Any, activation: str | None) -> bool:
 
 
 def route(x: Any, y: Any, precision: str, gluon: bool = True) -> str:
-    """``"pointer"``, ``"tma"``, ``"aligned"`` or ``"tf32"``: the route for ``x @ y`` (layouts and
-    sizes only); ``gluon=False`` leaves the Gluon kernels out of the decision."""
+    """``"pointer"``, ``"tma"``, ``"aligned"``, ``"copied"`` or ``"tf32"``: the route for ``x @ y``
+    (layouts and sizes only); ``gluon=False`` leaves the Gluon kernels out of the decision."""
     import torch
 
     M, K = x.shape
@@ -129,7 +141,7 @@ def route(x: Any, y: Any, precision: str, gluon: bool = True) -> str:
         return "tma" if takes else "pointer"
     if min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > ALIGNED_MIN_WORK:
         return "aligned"
-    return "pointer"
+    return "copied" if M * N * K > COPIED_MIN_WORK else "pointer"
 
 
 def padded_k(tensor: Any) -> int:
@@ -158,6 +170,8 @@ class GroupedPlan:
     def __init__(self, x: Any, y: Any, precision: str, activation: str | None, wrap: bool,
                  gluon: bool = True, contiguous_c: bool = False, autotune: str = "quick") -> None:
         self.route = route(x, y, precision, gluon)
+        if self.route == "copied" and activation:  # the one-launch kernel fuses no activation
+            self.route = "pointer"
         self._autotune = autotune
         self._gluon = gluon
         self._precision = precision
@@ -166,7 +180,7 @@ class GroupedPlan:
         self._shape = (x.shape[0], y.shape[1])
         self._new_c = output_allocator(*self._shape, x.dtype, x.device)
         self._bound: Callable[[Any, Any, Any], None] | None = None
-        tma = self.route != "pointer"
+        tma = self.route in ("tma", "aligned", "tf32")
         # Hopper's tf32 tensor-core instruction reads shared-memory operands K-major only: A
         # row-major, and B column-major unless the Gluon kernel takes B into registers. 16-bit
         # types take either layout.
@@ -181,6 +195,8 @@ class GroupedPlan:
             # C's rows padded to 16 bytes (in one allocation: no buffer sliced per call)
             self._new_c = c_view_allocator(*self._shape, x.dtype, x.device)
         self._run: Callable[[Any, Any], Any] = self._general
+        if self.route == "copied":
+            self._run = _copied_run(x, y, self._new_c, wrap)
 
     def __call__(self, a: Any, b: Any) -> Any:
         return self._run(a, b)
@@ -278,6 +294,24 @@ class GroupedPlan:
                 config = kernel.launch(x, y, c, self._precision, self._activation, self._autotune)
             self._bound = kernel.bind(x, y, c, self._precision, config, self._activation)
         self._bound(x, y, c)
+
+
+def _copied_run(x: Any, y: Any, new_c: Callable[[], Any], wrap: bool) -> Callable[[Any, Any], Any]:
+    """``run(a, b)`` of the copied route: a contiguous C and one launch."""
+    from gemmzoo_triton.core.env import interpreter_mode
+    from gemmzoo_triton.grouped import copied_kernel
+
+    interpret = interpreter_mode()
+    launch = copied_kernel.bind(x, y, 1 if interpret else hopper.num_sms(x.device), interpret)
+
+    def run(a: Any, b: Any) -> Any:
+        if wrap:
+            a, b = a.data, b.data
+        c = new_c()
+        launch(a, b, c)
+        return TF32Array(c) if wrap else c
+
+    return run
 
 
 def c_view_allocator(rows: int, cols: int, dtype: Any, device: Any) -> Callable[[], Any]:
