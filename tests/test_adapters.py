@@ -129,6 +129,53 @@ def test_a_compiled_kernel_gives_a_launcher_per_grid():
     assert internals.compiled_launcher(None, (1, 1, 1)) is None
 
 
+def test_the_stream_launcher_calls_the_drivers_launcher_as_tritons_own_does(monkeypatch):
+    """The direct launch passes what the compiled kernel's own launcher passes (this Triton's
+    source is read for it: a release that changes the call fails here), and hands launches to
+    that launcher while a launch hook is set."""
+    import inspect
+
+    from triton import knobs
+    from triton.compiler.compiler import CompiledKernel
+
+    internals = _triton_internals()
+    source = inspect.getsource(CompiledKernel.__getitem__)
+    assert "self.run(grid[0], grid[1], grid[2], stream, self.function, self.packed_metadata" in source
+    assert callable(getattr(CompiledKernel, "_init_handles", None))
+    calls = []
+
+    class Compiled:
+        function, packed_metadata = "function", "packed"
+
+        def _init_handles(self):
+            calls.append("init")
+
+        def run(self, *args):
+            calls.append(("run", args))
+
+        def __getitem__(self, grid):
+            return lambda *args, stream: calls.append(("own", grid, stream, args))
+
+    for name in ("launch_enter_hook", "launch_exit_hook"):  # none listening, whatever this Triton's default
+        hook = getattr(knobs.runtime, name)
+        monkeypatch.setattr(knobs.runtime, name, type(hook)() if hasattr(hook, "calls") else None)
+    launch = internals.stream_launcher(Compiled(), (4, 2, 1))
+    launch(77, "x", 5)
+    assert calls == ["init", ("run", (4, 2, 1, 77, "function", "packed", None, None, None, "x", 5))]
+    if hasattr(knobs.runtime.launch_exit_hook, "add"):
+        knobs.runtime.launch_exit_hook.add(lambda metadata: None)
+    else:
+        monkeypatch.setattr(knobs.runtime, "launch_exit_hook", lambda metadata: None)
+    launch(78, "y")
+    assert calls[-1] == ("own", (4, 2, 1), 78, ("y",))
+
+    class Bare:
+        def _init_handles(self):
+            pass
+
+    assert internals.stream_launcher(Bare(), (1, 1, 1)) is None
+
+
 def test_the_autotuner_keeps_the_config_it_picked(empty_cache):  # a full pick is kept on disk
     internals = _triton_internals()
     import torch

@@ -30,8 +30,8 @@ class BoundLaunch:
     ``pointers`` are the positions of the run-time arguments that are tensors.
     """
 
-    __slots__ = ("_aligned", "_compiled", "_constexprs", "_grid", "_jit_path", "_kernel", "_pointers",
-                 "_tail")
+    __slots__ = ("_aligned", "_compiled", "_constexprs", "_grid", "_jit_path", "_kernel", "_on_stream",
+                 "_pointers", "_tail")
 
     def __init__(
         self, kernel: Any, grid: Sequence[int], constexprs: dict[str, Any],
@@ -46,6 +46,7 @@ class BoundLaunch:
         self._jit_path = interpreter_mode() or triton_internals.unsupported_reason() is not None
         self._tail = () if self._jit_path else triton_internals.constexpr_values(kernel, constexprs)
         self._compiled: dict[tuple[bool, ...], Any] = {}
+        self._on_stream: dict[tuple[bool, ...], Any] = {}
         self._aligned = _alignment_reader(self._pointers)
 
     def __call__(self, *args: Any) -> None:
@@ -67,18 +68,20 @@ class BoundLaunch:
             self._kernel[self._grid](*args, **self._constexprs)
             return
         aligned = self._aligned(args)
-        runner = self._compiled.get(aligned)
-        if runner is not None:
-            runner(*args, *self._tail, stream=stream)
+        launch = self._on_stream.get(aligned)
+        if launch is not None:
+            launch(stream, *args, *self._tail)
             return
         self._first(aligned, args)
 
     def _first(self, aligned: tuple[bool, ...], args: tuple[Any, ...]) -> None:
         """The first launch of an alignment pattern: through ``triton.jit``, keeping its kernel."""
-        launcher = triton_internals.compiled_launcher(self._kernel[self._grid](*args, **self._constexprs),
-                                                      self._grid)
+        launched = self._kernel[self._grid](*args, **self._constexprs)
+        launcher = triton_internals.compiled_launcher(launched, self._grid)
         if launcher is not None:
             self._compiled[aligned] = launcher
+            direct = triton_internals.stream_launcher(launched, self._grid)
+            self._on_stream[aligned] = direct or (lambda stream, *args: launcher(*args, stream=stream))
 
 
 def _alignment_reader(pointers: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[bool, ...]]:

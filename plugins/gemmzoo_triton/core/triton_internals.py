@@ -3,7 +3,9 @@
 The fast path binds each problem's launch once and then calls the compiled kernel directly, which
 needs what ``triton.jit`` and ``triton.autotune`` keep on their objects but do not document: a
 ``JITFunction``'s parameter list (``params``, to know the constexprs a compiled kernel takes),
-the launcher a ``CompiledKernel`` returns for a grid (``compiled[grid]``), an ``Autotuner``'s
+the launcher a ``CompiledKernel`` returns for a grid (``compiled[grid]``) and what that launcher
+calls (the driver's launcher ``run``, with ``function`` and ``packed_metadata``, after
+``_init_handles``; the launch hooks in ``triton.knobs.runtime``), an ``Autotuner``'s
 picked config (``best_config``), wrapped function (``fn``, ``base_fn``) and argument names
 (``arg_names``), and the active driver's current-stream lookup
 (``triton.runtime.driver.active.get_current_stream``, what each Triton launch asks).
@@ -51,6 +53,41 @@ def compiled_launcher(launched: Any, grid: tuple[int, int, int]) -> Any | None:
     if compiled is None or not hasattr(compiled, "__getitem__"):
         return None
     return compiled[grid]
+
+
+def stream_launcher(launched: Any, grid: tuple[int, int, int]) -> Callable[..., None] | None:
+    """``launch(stream, *args)``: the compiled kernel's launch on the CUDA stream handle
+    ``stream``, calling the driver's launcher directly, as the compiled kernel's own launcher
+    (:func:`compiled_launcher`) does after it has looked up the device, the stream and the launch
+    hooks; or ``None`` where this Triton's compiled kernel lacks what that needs. While a launch
+    hook is set (a profiler such as Proton listening), launches take Triton's own launcher, which
+    calls the hooks."""
+    from triton import knobs
+
+    compiled = launched.result() if hasattr(launched, "result") else launched
+    try:
+        compiled._init_handles()
+        run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+        hooks = knobs.runtime
+        hooks.launch_enter_hook, hooks.launch_exit_hook  # noqa: B018 - both exist
+    except AttributeError:
+        return None
+    own = compiled[grid]
+    grid_x, grid_y, grid_z = grid
+
+    def launch(stream: Any, *args: Any) -> None:
+        if _quiet(hooks.launch_enter_hook) and _quiet(hooks.launch_exit_hook):
+            run(grid_x, grid_y, grid_z, stream, function, packed, None, None, None, *args)
+        else:
+            own(*args, stream=stream)
+
+    return launch
+
+
+def _quiet(hook: Any) -> bool:
+    """Whether a launch hook calls nothing: unset (``None``), or a chain of hooks (``HookChain``,
+    whose ``calls`` Triton fills as hooks are added) that is empty."""
+    return hook is None or not getattr(hook, "calls", True)
 
 
 def _autotuner_attribute(autotuner: Any, name: str) -> Any:
