@@ -204,9 +204,11 @@ def _baseline(dtype: str) -> tuple[str, Call]:
 
 
 def _calls_for(call: Call, a: Any, b: Any, sync: Callable[[], None], seconds: float = 0.05) -> int:
-    """How many calls make a loop of about ``seconds``."""
+    """How many calls make a loop of about ``seconds`` (timed after warm-up calls: a library's first
+    call, such as cuBLAS's handle, would make the loops far too short)."""
     from gemmzoo.measure import loop_per_call_s
 
+    loop_per_call_s(functools.partial(call, a, b), 3, sync)
     per_call = loop_per_call_s(functools.partial(call, a, b), 10, sync)
     return max(10, min(2000, int(seconds / max(per_call, 1e-7))))
 
