@@ -25,11 +25,36 @@ from typing import Any, NamedTuple
 import triton
 import triton.language as tl
 
-from gemmzoo_triton.core.copy_kernel import _copy_block
 from gemmzoo_triton.core.tile_order import tile_position
 
-#: Rows and columns of a block the copy phase moves at a time.
-COPY_BLOCK = {"COPY_R": 16, "COPY_C": 128}
+#: Rows and columns of a block of the copy phase (two are moved at a time): the fastest of the
+#: block shapes tried on an H100 (docs/results/2026-11-26-copied-route.md).
+COPY_BLOCK = {"COPY_R": 8, "COPY_C": 128}
+
+
+@triton.jit
+def _load_block(src, rows, cols, stride_r, stride_c, block, COPY_R: tl.constexpr, COPY_C: tl.constexpr):
+    """Block ``block`` of a copy (column blocks first, then bands of rows): its values (zeros past
+    the source), its rows and columns, and which of them lie inside the source."""
+    column_blocks = tl.cdiv(cols, COPY_C)
+    c = (block % column_blocks) * COPY_C + tl.arange(0, COPY_C)
+    r = (block // column_blocks) * COPY_R + tl.arange(0, COPY_R)
+    inside = (r[:, None] < rows) & (c[None, :] < cols)
+    return tl.load(src + r[:, None] * stride_r + c[None, :] * stride_c, mask=inside, other=0.0), r, c, inside
+
+
+@triton.jit
+def _copy_blocks(src, dst, rows, cols, stride_r, stride_c, stride_d, blocks, first, step,
+                 COPY_R: tl.constexpr, COPY_C: tl.constexpr, DST_ALIGN: tl.constexpr):
+    """Copy blocks ``first``, ``first + step``, ... of a source into ``dst`` (rows ``stride_d``
+    apart), two at a time: both loads are in flight before either store. A block number past the
+    last one lies below the source's rows, so its mask is empty."""
+    stride_d = tl.multiple_of(stride_d, DST_ALIGN)
+    for block in range(first, blocks, 2 * step):
+        v0, r0, c0, in0 = _load_block(src, rows, cols, stride_r, stride_c, block, COPY_R, COPY_C)
+        v1, r1, c1, in1 = _load_block(src, rows, cols, stride_r, stride_c, block + step, COPY_R, COPY_C)
+        tl.store(dst + r0[:, None] * stride_d + c0[None, :], v0, mask=in0)
+        tl.store(dst + r1[:, None] * stride_d + c1[None, :], v1, mask=in1)
 
 
 @triton.jit
@@ -68,13 +93,10 @@ def copied_matmul_kernel(
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     if COPY:
-        for block in range(pid, blocks_a + blocks_b, programs):
-            if block < blocks_a:
-                _copy_block(a, a_buf, rows_a, cols_a, rows_a, cols_a, stride_sa_r, stride_sa_c, stride_da,
-                            block, COPY_R, COPY_C, DST_ALIGN)
-            else:
-                _copy_block(b, b_buf, rows_b, cols_b, rows_b, cols_b, stride_sb_r, stride_sb_c, stride_db,
-                            block - blocks_a, COPY_R, COPY_C, DST_ALIGN)
+        _copy_blocks(a, a_buf, rows_a, cols_a, stride_sa_r, stride_sa_c, stride_da, blocks_a, pid, programs,
+                     COPY_R, COPY_C, DST_ALIGN)
+        _copy_blocks(b, b_buf, rows_b, cols_b, stride_sb_r, stride_sb_c, stride_db, blocks_b, pid, programs,
+                     COPY_R, COPY_C, DST_ALIGN)
     if WAIT:
         grid_barrier(sync)
     if MULTIPLY:
