@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_triton_tma import check_product, kernel_dtypes, strided_operand, tma_backend
+from test_triton_tma import check_product, force_route, kernel_dtypes, strided_operand, tma_backend
 
-from gemmzoo_triton.core import hopper
 from gemmzoo_triton.grouped import copied_kernel
-from gemmzoo_triton.grouped import plan as grouped_plan
 from gemmzoo_triton.grouped.backend import TritonGroupedBackend
 
 torch = pytest.importorskip("torch")
@@ -25,11 +23,7 @@ pytest.importorskip("triton")
 @pytest.fixture
 def copied_route(monkeypatch):
     """Every problem on the copied route, every device taken for one with TMA."""
-    backend = tma_backend()
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "copied")
-    if backend.device == "cpu":
-        monkeypatch.setattr(hopper, "tma_device", lambda device: True)
-    return backend
+    return force_route(monkeypatch, "copied")
 
 
 @pytest.mark.parametrize("layout", ["NN", "TN", "NT", "TT", "SS"])

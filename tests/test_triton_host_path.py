@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from test_triton_tma import check_product, strided_operand, tma_backend
+from test_triton_tma import check_product, force_route, strided_operand, tma_backend
 
 from gemmzoo_triton.core import hopper, stream_buffers
 from gemmzoo_triton.core.launch import BoundLaunch
@@ -27,11 +27,7 @@ pytest.importorskip("triton")
 @pytest.fixture
 def aligned_route(monkeypatch):
     """Every problem on the aligned route, every device taken for one with TMA."""
-    backend = tma_backend()
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "aligned")
-    if backend.device == "cpu":
-        monkeypatch.setattr(hopper, "tma_device", lambda device: True)
-    return backend.device
+    return force_route(monkeypatch, "aligned").device
 
 
 class Spies:

@@ -137,6 +137,16 @@ def tma_backend():
     return backend
 
 
+def force_route(monkeypatch, name: str):
+    """Every problem on triton-grouped's route ``name``, every device taken for one with TMA (the
+    interpreter runs the TMA kernels on CPU tensors); the backend, from :func:`tma_backend`."""
+    backend = tma_backend()
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: name)
+    if backend.device == "cpu":
+        monkeypatch.setattr(hopper, "tma_device", lambda device: True)
+    return backend
+
+
 def check_product(c, x, y, dtype_name: str, activation: str | None) -> None:
     """Every element of ``c`` within the float64 reference's bound; a negative one activated."""
     a_host, b_host = (t.double().cpu().numpy() for t in (x, y))
