@@ -27,8 +27,8 @@ import triton.language as tl
 
 from gemmzoo_triton.core.tile_order import tile_position
 
-#: Rows and columns of a block of the copy phase (two are moved at a time): the fastest of the
-#: block shapes tried on an H100 (docs/results/2026-11-26-copied-route.md).
+#: Rows and columns of a block of the copy phase (two are moved at a time): small blocks, two in
+#: flight, keep more loads going per program than one large block (docs/results/2026-11-26-copied-route.md).
 COPY_BLOCK = {"COPY_R": 8, "COPY_C": 128}
 
 
@@ -129,8 +129,8 @@ class Config(NamedTuple):
     num_stages: int
 
 
-#: The tile shapes :func:`pick_config` chooses among, smaller first: those that came first among
-#: a sweep of tile shapes, warps and stages on mid-sized problems on an H100
+#: The tile shapes :func:`pick_config` chooses among, smaller first: 64x128 tiles where they cover
+#: C in as few waves as 128x128 ones (more programs share the work), 128x128 where they need fewer
 #: (docs/results/2026-11-26-copied-route.md).
 CONFIGS = (
     Config(64, 128, 64, 4, 4),
