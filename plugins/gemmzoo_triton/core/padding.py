@@ -9,7 +9,11 @@ def units(element_size: int, unit_bytes: int = 16) -> int:
     return max(1, unit_bytes // element_size)
 
 
+def round_up(length: int, unit: int) -> int:
+    """``length`` rounded up to a multiple of ``unit``."""
+    return -(-length // unit) * unit
+
+
 def padded(length: int, element_size: int, unit_bytes: int = 16) -> int:
     """``length`` elements rounded up to a whole number of ``unit_bytes``-byte units."""
-    per_unit = units(element_size, unit_bytes)
-    return -(-length // per_unit) * per_unit
+    return round_up(length, units(element_size, unit_bytes))

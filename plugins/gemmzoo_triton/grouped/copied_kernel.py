@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import triton
 import triton.language as tl
 
+from gemmzoo_triton.core.padding import round_up
 from gemmzoo_triton.core.tile_order import tile_position
 
 #: Rows and columns of a block of the copy phase (two are moved at a time): small blocks, two in
@@ -147,11 +148,6 @@ def pick_config(M: int, N: int, sms: int) -> Config:
         return triton.cdiv(triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n), sms)
 
     return min(CONFIGS, key=waves)
-
-
-def round_up(length: int, unit: int) -> int:
-    """``length`` rounded up to a multiple of ``unit``."""
-    return -(-length // unit) * unit
 
 
 class Buffers(NamedTuple):
