@@ -217,6 +217,42 @@ def test_bound_launch_takes_the_public_path_on_an_unknown_triton(monkeypatch):
     assert calls == [((4, 1, 1), ("a", "b"), {"BLOCK": 8}), ((4, 1, 1), ("c", "d"), {"BLOCK": 8})]
 
 
+def test_a_bound_launch_given_a_device_launches_directly_on_its_current_stream(monkeypatch):
+    internals = _triton_internals()
+    from gemmzoo_triton.core import launch
+
+    monkeypatch.setattr(launch, "interpreter_mode", lambda: False)
+    monkeypatch.setattr(internals, "unsupported_reason", lambda: None)
+    monkeypatch.setattr(internals, "constexpr_values", lambda kernel, constexprs: (constexprs["BLOCK"],))
+    streams = iter([11, 12])
+    monkeypatch.setattr(internals, "stream_reader_of",
+                        lambda device: (lambda: next(streams)) if device == "gpu:0" else None)
+    direct, own = [], []
+    monkeypatch.setattr(internals, "compiled_launcher",
+                        lambda launched, grid: lambda *args, stream=None: own.append(args))
+    monkeypatch.setattr(internals, "stream_launcher",
+                        lambda launched, grid: lambda stream, *args: direct.append((stream, args)))
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **constexprs: "compiled"
+
+    class Tensor:
+        def data_ptr(self):
+            return 64
+
+    x = Tensor()
+    bound = launch.BoundLaunch(Kernel(), (4,), {"BLOCK": 8}, pointers=(0,), device="gpu:0")
+    bound(x, 3)  # the first launch of an alignment goes through triton.jit
+    bound(x, 5)
+    bound(x, 6)
+    assert direct == [(11, (x, 5, 8)), (12, (x, 6, 8))] and own == []
+    bound = launch.BoundLaunch(Kernel(), (4,), {"BLOCK": 8}, pointers=(0,))  # no device
+    bound(x, 3)
+    bound(x, 5)
+    assert own == [(x, 5, 8)] and len(direct) == 2
+
+
 # torch: the private cuBLAS switch accessors --------------------------------------------------
 
 

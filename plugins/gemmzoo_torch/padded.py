@@ -83,7 +83,8 @@ class PaddedCopy:
             from gemmzoo_triton.core.launch import BoundLaunch
 
             self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(*self.shape),),
-                                       copy_kernel.constexprs(units(like.element_size())), pointers=(0, 1))
+                                       copy_kernel.constexprs(units(like.element_size())), pointers=(0, 1),
+                                       device=like.device)
             self._buffers = StreamBuffers(self.numel, like.dtype, like.device, self._views)
 
     def _views(self, buffer: Any) -> tuple[Any, Any]:
@@ -134,7 +135,8 @@ class PaddedPair:
         constexprs = copy_kernel.constexprs(units(copy_a.dtype.itemsize))
         blocks_a = copy_kernel.blocks(*copy_a.shape)
         grid = (blocks_a + copy_kernel.blocks(*copy_b.shape),)
-        self._launch = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10))
+        self._launch = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10),
+                                   device=copy_a.device)
         self._blocks_a = blocks_a
         self._buffers = StreamBuffers(self._numel, copy_a.dtype, copy_a.device, self._views)
 

@@ -72,7 +72,8 @@ class AlignedCopy:
             from gemmzoo_triton.core.launch import BoundLaunch
 
             self.launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(self.rows, self.cols),),
-                                      copy_kernel.constexprs(units(size)), pointers=(0, 1))
+                                      copy_kernel.constexprs(units(size)), pointers=(0, 1),
+                                      device=like.device)
             self.sizes = (self.rows, self.cols, self.rows, self.cols, strides[0], strides[1], self.row_stride)
 
     def source(self, tensor: Any) -> Any:
@@ -133,7 +134,8 @@ class KeptCopies:
             self._blocks_x = copy_kernel.blocks(copy_x.rows, copy_x.cols)
             grid = (self._blocks_x + copy_kernel.blocks(copy_y.rows, copy_y.cols),)
             constexprs = copy_kernel.constexprs(units(first.dtype.itemsize))
-            self._pair = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10))
+            self._pair = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10),
+                                     device=first.device)
 
     def _make(self, flat: Any) -> tuple[Any, Any, Any, Any, Any]:
         """(written x, written y, operand x, operand y, what ``describe`` made) for a new buffer."""

@@ -105,7 +105,7 @@ class TritonBackend(TorchTensors, Backend):
             return self.empty_plan(a, x, y)
         from gemmzoo_triton.core.launch import BoundLaunch
 
-        launch = BoundLaunch(kernel, grid, constexprs)
+        launch = BoundLaunch(kernel, grid, constexprs, device=x.device)
         sizes = (m, n, k, x.stride(0), x.stride(1), y.stride(0), y.stride(1), n, 1)
         new_c = output_allocator(m, n, x.dtype, x.device)
         if isinstance(a, TF32Array):

@@ -246,19 +246,20 @@ def grid(M: int, N: int, sms: int, config: GluonConfig) -> tuple[int]:
 
 def bind(kernel: Any, M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, config: GluonConfig,
          *, programs: int | None = None, extra: Callable[[], tuple[Any, ...]] | None = None,
-         **constexprs: Any) -> Any:
+         device: Any = None, **constexprs: Any) -> Any:
     """``run(x, y, c)``: ``kernel`` for every problem of this shape and layout, bound once (grid,
     constexprs, compiled kernel); only the descriptors are made per call, since the operands'
     addresses change (a :class:`~gemmzoo_triton.core.launch.DescriptorLaunch`, so that a plan
     can make A's and B's once for buffers it keeps). ``constexprs``: the kernel's own beyond
     STAGES, GROUP_M and num_warps. ``programs``: the grid (default :func:`grid`); ``extra()``:
-    run-time arguments the kernel takes after M, N and K, asked for on each call."""
+    run-time arguments the kernel takes after M, N and K, asked for on each call; ``device``: the
+    operands' (see :class:`~gemmzoo_triton.core.launch.BoundLaunch`)."""
     from gemmzoo_triton.core.launch import BoundLaunch, DescriptorLaunch
 
     constexprs = {"STAGES": config.stages, "GROUP_M": config.group_m, "num_warps": config.num_warps,
                   **constexprs}
     launch_grid = grid(M, N, sms, config) if programs is None else (programs,)
-    launch_bound = BoundLaunch(kernel, launch_grid, constexprs, pointers=())
+    launch_bound = BoundLaunch(kernel, launch_grid, constexprs, pointers=(), device=device)
 
     c_block = (config.block_m, config.block_n)
     if extra is None:

@@ -27,15 +27,18 @@ class BoundLaunch:
     is part of ``constexprs``, with its launch options such as ``num_warps``); ``grid`` a tuple
     of one to three program counts. The kernel's parameters must be its run-time arguments first,
     in the order callers pass them, then its constexprs, every one of which ``constexprs`` names.
-    ``pointers`` are the positions of the run-time arguments that are tensors.
+    ``pointers`` are the positions of the run-time arguments that are tensors. ``device``: the
+    CUDA device the operands live on; given one, launches look up its current stream themselves
+    and call the driver's launcher directly (see :meth:`on_stream`), else they go through the
+    compiled kernel's own launcher, which looks the current device and its stream up each time.
     """
 
     __slots__ = ("_aligned", "_compiled", "_constexprs", "_grid", "_jit_path", "_kernel", "_on_stream",
-                 "_pointers", "_tail")
+                 "_pointers", "_stream", "_tail")
 
     def __init__(
         self, kernel: Any, grid: Sequence[int], constexprs: dict[str, Any],
-        pointers: Sequence[int] = (0, 1, 2),
+        pointers: Sequence[int] = (0, 1, 2), device: Any = None,
     ) -> None:
         self._kernel = kernel
         self._pointers = tuple(pointers)
@@ -48,6 +51,7 @@ class BoundLaunch:
         self._compiled: dict[tuple[bool, ...], Any] = {}
         self._on_stream: dict[tuple[bool, ...], Any] = {}
         self._aligned = _alignment_reader(self._pointers)
+        self._stream = None if self._jit_path else triton_internals.stream_reader_of(device)
 
     def __call__(self, *args: Any) -> None:
         """Launch on ``args``: the run-time arguments (tensors, descriptors, integers)."""
@@ -55,10 +59,16 @@ class BoundLaunch:
             self._kernel[self._grid](*args, **self._constexprs)
             return
         aligned = self._aligned(args)
-        runner = self._compiled.get(aligned)
-        if runner is not None:
-            runner(*args, *self._tail)
-            return
+        if self._stream is not None:
+            launch = self._on_stream.get(aligned)
+            if launch is not None:
+                launch(self._stream(), *args, *self._tail)
+                return
+        else:
+            runner = self._compiled.get(aligned)
+            if runner is not None:
+                runner(*args, *self._tail)
+                return
         self._first(aligned, args)
 
     def on_stream(self, stream: Any, *args: Any) -> None:

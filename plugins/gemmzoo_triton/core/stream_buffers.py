@@ -26,13 +26,9 @@ MAX_KEPT = 8
 
 def _stream_reader(device: Any) -> Callable[[], Any]:
     """A function giving the current CUDA stream of ``device`` (a handle), or None on a CPU."""
-    if device.type != "cuda":
-        return lambda: None
-    import torch
+    from gemmzoo_triton.core.triton_internals import stream_reader_of
 
-    from gemmzoo_triton.core.triton_internals import current_stream_reader
-
-    return current_stream_reader(device.index if device.index is not None else torch.cuda.current_device())
+    return stream_reader_of(device) or (lambda: None)
 
 
 def _capture_reader(device: Any) -> Callable[[], bool]:

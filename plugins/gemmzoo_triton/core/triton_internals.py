@@ -120,6 +120,16 @@ def argument_names(autotuner: Any) -> list[str]:
     return list(_autotuner_attribute(autotuner, "arg_names"))
 
 
+def stream_reader_of(device: Any) -> Callable[[], Any] | None:
+    """:func:`current_stream_reader` of a torch device, or ``None`` when it is no CUDA device
+    (or ``None``)."""
+    if device is None or getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    return current_stream_reader(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def current_stream_reader(device_index: int) -> Callable[[], Any]:
     """A function giving the handle of ``device_index``'s current CUDA stream, through the lookup
     Triton's own launches make (the active driver's ``get_current_stream``), which costs a small

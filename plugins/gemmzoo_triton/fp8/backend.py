@@ -150,8 +150,8 @@ class TritonFp8Backend(TritonBackend):
                 from gemmzoo_triton.core.hopper import num_sms
                 from gemmzoo_triton.fp8 import gluon_kernel as fp8_gluon_kernel
 
-                return _plan(fp8_gluon_kernel.bind(M, N, K, num_sms(x.device), config), copy_a, copy_b,
-                             True, allocate, compute)
+                bound = fp8_gluon_kernel.bind(M, N, K, num_sms(x.device), config, x.device)
+                return _plan(bound, copy_a, copy_b, True, allocate, compute)
         if tma:
             from gemmzoo_triton.core.hopper import num_sms
             from gemmzoo_triton.fp8 import tma_kernel as fp8_tma_kernel
@@ -162,8 +162,8 @@ class TritonFp8Backend(TritonBackend):
                 config = fp8_tma_kernel.picked(x, y, promote, self.autotune)
                 if config is None:
                     config = fp8_tma_kernel.launch(x, y, c, promote, self.autotune)
-                    return fp8_tma_kernel.bind(M, N, K, promote, config, sms)
-                run = fp8_tma_kernel.bind(M, N, K, promote, config, sms)
+                    return fp8_tma_kernel.bind(M, N, K, promote, config, sms, x.device)
+                run = fp8_tma_kernel.bind(M, N, K, promote, config, sms, x.device)
                 run(x, y, c)
                 return run
 

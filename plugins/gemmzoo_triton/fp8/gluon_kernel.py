@@ -164,10 +164,10 @@ def fp8_gluon_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, GROU
         [1], [24])
 
 
-def bind(M: int, N: int, K: int, sms: int, config: GluonConfig = DEFAULT_CONFIG) -> Any:
+def bind(M: int, N: int, K: int, sms: int, config: GluonConfig = DEFAULT_CONFIG, device: Any = None) -> Any:
     """``run(x, y, c)``: :func:`launch` for every problem of this shape, bound once
     (:func:`~gemmzoo_triton.core.gluon_parts.bind`; A row-major, B read through its transpose)."""
-    return gluon_parts.bind(fp8_gluon_kernel, M, N, K, False, True, sms, config)
+    return gluon_parts.bind(fp8_gluon_kernel, M, N, K, False, True, sms, config, device=device)
 
 
 def launch(x: Any, y: Any, c: Any, sms: int, config: GluonConfig = DEFAULT_CONFIG) -> None:

@@ -175,7 +175,7 @@ def bind(x: Any, y: Any, promote: int, config: triton.Config) -> Any:
     tiles = triton.cdiv(M, blocks["BLOCK_SIZE_M"]) * triton.cdiv(N, blocks["BLOCK_SIZE_N"])
     options = {"PROMOTE": promote, "INTERPRETER": interpreter_mode()}
     kernel = triton_internals.jit_function(fp8_matmul_kernel)
-    launch_bound = BoundLaunch(kernel, (tiles,), {**options, **blocks})
+    launch_bound = BoundLaunch(kernel, (tiles,), {**options, **blocks}, device=x.device)
     sizes = (M, N, K, x.stride(0), x.stride(1), y.stride(0), y.stride(1), N, 1)
 
     def run(x: Any, y: Any, c: Any) -> None:

@@ -189,7 +189,7 @@ def picked(x: Any, y: Any, promote: int, mode: str = "quick") -> triton.Config |
     return autotune.picked(fp8_tma_matmul_kernel, (M, y.shape[1], K, promote, num_sms(x.device)), mode)
 
 
-def bind(M: int, N: int, K: int, promote: int, config: triton.Config, sms: int) -> Any:
+def bind(M: int, N: int, K: int, promote: int, config: triton.Config, sms: int, device: Any = None) -> Any:
     """:func:`launch` with ``config`` bound for every M x N x K problem on a GPU of ``sms`` SMs:
     the returned ``run(x, y, c)`` makes the descriptors with the config's block shapes (the
     operands' addresses change from call to call) and launches the compiled kernel."""
@@ -202,7 +202,7 @@ def bind(M: int, N: int, K: int, promote: int, config: triton.Config, sms: int) 
     part_n = blocks["BLOCK_SIZE_N"] // blocks["SPLIT_N"]
     kernel = triton_internals.jit_function(fp8_tma_matmul_kernel)
     grid = grid_for(M, N, sms)(blocks)
-    launch_bound = BoundLaunch(kernel, grid, {"PROMOTE": promote, **blocks}, pointers=())
+    launch_bound = BoundLaunch(kernel, grid, {"PROMOTE": promote, **blocks}, pointers=(), device=device)
 
     def run(x: Any, y: Any, c: Any) -> None:
         b = y.T

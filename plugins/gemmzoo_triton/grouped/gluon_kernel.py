@@ -327,5 +327,5 @@ def bind(M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, schedule: Sched
             return (*unused, 0, 1)
 
     return gluon_parts.bind(grouped_gluon_kernel, M, N, K, a_t, b_t, sms, config,
-                            programs=schedule.programs, extra=extra, A_T=a_t, B_T=b_t,
+                            programs=schedule.programs, extra=extra, device=device, A_T=a_t, B_T=b_t,
                             SPLIT=schedule.splits)

@@ -280,7 +280,8 @@ class GroupedPlan:
             from gemmzoo_triton.grouped import tf32_kernel as grouped_tf32_kernel
 
             (M, K), N = x.shape, y.shape[1]
-            self._bound = grouped_tf32_kernel.bind(M, N, K, hopper.column_major(y), hopper.num_sms(x.device))
+            self._bound = grouped_tf32_kernel.bind(M, N, K, hopper.column_major(y), hopper.num_sms(x.device),
+                                                     device=x.device)
         else:
             gluon = gluon_run(x, y, c, self._activation) if self._gluon and self.route != "tf32" else None
             if gluon is not None:

@@ -170,7 +170,7 @@ def bind(
     tiles = triton.cdiv(M, blocks["BLOCK_SIZE_M"]) * triton.cdiv(N, blocks["BLOCK_SIZE_N"])
     options = {"PRECISION": precision, "ACTIVATION": activation or ""}
     kernel = triton_internals.jit_function(grouped_matmul_kernel)
-    launch_bound = BoundLaunch(kernel, (tiles,), {**options, **blocks})
+    launch_bound = BoundLaunch(kernel, (tiles,), {**options, **blocks}, device=x.device)
     sizes = (M, N, K, x.stride(0), x.stride(1), y.stride(0), y.stride(1), N, 1)
 
     def run(x: Any, y: Any, c: Any) -> None:

@@ -140,7 +140,8 @@ def descriptors(x: Any, y: Any, b_t: bool, config: GluonConfig = CONFIG) -> tupl
     return a_desc, b_desc
 
 
-def bind(M: int, N: int, K: int, b_t: bool, sms: int, config: GluonConfig = CONFIG) -> Any:
+def bind(M: int, N: int, K: int, b_t: bool, sms: int, config: GluonConfig = CONFIG,
+         device: Any = None) -> Any:
     """``run(x, y, c)`` for every problem of this shape and B layout: grid and constexprs bound
     once, the descriptors made per call (the operands' addresses change), a
     :class:`~gemmzoo_triton.core.launch.DescriptorLaunch`."""
@@ -149,7 +150,7 @@ def bind(M: int, N: int, K: int, b_t: bool, sms: int, config: GluonConfig = CONF
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
     launch = BoundLaunch(grouped_tf32_kernel, (max(1, min(sms, tiles)),),
                          {"STAGES": config.stages, "GROUP_M": config.group_m, "B_T": b_t,
-                          "num_warps": config.num_warps}, pointers=(2,))
+                          "num_warps": config.num_warps}, pointers=(2,), device=device)
 
     def launch_on(a_desc: Any, b_desc: Any, c: Any) -> None:
         launch(a_desc, b_desc, c, c.stride(0), M, N, K)

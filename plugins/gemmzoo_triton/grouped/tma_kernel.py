@@ -231,7 +231,7 @@ def bind(
     bm, bn, bk = (blocks[f"BLOCK_SIZE_{d}"] for d in "MNK")
     a_t, b_t, c_ptr = options["A_T"], options["B_T"], options["C_PTR"]
     launch_bound = BoundLaunch(triton_internals.jit_function(kernel), grid(blocks), {**options, **blocks},
-                               pointers=(2,) if c_ptr else ())
+                               pointers=(2,) if c_ptr else (), device=x.device)
     M, K = x.shape
     N = y.shape[1]
     x_shape, y_shape = ([K, M] if a_t else [M, K]), ([N, K] if b_t else [K, N])
