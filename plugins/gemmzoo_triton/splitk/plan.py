@@ -292,9 +292,10 @@ def tma_usable(x: Any, y: Any, precision: str) -> bool:
 def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, Any], Any]:
     """``run(x, y)``: C = x @ y with ``config``, for tensors shaped and strided like ``x`` and ``y``.
 
-    The plan owns the arrival counters of the serial reduction (zeroed once here; the kernel
-    leaves them zero), so one plan must not run on two streams at once; the workspace is
-    allocated per call from torch's caching allocator. A ``tma`` config reads the operands
+    The workspace of partial tiles and the serial reduction's arrival counters (zeroed when made;
+    the kernel leaves them zero) are one buffer kept per thread and CUDA stream
+    (:class:`~gemmzoo_triton.core.stream_buffers.StreamBuffers`), so calls on two streams never
+    share them; C is new each call. A ``tma`` config reads the operands
     through tensor descriptors made per call; a call whose operands a descriptor cannot cover
     (a start not 16-byte aligned, a dtype other than float16 and bfloat16) runs the pointer
     kernel with the same blocks instead.
@@ -302,7 +303,10 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
     import torch
     import triton
 
+    from gemmzoo_triton.core.backend import output_allocator
     from gemmzoo_triton.core.launch import BoundLaunch
+    from gemmzoo_triton.core.padding import round_up
+    from gemmzoo_triton.core.stream_buffers import StreamBuffers
     from gemmzoo_triton.splitk import kernel
 
     M, K = x.shape
@@ -316,8 +320,10 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
 
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
     grid = (tiles, config.splits)
-    counters = torch.zeros(tiles if config.reduce == 1 else 1, device=device, dtype=torch.int32)
-    strides = (x.stride(0), x.stride(1), y.stride(0), y.stride(1))
+    new_c = output_allocator(M, N, dtype, device)
+    unused = torch.zeros(1, device=device, dtype=torch.int32)  # no counters without a serial reduction
+    sizes = (M, N, K, config.k_per_split, config.splits,
+             x.stride(0), x.stride(1), y.stride(0), y.stride(1), N, 1)
     shared = {
         "PRECISION": precision,
         "BLOCK_M": config.block_m,
@@ -329,43 +335,81 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
         "num_warps": config.warps,
     }
     constants = dict(shared, EVEN_K=K % config.block_k == 0, EVEN_N=N % config.block_n == 0)
-    splits, k_per_split = config.splits, config.k_per_split
-    launch = BoundLaunch(kernel.splitk_kernel, grid, constants, pointers=(0, 1, 2, 3, 4))
+    # C comes from torch's allocator, the workspace and the counters at 256-byte offsets of a
+    # buffer from it: only A and B may start unaligned
+    launch = BoundLaunch(kernel.splitk_kernel, grid, constants, pointers=(0, 1), device=device)
+    if config.splits == 1:
+        def run_direct(x: Any, y: Any) -> Any:
+            c = new_c()
+            launch(x, y, c, c, unused, *sizes)
+            return c
+
+        return _with_tma(run_direct, x, y, config, grid, shared, sizes, new_c, lambda c: (c, unused), device)
+
+    # the counters first (int32 in the float32 buffer), then the workspace, 256 bytes on
+    head = round_up(tiles, 64) if config.reduce == 1 else 0
+
+    def workspace(flat: Any) -> tuple[Any, Any]:
+        if not head:
+            return flat, unused
+        counters = flat[:tiles].view(torch.int32)
+        counters.zero_()
+        return flat[head:], counters
+
+    buffers = StreamBuffers(head + config.splits * M * N, torch.float32, device, workspace)
+
     # enough programs to spread the reduction over every multiprocessor, two per SM at least
     sms = multiprocessors(None if device.type == "cpu" else (device.index or 0))
     reduce_block = max(64, min(1024, 1 << max(0, (M * N // (2 * sms)).bit_length() - 1)))
     reduce = BoundLaunch(kernel.reduce_kernel, (triton.cdiv(M * N, reduce_block),),
-                         {"BLOCK": reduce_block, "CHUNK": REDUCE_CHUNK, "num_warps": 4}, pointers=(0, 1))
-
-    def run_pointers(x: Any, y: Any, c: Any, ws: Any) -> None:
-        launch(x, y, c, ws, counters, M, N, K, k_per_split, splits, *strides, N, 1)
-
-    run_products = run_pointers
-    if config.tma and tma_operand(x) and tma_operand(y):
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        from gemmzoo_triton.core.hopper import column_major
-
-        a_t, b_t = column_major(x), column_major(y)
-        a_box = [config.block_k, config.block_m] if a_t else [config.block_m, config.block_k]
-        b_box = [config.block_n, config.block_k] if b_t else [config.block_k, config.block_n]
-        launch_tma = BoundLaunch(kernel.splitk_tma_kernel, grid, dict(shared, A_T=a_t, B_T=b_t),
-                                 pointers=(2, 3, 4))
-
-        def run_products(x: Any, y: Any, c: Any, ws: Any) -> None:
-            if x.data_ptr() % 16 or y.data_ptr() % 16:
-                run_pointers(x, y, c, ws)
-                return
-            a_desc = TensorDescriptor.from_tensor(x.T if a_t else x, a_box)
-            b_desc = TensorDescriptor.from_tensor(y.T if b_t else y, b_box)
-            launch_tma(a_desc, b_desc, c, ws, counters, M, N, K, k_per_split, splits, N, 1)
+                         {"BLOCK": reduce_block, "CHUNK": REDUCE_CHUNK, "num_warps": 4}, pointers=(),
+                         device=device)
+    separate = config.reduce == 2
 
     def run(x: Any, y: Any) -> Any:
-        c = torch.empty((M, N), device=device, dtype=dtype)
-        ws = torch.empty((splits, M, N), device=device, dtype=torch.float32) if splits > 1 else c
-        run_products(x, y, c, ws)
-        if config.reduce == 2:
-            reduce(ws, c, M, N, splits, N, 1)
+        c = new_c()
+        ws, counters = buffers.get()
+        launch(x, y, c, ws, counters, *sizes)
+        if separate:
+            reduce(ws, c, M, N, config.splits, N, 1)
         return c
 
-    return run
+    return _with_tma(run, x, y, config, grid, shared, sizes, new_c, lambda c: buffers.get(), device,
+                     (lambda ws, c: reduce(ws, c, M, N, config.splits, N, 1)) if separate else None)
+
+
+def _with_tma(run: Callable[[Any, Any], Any], x: Any, y: Any, config: SplitConfig, grid: tuple[int, int],
+              shared: dict[str, Any], sizes: tuple[int, ...], new_c: Callable[[], Any],
+              scratch: Callable[[Any], tuple[Any, Any]], device: Any,
+              reduce: Callable[[Any, Any], None] | None = None) -> Callable[[Any, Any], Any]:
+    """``run`` (the pointer kernel's plan), or for a ``tma`` config whose operands a descriptor
+    covers, a plan that reads them through tensor descriptors made per call and falls back to
+    ``run`` for operands that start unaligned. ``scratch(c)``: the workspace and counters."""
+    if not (config.tma and tma_operand(x) and tma_operand(y)):
+        return run
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from gemmzoo_triton.core.hopper import column_major
+    from gemmzoo_triton.core.launch import BoundLaunch
+    from gemmzoo_triton.splitk import kernel
+
+    a_t, b_t = column_major(x), column_major(y)
+    a_box = [config.block_k, config.block_m] if a_t else [config.block_m, config.block_k]
+    b_box = [config.block_n, config.block_k] if b_t else [config.block_k, config.block_n]
+    launch_tma = BoundLaunch(kernel.splitk_tma_kernel, grid, dict(shared, A_T=a_t, B_T=b_t), pointers=(),
+                             device=device)
+    M, N, K, k_per_split, splits = sizes[:5]
+
+    def run_tma(x: Any, y: Any) -> Any:
+        if x.data_ptr() % 16 or y.data_ptr() % 16:
+            return run(x, y)
+        c = new_c()
+        ws, counters = scratch(c)
+        a_desc = TensorDescriptor.from_tensor(x.T if a_t else x, a_box)
+        b_desc = TensorDescriptor.from_tensor(y.T if b_t else y, b_box)
+        launch_tma(a_desc, b_desc, c, ws, counters, M, N, K, k_per_split, splits, N, 1)
+        if reduce is not None:
+            reduce(ws, c)
+        return c
+
+    return run_tma
