@@ -128,3 +128,22 @@ def test_gemmzoo_matmul_never_picks_a_backend_its_arrays_reach_only_through_the_
     assert gemmzoo.dispatch.backend_for(a, b).name == FAST
     np.testing.assert_allclose(gemmzoo.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gemmzoo.matmul(a, b, foreign.name), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_among_tied_backends_one_on_the_callers_own_arrays_wins(monkeypatch):
+    """Two stored rows within the tie rule: the preferred order answers best_backend, but the
+    backend computing on the caller's own arrays answers for gemmzoo.matmul (the other's time
+    leaves out the exchange its calls would add); a clear winner elsewhere stays the winner."""
+    forbid_measuring(monkeypatch)
+    shape = (48, 56, 40)
+    state.store().add([row(FAST, shape, 50.0e-6, 1e-8), row(SLOW, shape, 50.2e-6, 1e-8)])
+    passed_here(FAST, SLOW)
+    plain = explain(shape, measure=False)
+    assert set(plain.tied) == {FAST, SLOW}
+    preferred = plain.backend.name
+    other = SLOW if preferred == FAST else FAST
+    own = explain(shape, measure=False, native=lambda b: b.name == other)
+    assert own.backend.name == other
+    apart = (64, 56, 40)
+    state.store().add([row(preferred, apart, 30e-6, 1e-8), row(other, apart, 50e-6, 1e-8)])
+    assert explain(apart, measure=False, native=lambda b: b.name == other).backend.name == preferred

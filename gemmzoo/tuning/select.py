@@ -41,7 +41,9 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    that much slower never ties, however noisy). Among tied backends the first in
    :data:`DEFAULT_ORDER` wins, then
    the first by name: a stable rule, so re-tuning does not flip between equals, and vendor
-   libraries are preferred when nothing separates them.
+   libraries are preferred when nothing separates them. ``gemmzoo.matmul`` puts the tied
+   backends that compute on the caller's own array library first: the others' times were
+   measured on their own arrays, and the caller pays an exchange on every call besides.
 
 ``device=None`` means ``"cuda"`` when any selected CUDA backend is available, else ``"cpu"``.
 Answers are kept in memory per process: a repeated call is a dictionary lookup.
@@ -169,10 +171,12 @@ def measuring_enabled(measure: bool | None) -> bool:
     return os.environ.get("GEMMZOO_TUNE", "").strip().lower() not in _OFF_WORDS
 
 
-def rank(timings: list[Timed]) -> tuple[str, tuple[Timed, ...], tuple[str, ...]]:
+def rank(timings: list[Timed], order: Callable[[str], Any] | None = None
+         ) -> tuple[str, tuple[Timed, ...], tuple[str, ...]]:
     """The winner under the tie rule (:func:`gemmzoo.measure.ties.rank`), the timings fastest
-    first, and the names tied with the fastest."""
-    ranking = ties.rank([t.estimate() for t in timings], preference)
+    first, and the names tied with the fastest; ``order`` (default :func:`preference`) orders
+    the tied ones."""
+    ranking = ties.rank([t.estimate() for t in timings], order or preference)
     ordered = tuple(sorted(timings, key=lambda t: (t.median_s, t.backend)))
     assert ranking.winner is not None, "rank needs at least one timing"
     return ranking.winner, ordered, ranking.tied
@@ -416,7 +420,9 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                     f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
             note = "nothing measured on this device; unmeasured default (passed conformance here)"
             return Choice(pick, shape, dtype, device, "default", None, (), (pick.name,), note, excluded)
-        winner, ranking, tied = rank(timings)
+        # among tied backends, one computing on the caller's own arrays first: no exchange a call
+        own = None if native is None else (lambda name: (not native(by_name[name]), preference(name)))
+        winner, ranking, tied = rank(timings, own)
         return Choice(by_name[winner], shape, dtype, device, source, basis, ranking, tied, note, excluded)
 
 
