@@ -147,3 +147,19 @@ def test_among_tied_backends_one_on_the_callers_own_arrays_wins(monkeypatch):
     apart = (64, 56, 40)
     state.store().add([row(preferred, apart, 30e-6, 1e-8), row(other, apart, 50e-6, 1e-8)])
     assert explain(apart, measure=False, native=lambda b: b.name == other).backend.name == preferred
+
+
+def test_among_backends_tied_in_caller_time_the_lighter_host_wins(monkeypatch):
+    """Device times within the tie rule, both above the host times: the backend with clearly less
+    host work per call wins whatever the preferred order says; by device time the order stands."""
+    forbid_measuring(monkeypatch)
+    shape = (40, 48, 56)
+    state.store().add([row(FAST, shape, 50.0e-6, 1e-8), row(SLOW, shape, 50.2e-6, 1e-8)])
+    passed_here(FAST, SLOW)
+    preferred = explain(shape, measure=False).backend.name
+    other = SLOW if preferred == FAST else FAST
+    hosts = {preferred: 30e-6, other: 10e-6}
+    state.store().add([dataclasses.replace(row(name, shape, median, 1e-8), host_s=hosts[name], host_spread_s=1e-7)
+                       for name, median in ((FAST, 50.0e-6), (SLOW, 50.2e-6))])
+    assert explain(shape, measure=False).backend.name == other
+    assert explain(shape, measure=False, by="device").backend.name == preferred

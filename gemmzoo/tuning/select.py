@@ -41,9 +41,13 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    that much slower never ties, however noisy). Among tied backends the first in
    :data:`DEFAULT_ORDER` wins, then
    the first by name: a stable rule, so re-tuning does not flip between equals, and vendor
-   libraries are preferred when nothing separates them. ``gemmzoo.matmul`` puts the tied
-   backends that compute on the caller's own array library first: the others' times were
-   measured on their own arrays, and the caller pays an exchange on every call besides.
+   libraries are preferred when nothing separates them. Two rules come before that order,
+   at a measured shape ranked by caller time: the tied backends whose *host* times also tie
+   with the least host time among them come first (the same wait for less work on the calling
+   thread; where the L2-flushed device times tie, a warm loop of calls is bound by host time);
+   and ``gemmzoo.matmul`` puts the tied backends that compute on the caller's own array library
+   first: the others' times were measured on their own arrays, and the caller pays an exchange
+   on every call besides.
 
 ``device=None`` means ``"cuda"`` when any selected CUDA backend is available, else ``"cpu"``.
 Answers are kept in memory per process: a repeated call is a dictionary lookup.
@@ -420,14 +424,37 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                     f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
             note = "nothing measured on this device; unmeasured default (passed conformance here)"
             return Choice(pick, shape, dtype, device, "default", None, (), (pick.name,), note, excluded)
-        # among tied backends, one computing on the caller's own arrays first: no exchange a call
-        own = None if native is None else (lambda name: (not native(by_name[name]), preference(name)))
-        winner, ranking, tied = rank(timings, own)
+        winner, ranking, tied = rank(timings, _tie_order(timings, latest if basis == shape else {}, by,
+                                                         native, by_name))
         return Choice(by_name[winner], shape, dtype, device, source, basis, ranking, tied, note, excluded)
 
 
 UNREACHABLE = ("computes on arrays gemmzoo.matmul cannot hand it without copying both ways through "
                "the host: used only when named (backend=...)")
+
+
+def _tie_order(timings: list[Timed], latest: dict[str, Record], by: str, native: Callable[[Any], bool] | None,
+               by_name: dict[str, Any]) -> Callable[[str], Any]:
+    """How backends tied in the ranking are ordered: ranked by caller time, those whose host time
+    also ties with the least host time among them first (the caller's thread does less work for
+    the same wait, and in a warm loop that is the wait); then, with ``native``, those computing on
+    the caller's own arrays (the others' times leave out the exchange each call adds); then
+    :func:`preference`."""
+    light: set[str] | None = None
+    if by == "caller":
+        tied_names = rank(timings)[2]
+        hosts = [latest[name] for name in tied_names if name in latest]
+        if len(tied_names) > 1 and len(hosts) == len(tied_names) and all(r.host_s is not None for r in hosts):
+            estimates = [ties.Estimate(r.backend, float(r.host_s), float(r.host_spread_s or 0.0) / 2)  # type: ignore[arg-type]
+                         for r in hosts]
+            least = min(estimates, key=lambda e: e.median_s)
+            light = {e.name for e in estimates if ties.tied(least, e)}
+
+    def order(name: str) -> tuple[bool, bool, tuple[int, str]]:
+        return (light is not None and name not in light, native is not None and not native(by_name[name]),
+                preference(name))
+
+    return order
 
 
 def _reachable_only(timings: list[Timed], by_name: dict[str, Any], reachable: Callable[[Any], bool],
