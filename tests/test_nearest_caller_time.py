@@ -159,7 +159,8 @@ def test_among_backends_tied_in_caller_time_the_lighter_host_wins(monkeypatch):
     preferred = explain(shape, measure=False).backend.name
     other = SLOW if preferred == FAST else FAST
     hosts = {preferred: 30e-6, other: 10e-6}
-    state.store().add([dataclasses.replace(row(name, shape, median, 1e-8), host_s=hosts[name], host_spread_s=1e-7)
+    state.store().add([dataclasses.replace(row(name, shape, median, 1e-8), host_s=hosts[name],
+                                           host_spread_s=1e-7)
                        for name, median in ((FAST, 50.0e-6), (SLOW, 50.2e-6))])
     assert explain(shape, measure=False).backend.name == other
     assert explain(shape, measure=False, by="device").backend.name == preferred

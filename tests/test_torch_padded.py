@@ -237,19 +237,27 @@ def test_backend_on_the_gpu_matches_the_float64_product(dtype, layout):
     assert backend.prepare(wrap(aligned_a), wrap(aligned_b)) is expected
 
 
+def _on_copy_device(*tensors):
+    """``tensors`` where the Triton copy runs: the GPU when there is one, else the CPU (under the
+    interpreter)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return tuple(t.to(device) for t in tensors)
+
+
 def test_a_plan_reuses_its_copy_buffer_per_thread_and_stays_right():
     """Calls of one plan write the same buffer (nothing allocated but C), each call's C is right
     for its own operands, and another thread gets a buffer of its own."""
     import threading
 
     pytest.importorskip("triton")
-    x, y = operand(13, 21, "N", torch.float32, 1), operand(21, 11, "T", torch.float32, 2)
+    x, y = _on_copy_device(operand(13, 21, "N", torch.float32, 1), operand(21, 11, "T", torch.float32, 2))
     kp, np_ = padded_length(21, 4), padded_length(11, 4)
     pair = PaddedPair(PaddedCopy(x, 13, kp, column_major=False), PaddedCopy(y, kp, np_, column_major=True))
     first = pair(x, y)[0].data_ptr()
     run = padded_plan(x, y, torch.mm)
     for seed in range(3):
-        a, b = operand(13, 21, "N", torch.float32, 10 + seed), operand(21, 11, "T", torch.float32, 20 + seed)
+        a, b = _on_copy_device(operand(13, 21, "N", torch.float32, 10 + seed),
+                               operand(21, 11, "T", torch.float32, 20 + seed))
         padded_a, padded_b = pair(a, b)
         assert padded_a.data_ptr() == first
         assert torch.equal(padded_a[:, :21], a) and torch.equal(padded_b[:21, :11], b)
@@ -267,7 +275,7 @@ def test_large_copy_buffers_are_not_kept(monkeypatch):
     from gemmzoo_triton.core import stream_buffers as padded_module
 
     monkeypatch.setattr(padded_module, "REUSED_BUFFER_BYTES", 0)
-    x, y = operand(13, 21, "N", torch.float32, 1), operand(21, 11, "N", torch.float32, 2)
+    x, y = _on_copy_device(operand(13, 21, "N", torch.float32, 1), operand(21, 11, "N", torch.float32, 2))
     kp, np_ = padded_length(21, 4), padded_length(11, 4)
     pair = PaddedPair(PaddedCopy(x, 13, kp, column_major=False), PaddedCopy(y, kp, np_, column_major=False))
     kept = [pair(x, y) for _ in range(2)]
