@@ -341,6 +341,7 @@ def _against_compile(row: dict[str, Any], peer: Any, budget_s: float, device: st
     when ``tuned``; and the peer's compile time (a tuned problem's compile is in its tuning time)."""
     import gemmzoo
     from gemmzoo import TF32Array
+    from gemmzoo.dispatch import backend_for
     from gemmzoo.grids import GridPoint
     from gemmzoo.measure import measure
 
@@ -348,8 +349,6 @@ def _against_compile(row: dict[str, Any], peer: Any, budget_s: float, device: st
     a, b = _target_operands(m, n, k, dtype, layout, device)
     if dtype == "tf32":
         a, b = TF32Array(a), TF32Array(b)
-    from gemmzoo.dispatch import backend_for
-
     row["tune_s"] = _tune_compiling(m, n, k, dtype, layout, device, budget_s) if tuned else None
     start = time.perf_counter()
     peer.prepare(a, b)  # compiles and autotunes this problem (again, after a tuning in a child process)

@@ -366,16 +366,19 @@ def bind(x: Any, y: Any, precision: str, config: SplitConfig) -> Callable[[Any, 
                          device=device)
     separate = config.reduce == 2
 
+    def reduce_into(ws: Any, c: Any) -> None:
+        reduce(ws, c, M, N, config.splits, N, 1)
+
     def run(x: Any, y: Any) -> Any:
         c = new_c()
         ws, counters = buffers.get()
         launch(x, y, c, ws, counters, *sizes)
         if separate:
-            reduce(ws, c, M, N, config.splits, N, 1)
+            reduce_into(ws, c)
         return c
 
     return _with_tma(run, x, y, config, grid, shared, sizes, new_c, lambda c: buffers.get(), device,
-                     (lambda ws, c: reduce(ws, c, M, N, config.splits, N, 1)) if separate else None)
+                     reduce_into if separate else None)
 
 
 def _with_tma(run: Callable[[Any, Any], Any], x: Any, y: Any, config: SplitConfig, grid: tuple[int, int],
