@@ -118,6 +118,11 @@ class Backend:
     #: measures it to answer a shape it has never seen, so first answers stay fast; ``gemmzoo
     #: check`` and ``gemmzoo tune`` do, and from then on its stored timings rank it as usual.
     compiles_per_problem: bool = False
+    #: Names of backends whose kernels this backend's own per-problem search times among its
+    #: candidates (Inductor's max-autotune measures ATen's ``mm``, the ``torch`` backend, beside its
+    #: templates). Where ``best_backend`` finds this backend tied with one of those, it ranks this
+    #: one first: by its own measurement of the same problem it is at least as fast.
+    searches_over: tuple[str, ...] = ()
     #: True for a CUDA backend whose kernels run in order on the caller's current CUDA stream
     #: (torch's current stream, which CuPy's default stream is too), so that CUDA events recorded
     #: there bracket its work. A backend that launches on streams of its own (JAX) sets it False:

@@ -76,6 +76,11 @@ def backend_problem(backend: Any) -> str | None:
         selectable = getattr(backend, "selectable", True)
         if not isinstance(selectable, bool):
             return f"selectable must be True or False, not {type(selectable).__name__}"
+        searched = getattr(backend, "searches_over", ())
+        if isinstance(searched, (str, bytes)) or not isinstance(searched, (tuple, list)) or not all(
+                isinstance(name, str) for name in searched):
+            return (f"searches_over must be a tuple of backend names, not "
+                    f"{type(searched).__name__} {_one_line(repr(searched))[:80]}")
         accuracy = accuracy_of(backend)
         if not isinstance(accuracy, str) or accuracy not in ACCURACY_CLASSES:
             return (f"accuracy {_one_line(repr(accuracy))[:80]} is not one of "

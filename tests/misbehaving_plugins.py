@@ -71,6 +71,7 @@ CASES: dict[str, dict[str, Any]] = {
     "raise-dtypes": {"dtypes": property(_raise)},
     "raise-accuracy": {"accuracy": property(_raise)},
     "raise-selectable": {"selectable": property(_raise)},
+    "raise-searches-over": {"searches_over": property(_raise)},
     "raise-unavailable-reason": {"unavailable_reason": _raise},
     "raise-unprintable-reason": {"unavailable_reason": _raise_unprintable},
     "raise-from-numpy": {"from_numpy": _raise},
@@ -88,6 +89,7 @@ CASES: dict[str, dict[str, Any]] = {
     "empty-dtypes": {"dtypes": frozenset()},
     "odd-accuracy": {"accuracy": 3},
     "odd-selectable": {"selectable": "yes"},
+    "string-searches-over": {"searches_over": "torch"},
     "uncallable-matmul": {"matmul": 42},
     "int-reason": {"unavailable_reason": lambda self: 42},
     "empty-reason": {"unavailable_reason": lambda self: ""},
@@ -111,7 +113,7 @@ CASES: dict[str, dict[str, Any]] = {
 #: Cases whose backend is refused at registration (a malformed member): never listed, never run.
 REFUSED = {"raise-name", "raise-device", "raise-dtypes", "raise-accuracy", "raise-selectable", "int-name",
            "none-device", "string-dtypes", "unknown-dtypes", "empty-dtypes", "odd-accuracy",
-           "odd-selectable", "uncallable-matmul"}
+           "odd-selectable", "uncallable-matmul", "raise-searches-over", "string-searches-over"}
 #: Cases whose backend is unavailable because its ``unavailable_reason()`` misbehaves.
 UNAVAILABLE = {"raise-unavailable-reason", "raise-unprintable-reason", "int-reason", "empty-reason",
                "hang-unavailable-reason"}

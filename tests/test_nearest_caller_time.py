@@ -164,3 +164,35 @@ def test_among_backends_tied_in_caller_time_the_lighter_host_wins(monkeypatch):
                        for name, median in ((FAST, 50.0e-6), (SLOW, 50.2e-6))])
     assert explain(shape, measure=False).backend.name == other
     assert explain(shape, measure=False, by="device").backend.name == preferred
+
+
+@pytest.mark.parametrize("by", ["caller", "device"])
+def test_a_tied_backend_whose_search_timed_another_is_ranked_before_it(monkeypatch, by):
+    """A backend that declares it searches over another (Inductor timing ATen's mm) wins a tie with
+    it whatever the preferred order says; a clearly slower one still loses."""
+    forbid_measuring(monkeypatch)
+    shape = (44, 52, 36)
+    state.store().add([row(FAST, shape, 50.0e-6, 1e-8), row(SLOW, shape, 50.2e-6, 1e-8)])
+    passed_here(FAST, SLOW)
+    preferred = explain(shape, measure=False, by=by).backend.name
+    other = SLOW if preferred == FAST else FAST
+    from gemmzoo.registry import get_registry
+
+    monkeypatch.setattr(get_registry().get(other), "searches_over", (preferred,), raising=False)
+    state.forget_answers()  # answers are kept in memory: rank again
+    assert explain(shape, measure=False, by=by).backend.name == other
+    apart = (60, 52, 36)
+    state.store().add([row(preferred, apart, 30e-6, 1e-8), row(other, apart, 50e-6, 1e-8)])
+    assert explain(apart, measure=False, by=by).backend.name == preferred
+
+
+def test_torch_compile_searches_over_aten_unless_inductor_is_told_to_leave_it_out(monkeypatch):
+    from gemmzoo_torch.compiled import TorchCompileBackend, TorchCompileCudaBackend
+
+    monkeypatch.delenv("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", raising=False)
+    assert TorchCompileBackend().searches_over == ("torch-cpu",)
+    assert TorchCompileCudaBackend().searches_over == ("torch",)
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", "triton, aten")
+    assert TorchCompileCudaBackend().searches_over == ("torch",)
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", "TRITON")
+    assert TorchCompileCudaBackend().searches_over == ()

@@ -64,6 +64,8 @@ class TorchCompileBackend(TorchTensors, Backend):
 
     name = "torch-compile"
     device = "cpu"
+    #: The backend that runs ATen's ``mm`` on this device.
+    aten_backend = "torch-cpu"
     dtypes = frozenset({"float16", "bfloat16", "float32", "float64"})
     #: ``torch.compile``'s mode.
     mode = "max-autotune"
@@ -73,6 +75,13 @@ class TorchCompileBackend(TorchTensors, Backend):
 
     def unavailable_reason(self) -> str | None:
         return torch_missing_reason() or _compiler_missing()
+
+    @property  # type: ignore[override]
+    def searches_over(self) -> tuple[str, ...]:
+        """ATen's ``mm`` backend, while Inductor's GEMM autotuning includes ATen (its default;
+        ``TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS`` can leave it out)."""
+        chosen = os.environ.get("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", "ATEN")
+        return (self.aten_backend,) if "ATEN" in chosen.upper().replace(" ", "").split(",") else ()
 
     def matmul(self, a: Any, b: Any) -> Any:
         self.check_operands(a, b)
@@ -117,6 +126,7 @@ class TorchCompileCudaBackend(TorchCompileBackend):
 
     name = "torch-compile-cuda"
     device = "cuda"
+    aten_backend = "torch"
     dtypes = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})
     mode = "max-autotune-no-cudagraphs"
 
