@@ -50,6 +50,46 @@ def test_each_call_computes_its_own_operands(copied_route, layout, m, n, k):
             assert torch.equal(kept, c)
 
 
+def _refusing_bind(message: str):
+    def bind(*args, **kwargs):
+        def launch(x, y, c):
+            raise RuntimeError(message)
+
+        return launch
+
+    return bind
+
+
+def test_a_refused_cooperative_launch_moves_the_plan_to_the_pointer_route(copied_route, monkeypatch):
+    """A GPU that cannot hold every program at once (shared under MPS, say) refuses the cooperative
+    launch: that first call, and every later one, computes on the pointer route instead."""
+    if "float16" not in copied_route.dtypes:
+        pytest.skip("this mode computes no float16")
+    monkeypatch.setattr(copied_kernel, "bind", _refusing_bind(
+        "Triton Error [CUDA]: too many blocks in cooperative launch"))
+    device = copied_route.device
+    run = TritonGroupedBackend().prepare(strided_operand(37, 53, "N", torch.float16, device, 3),
+                                         strided_operand(53, 43, "N", torch.float16, device, 4))
+    assert run.route == "copied"
+    for call in range(2):
+        x = strided_operand(37, 53, "N", torch.float16, device, 10 + call)
+        y = strided_operand(53, 43, "N", torch.float16, device, 20 + call)
+        check_product(run(x, y), x, y, "float16", None)
+        assert run.route == "pointer"
+
+
+def test_another_launch_error_of_the_copied_route_is_raised(copied_route, monkeypatch):
+    if "float16" not in copied_route.dtypes:
+        pytest.skip("this mode computes no float16")
+    monkeypatch.setattr(copied_kernel, "bind", _refusing_bind("Triton Error [CUDA]: out of memory"))
+    x = strided_operand(37, 53, "N", torch.float16, copied_route.device, 5)
+    y = strided_operand(53, 43, "N", torch.float16, copied_route.device, 6)
+    run = TritonGroupedBackend().prepare(x, y)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        run(x, y)
+    assert run.route == "copied"
+
+
 def test_a_fused_activation_takes_the_pointer_route(copied_route):
     """The one-launch kernel fuses no activation: a plan with one computes on the pointer route."""
     x = strided_operand(37, 53, "N", torch.float16, copied_route.device, 1)

@@ -196,7 +196,22 @@ class GroupedPlan:
             self._new_c = c_view_allocator(*self._shape, x.dtype, x.device)
         self._run: Callable[[Any, Any], Any] = self._general
         if self.route == "copied":
-            self._run = _copied_run(x, y, self._new_c, wrap)
+            self._copied = _copied_run(x, y, self._new_c, wrap)
+            self._run = self._first_copied
+
+    def _first_copied(self, a: Any, b: Any) -> Any:
+        """The copied route's first call. Its launch is cooperative: every program must be resident
+        at once, which a GPU shared under MPS, or a partitioned one, may refuse. Then this plan
+        takes the pointer route (its kernel needs no such launch) from this call on."""
+        try:
+            c = self._copied(a, b)
+        except RuntimeError as error:
+            if "cooperative" not in str(error).lower():
+                raise
+            self.route, self._run = "pointer", self._general
+            return self._general(a, b)
+        self._run = self._copied
+        return c
 
     def __call__(self, a: Any, b: Any) -> Any:
         return self._run(a, b)
