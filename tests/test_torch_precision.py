@@ -72,6 +72,32 @@ def test_each_dtype_launches_with_its_switches_and_the_callers_come_back(setting
     assert all(getattr(settings, name) is True for name in SWITCHES)  # the caller's values are back
 
 
+def test_a_caller_who_allows_fp16_accumulation_gets_it_back_after_a_float16_launch(monkeypatch, settings):
+    """float16 holds two switches: where the caller changed the second (fp16 accumulation, off
+    by default), both are set for the launch and both come back."""
+    if not hasattr(settings, "allow_fp16_accumulation"):
+        pytest.skip("this torch has no fp16 accumulation switch")
+    seen = []
+
+    def spy(a, b):
+        seen.append((settings.allow_fp16_accumulation, settings.allow_fp16_reduced_precision_reduction))
+        return a
+
+    monkeypatch.setattr(torch, "mm", spy)
+    saved = settings.allow_fp16_accumulation
+    try:
+        settings.allow_fp16_reduced_precision_reduction = True
+        run = precision.runner("float16")
+        for accumulation in (True, False, True):
+            settings.allow_fp16_accumulation = accumulation
+            run(Tagged("float16"), Tagged("float16"))
+            assert seen[-1] == (False, False)
+            assert settings.allow_fp16_accumulation is accumulation
+            assert settings.allow_fp16_reduced_precision_reduction is True
+    finally:
+        settings.allow_fp16_accumulation = saved
+
+
 def test_threads_of_different_dtypes_never_see_each_others_switches(settings, launches):
     settings.allow_tf32 = False
     settings.allow_fp16_reduced_precision_reduction = True

@@ -120,54 +120,45 @@ def runner(dtype: str, without: Collection[str] = ()) -> Callable[[Any, Any], An
     if not switches:
         return launch
 
-    acquire, release = lock.acquire, lock.release
-    if len(switches) == 1:
-        ((get, _put, wanted, pair),) = switches
-
-        def run(a: Any, b: Any) -> Any:
-            acquire()
-            try:
-                raw = get()
-                if (raw[0] if pair else raw) == wanted:
-                    return launch(a, b)
+    if len(switches) > 2:
+        def run_any(a: Any, b: Any) -> Any:
+            with lock:
                 return _launch_held(launch, a, b, switches)
-            finally:
-                release()
 
-        return run
-    if len(switches) == 2:
-        # float16: the caller usually allows reduced precision (torch's default) and not fp16
-        # accumulation, so the first switch is set and restored around most launches.
-        (get1, put1, wanted1, pair1), (get2, _put2, wanted2, pair2) = switches
+        return run_any
 
-        def run(a: Any, b: Any) -> Any:
-            acquire()
-            try:
+    # One or two switches, the first set and restored around the launch in line: it is the one
+    # a caller's defaults differ from (the 16-bit types' reduced-precision reduction, which torch
+    # allows by default), so most launches of 16-bit products pass through here. float16's second
+    # (fp16 accumulation) matches torch's default; where a caller changed it, the general path runs.
+    acquire, release = lock.acquire, lock.release
+    get1, put1, wanted1, pair1 = switches[0]
+    second = switches[1] if len(switches) == 2 else None
+    get2, _put2, wanted2, pair2 = second or switches[0]
+
+    def run(a: Any, b: Any) -> Any:
+        acquire()
+        try:
+            if second is not None:
                 raw = get2()
                 if (raw[0] if pair2 else raw) != wanted2:
                     return _launch_held(launch, a, b, switches)
-                raw = get1()
-                if (raw[0] if pair1 else raw) == wanted1:
-                    return launch(a, b)
-                if pair1:
-                    put1(wanted1, raw[1])
-                else:
-                    put1(wanted1)
-                try:
-                    return launch(a, b)
-                finally:
-                    if pair1:
-                        put1(*raw)
-                    else:
-                        put1(raw)
+            raw = get1()
+            if (raw[0] if pair1 else raw) == wanted1:
+                return launch(a, b)
+            if pair1:  # keep the second half (split-K allowed) as the caller had it
+                put1(wanted1, raw[1])
+            else:
+                put1(wanted1)
+            try:
+                return launch(a, b)
             finally:
-                release()
-
-        return run
-
-    def run(a: Any, b: Any) -> Any:
-        with lock:
-            return _launch_held(launch, a, b, switches)
+                if pair1:
+                    put1(*raw)
+                else:
+                    put1(raw)
+        finally:
+            release()
 
     return run
 
