@@ -197,3 +197,19 @@ def test_torch_compile_searches_over_aten_unless_inductor_is_told_to_leave_it_ou
     assert TorchCompileCudaBackend().searches_over == ("torch",)
     monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", "TRITON")
     assert TorchCompileCudaBackend().searches_over == ()
+
+
+@pytest.mark.parametrize("by", ["caller", "device"])
+def test_gemmzoo_best_says_how_a_tie_is_broken(monkeypatch, capsys, by):
+    from gemmzoo.cli import main
+
+    forbid_measuring(monkeypatch)
+    shape = (36, 44, 52)
+    state.store().add([row(FAST, shape, 50.0e-6, 1e-8), row(SLOW, shape, 50.2e-6, 1e-8)])
+    passed_here(FAST, SLOW)
+    assert main(["best", "36", "44", "52", "--dtype", "float32", "--device", "cpu", "--no-measure",
+                 "--by", by]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "tie: yes" in said and "searches_over" in said
+    assert ("host times also tie" in said) is (by == "caller")
+

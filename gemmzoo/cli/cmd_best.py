@@ -128,9 +128,11 @@ def run(args: argparse.Namespace) -> int:
         console.print(
             f"  tie: yes, {', '.join(choice.tied)} are within measured noise of the fastest "
             f"({fastest.backend}): their median ± IQR/2 bands overlap, or they differ by at most "
-            f"{TIE_FLOOR:.0%}, and none is over {TIE_MAX_RATIO}x the fastest; the first of them in "
-            f"the order {', '.join(DEFAULT_ORDER)}, "
-            "then by name, wins", soft_wrap=True)
+            f"{TIE_FLOOR:.0%}, and none is over {TIE_MAX_RATIO}x the fastest. Among them "
+            + ("those whose host times also tie with the least come first, then " if args.by == "caller"
+               else "")
+            + "a backend before those its own search timed (searches_over), then the order "
+            f"{', '.join(DEFAULT_ORDER)}, then the name", soft_wrap=True)
     elif other is not None and mine is not None:
         console.print(f"  tie: no, the runner-up is {other.median_s / mine.median_s:.2f}x slower, "
                       "beyond measured noise")
