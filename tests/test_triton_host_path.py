@@ -32,13 +32,15 @@ def aligned_route(monkeypatch):
 
 class Spies:
     """Counts, from :meth:`start` on: kernel launches through bound launches, TMA descriptors made
-    for the TMA kernel, and ``torch.empty`` calls (what the copy buffers are made with)."""
+    for the TMA kernel (``full``: of those, the ones made and validated by ``TensorDescriptor``
+    itself rather than copied from the plan's first), and ``torch.empty`` calls (what the copy
+    buffers are made with)."""
 
     def __init__(self, monkeypatch):
-        self.launches = self.descriptors = self.empties = 0
+        self.launches = self.descriptors = self.full = self.empties = 0
         self._on = False
         real_call, real_descriptor = BoundLaunch.__call__, tma_kernel.TensorDescriptor
-        real_empty = torch.empty
+        real_reusing, real_empty = tma_kernel.reusing, torch.empty
         spies = self
 
         def call(self, *args):
@@ -46,8 +48,17 @@ class Spies:
             return real_call(self, *args)
 
         def descriptor(*args, **kwargs):
-            spies.descriptors += spies._on
+            spies.full += spies._on
             return real_descriptor(*args, **kwargs)
+
+        def reusing(make):
+            describe = real_reusing(make)
+
+            def counted(base):
+                spies.descriptors += spies._on
+                return describe(base)
+
+            return counted
 
         def empty(*args, **kwargs):
             spies.empties += spies._on
@@ -55,11 +66,12 @@ class Spies:
 
         monkeypatch.setattr(BoundLaunch, "__call__", call)
         monkeypatch.setattr(tma_kernel, "TensorDescriptor", descriptor)
+        monkeypatch.setattr(tma_kernel, "reusing", reusing)
         monkeypatch.setattr(torch, "empty", empty)
 
     def start(self) -> None:
         self._on = True
-        self.launches = self.descriptors = self.empties = 0
+        self.launches = self.descriptors = self.full = self.empties = 0
 
 
 def operands(m: int, n: int, k: int, layout: str, device: str, seed: int):
@@ -108,6 +120,7 @@ def test_after_the_first_call_a_call_makes_only_c(aligned_route, monkeypatch, n,
         assert torch.equal(run(x, y), first)
     assert spies.launches == 2 * 3
     assert spies.descriptors == descriptors * 3
+    assert spies.full == 0  # every one copied from the plan's first over its new base
     assert spies.empties == 0
 
 
@@ -124,6 +137,7 @@ def test_an_operand_not_copied_gets_its_descriptor_per_call(aligned_route, monke
     for _ in range(2):
         assert torch.equal(run(x, y), first)
     assert spies.launches == 2 * 2 and spies.descriptors == 2 * 2 and spies.empties == 0
+    assert spies.full == 0
     check_product(first, x, y, "float16", None)
 
 

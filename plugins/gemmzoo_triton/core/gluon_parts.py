@@ -29,6 +29,7 @@ from typing import Any
 
 import triton
 
+from gemmzoo_triton.core.descriptors import reusing
 from gemmzoo_triton.core.env import GLUON_MIN_TRITON, triton_version
 
 if triton_version() < GLUON_MIN_TRITON:
@@ -216,18 +217,19 @@ def describers(a_t: bool, b_t: bool, config: GluonConfig) -> tuple[Describer, De
     """Functions making the TMA descriptors over A (or Aᵀ when ``a_t``) and over B (or Bᵀ when
     ``b_t``), with ``config``'s block shapes."""
     bm, bn, bk = config.block_m, config.block_n, config.block_k
+    a_box, b_box = ((bk, bm) if a_t else (bm, bk)), ((bn, bk) if b_t else (bk, bn))
+    a_view = reusing(lambda view: over(view, a_box))
+    b_view = reusing(lambda view: over(view, b_box))
     if a_t:
         def a_desc(x: Any) -> Any:
-            return over(x.T, (bk, bm))
+            return a_view(x.T)
     else:
-        def a_desc(x: Any) -> Any:
-            return over(x, (bm, bk))
+        a_desc = a_view
     if b_t:
         def b_desc(y: Any) -> Any:
-            return over(y.T, (bn, bk))
+            return b_view(y.T)
     else:
-        def b_desc(y: Any) -> Any:
-            return over(y, (bk, bn))
+        b_desc = b_view
     return a_desc, b_desc
 
 
@@ -262,11 +264,12 @@ def bind(kernel: Any, M: int, N: int, K: int, a_t: bool, b_t: bool, sms: int, co
     launch_bound = BoundLaunch(kernel, launch_grid, constexprs, pointers=(), device=device)
 
     c_block = (config.block_m, config.block_n)
+    c_desc = reusing(lambda c: over(c, c_block))
     if extra is None:
         def launch(a_desc: Any, b_desc: Any, c: Any) -> None:
-            launch_bound(a_desc, b_desc, over(c, c_block), M, N, K)
+            launch_bound(a_desc, b_desc, c_desc(c), M, N, K)
     else:
         def launch(a_desc: Any, b_desc: Any, c: Any) -> None:
-            launch_bound(a_desc, b_desc, over(c, c_block), M, N, K, *extra())
+            launch_bound(a_desc, b_desc, c_desc(c), M, N, K, *extra())
 
     return DescriptorLaunch(*describers(a_t, b_t, config), launch)

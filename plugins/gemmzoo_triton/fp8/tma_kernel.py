@@ -50,6 +50,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from gemmzoo_triton.core.autotune import autotuned, launch_tuned, make_config
+from gemmzoo_triton.core.descriptors import reusing
 from gemmzoo_triton.core.hopper import num_sms
 from gemmzoo_triton.core.tile_order import tile_position
 from gemmzoo_triton.fp8.pointer_kernel import PROMOTE_EVERY
@@ -204,10 +205,11 @@ def bind(M: int, N: int, K: int, promote: int, config: triton.Config, sms: int, 
     grid = grid_for(M, N, sms)(blocks)
     launch_bound = BoundLaunch(kernel, grid, {"PROMOTE": promote, **blocks}, pointers=(), device=device)
 
+    a_desc = reusing(lambda x: TensorDescriptor(x, [M, K], [x.stride(0), 1], [part_m, bk]))
+    b_desc = reusing(lambda b: TensorDescriptor(b, [N, K], [b.stride(0), 1], [part_n, bk]))
+    c_desc = reusing(lambda c: TensorDescriptor(c, [M, N], [c.stride(0), 1], [part_m, part_n]))
+
     def run(x: Any, y: Any, c: Any) -> None:
-        b = y.T
-        launch_bound(TensorDescriptor(x, [M, K], [x.stride(0), 1], [part_m, bk]),
-                     TensorDescriptor(b, [N, K], [b.stride(0), 1], [part_n, bk]),
-                     TensorDescriptor(c, [M, N], [c.stride(0), 1], [part_m, part_n]), M, N, K)
+        launch_bound(a_desc(x), b_desc(y.T), c_desc(c), M, N, K)
 
     return run

@@ -26,6 +26,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from gemmzoo_triton.core import autotune, triton_internals
 from gemmzoo_triton.core.autotune import autotuned, launch_tuned, make_config
+from gemmzoo_triton.core.descriptors import reusing
 from gemmzoo_triton.core.env import interpreter_mode
 from gemmzoo_triton.core.hopper import column_major
 from gemmzoo_triton.core.launch import BoundLaunch, DescriptorLaunch
@@ -237,16 +238,17 @@ def bind(
     x_shape, y_shape = ([K, M] if a_t else [M, K]), ([N, K] if b_t else [K, N])
     x_block, y_block = ([bk, bm] if a_t else [bm, bk]), ([bn, bk] if b_t else [bk, bn])
 
+    x_view = reusing(lambda xv: TensorDescriptor(xv, x_shape, [xv.stride(0), 1], x_block))
+    y_view = reusing(lambda yv: TensorDescriptor(yv, y_shape, [yv.stride(0), 1], y_block))
+    c_desc = reusing(lambda c: TensorDescriptor(c, [M, N], [c.stride(0), 1], [bm, bn]))
+
     def a_desc(x: Any) -> TensorDescriptor:
-        xv = x.T if a_t else x
-        return TensorDescriptor(xv, x_shape, [xv.stride(0), 1], x_block)
+        return x_view(x.T if a_t else x)
 
     def b_desc(y: Any) -> TensorDescriptor:
-        yv = y.T if b_t else y
-        return TensorDescriptor(yv, y_shape, [yv.stride(0), 1], y_block)
+        return y_view(y.T if b_t else y)
 
     def launch(a_desc: Any, b_desc: Any, c: Any) -> None:
-        c_arg = c if c_ptr else TensorDescriptor(c, [M, N], [c.stride(0), 1], [bm, bn])
-        launch_bound(a_desc, b_desc, c_arg, M, N, K, c.stride(0))
+        launch_bound(a_desc, b_desc, c if c_ptr else c_desc(c), M, N, K, c.stride(0))
 
     return DescriptorLaunch(a_desc, b_desc, launch)

@@ -392,6 +392,7 @@ def _with_tma(run: Callable[[Any, Any], Any], x: Any, y: Any, config: SplitConfi
         return run
     from triton.tools.tensor_descriptor import TensorDescriptor
 
+    from gemmzoo_triton.core.descriptors import reusing
     from gemmzoo_triton.core.hopper import column_major
     from gemmzoo_triton.core.launch import BoundLaunch
     from gemmzoo_triton.splitk import kernel
@@ -402,14 +403,16 @@ def _with_tma(run: Callable[[Any, Any], Any], x: Any, y: Any, config: SplitConfi
     launch_tma = BoundLaunch(kernel.splitk_tma_kernel, grid, dict(shared, A_T=a_t, B_T=b_t), pointers=(),
                              device=device)
     M, N, K, k_per_split, splits = sizes[:5]
+    a_view = reusing(lambda view: TensorDescriptor.from_tensor(view, a_box))
+    b_view = reusing(lambda view: TensorDescriptor.from_tensor(view, b_box))
 
     def run_tma(x: Any, y: Any) -> Any:
         if x.data_ptr() % 16 or y.data_ptr() % 16:
             return run(x, y)
         c = new_c()
         ws, counters = scratch(c)
-        a_desc = TensorDescriptor.from_tensor(x.T if a_t else x, a_box)
-        b_desc = TensorDescriptor.from_tensor(y.T if b_t else y, b_box)
+        a_desc = a_view(x.T if a_t else x)
+        b_desc = b_view(y.T if b_t else y)
         launch_tma(a_desc, b_desc, c, ws, counters, M, N, K, k_per_split, splits, N, 1)
         if reduce is not None:
             reduce(ws, c)
