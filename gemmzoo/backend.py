@@ -120,8 +120,9 @@ class Backend:
     compiles_per_problem: bool = False
     #: Names of backends whose kernels this backend's own per-problem search times among its
     #: candidates (Inductor's max-autotune measures ATen's ``mm``, the ``torch`` backend, beside its
-    #: templates). Where ``best_backend`` finds this backend tied with one of those, it ranks this
-    #: one first: by its own measurement of the same problem it is at least as fast.
+    #: templates). Where ``best_backend`` finds this backend tied with one of those at a shape
+    #: both were measured at, it ranks this one first: by its own measurement of that problem it
+    #: is at least as fast.
     searches_over: tuple[str, ...] = ()
     #: True for a CUDA backend whose kernels run in order on the caller's current CUDA stream
     #: (torch's current stream, which CuPy's default stream is too), so that CUDA events recorded

@@ -47,8 +47,8 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    thread; where the L2-flushed device times tie, a warm loop of calls is bound by host time);
    and ``gemmzoo.matmul`` puts the tied backends that compute on the caller's own array library
    first: the others' times were measured on their own arrays, and the caller pays an exchange
-   on every call besides. Then, either way, a tied backend that another tied one searches over
-   (:attr:`gemmzoo.Backend.searches_over`) comes after that one.
+   on every call besides. Then, either way, at a measured shape, a tied backend that another
+   tied one searches over (:attr:`gemmzoo.Backend.searches_over`) comes after that one.
 
 ``device=None`` means ``"cuda"`` when any selected CUDA backend is available, else ``"cpu"``.
 Answers are kept in memory per process: a repeated call is a dictionary lookup.
@@ -439,13 +439,15 @@ def _tie_order(timings: list[Timed], latest: dict[str, Record], by: str, native:
     """How backends tied in the ranking are ordered: ranked by caller time, those whose host time
     also ties with the least host time among them first (the caller's thread does less work for
     the same wait, and in a warm loop that is the wait); then, with ``native``, those computing on
-    the caller's own arrays (the others' times leave out the exchange each call adds); then those
-    no tied backend searches over (:attr:`gemmzoo.Backend.searches_over`: its own search timed
-    them on this problem and kept its answer); then :func:`preference`."""
+    the caller's own arrays (the others' times leave out the exchange each call adds); then, at
+    a measured shape, those no tied backend searches over (:attr:`gemmzoo.Backend.searches_over`:
+    its own search timed them on this very problem and kept its answer); then
+    :func:`preference`. ``latest``: the rows measured at the problem's own shape (empty when the
+    timings come from a nearest shape)."""
     light: set[str] | None = None
     tied_names = rank(timings)[2]
-    searched = {name for tied in tied_names for name in getattr(by_name.get(tied), "searches_over", ())
-                if name != tied}
+    searched = {name for tied in tied_names if latest
+                for name in getattr(by_name.get(tied), "searches_over", ()) if name != tied}
     if by == "caller":
         hosts = [latest[name] for name in tied_names if name in latest]
         if len(tied_names) > 1 and len(hosts) == len(tied_names) and all(r.host_s is not None for r in hosts):
