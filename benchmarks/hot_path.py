@@ -411,6 +411,25 @@ def versions() -> dict[str, str]:
     return found
 
 
+def host_reference(cuda: bool) -> float | None:
+    """µs a call of ``torch.mm`` on 64x64 operands (float16 on the GPU, float32 on the CPU) in a
+    loop ended by one synchronisation, median of five loops: how fast this host launches, so that
+    runs of this script on different machines can be told apart. ``None`` without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    from gemmzoo.measure import loop_per_call_s
+
+    device, dtype = ("cuda", torch.float16) if cuda else ("cpu", torch.float32)
+    a = torch.randn(64, 64, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    call = functools.partial(torch.mm, a, a)
+    for _ in range(100):
+        call()
+    return statistics.median(loop_per_call_s(call, 2000, sync) for _ in range(5)) * 1e6
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="also write the figures to this file")
@@ -444,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
         cuda = torch.cuda.is_available()
     except ImportError:
         cuda = False
+    reference = {"before": host_reference(cuda)}
+    if reference["before"] is not None:
+        print(f"host reference: torch.mm of 64x64 takes {reference['before']:.2f} us a call here")
     if args.targets:
         only = [g.strip() for g in args.groups.split(",") if g.strip()] or None
         groups = target_groups(args.rounds, "cuda" if cuda else "cpu", args.budget, only, args.tune)
@@ -451,10 +473,14 @@ def main(argv: list[str] | None = None) -> int:
         groups = cpu_groups(args.calls, args.rounds)
         if cuda:
             groups += cuda_groups(args.calls, args.rounds)
+    reference["after"] = host_reference(cuda)
+    if reference["after"] is not None:
+        print(f"host reference after the run: {reference['after']:.2f} us a call")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"command": "python benchmarks/hot_path.py " + " ".join(sys.argv[1:]),
-                       "date": time.strftime("%Y-%m-%d"), "versions": found, "groups": groups},
+                       "date": time.strftime("%Y-%m-%d"), "versions": found,
+                       "host_reference_us": reference, "groups": groups},
                       handle, indent=1)
     return 0
 
