@@ -446,8 +446,8 @@ def _tie_order(timings: list[Timed], latest: dict[str, Record], by: str, native:
     timings come from a nearest shape)."""
     light: set[str] | None = None
     tied_names = rank(timings)[2]
-    searched = {name for tied in tied_names if latest
-                for name in getattr(by_name.get(tied), "searches_over", ()) if name != tied}
+    searched = {name for tied in tied_names for name in getattr(by_name.get(tied), "searches_over", ())
+                if name != tied} if latest else set()
     if by == "caller":
         hosts = [latest[name] for name in tied_names if name in latest]
         if len(tied_names) > 1 and len(hosts) == len(tied_names) and all(r.host_s is not None for r in hosts):

@@ -134,7 +134,7 @@ def runner(dtype: str, without: Collection[str] = ()) -> Callable[[Any, Any], An
     acquire, release = lock.acquire, lock.release
     get1, put1, wanted1, pair1 = switches[0]
     second = switches[1] if len(switches) == 2 else None
-    get2, _put2, wanted2, pair2 = second or switches[0]
+    get2, _put2, wanted2, pair2 = second or switches[0]  # without a second these are never read
 
     def run(a: Any, b: Any) -> Any:
         acquire()
