@@ -2,6 +2,7 @@
 
     python benchmarks/hot_path.py [--json FILE] [--calls N] [--rounds R]
     python benchmarks/hot_path.py --targets [--json FILE] [--rounds R] [--budget S] [--verdicts DB] [--tune]
+                                  [--groups G1,G2] [--shape MxNxK-DTYPE-LAYOUT ...]
 
 Each row times a loop of N calls followed by one synchronisation and divides by N: what a
 program calling in a loop waits per call. Variants of one group run interleaved, R rounds, and the
@@ -20,6 +21,8 @@ With ``--tune``, after every caller loop, each problem compared with torch-compi
 problem, such as torch-compile-cuda) are compiled and measured too, timed in a column of their
 own, and the device comparison uses ``gemmzoo.matmul(a, b, by="device")``'s answer from every
 measurement.
+``--shape`` (repeatable) measures the same targets on problems of your own instead of the
+built-in groups, as one group named "given".
 Restrict the candidates with ``GEMMZOO_BACKENDS`` as usual.
 """
 
@@ -247,15 +250,17 @@ def _tune_compiling(m: int, n: int, k: int, dtype: str, layout: str, device: str
     return time.perf_counter() - start
 
 
-def target_groups(rounds: int, device: str, budget_s: float,
-                  only: list[str] | None = None, tuned: bool = False) -> list[dict[str, Any]]:
+def target_groups(rounds: int, device: str, budget_s: float, only: list[str] | None = None,
+                  tuned: bool = False, given: list[tuple[int, int, int, str, str]] | None = None
+                  ) -> list[dict[str, Any]]:
     """The issue-34 targets, measured in one run: ``gemmzoo.matmul`` against what a torch user
     calls (caller time, loops of calls, interleaved rounds), the backend ``gemmzoo.matmul`` uses
     against torch-compile in device time (the engine: CUDA events, L2 flushed), best_backend's first
     answer on a miss (conformance verdicts made beforehand, timed apart), torch-compile's compile
     time, and the padded paths at 1025³ fp16 (group ``padded``). ``only``: the groups to run.
     ``tuned``: after the caller loops, each problem compared with torch-compile is tuned
-    (:func:`_tune_compiling`) before the comparison, which then uses the tuned answer."""
+    (:func:`_tune_compiling`) before the comparison, which then uses the tuned answer. ``given``:
+    problems to measure instead of the built-in ones, as one group "given" (``only`` is ignored)."""
     import torch
 
     import gemmzoo
@@ -265,6 +270,8 @@ def target_groups(rounds: int, device: str, budget_s: float,
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     problems = TARGET_PROBLEMS if device == "cuda" else CPU_TARGET_PROBLEMS
     problems = {title: group for title, group in problems.items() if not only or title in only}
+    if given:
+        problems, only = {"given": given}, ["given"]
     peer = gemmzoo.get_backend(COMPILE_PEER[device])
     peer_reason = peer.unavailable_reason()
     # Conformance verdicts first, timed apart: a first answer on a real machine has them stored.
@@ -449,7 +456,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", default="",
                         help="--targets: comma-separated groups to run (default all: "
                              + ", ".join([*TARGET_PROBLEMS, "padded"]) + ")")
+    parser.add_argument("--shape", action="append", default=[], metavar="MxNxK-DTYPE-LAYOUT",
+                        help="--targets: a problem of your own (repeatable; dtype default float16, layout "
+                             "NN); given problems replace the built-in groups")
     args = parser.parse_args(argv)
+    given = None
+    if args.shape:
+        from gemmzoo.grids import points_from_text
+
+        given = [(p.m, p.n, p.k, p.dtype, p.layout) for p in points_from_text(args.shape, ["float16"])]
     cache = os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-hot-path-")
     if args.verdicts:
         from gemmzoo.tuning.db import DB_NAME
@@ -468,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"host reference: torch.mm of 64x64 takes {reference['before']:.2f} us a call here")
     if args.targets:
         only = [g.strip() for g in args.groups.split(",") if g.strip()] or None
-        groups = target_groups(args.rounds, "cuda" if cuda else "cpu", args.budget, only, args.tune)
+        groups = target_groups(args.rounds, "cuda" if cuda else "cpu", args.budget, only, args.tune, given)
     else:
         groups = cpu_groups(args.calls, args.rounds)
         if cuda:
