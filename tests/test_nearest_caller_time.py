@@ -150,20 +150,43 @@ def test_among_tied_backends_one_on_the_callers_own_arrays_wins(monkeypatch):
     assert explain(apart, measure=False, native=lambda b: b.name == other).backend.name == preferred
 
 
-def test_among_backends_tied_in_caller_time_the_lighter_host_wins(monkeypatch):
-    """Device times within the tie rule, both above the host times: the backend with clearly less
-    host work per call wins whatever the preferred order says; by device time the order stands."""
-    forbid_measuring(monkeypatch)
-    shape = (40, 48, 56)
+def _tied_with_hosts(shape: tuple[int, int, int], lighter: float, heavier: float) -> tuple[str, str]:
+    """Store device times within the tie rule (50 us) at ``shape``, then the same with host times:
+    ``heavier`` for the backend the preferred order picks, ``lighter`` for the other. The two
+    names, preferred first."""
     state.store().add([row(FAST, shape, 50.0e-6, 1e-8), row(SLOW, shape, 50.2e-6, 1e-8)])
     passed_here(FAST, SLOW)
     preferred = explain(shape, measure=False).backend.name
     other = SLOW if preferred == FAST else FAST
-    hosts = {preferred: 30e-6, other: 10e-6}
+    hosts = {preferred: heavier, other: lighter}
     state.store().add([dataclasses.replace(row(name, shape, median, 1e-8), host_s=hosts[name],
                                            host_spread_s=1e-7)
                        for name, median in ((FAST, 50.0e-6), (SLOW, 50.2e-6))])
+    state.forget_answers()
+    return preferred, other
+
+
+def test_among_backends_tied_in_caller_time_the_lighter_host_wins(monkeypatch):
+    """Device times within the tie rule, both above the host times but by less than a warm loop
+    can gain: the backend with clearly less host work per call wins whatever the preferred order
+    says; by device time the order stands."""
+    forbid_measuring(monkeypatch)
+    shape = (40, 48, 56)
+    preferred, other = _tied_with_hosts(shape, lighter=20e-6, heavier=40e-6)
     assert explain(shape, measure=False).backend.name == other
+    assert explain(shape, measure=False, by="device").backend.name == preferred
+
+
+def test_host_times_far_below_tied_device_times_leave_the_order_alone(monkeypatch):
+    """Host times under a third of the tied device time bound no loop of calls, warm or not:
+    the lighter host shortens no wait, and the preferred order breaks the tie."""
+    from gemmzoo.tuning.select import WARM_SPEEDUP_MAX
+
+    forbid_measuring(monkeypatch)
+    shape = (40, 48, 60)
+    lighter = 50e-6 / WARM_SPEEDUP_MAX * 0.8
+    preferred, other = _tied_with_hosts(shape, lighter=lighter, heavier=lighter * 3)
+    assert explain(shape, measure=False).backend.name == preferred
     assert explain(shape, measure=False, by="device").backend.name == preferred
 
 

@@ -43,8 +43,9 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    the first by name: a stable rule, so re-tuning does not flip between equals, and vendor
    libraries are preferred when nothing separates them. Two rules come before that order,
    at a measured shape ranked by caller time: the tied backends whose *host* times also tie
-   with the least host time among them come first (the same wait for less work on the calling
-   thread; where the L2-flushed device times tie, a warm loop of calls is bound by host time);
+   with the least host time among them come first, unless that host time is below the tied
+   device time divided by :data:`WARM_SPEEDUP_MAX` (where the L2-flushed device times tie, a
+   warm loop of calls can be bound by host time; far below the device time it is not);
    and ``gemmzoo.matmul`` puts the tied backends that compute on the caller's own array library
    first: the others' times were measured on their own arrays, and the caller pays an exchange
    on every call besides. Then, either way, at a measured shape, a tied backend that another
@@ -92,6 +93,11 @@ NEAR_RADII: tuple[float | None, ...] = (0.1, 0.25, 1.0, 4.0, 16.0, None)
 measured shape (None: everywhere)."""
 VERIFY_LIMIT = 2**28
 TIE_FLOOR = ties.TIE_FLOOR
+WARM_SPEEDUP_MAX = 3.0
+"""How much faster than its L2-flushed device time a GEMM may run in a loop whose operands stay
+in L2 (an H100 ran 8x8192x2048 bf16 at 0.39 of its flushed time): where the least host time of
+the tied backends is below their device time divided by this, no loop of calls is bound by host
+time, and the host-time rule of :func:`_tie_order` does not apply."""
 DEFAULT_ORDER = ("torch", "cupy", "numpy", "torch-cpu")
 _PREFERENCE = {name: i for i, name in enumerate(DEFAULT_ORDER)}
 _OFF_WORDS = {"0", "false", "no", "off"}
@@ -437,8 +443,10 @@ UNREACHABLE = ("computes on arrays gemmzoo.matmul cannot hand it without copying
 def _tie_order(timings: list[Timed], latest: dict[str, Record], by: str, native: Callable[[Any], bool] | None,
                by_name: dict[str, Any]) -> Callable[[str], Any]:
     """How backends tied in the ranking are ordered: ranked by caller time, those whose host time
-    also ties with the least host time among them first (the caller's thread does less work for
-    the same wait, and in a warm loop that is the wait); then, with ``native``, those computing on
+    also ties with the least host time among them first, where that host time can bound a loop
+    of calls whose operands stay in L2 (:data:`WARM_SPEEDUP_MAX`: in such a loop the lighter host
+    is the shorter wait; far below the device time, a lighter host shortens nothing and the
+    device-time tie is left to the rules after); then, with ``native``, those computing on
     the caller's own arrays (the others' times leave out the exchange each call adds); then, at
     a measured shape, those no tied backend searches over (:attr:`gemmzoo.Backend.searches_over`:
     its own search timed them on this very problem and kept its answer); then
@@ -454,7 +462,9 @@ def _tie_order(timings: list[Timed], latest: dict[str, Record], by: str, native:
             estimates = [ties.Estimate(r.backend, float(r.host_s), float(r.host_spread_s or 0.0) / 2)  # type: ignore[arg-type]
                          for r in hosts]
             least = min(estimates, key=lambda e: e.median_s)
-            light = {e.name for e in estimates if ties.tied(least, e)}
+            device = min(float(r.median_s) for r in hosts)  # type: ignore[arg-type]
+            if least.median_s * WARM_SPEEDUP_MAX >= device:  # host time can bound a warm loop
+                light = {e.name for e in estimates if ties.tied(least, e)}
 
     def order(name: str) -> tuple[bool, bool, bool, tuple[int, str]]:
         return (light is not None and name not in light, native is not None and not native(by_name[name]),
