@@ -17,9 +17,9 @@ On the CPU: 64x64 float32 NumPy and torch arrays. With CUDA: 128³ and 512³ flo
 ``--targets`` measures issue 34's targets instead (see :func:`target_groups`): on a miss
 ``best_backend`` measures each problem first, so ``gemmzoo.matmul`` then runs what it chose.
 With ``--tune``, after every caller loop, each problem compared with torch-compile is tuned as
-``gemmzoo tune --shape`` would: the backends a first answer leaves out (those that compile each
-problem, such as torch-compile-cuda) are compiled and measured too, timed in a column of their
-own, and the device comparison uses ``gemmzoo.matmul(a, b, by="device")``'s answer from every
+``gemmzoo tune --shape`` would: every backend of the device is measured again, with those a first
+answer leaves out (those that compile each problem, such as torch-compile-cuda), timed in a column
+of their own, and the device comparison uses ``gemmzoo.matmul(a, b, by="device")``'s answer from every
 measurement.
 ``--shape`` (repeatable) measures the same targets on problems of your own instead of the
 built-in groups, as one group named "given".
@@ -229,17 +229,21 @@ def _geomean(values: list[float]) -> float:
 
 
 def _tune_compiling(m: int, n: int, k: int, dtype: str, layout: str, device: str, budget_s: float) -> float:
-    """Measure, for one problem, the available backends on ``device`` that compile each problem
-    (which a first answer leaves out) with ``gemmzoo tune --shape`` in a child process, as a user
-    would run it; this process then answers from the rows it stored. The seconds it took."""
+    """Measure one problem with ``gemmzoo tune --shape`` in a child process, as a user would run
+    it: every available, selectable backend on ``device`` for ``dtype``, those that compile each
+    problem (which a first answer leaves out) included, all in one process, so that the rows
+    compared were measured together and not minutes apart; this process then answers from the rows
+    it stored. The seconds it took (nothing is run, and 0 returned, when no backend compiles)."""
     import subprocess
 
     from gemmzoo.registry import get_registry
     from gemmzoo.tuning import state
 
-    names = [b.name for b in get_registry().select(None)
-             if getattr(b, "compiles_per_problem", False) is True and b.device == device
-             and dtype in b.dtypes and b.unavailable_reason() is None]
+    usable = [b for b in get_registry().select(None)
+              if b.device == device and dtype in b.dtypes and getattr(b, "selectable", True)
+              and b.unavailable_reason() is None]
+    names = [b.name for b in usable] if any(getattr(b, "compiles_per_problem", False) is True
+                                            for b in usable) else []
     start = time.perf_counter()
     if names:
         command = [sys.executable, "-m", "gemmzoo", "tune", "--shape", f"{m}x{n}x{k}-{dtype}-{layout}",
