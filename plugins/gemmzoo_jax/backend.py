@@ -199,5 +199,7 @@ class JaxCudaBackend(JaxBackend):
     name = "jax-cuda"
     device = "cuda"
     stream_ordered = False  # XLA launches on its own streams: events on torch's cannot time it
+    # XLA's GPU compiler autotunes each new dot: seconds a problem, left to `gemmzoo tune`
+    compiles_per_problem = True
     dtypes = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})
     platform = "gpu"
