@@ -71,7 +71,7 @@ def _us(seconds: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from gemmzoo.measure.ties import TIE_MAX_RATIO
-    from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, explain
+    from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, WARM_SPEEDUP_MAX, explain
 
     apply_timeout(args)
     shape = (args.M, args.N, args.K)
@@ -129,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
             f"  tie: yes, {', '.join(choice.tied)} are within measured noise of the fastest "
             f"({fastest.backend}): their median ± IQR/2 bands overlap, or they differ by at most "
             f"{TIE_FLOOR:.0%}, and none is over {TIE_MAX_RATIO}x the fastest. Among them "
-            + ("those whose host times also tie with the least come first, then " if args.by == "caller"
-               else "")
+            + ("those whose host times also tie with the least come first (where that host time is at "
+               f"least 1/{WARM_SPEEDUP_MAX:g} of the device time), then " if args.by == "caller" else "")
             + "a backend before those its own search timed (searches_over), then the order "
             f"{', '.join(DEFAULT_ORDER)}, then the name", soft_wrap=True)
     elif other is not None and mine is not None:
