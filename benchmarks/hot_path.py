@@ -228,7 +228,7 @@ def _geomean(values: list[float]) -> float:
     return float(np.exp(np.mean(np.log(values)))) if values else float("nan")
 
 
-def _tune_compiling(m: int, n: int, k: int, dtype: str, layout: str, device: str, budget_s: float) -> float:
+def _tune_problem(m: int, n: int, k: int, dtype: str, layout: str, device: str, budget_s: float) -> float:
     """Measure one problem with ``gemmzoo tune --shape`` in a child process, as a user would run
     it: every available, selectable backend on ``device`` for ``dtype``, those that compile each
     problem (which a first answer leaves out) included, all in one process, so that the rows
@@ -266,7 +266,7 @@ def target_groups(rounds: int, device: str, budget_s: float, only: list[str] | N
     answer on a miss (conformance verdicts made beforehand, timed apart), torch-compile's compile
     time, and the padded paths at 1025³ fp16 (group ``padded``). ``only``: the groups to run.
     ``tuned``: after the caller loops, each problem compared with torch-compile is tuned
-    (:func:`_tune_compiling`) before the comparison, which then uses the tuned answer. ``given``:
+    (:func:`_tune_problem`) before the comparison, which then uses the tuned answer. ``given``:
     problems to measure instead of the built-in ones, as one group "given" (``only`` is ignored)."""
     import torch
 
@@ -365,7 +365,7 @@ def _against_compile(row: dict[str, Any], peer: Any, budget_s: float, device: st
     a, b = _target_operands(m, n, k, dtype, layout, device)
     if dtype == "tf32":
         a, b = TF32Array(a), TF32Array(b)
-    row["tune_s"] = _tune_compiling(m, n, k, dtype, layout, device, budget_s) if tuned else None
+    row["tune_s"] = _tune_problem(m, n, k, dtype, layout, device, budget_s) if tuned else None
     start = time.perf_counter()
     peer.prepare(a, b)  # compiles and autotunes this problem (again, after a tuning in a child process)
     row["compile_s"] = time.perf_counter() - start if not tuned else None

@@ -185,7 +185,7 @@ def test_host_times_far_below_tied_device_times_leave_the_order_alone(monkeypatc
     forbid_measuring(monkeypatch)
     shape = (40, 48, 60)
     lighter = 50e-6 / WARM_SPEEDUP_MAX * 0.8
-    preferred, other = _tied_with_hosts(shape, lighter=lighter, heavier=lighter * 3)
+    preferred, _lighter = _tied_with_hosts(shape, lighter=lighter, heavier=lighter * 3)
     assert explain(shape, measure=False).backend.name == preferred
     assert explain(shape, measure=False, by="device").backend.name == preferred
 
