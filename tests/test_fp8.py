@@ -7,7 +7,7 @@ import pytest
 
 from gemmzoo.conformance import check_backend, run_input_check
 from gemmzoo.dtypes import result_dtype
-from gemmzoo.fp8 import BFLOAT16, E4M3, to_e4m3
+from gemmzoo.fp8 import BFLOAT16, CHUNK, E4M3, to_e4m3
 from gemmzoo.grids import get_grid, parse_point
 from gemmzoo_numpy import NumpyBackend
 
@@ -30,6 +30,23 @@ def test_in_range_values_round_to_the_nearest_e4m3_value():
     values = np.concatenate([x, ties, ties + 2.0**-40, ties - 2.0**-40])
     got = to_e4m3(values).astype(np.float64)
     np.testing.assert_array_equal(got, _nearest(values))
+
+
+def test_arrays_over_a_chunk_round_as_their_rows_do():
+    """An operand larger than one chunk, as stored and transposed, specials included: every byte
+    equals that of its row rounded alone, and in-range values are the nearest E4M3 values."""
+    rng = np.random.default_rng(4)
+    x = np.clip(rng.standard_normal((389, 521)) * 2.0 ** rng.integers(-12, 9, (389, 521)), -448, 448)
+    assert x.size > 3 * CHUNK
+    x[::97, ::13], x[5::101, 7::17], x[9::103, 2::19] = 1000.0, np.inf, -np.inf
+    x[3::89, 4::23], x[6::83, 1::29] = np.nan, -np.nan
+    for operand in (x, x.T):
+        got = to_e4m3(operand)
+        assert got.shape == operand.shape and got.flags.c_contiguous
+        by_rows = np.stack([to_e4m3(row) for row in operand])
+        np.testing.assert_array_equal(got.view(np.uint8), by_rows.view(np.uint8))
+        in_range = np.abs(operand) <= 448
+        np.testing.assert_array_equal(got.astype(np.float64)[in_range], _nearest(operand[in_range]))
 
 
 def test_out_of_range_saturates_and_infinities_become_nan():
