@@ -97,3 +97,21 @@ def test_the_host_reference_when_the_device_cannot():
     assert verify.device_reference(a, b) is None  # numpy arrays: the host computes it
     if not torch.cuda.is_available():
         assert verify.device_reference(torch.ones(3, 4), torch.ones(4, 5)) is None
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_operands_are_drawn_in_the_order_their_layout_stores_them(layout):
+    """Random normal, read-only host operands; a T operand is the transpose of a C-ordered array,
+    and a backend's operands hold exactly those values in that layout."""
+    a, b = measure.host_operands(70, 90, 110, 5, layout)
+    assert a.shape == (70, 110) and b.shape == (110, 90)
+    for operand, letter in ((a, layout[0]), (b, layout[1])):
+        assert not operand.flags.writeable
+        assert (operand.T if letter == "T" else operand).flags.c_contiguous
+        assert abs(operand.mean()) < 0.05 and 0.95 < operand.std() < 1.05
+    problem = measure.make_problem(get_backend("numpy"), GridPoint(70, 90, 110, "float64", layout), seed=5)
+    np.testing.assert_array_equal(problem.a, a)
+    np.testing.assert_array_equal(problem.b, b)
+    assert not np.shares_memory(problem.a, a) and not np.shares_memory(problem.b, b)
+    assert problem.a.T.flags.c_contiguous is (layout[0] == "T")
+    assert problem.b.T.flags.c_contiguous is (layout[1] == "T")

@@ -47,11 +47,15 @@ def _operand(backend: Any, x: np.ndarray, dtype: str, transposed: bool) -> Any:
 
 
 @functools.lru_cache(maxsize=1)
-def host_operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Random normal A (M×K) and B (K×N), read-only. The last pair is kept: the backends measured
-    one after another on a point get the same values without drawing them again."""
+def host_operands(m: int, n: int, k: int, seed: int, layout: str = "NN") -> tuple[np.ndarray, np.ndarray]:
+    """Random normal A (M×K) and B (K×N), read-only, each drawn in the order ``layout`` stores it:
+    an operand marked T is the transpose of a C-ordered array, so that laying it out for a backend
+    copies nothing (transposing a large operand took longer than drawing it). The last pair is
+    kept: the backends measured one after another on a point get the same values without drawing
+    them again."""
     rng = np.random.default_rng(seed)
-    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    a = rng.standard_normal((k, m)).T if layout[0] == "T" else rng.standard_normal((m, k))
+    b = rng.standard_normal((n, k)).T if layout[1] == "T" else rng.standard_normal((k, n))
     a.setflags(write=False)
     b.setflags(write=False)
     return a, b
@@ -59,7 +63,7 @@ def host_operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.nda
 
 def make_problem(backend: Any, point: GridPoint, seed: int = 0) -> Problem:
     """Random normal operands for ``point`` on ``backend``, laid out as ``point.layout`` says."""
-    a_values, b_values = host_operands(point.m, point.n, point.k, seed)
+    a_values, b_values = host_operands(point.m, point.n, point.k, seed, point.layout)
     a = _operand(backend, a_values, point.dtype, point.layout[0] == "T")
     b = _operand(backend, b_values, point.dtype, point.layout[1] == "T")
     return Problem(backend, point, a, b)
