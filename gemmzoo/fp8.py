@@ -39,8 +39,10 @@ CHUNK = 1 << 16
 
 def to_e4m3(x: np.ndarray) -> np.ndarray:
     """``x`` rounded to E4M3 (a new C-ordered array of :data:`E4M3`), saturating as the module
-    says."""
-    values = np.asarray(x, dtype=np.float64, order="C")
+    says. float32 values are rounded from float32 directly (one rounding, so no care for a double
+    one is needed); other dtypes through float64."""
+    single = isinstance(x, np.ndarray) and x.dtype == np.float32
+    values = np.asarray(x, dtype=np.float32 if single else np.float64, order="C")
     if values.size <= CHUNK:
         return _rounded(values)
     flat = values.reshape(-1)
@@ -51,10 +53,12 @@ def to_e4m3(x: np.ndarray) -> np.ndarray:
 
 
 def _rounded(values: np.ndarray) -> np.ndarray:
-    """float64 ``values`` rounded to E4M3 (see :func:`to_e4m3`)."""
+    """float64 or float32 ``values`` rounded to E4M3 (see :func:`to_e4m3`)."""
     with np.errstate(invalid="ignore"):
         clipped = np.where(np.isinf(values), np.nan, np.clip(values, -E4M3_MAX, E4M3_MAX))
     clipped = np.copysign(clipped, values)  # keeps the sign of -NaN and of values that round to 0
+    if clipped.dtype == np.float32:  # ml_dtypes rounds float32 to nearest, ties to even
+        return clipped.astype(E4M3)
     return _round_to_odd_float32(clipped).astype(E4M3)
 
 

@@ -49,6 +49,19 @@ def test_arrays_over_a_chunk_round_as_their_rows_do():
         np.testing.assert_array_equal(got.astype(np.float64)[in_range], _nearest(operand[in_range]))
 
 
+@pytest.mark.parametrize("size", [1000, 3 * CHUNK + 7])
+def test_float32_values_round_as_their_float64_selves(size):
+    """float32 input takes one rounding from float32; every byte equals that of the same values
+    given in float64 (which round to odd on the way), specials and ties included."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(size) * 2.0 ** rng.integers(-12, 10, size)).astype(np.float32)
+    ties = ((_GRID[:-1] + _GRID[1:]) / 2).astype(np.float32)
+    x[:len(ties)] = ties
+    x[len(ties)::97], x[len(ties) + 1::101], x[len(ties) + 2::103] = 1000.0, np.inf, -np.inf
+    x[len(ties) + 3::107], x[len(ties) + 4::109], x[len(ties) + 5::113] = np.nan, -np.nan, -0.0
+    np.testing.assert_array_equal(to_e4m3(x).view(np.uint8), to_e4m3(x.astype(np.float64)).view(np.uint8))
+
+
 def test_out_of_range_saturates_and_infinities_become_nan():
     got = to_e4m3(np.array([448.0, 449.0, 470.0, 1e300, -500.0, np.inf, -np.inf, np.nan]))
     assert list(got[:5].astype(np.float64)) == [448.0, 448.0, 448.0, 448.0, -448.0]

@@ -115,3 +115,21 @@ def test_operands_are_drawn_in_the_order_their_layout_stores_them(layout):
     assert not np.shares_memory(problem.a, a) and not np.shares_memory(problem.b, b)
     assert problem.a.T.flags.c_contiguous is (layout[0] == "T")
     assert problem.b.T.flags.c_contiguous is (layout[1] == "T")
+
+
+@pytest.mark.parametrize("layout", ["NT", "TN"])
+def test_fp8_operands_are_rounded_once_in_their_layouts_order(layout):
+    """An fp8 point's operands: E4M3 values held in float32, read-only, stored as the layout says;
+    a backend's operands hold exactly those values."""
+    from gemmzoo.fp8 import to_e4m3
+
+    a, b = measure.e4m3_operands(70, 90, 110, 5, layout)
+    for operand, letter in ((a, layout[0]), (b, layout[1])):
+        assert operand.dtype == np.float32 and not operand.flags.writeable
+        assert (operand.T if letter == "T" else operand).flags.c_contiguous
+        np.testing.assert_array_equal(to_e4m3(operand).astype(np.float32), operand)
+        assert 0.9 < operand.std() < 1.1
+    point = GridPoint(70, 90, 110, "float8_e4m3fn", layout)
+    problem = measure.make_problem(get_backend("numpy"), point, seed=5)
+    np.testing.assert_array_equal(problem.a.astype(np.float32), a)
+    np.testing.assert_array_equal(problem.b.astype(np.float32), b)

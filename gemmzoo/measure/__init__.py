@@ -29,7 +29,7 @@ _HOMES = {
     "clocks": ("THROTTLE_THRESHOLD", "ClockReport", "ClockWatch"),
     "engine": ("MAX_QUEUED_CALLS", "DeviceClock", "Engine", "gc_paused"),
     "measurement": ("Measurement", "measure"),
-    "problems": ("Problem", "host_operands", "make_problem", "planned"),
+    "problems": ("Problem", "e4m3_operands", "host_operands", "make_problem", "planned"),
     "reference": ("ResultDeviation", "WrongResultError", "check", "judge_problem"),
     "stats": ("NOISE_TARGET", "StoppingRule", "Timing"),
     "threads": ("ThreadLimit", "ThreadReport"),

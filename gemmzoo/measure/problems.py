@@ -46,24 +46,52 @@ def _operand(backend: Any, x: np.ndarray, dtype: str, transposed: bool) -> Any:
     return backend.from_numpy(x, dtype)
 
 
+def _drawn(m: int, n: int, k: int, seed: int, layout: str, dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """Random normal A (M×K) and B (K×N) of ``dtype``, each drawn in the order ``layout`` stores it:
+    an operand marked T is the transpose of a C-ordered array."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((k, m), dtype).T if layout[0] == "T" else rng.standard_normal((m, k), dtype)
+    b = rng.standard_normal((n, k), dtype).T if layout[1] == "T" else rng.standard_normal((k, n), dtype)
+    return a, b
+
+
 @functools.lru_cache(maxsize=1)
 def host_operands(m: int, n: int, k: int, seed: int, layout: str = "NN") -> tuple[np.ndarray, np.ndarray]:
-    """Random normal A (M×K) and B (K×N), read-only, each drawn in the order ``layout`` stores it:
-    an operand marked T is the transpose of a C-ordered array, so that laying it out for a backend
-    copies nothing (transposing a large operand took longer than drawing it). The last pair is
-    kept: the backends measured one after another on a point get the same values without drawing
-    them again."""
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal((k, m)).T if layout[0] == "T" else rng.standard_normal((m, k))
-    b = rng.standard_normal((n, k)).T if layout[1] == "T" else rng.standard_normal((k, n))
+    """Random normal float64 A (M×K) and B (K×N), read-only, each drawn in the order ``layout``
+    stores it (an operand marked T is the transpose of a C-ordered array), so that laying them out
+    for a backend copies nothing: transposing a large operand took longer than drawing it. The
+    last pair is kept: the backends measured one after another on a point get the same values
+    without drawing them again."""
+    a, b = _drawn(m, n, k, seed, layout, np.float64)
     a.setflags(write=False)
     b.setflags(write=False)
     return a, b
 
 
+@functools.lru_cache(maxsize=1)
+def e4m3_operands(m: int, n: int, k: int, seed: int, layout: str = "NN") -> tuple[np.ndarray, np.ndarray]:
+    """Random normal A and B rounded to E4M3 (:func:`gemmzoo.fp8.to_e4m3`) and held in float32,
+    in the storage order of :func:`host_operands`, read-only. Drawn in float32 (three mantissa
+    bits survive the rounding) and rounded once for all the backends measured on an fp8 point,
+    whose ``from_numpy`` then rounds exact float32 values: one fast rounding, not a large
+    operand's careful float64 one per backend."""
+    from gemmzoo.fp8 import to_e4m3
+
+    def rounded(x: np.ndarray) -> np.ndarray:
+        stored = to_e4m3(x.T).T if not x.flags.c_contiguous else to_e4m3(x)
+        values = stored.astype(np.float32, order="K")
+        values.setflags(write=False)
+        return values
+
+    a, b = _drawn(m, n, k, seed, layout, np.float32)
+    return rounded(a), rounded(b)
+
+
 def make_problem(backend: Any, point: GridPoint, seed: int = 0) -> Problem:
-    """Random normal operands for ``point`` on ``backend``, laid out as ``point.layout`` says."""
-    a_values, b_values = host_operands(point.m, point.n, point.k, seed, point.layout)
+    """Random normal operands for ``point`` on ``backend``, laid out as ``point.layout`` says (for
+    float8_e4m3fn, already rounded to it: :func:`e4m3_operands`)."""
+    values = e4m3_operands if point.dtype == "float8_e4m3fn" else host_operands
+    a_values, b_values = values(point.m, point.n, point.k, seed, point.layout)
     a = _operand(backend, a_values, point.dtype, point.layout[0] == "T")
     b = _operand(backend, b_values, point.dtype, point.layout[1] == "T")
     return Problem(backend, point, a, b)
