@@ -133,3 +133,28 @@ def test_fp8_operands_are_rounded_once_in_their_layouts_order(layout):
     problem = measure.make_problem(get_backend("numpy"), point, seed=5)
     np.testing.assert_array_equal(problem.a.astype(np.float32), a)
     np.testing.assert_array_equal(problem.b.astype(np.float32), b)
+
+
+@pytest.mark.parametrize(("dtype", "precision"), [("float64", np.float64), ("float32", np.float32),
+                                                  ("float16", np.float32), ("bfloat16", np.float32)])
+def test_operands_reach_from_numpy_in_float64_only_for_float64_points(dtype, precision):
+    """A backend's from_numpy receives the point's values in float64 for a float64 point and in
+    float32 otherwise, and holds those values (rounded, for a 16-bit point)."""
+    received = []
+    backend = get_backend("numpy")
+    if dtype not in backend.dtypes:
+        backend = _torch_cpu()
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(backend, name)
+
+        def from_numpy(self, x, dtype):
+            received.append(x)
+            return backend.from_numpy(x, dtype)
+
+    problem = measure.make_problem(Spy(), GridPoint(30, 20, 40, dtype, "NT"), seed=2)
+    assert [x.dtype for x in received] == [np.dtype(precision)] * 2
+    rtol = {"float16": 2.0**-11, "bfloat16": 2.0**-8}.get(dtype, 0.0)
+    np.testing.assert_allclose(problem.a_host, received[0], rtol=rtol, atol=0)
+    np.testing.assert_allclose(problem.b_host, received[1].T, rtol=rtol, atol=0)

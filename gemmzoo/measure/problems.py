@@ -56,13 +56,14 @@ def _drawn(m: int, n: int, k: int, seed: int, layout: str, dtype: type) -> tuple
 
 
 @functools.lru_cache(maxsize=1)
-def host_operands(m: int, n: int, k: int, seed: int, layout: str = "NN") -> tuple[np.ndarray, np.ndarray]:
-    """Random normal float64 A (M×K) and B (K×N), read-only, each drawn in the order ``layout``
-    stores it (an operand marked T is the transpose of a C-ordered array), so that laying them out
-    for a backend copies nothing: transposing a large operand took longer than drawing it. The
-    last pair is kept: the backends measured one after another on a point get the same values
-    without drawing them again."""
-    a, b = _drawn(m, n, k, seed, layout, np.float64)
+def host_operands(m: int, n: int, k: int, seed: int, layout: str = "NN",
+                  precision: str = "float64") -> tuple[np.ndarray, np.ndarray]:
+    """Random normal A (M×K) and B (K×N) in ``precision`` (``"float64"`` or ``"float32"``),
+    read-only, each drawn in the order ``layout`` stores it (an operand marked T is the transpose
+    of a C-ordered array), so that laying them out for a backend copies nothing: transposing a
+    large operand took longer than drawing it. The last pair is kept: the backends measured one
+    after another on a point get the same values without drawing them again."""
+    a, b = _drawn(m, n, k, seed, layout, np.dtype(precision).type)
     a.setflags(write=False)
     b.setflags(write=False)
     return a, b
@@ -88,10 +89,16 @@ def e4m3_operands(m: int, n: int, k: int, seed: int, layout: str = "NN") -> tupl
 
 
 def make_problem(backend: Any, point: GridPoint, seed: int = 0) -> Problem:
-    """Random normal operands for ``point`` on ``backend``, laid out as ``point.layout`` says (for
-    float8_e4m3fn, already rounded to it: :func:`e4m3_operands`)."""
-    values = e4m3_operands if point.dtype == "float8_e4m3fn" else host_operands
-    a_values, b_values = values(point.m, point.n, point.k, seed, point.layout)
+    """Random normal operands for ``point`` on ``backend``, laid out as ``point.layout`` says,
+    handed to its ``from_numpy`` in float64 for a float64 point, in float32 (half the host work
+    and transfer of float64, nothing lost for dtypes of float32's precision or less) for the
+    others, and for float8_e4m3fn already rounded to it (:func:`e4m3_operands`)."""
+    shape = point.m, point.n, point.k
+    if point.dtype == "float8_e4m3fn":
+        a_values, b_values = e4m3_operands(*shape, seed, point.layout)
+    else:
+        precision = "float64" if point.dtype == "float64" else "float32"
+        a_values, b_values = host_operands(*shape, seed, point.layout, precision)
     a = _operand(backend, a_values, point.dtype, point.layout[0] == "T")
     b = _operand(backend, b_values, point.dtype, point.layout[1] == "T")
     return Problem(backend, point, a, b)
