@@ -24,6 +24,8 @@ measurement.
 ``--shape`` (repeatable) measures the same targets on problems of your own instead of the
 built-in groups, as one group named "given".
 Restrict the candidates with ``GEMMZOO_BACKENDS`` as usual.
+``gemmzoo.matmul`` runs through its compiled dispatch (built first into the fresh cache) unless
+``--dispatch python`` is given.
 """
 
 from __future__ import annotations
@@ -450,6 +452,21 @@ def host_reference(cuda: bool) -> float | None:
     return statistics.median(loop_per_call_s(call, 2000, sync) for _ in range(5)) * 1e6
 
 
+def _choose_dispatch(wanted: str) -> str:
+    """Set up the dispatch ``wanted`` for torch tensors; say which one runs (and why not the
+    compiled one, where it was wanted and cannot be built)."""
+    from gemmzoo import native
+
+    if wanted == "python":
+        os.environ[native.ENV_SWITCH] = "0"
+        return "python"
+    try:
+        native.build()
+    except native.CompiledDispatchError as error:
+        return f"python ({error})"
+    return "compiled"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="also write the figures to this file")
@@ -472,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", action="append", default=[], metavar="MxNxK-DTYPE-LAYOUT",
                         help="--targets: a problem of your own (repeatable; dtype default float16, layout "
                              "NN); given problems replace the built-in groups")
+    parser.add_argument("--dispatch", choices=("compiled", "python"), default="compiled",
+                        help="gemmzoo.matmul's dispatch for torch tensors: the compiled one, built first as "
+                             "`gemmzoo cache --build-dispatch` does (default), or the Python one")
     args = parser.parse_args(argv)
     given = None
     if args.shape:
@@ -491,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
         cuda = torch.cuda.is_available()
     except ImportError:
         cuda = False
+    dispatch_used = _choose_dispatch(args.dispatch)
+    print(f"gemmzoo.matmul's dispatch for torch tensors: {dispatch_used}")
     reference = {"before": host_reference(cuda)}
     if reference["before"] is not None:
         print(f"host reference: torch.mm of 64x64 takes {reference['before']:.2f} us a call here")
@@ -508,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as handle:
             json.dump({"command": "python benchmarks/hot_path.py " + " ".join(sys.argv[1:]),
                        "date": time.strftime("%Y-%m-%d"), "versions": found,
-                       "host_reference_us": reference, "groups": groups},
+                       "host_reference_us": reference, "dispatch": dispatch_used, "groups": groups},
                       handle, indent=1)
     return 0
 

@@ -97,6 +97,34 @@ def is_self_checking(run: Any) -> bool:
     return run in _SELF_CHECKING
 
 
+Guard = tuple[Any, Callable[[], Any], Any, bool]
+"""``(lock, read, wanted, pair)``: see :func:`declare_torch_mm`."""
+
+_TORCH_MM_FORMS: weakref.WeakKeyDictionary[Any, tuple[()] | Guard] = weakref.WeakKeyDictionary()
+
+
+def declare_torch_mm(run: Callable[[Any, Any], Any], guard: Guard | None = None) -> Callable[[Any, Any], Any]:
+    """Declare that ``run``, a plan from :meth:`Backend.prepare`, computes exactly ``torch.mm(a, b)``
+    on two torch tensors, and return it; with ``guard = (lock, read, wanted, pair)``, only while
+    ``read()`` gives ``wanted`` (or a tuple whose first item is ``wanted``, when ``pair``) with
+    ``lock`` held.
+
+    The compiled dispatch (:mod:`gemmzoo.native`) then launches ``at::mm`` itself, holding ``lock``
+    and checking ``read()`` first when there is a guard, and calls ``run`` only when the guard fails.
+    """
+    _TORCH_MM_FORMS[run] = () if guard is None else guard
+    return run
+
+
+def torch_mm_form(run: Any) -> tuple[()] | Guard | None:
+    """``()`` when ``run`` was declared to be ``torch.mm``, its guard when declared with one,
+    else ``None`` (see :func:`declare_torch_mm`)."""
+    try:
+        return _TORCH_MM_FORMS.get(run)
+    except TypeError:  # not weakly referenceable: never declared
+        return None
+
+
 class Backend:
     """One GEMM implementation: converts arrays to its native type and multiplies them.
 

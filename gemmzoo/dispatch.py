@@ -215,10 +215,58 @@ _KEYS: dict[type, KeyFunction] = {TF32Array: _tf32_key}
 
 
 
+_ROUTES: dict[type, Callable[[Any, Any, Any, str, str], Any]] = {}
+"""Array types of A whose calls go to the compiled dispatch (:mod:`gemmzoo.native`) instead."""
+_compiled_tried = False
+
+
 def _learn_key(array_type: type) -> None:
+    global _compiled_tried
     kind = array_kind(array_type)
     if kind is not None:
         _KEYS[array_type] = _KEY_OF_KIND[kind]
+    if kind == "torch" and not _compiled_tried:
+        _compiled_tried = True
+        from gemmzoo import native
+
+        module = native.load()
+        if module is not None:
+            use_compiled(module)
+
+
+def use_compiled(module: Any) -> None:
+    """Route calls on plain torch tensors (and parameters) through the compiled dispatch
+    ``module`` (see :mod:`gemmzoo.native`), or back through Python when ``module`` is ``None``."""
+    import torch
+
+    if module is None:
+        _ROUTES.clear()
+        return
+    # the environment's own dict where the reader is that dict's get (see gemmzoo.adapters.os_environ)
+    environment = getattr(_read, "__self__", None)
+    source = environment if type(environment) is dict else _read
+    module.configure(_dispatch, _compiled_plan, _reject, vars(_state), source, (_N0, _N1, _N2))
+    for array_type in (torch.Tensor, torch.nn.Parameter):
+        _KEYS[array_type] = _torch_key  # the Python dispatch still keys them (wrapped in TF32Array, say)
+        _ROUTES[array_type] = module.dispatch
+
+
+def _compiled_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, Any] | None:
+    """The plan of torch operands ``a`` and ``b`` (made and kept, if new) with its form for the
+    compiled dispatch (:func:`gemmzoo.backend.torch_mm_form`), or ``None`` where no plan is kept
+    (an unhashable backend object)."""
+    from gemmzoo.backend import torch_mm_form
+
+    cache = _state.plan_cache
+    key = _torch_key(a, b, backend, accuracy, by)
+    try:
+        plan = cache.plans.get(key)
+    except TypeError:
+        return None
+    if plan is None:
+        plan = make_plan(a, b, backend, accuracy, by)
+        cache.keep(key, plan)
+    return plan, torch_mm_form(plan)
 
 
 def _is_plain_tensor_type(array_type: type) -> bool:
@@ -252,6 +300,14 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
     of device and host time per call): for programs that replay their products in CUDA graphs,
     where the host work of a call is not repeated.
     """
+    route = _ROUTES.get(type(a))
+    if route is not None:
+        return route(a, b, backend, accuracy, by)
+    return _dispatch(a, b, backend, accuracy, by)
+
+
+def _dispatch(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Any:
+    """``gemmzoo.matmul`` in Python: find (or make) the problem's plan and call it."""
     cache = _state.plan_cache
     try:
         key = _KEYS[type(a)](a, b, backend, accuracy, by)
@@ -284,6 +340,8 @@ def _plan_and_call(a: Any, b: Any, backend: Any, accuracy: str, by: str, cache: 
     began: if the answers were dropped since, nobody reads it any more), and call it."""
     if type(a) not in _KEYS:
         _learn_key(type(a))
+    if type(a) is TF32Array and type(a.data) not in _KEYS:  # its key is the wrapped array's
+        _learn_key(type(a.data))
     plan = make_plan(a, b, backend, accuracy, by)
     try:
         cache.keep(_KEYS[type(a)](a, b, backend, accuracy, by), plan)

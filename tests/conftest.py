@@ -62,3 +62,38 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wide_tables: No
     state.reset()
     yield cache
     state.reset()
+
+
+@pytest.fixture(scope="session")
+def compiled_dispatch_module(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """gemmzoo.matmul's compiled dispatch (:mod:`gemmzoo.native`), built once for the whole run
+    (xdist workers share the build directory), left switched off: tests switch it on."""
+    pytest.importorskip("torch")
+    from gemmzoo import dispatch, native
+
+    root = tmp_path_factory.getbasetemp()
+    shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GEMMZOO_CACHE_DIR", str(shared / "compiled-dispatch-cache"))
+        patch.delenv(native.ENV_SWITCH, raising=False)
+        try:
+            module = native.build()
+        except native.CompiledDispatchError as error:
+            pytest.skip(f"the compiled dispatch cannot be built here: {error}")
+    dispatch.use_compiled(None)
+    return module
+
+
+@pytest.fixture(params=["python", "compiled"])
+def dispatch_route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Each test twice: with gemmzoo.matmul's Python dispatch for torch tensors, and with the
+    compiled one."""
+    from gemmzoo import dispatch, native
+
+    if request.param == "compiled":
+        dispatch.use_compiled(request.getfixturevalue("compiled_dispatch_module"))
+    else:
+        monkeypatch.setenv(native.ENV_SWITCH, "0")
+        dispatch.use_compiled(None)
+    yield request.param
+    dispatch.use_compiled(None)

@@ -13,6 +13,8 @@ from gemmzoo.conformance.bounds import error_bound  # noqa: E402
 from gemmzoo.errors import GemmInputError  # noqa: E402
 from gemmzoo.tuning import state  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("dispatch_route")
+
 
 @pytest.fixture(autouse=True)
 def fresh(tmp_path, monkeypatch):

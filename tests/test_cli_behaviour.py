@@ -211,6 +211,8 @@ def test_cache_shows_and_clears_the_tuning_database(tmp_path):
     cache = tmp_path / "cache"
     env = {"GEMMZOO_CACHE_DIR": str(cache), **LIGHT}
     empty = json.loads(run_gemmzoo(tmp_path, "cache", "--format", "json", **env).stdout)
+    compiled = empty[0].pop("compiled_dispatch")
+    assert compiled["built"] is False and compiled["reason"]
     assert empty == [{"path": str(cache / "tuning.sqlite3"), "exists": False, "bytes": 0, "measurements": 0,
                       "conformance_verdicts": 0}]
     assert not cache.exists()  # looking does not create a database

@@ -13,7 +13,7 @@ from gemmzoo.conformance.bounds import error_bound  # noqa: E402
 from gemmzoo.errors import GemmInputError  # noqa: E402
 from gemmzoo.tuning import state  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("dispatch_route")]
 
 BACKENDS = [None, "torch", "torch-padded", "triton-grouped", "triton-splitk", "triton-decode"]
 PROBLEMS = [((256, 384, 512), "float16"), ((257, 129, 193), "float16"), ((1, 4096, 1024), "bfloat16"),

@@ -19,7 +19,7 @@ from gemmzoo.tuning.tune import conformance_verdict
 torch = pytest.importorskip("torch")
 
 
-pytestmark = pytest.mark.usefixtures("empty_cache")
+pytestmark = pytest.mark.usefixtures("empty_cache", "dispatch_route")
 
 
 def operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -314,7 +314,7 @@ def test_the_last_plan_is_kept_under_the_torch_key():
         assert state.plan_cache.last[0] == dispatch._torch_key(a, b, backend, "componentwise", "caller")
 
 
-def test_answers_dropped_while_a_plan_is_found_or_made_leave_no_stale_plan(monkeypatch):
+def test_answers_dropped_while_a_plan_is_found_or_made_leave_no_stale_plan(monkeypatch, dispatch_route):
     backend = gemmzoo.get_backend("torch-cpu")
     original = type(backend).prepare
 
@@ -327,6 +327,8 @@ def test_answers_dropped_while_a_plan_is_found_or_made_leave_no_stale_plan(monke
     gemmzoo.matmul(x, y, "torch-cpu")
     assert not state.plan_cache.plans and state.plan_cache.last == NO_PLAN
     monkeypatch.setattr(type(backend), "prepare", original)
+    if dispatch_route == "compiled":  # found in its own table, not in this dict: see test_compiled_dispatch
+        return
 
     class Forgets(dict):  # the answers dropped right after a plan was looked up
         def __getitem__(self, key):

@@ -1,12 +1,18 @@
-"""``gemmzoo cache``: where the tuning database is, how big, how many rows; ``--clear``."""
+"""``gemmzoo cache``: where the tuning database is, how big, how many rows; ``--clear``; and
+``--build-dispatch``, which builds the compiled dispatch (:mod:`gemmzoo.native`) into the same
+directory."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gemmzoo.cli.console import messages
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 COLUMNS = (
     Column("bytes", "size", justify="right"),
@@ -23,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clear", action="store_true",
                         help="delete the tuning database (measurements, conformance verdicts, recorded "
                              "problems); gemmzoo measures again when next asked")
+    parser.add_argument("--build-dispatch", action="store_true",
+                        help="build gemmzoo.matmul's compiled dispatch for torch tensors (needs torch, a C++ "
+                             "compiler and ninja; about ten seconds, once per torch and Python version)")
 
 
 def _files(database: Path) -> list[Path]:
@@ -44,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
 
     database = default_cache_dir() / DB_NAME
     say = messages(args.format)
+    if args.build_dispatch:
+        return _build_dispatch(say)
     if args.clear:
         state.reset()  # closes this process's connection before the file goes
         removed = _files(database)
@@ -58,10 +69,34 @@ def run(args: argparse.Namespace) -> int:
         measurements, verdicts = store.count(), len(store.all_conformance())
     row = {"path": str(database), "bytes": _size(size), "measurements": str(measurements),
            "verdicts": str(verdicts)}
+    from gemmzoo import native
+
+    compiled = native.status()
     record = {"path": str(database), "exists": database.exists(), "bytes": size,
-              "measurements": measurements, "conformance_verdicts": verdicts}
+              "measurements": measurements, "conformance_verdicts": verdicts,
+              "compiled_dispatch": {"built": compiled.built, "reason": compiled.reason,
+                                    "path": str(compiled.path) if compiled.path else None}}
     listing = Listing("gemmzoo tuning database (GEMMZOO_CACHE_DIR moves it)", COLUMNS, [row], [record])
     if args.format == "csv":
         listing.rows = [{**row, "bytes": str(size)}]
     emit(listing, args.format, args.wide)
+    say.print(f"compiled dispatch: built, {compiled.path}" if compiled.built
+              else f"compiled dispatch: not used ({compiled.reason})", markup=False, soft_wrap=True)
+    return 0
+
+
+def _build_dispatch(say: Console) -> int:
+    import time
+
+    from gemmzoo import native
+
+    started = time.perf_counter()
+    try:
+        native.build()
+    except native.CompiledDispatchError as error:
+        say.print(f"gemmzoo cache: {error}", markup=False, soft_wrap=True)
+        return 1
+    built = native.status()
+    say.print(f"compiled dispatch: {built.path} ({time.perf_counter() - started:.1f} s)",
+              markup=False, soft_wrap=True)
     return 0

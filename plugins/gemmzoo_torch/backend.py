@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gemmzoo import Backend
-from gemmzoo.backend import dtype_name, self_checking
+from gemmzoo.backend import declare_torch_mm, dtype_name, self_checking
 from gemmzoo.torch_tensors import TorchTensors
 from gemmzoo_torch import fp8
 from gemmzoo_torch.precision import needless_switches, runner
@@ -78,7 +78,7 @@ class TorchCpuBackend(TorchTensors, Backend):
         import torch
 
         self.check_operands(a, b)
-        return self_checking(torch.mm)
+        return declare_torch_mm(self_checking(torch.mm))
 
 
 class TorchBackend(TorchCpuBackend):

@@ -1,0 +1,155 @@
+"""gemmzoo.matmul's compiled dispatch for torch tensors (``dispatch.cpp`` beside this file).
+
+On a warm problem, ``gemmzoo.matmul`` does three things: it reads the problem's key from the
+operands, finds the plan kept for it, and calls the plan. From Python, reading the key (shapes,
+strides, dtype, device and autograd state of both tensors) costs more than the rest, and a plan
+that is ``torch.mm`` itself still goes through torch's Python argument parsing. The compiled
+dispatch reads the key in C++, keeps its own table of the plans the Python dispatch made, and
+launches ``at::mm`` directly for plans declared to be ``torch.mm``
+(:func:`gemmzoo.backend.declare_torch_mm`).
+
+It is a torch C++ extension, built with ``torch.utils.cpp_extension`` (a C++ compiler and ninja),
+never while a product waits: :func:`build` builds it (``gemmzoo cache --build-dispatch``
+calls it), and ``gemmzoo.matmul`` uses it from then on in every process whose torch,
+Python and source match the build. ``GEMMZOO_COMPILED_DISPATCH=0`` turns it off. Without it
+nothing changes but speed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import NamedTuple
+
+from gemmzoo.errors import GemmError
+
+SOURCE = Path(__file__).with_name("dispatch.cpp")
+ENV_SWITCH = "GEMMZOO_COMPILED_DISPATCH"
+_OFF_WORDS = frozenset({"0", "false", "no", "off"})
+
+_lock = threading.Lock()
+_loaded: dict[Path, ModuleType] = {}
+
+
+class CompiledDispatchError(GemmError):
+    """The compiled dispatch could not be built here (no compiler, no ninja, a failed build)."""
+
+
+class Status(NamedTuple):
+    """Where the compiled dispatch of this torch and Python lives, and whether it is usable."""
+
+    built: bool
+    path: Path | None
+    reason: str | None
+    """Why it is not used here, or ``None``."""
+
+
+def enabled() -> bool:
+    """False when ``GEMMZOO_COMPILED_DISPATCH`` is 0/false/no/off."""
+    return os.environ.get(ENV_SWITCH, "").strip().lower() not in _OFF_WORDS
+
+
+def _torch_version() -> str | None:
+    """The installed torch's version (its local part names the build: +cpu, +cu130, ...), read
+    without importing torch; ``None`` when torch is not installed."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _identity(torch_version: str) -> tuple[str, Path]:
+    """The module name and build directory for this source, torch and Python."""
+    from gemmzoo.tuning.db import default_cache_dir
+
+    parts = [SOURCE.read_bytes(), torch_version.encode(), sys.version.encode(), platform.machine().encode()]
+    digest = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+    name = f"gemmzoo_dispatch_{digest}"
+    return name, default_cache_dir() / "compiled-dispatch" / name
+
+
+def _library(name: str, directory: Path) -> Path:
+    """Where ``torch.utils.cpp_extension.load`` leaves the module it builds."""
+    return directory / f"{name}{'.pyd' if sys.platform == 'win32' else '.so'}"
+
+
+def status() -> Status:
+    """Whether the compiled dispatch is built for this torch and Python, and where."""
+    if not enabled():
+        return Status(False, None, f"turned off ({ENV_SWITCH}={os.environ.get(ENV_SWITCH)})")
+    version = _torch_version()
+    if version is None:
+        return Status(False, None, "torch is not installed")
+    name, directory = _identity(version)
+    library = _library(name, directory)
+    if not library.exists():
+        return Status(False, library, "not built yet: gemmzoo cache --build-dispatch")
+    return Status(True, library, None)
+
+
+def _import(name: str, library: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, library)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {library}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load() -> ModuleType | None:
+    """The compiled dispatch when it is built, enabled and importable here, else ``None``. Never
+    builds; imports torch only where torch is already imported (a torch tensor's caller has)."""
+    if not enabled() or "torch" not in sys.modules:
+        return None
+    version = _torch_version()
+    if version is None:
+        return None
+    with _lock:
+        name, directory = _identity(version)
+        library = _library(name, directory)
+        if not library.exists():
+            return None
+        if library not in _loaded:
+            try:
+                _loaded[library] = _import(name, library)
+            except (ImportError, OSError):  # built for another environment that hashed alike: rebuild it
+                return None
+        return _loaded[library]
+
+
+def build(verbose: bool = False) -> ModuleType:
+    """Build (or find built) and import the compiled dispatch for this torch and Python, and make
+    ``gemmzoo.matmul`` use it in this process. Raises :class:`CompiledDispatchError` saying why it
+    cannot be built here."""
+    version = _torch_version()
+    if version is None:
+        raise CompiledDispatchError("the compiled dispatch needs torch, which is not installed")
+    from torch.utils import cpp_extension
+
+    if not cpp_extension.is_ninja_available():
+        raise CompiledDispatchError("the compiled dispatch needs ninja to build (pip install ninja)")
+    name, directory = _identity(version)
+    library = _library(name, directory)
+    with _lock:
+        if library not in _loaded:
+            directory.mkdir(parents=True, exist_ok=True)
+            try:
+                _loaded[library] = cpp_extension.load(
+                    name=name, sources=[str(SOURCE)], build_directory=str(directory), extra_cflags=["-O2"],
+                    with_cuda=False, verbose=verbose)
+            except Exception as error:  # the compiler's own message, last lines first in mind
+                lines = str(error).strip().splitlines()
+                raise CompiledDispatchError(f"building the compiled dispatch in {directory} failed: "
+                                            + " | ".join(lines[-6:])) from error
+        module = _loaded[library]
+    from gemmzoo import dispatch
+
+    dispatch.use_compiled(module)
+    return module

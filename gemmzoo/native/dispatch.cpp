@@ -1,0 +1,433 @@
+// gemmzoo.matmul's dispatch for torch tensors, compiled: the problem's key read from the tensors
+// in C++, the plan found in a table, and plans that are torch.mm itself launched through at::mm.
+//
+// The Python dispatch (gemmzoo/dispatch.py) stays the authority: a problem met for the first time
+// goes to its plan_of(), which makes and keeps the plan; this table only remembers, per problem,
+// which plan that was. Its key holds everything the Python key holds (and a little more: both
+// operands' types, dtypes, devices and exact strides), so it never finds a plan made for other
+// operands. It is emptied when the Python plan cache is replaced (the answers were dropped) or
+// when one of the environment variables that change a choice changes.
+#include <Python.h>
+
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/mm.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <unordered_map>
+
+namespace {
+
+constexpr int kEnvVars = 3;
+constexpr size_t kMaxPlans = 4096;  // as gemmzoo.plan_cache.PlanCache.MAX_PLANS
+
+// What a problem is, as far as a plan is concerned.
+struct Key {
+  // The backend, accuracy and ranking arguments, by identity: an entry holds them, so no other
+  // object takes their address while it lives. An equal object of another identity gets an
+  // entry of its own, for the same plan.
+  PyObject* backend;
+  PyObject* accuracy;
+  PyObject* by;
+  PyTypeObject* type_a;
+  PyTypeObject* type_b;
+  std::array<int64_t, 8> extents;  // A's sizes and strides, then B's
+  int16_t dtype_a, dtype_b;
+  int16_t device_type_a, device_type_b;
+  int16_t device_index_a, device_index_b;
+  bool grad_a, grad_b;
+
+  bool operator==(const Key& other) const {
+    return backend == other.backend && accuracy == other.accuracy && by == other.by &&
+           type_a == other.type_a && type_b == other.type_b && extents == other.extents &&
+           dtype_a == other.dtype_a && dtype_b == other.dtype_b &&
+           device_type_a == other.device_type_a && device_type_b == other.device_type_b &&
+           device_index_a == other.device_index_a && device_index_b == other.device_index_b &&
+           grad_a == other.grad_a && grad_b == other.grad_b;
+  }
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = reinterpret_cast<uintptr_t>(k.type_a) ^ (reinterpret_cast<uintptr_t>(k.type_b) << 1) ^
+                 (reinterpret_cast<uintptr_t>(k.backend) << 2) ^ (reinterpret_cast<uintptr_t>(k.accuracy) << 3) ^
+                 (reinterpret_cast<uintptr_t>(k.by) << 4);
+    for (int64_t x : k.extents) h = (h ^ static_cast<uint64_t>(x)) * 0x100000001b3ULL;
+    uint64_t rest = static_cast<uint64_t>(k.dtype_a) | (static_cast<uint64_t>(k.dtype_b) << 8) |
+                    (static_cast<uint64_t>(k.device_type_a) << 16) |
+                    (static_cast<uint64_t>(k.device_type_b) << 24) |
+                    (static_cast<uint64_t>(static_cast<uint16_t>(k.device_index_a)) << 32) |
+                    (static_cast<uint64_t>(static_cast<uint16_t>(k.device_index_b)) << 48);
+    h = (h ^ rest) * 0x100000001b3ULL;
+    return static_cast<size_t>(h ^ (k.grad_a ? 0x9e37 : 0) ^ (k.grad_b ? 0x79b9 : 0));
+  }
+};
+
+// How a plan is called. PYTHON: call it. MM: it is torch.mm. GUARDED_MM: it is torch.mm whenever
+// read() (a precision switch) gives `wanted` while `lock` is held; otherwise it is called.
+enum class Form { PYTHON, MM, GUARDED_MM };
+
+struct Entry {
+  PyObject* arguments = nullptr;  // (backend, accuracy, by) of the key; strong references, all of them
+  PyObject* plan = nullptr;
+  Form form = Form::PYTHON;
+  PyObject* acquire = nullptr;
+  PyObject* release = nullptr;
+  PyObject* read = nullptr;
+  PyObject* wanted = nullptr;
+  bool pair = false;
+
+  void hold() const {
+    Py_XINCREF(arguments);
+    Py_XINCREF(plan);
+    Py_XINCREF(acquire);
+    Py_XINCREF(release);
+    Py_XINCREF(read);
+    Py_XINCREF(wanted);
+  }
+  void drop() const {
+    Py_XDECREF(arguments);
+    Py_XDECREF(plan);
+    Py_XDECREF(acquire);
+    Py_XDECREF(release);
+    Py_XDECREF(read);
+    Py_XDECREF(wanted);
+  }
+};
+
+// Set once by configure(); strong references.
+struct Config {
+  PyObject* fallback = nullptr;  // the Python dispatch: (a, b, backend, accuracy, by) -> C
+  PyObject* plan_of = nullptr;   // (a, b, backend, accuracy, by) -> (plan, form), or None: not kept
+  PyObject* on_error = nullptr;  // (a, b, backend, accuracy, by) -> None, or raises what is wrong
+  PyObject* state = nullptr;        // the namespace (a dict) whose "plan_cache" is the current cache
+  PyObject* plan_cache_name = nullptr;
+  PyObject* env_read = nullptr;     // a dict of the environment, or read(key) -> a variable's value
+  std::array<PyObject*, kEnvVars> env_keys{};
+} config;
+
+// The table and what it was filled under.
+std::unordered_map<Key, Entry, KeyHash> plans;
+PyObject* filled_for_cache = nullptr;  // strong
+std::array<PyObject*, kEnvVars> filled_for_env{};  // strong (None when unset)
+
+void clear_plans() {
+  for (auto& item : plans) item.second.drop();
+  plans.clear();
+}
+
+// Empties the table when the plan cache or an environment variable changed. -1 on error.
+int check_generation() {
+  PyObject* cache = PyDict_GetItemWithError(config.state, config.plan_cache_name);
+  if (cache == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "gemmzoo's plan cache is missing");
+    return -1;
+  }
+  Py_INCREF(cache);
+  bool stale = cache != filled_for_cache;
+  std::array<PyObject*, kEnvVars> env{};
+  const bool env_dict = PyDict_CheckExact(config.env_read);
+  for (int i = 0; i < kEnvVars; ++i) {
+    PyObject* key = config.env_keys[i];
+    if (env_dict) {
+      env[i] = PyDict_GetItemWithError(config.env_read, key);
+      if (env[i] == nullptr && !PyErr_Occurred()) env[i] = Py_None;
+      Py_XINCREF(env[i]);
+    } else {
+      env[i] = PyObject_Vectorcall(config.env_read, &key, 1, nullptr);
+    }
+    if (env[i] == nullptr) {
+      for (int j = 0; j < i; ++j) Py_DECREF(env[j]);
+      Py_DECREF(cache);
+      return -1;
+    }
+    if (!stale && env[i] != filled_for_env[i]) {
+      int same = PyObject_RichCompareBool(env[i], filled_for_env[i], Py_EQ);
+      if (same < 0) {
+        for (int j = 0; j <= i; ++j) Py_DECREF(env[j]);
+        Py_DECREF(cache);
+        return -1;
+      }
+      stale = same == 0;
+    }
+  }
+  if (!stale) {
+    Py_DECREF(cache);
+    for (auto* value : env) Py_DECREF(value);
+    return 0;
+  }
+  clear_plans();
+  Py_XSETREF(filled_for_cache, cache);
+  for (int i = 0; i < kEnvVars; ++i) Py_XSETREF(filled_for_env[i], env[i]);
+  return 0;
+}
+
+Key key_of(PyObject* const* args, const at::Tensor& a, const at::Tensor& b) {
+  PyObject* a_object = args[0];
+  PyObject* b_object = args[1];
+  Key key;
+  key.backend = args[2];
+  key.accuracy = args[3];
+  key.by = args[4];
+  key.type_a = Py_TYPE(a_object);
+  key.type_b = Py_TYPE(b_object);
+  auto sa = a.sizes(), ta = a.strides(), sb = b.sizes(), tb = b.strides();
+  key.extents = {sa[0], sa[1], ta[0], ta[1], sb[0], sb[1], tb[0], tb[1]};
+  key.dtype_a = static_cast<int16_t>(a.scalar_type());
+  key.dtype_b = static_cast<int16_t>(b.scalar_type());
+  key.device_type_a = static_cast<int16_t>(a.device().type());
+  key.device_type_b = static_cast<int16_t>(b.device().type());
+  key.device_index_a = a.device().index();
+  key.device_index_b = b.device().index();
+  key.grad_a = a.requires_grad();
+  key.grad_b = b.requires_grad();
+  return key;
+}
+
+// Reads the (plan, form) pair plan_of() returned. form: () for torch.mm itself,
+// (lock, read, wanted, pair) for torch.mm under a switch, None for any other plan.
+bool entry_of(PyObject* answer, Entry* entry) {
+  if (!PyTuple_Check(answer) || PyTuple_GET_SIZE(answer) != 2) {
+    PyErr_SetString(PyExc_TypeError, "plan_of must return (plan, form)");
+    return false;
+  }
+  entry->plan = PyTuple_GET_ITEM(answer, 0);
+  PyObject* form = PyTuple_GET_ITEM(answer, 1);
+  entry->form = Form::PYTHON;
+  if (PyTuple_Check(form) && PyTuple_GET_SIZE(form) == 0) {
+    entry->form = Form::MM;
+  } else if (PyTuple_Check(form) && PyTuple_GET_SIZE(form) == 4) {
+    PyObject* lock = PyTuple_GET_ITEM(form, 0);
+    PyObject* acquire = PyObject_GetAttrString(lock, "acquire");
+    if (acquire == nullptr) return false;
+    PyObject* release = PyObject_GetAttrString(lock, "release");
+    if (release == nullptr) {
+      Py_DECREF(acquire);
+      return false;
+    }
+    int pair = PyObject_IsTrue(PyTuple_GET_ITEM(form, 3));
+    if (pair < 0) {
+      Py_DECREF(acquire);
+      Py_DECREF(release);
+      return false;
+    }
+    entry->form = Form::GUARDED_MM;
+    entry->acquire = acquire;  // owned by the caller's copy from here on
+    entry->release = release;
+    entry->read = PyTuple_GET_ITEM(form, 1);
+    entry->wanted = PyTuple_GET_ITEM(form, 2);
+    entry->pair = pair == 1;
+    Py_INCREF(entry->read);
+    Py_INCREF(entry->wanted);
+  }
+  Py_INCREF(entry->plan);
+  return true;
+}
+
+// at::mm(a, b), with the GIL let go while it launches, as torch.mm does.
+PyObject* launch_mm(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor c;
+  std::exception_ptr failure;
+  Py_BEGIN_ALLOW_THREADS
+  try {
+    c = at::mm(a, b);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  Py_END_ALLOW_THREADS
+  if (failure) {
+    torch::translate_exception_to_python(failure);
+    return nullptr;
+  }
+  return THPVariable_Wrap(std::move(c));
+}
+
+PyObject* call_plan(PyObject* plan, PyObject* const* args) {
+  return PyObject_Vectorcall(plan, args, 2, nullptr);
+}
+
+// 1 when the switch reads the wanted value, 0 when not, -1 on error.
+int switch_matches(const Entry& entry) {
+  PyObject* raw = PyObject_CallNoArgs(entry.read);
+  if (raw == nullptr) return -1;
+  PyObject* value = raw;
+  if (entry.pair) {
+    if (!PyTuple_Check(raw) || PyTuple_GET_SIZE(raw) < 1) {
+      Py_DECREF(raw);
+      PyErr_SetString(PyExc_TypeError, "a paired precision switch must read as a tuple");
+      return -1;
+    }
+    value = PyTuple_GET_ITEM(raw, 0);
+  }
+  int same = PyObject_RichCompareBool(value, entry.wanted, Py_EQ);
+  Py_DECREF(raw);
+  return same;
+}
+
+PyObject* run(const Entry& entry, PyObject* const* args, const at::Tensor& a, const at::Tensor& b) {
+  if (entry.form == Form::MM) return launch_mm(a, b);
+  if (entry.form == Form::PYTHON) return call_plan(entry.plan, args);
+  PyObject* held = PyObject_CallNoArgs(entry.acquire);
+  if (held == nullptr) return nullptr;
+  Py_DECREF(held);
+  int matches = switch_matches(entry);
+  PyObject* result = matches == 1 ? launch_mm(a, b) : nullptr;
+  // The lock is let go before the plan runs: the plan takes it itself.
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* released = PyObject_CallNoArgs(entry.release);
+  if (released == nullptr) {
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    Py_XDECREF(result);
+    return nullptr;
+  }
+  Py_DECREF(released);
+  PyErr_Restore(type, value, traceback);
+  if (matches == 0) return call_plan(entry.plan, args);
+  return result;
+}
+
+// After a plan failed: on_error(a, b) raises the error that names what is wrong with the operands,
+// if anything is; otherwise the plan's own error stands.
+PyObject* failed(PyObject* const* args) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* checked = PyObject_Vectorcall(config.on_error, args, 5, nullptr);
+  if (checked == nullptr) {
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    return nullptr;
+  }
+  Py_DECREF(checked);
+  PyErr_Restore(type, value, traceback);
+  return nullptr;
+}
+
+PyObject* dispatch(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "dispatch takes (a, b, backend, accuracy, by)");
+    return nullptr;
+  }
+  if (config.fallback == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "gemmzoo's compiled dispatch is not configured");
+    return nullptr;
+  }
+  PyObject* a_object = args[0];
+  PyObject* b_object = args[1];
+  if (!THPVariable_CheckExact(a_object) || !THPVariable_CheckExact(b_object) ||
+      at::impl::torch_function_mode_enabled()) {
+    return PyObject_Vectorcall(config.fallback, args, 5, nullptr);
+  }
+  const at::Tensor& a = THPVariable_Unpack(a_object);
+  const at::Tensor& b = THPVariable_Unpack(b_object);
+  if (a.dim() != 2 || b.dim() != 2) return PyObject_Vectorcall(config.fallback, args, 5, nullptr);
+  if (check_generation() < 0) return nullptr;
+
+  Key key = key_of(args, a, b);
+  Entry entry;
+  auto found = plans.find(key);
+  if (found != plans.end()) {
+    entry = found->second;
+    entry.hold();  // the table may change while the plan runs (a plan can call gemmzoo.matmul)
+  } else {
+    PyObject* answer = PyObject_Vectorcall(config.plan_of, args, 5, nullptr);
+    if (answer == nullptr) return nullptr;
+    if (answer == Py_None) {  // a problem the Python dispatch does not keep a plan for
+      Py_DECREF(answer);
+      return PyObject_Vectorcall(config.fallback, args, 5, nullptr);
+    }
+    bool ok = entry_of(answer, &entry);
+    Py_DECREF(answer);
+    if (!ok) return nullptr;
+    entry.arguments = PyTuple_Pack(3, args[2], args[3], args[4]);
+    if (entry.arguments == nullptr) {
+      entry.drop();
+      return nullptr;
+    }
+    if (plans.size() >= kMaxPlans) clear_plans();
+    entry.hold();
+    auto placed = plans.emplace(key, entry);
+    if (!placed.second) {  // met meanwhile, through a plan that called gemmzoo.matmul
+      placed.first->second.drop();
+      placed.first->second = entry;
+    }
+  }
+  PyObject* result = run(entry, args, a, b);
+  entry.drop();
+  if (result == nullptr) return failed(args);
+  return result;
+}
+
+PyObject* configure(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "configure takes (fallback, plan_of, on_error, state, env_read, env_keys)");
+    return nullptr;
+  }
+  PyObject* keys = args[5];
+  if (!PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) != kEnvVars) {
+    PyErr_SetString(PyExc_TypeError, "env_keys must be a 3-tuple");
+    return nullptr;
+  }
+  if (!PyDict_Check(args[3])) {
+    PyErr_SetString(PyExc_TypeError, "state must be the dict of the module that holds plan_cache");
+    return nullptr;
+  }
+  PyObject* name = PyUnicode_InternFromString("plan_cache");
+  if (name == nullptr) return nullptr;
+  clear_plans();
+  Py_CLEAR(filled_for_cache);
+  for (auto& value : filled_for_env) Py_CLEAR(value);
+  Py_XSETREF(config.plan_cache_name, name);
+  PyObject** slots[] = {&config.fallback, &config.plan_of, &config.on_error, &config.state, &config.env_read};
+  for (int i = 0; i < 5; ++i) {
+    Py_INCREF(args[i]);
+    Py_XSETREF(*slots[i], args[i]);
+  }
+  for (int i = 0; i < kEnvVars; ++i) {
+    PyObject* key = PyTuple_GET_ITEM(keys, i);
+    Py_INCREF(key);
+    Py_XSETREF(config.env_keys[i], key);
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* planned(PyObject* /*module*/, PyObject* /*unused*/) {
+  return PyLong_FromSize_t(plans.size());
+}
+
+PyObject* forget(PyObject* /*module*/, PyObject* /*unused*/) {
+  clear_plans();
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"dispatch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch)), METH_FASTCALL,
+     "dispatch(a, b, backend, accuracy, by): gemmzoo.matmul's call on torch tensors."},
+    {"configure", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(configure)), METH_FASTCALL,
+     "configure(fallback, plan_of, on_error, state, env_read, env_keys)."},
+    {"planned", planned, METH_NOARGS, "How many problems the table holds."},
+    {"forget", forget, METH_NOARGS, "Empty the table."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, nullptr, "gemmzoo's compiled dispatch for torch tensors.",
+                          -1, methods, nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+#define GEMMZOO_CONCAT_(a, b) a##b
+#define GEMMZOO_CONCAT(a, b) GEMMZOO_CONCAT_(a, b)
+#define GEMMZOO_STRING_(a) #a
+#define GEMMZOO_STRING(a) GEMMZOO_STRING_(a)
+
+PyMODINIT_FUNC GEMMZOO_CONCAT(PyInit_, TORCH_EXTENSION_NAME)() {
+  module_def.m_name = GEMMZOO_STRING(TORCH_EXTENSION_NAME);
+  return PyModule_Create(&module_def);
+}

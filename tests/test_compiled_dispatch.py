@@ -1,0 +1,378 @@
+"""gemmzoo.matmul's compiled dispatch (gemmzoo.native): the same results as the Python dispatch,
+bit for bit, on random problems; its table of plans emptied when answers or the environment
+change; plans declared to be torch.mm launched without calling them, guards honoured; and every
+case it does not take handed to the Python dispatch."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gemmzoo  # noqa: E402
+from gemmzoo import dispatch, native  # noqa: E402
+from gemmzoo.backend import declare_torch_mm, self_checking, torch_mm_form  # noqa: E402
+from gemmzoo.errors import GemmInputError  # noqa: E402
+from gemmzoo.tuning import state  # noqa: E402
+from gemmzoo_torch.backend import TorchCpuBackend  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("empty_cache")
+
+
+@pytest.fixture
+def compiled(compiled_dispatch_module, monkeypatch):
+    monkeypatch.delenv(native.ENV_SWITCH, raising=False)
+    dispatch.use_compiled(compiled_dispatch_module)
+    yield compiled_dispatch_module
+    dispatch.use_compiled(None)
+
+
+def random_operands(m: int, n: int, k: int, dtype, layout: str, seed: int):
+    rng = np.random.default_rng(seed)
+
+    def make(rows: int, cols: int, transposed: bool):
+        if transposed:
+            return torch.from_numpy(rng.standard_normal((cols, rows))).to(dtype).T
+        return torch.from_numpy(rng.standard_normal((rows, cols))).to(dtype)
+
+    return make(m, k, layout[0] == "T"), make(k, n, layout[1] == "T")
+
+
+PROBLEMS = [(1, 1, 1), (1, 37, 64), (37, 1, 5), (23, 41, 31), (64, 48, 1), (96, 80, 72)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("backend", [None, "torch-cpu", "numpy"])
+def test_results_are_the_python_dispatchs_bit_for_bit(compiled, dtype, layout, backend):
+    if backend == "numpy" and dtype == "bfloat16":
+        pytest.skip("numpy does not compute bfloat16")
+    torch_dtype = getattr(torch, dtype)
+    for seed, (m, n, k) in enumerate(PROBLEMS):
+        a, b = random_operands(m, n, k, torch_dtype, layout, seed)
+        got = [gemmzoo.matmul(a, b, backend) for _ in range(3)]  # a new problem, then found in the table
+        dispatch.use_compiled(None)
+        want = gemmzoo.matmul(a, b, backend)
+        dispatch.use_compiled(compiled)
+        for c in got:
+            assert c.dtype == torch_dtype and c.shape == (m, n)
+            assert torch.equal(c, want), (m, n, k)
+        if backend == "torch-cpu":
+            assert torch.equal(got[0], torch.mm(a, b))
+
+
+def test_each_problem_is_planned_once(compiled):
+    a, b = random_operands(8, 6, 4, torch.float32, "NN", 1)
+    compiled.forget()
+    for _ in range(3):
+        gemmzoo.matmul(a, b, "torch-cpu")
+    assert compiled.planned() == 1
+    gemmzoo.matmul(a.T.contiguous().T, b, "torch-cpu")  # other strides: another problem
+    gemmzoo.matmul(a, b, "numpy")
+    gemmzoo.matmul(a.double(), b.double(), "torch-cpu")
+    assert compiled.planned() == 4
+
+
+def test_dropped_answers_empty_the_table(compiled, monkeypatch):
+    a, b = random_operands(8, 6, 4, torch.float32, "NN", 2)
+    gemmzoo.matmul(a, b, "torch-cpu")
+    assert compiled.planned() >= 1
+    state.forget_answers()
+    calls = []
+    original = dispatch.make_plan
+    monkeypatch.setattr(dispatch, "make_plan", lambda *args: calls.append(args) or original(*args))
+    c = gemmzoo.matmul(a, b, "torch-cpu")
+    assert torch.equal(c, torch.mm(a, b))
+    assert compiled.planned() == 1 and len(calls) == 1
+
+
+def test_answers_dropped_while_a_problem_is_planned_leave_no_stale_plan(compiled, monkeypatch):
+    backend = gemmzoo.get_backend("torch-cpu")
+    original = type(backend).prepare
+
+    def forgetting(self, a, b):  # new measurements stored while this problem is planned
+        state.forget_answers()
+        return original(self, a, b)
+
+    a, b = random_operands(5, 7, 3, torch.float32, "NN", 3)
+    monkeypatch.setattr(type(backend), "prepare", forgetting)
+    assert torch.equal(gemmzoo.matmul(a, b, "torch-cpu"), torch.mm(a, b))
+    monkeypatch.setattr(type(backend), "prepare", original)
+    planned = []
+    monkeypatch.setattr(dispatch, "make_plan", lambda *args: planned.append(args) or original(backend, a, b))
+    gemmzoo.matmul(a, b, "torch-cpu")  # the plan made under the old answers is not used again
+    assert len(planned) == 1
+
+
+def test_a_changed_environment_empties_the_table(compiled, monkeypatch):
+    a, b = random_operands(8, 6, 4, torch.float32, "NN", 4)
+    gemmzoo.matmul(a, b)
+    gemmzoo.matmul(a.double(), b.double())
+    assert compiled.planned() >= 2
+    monkeypatch.setenv("GEMMZOO_BACKENDS", "torch-cpu")
+    c = gemmzoo.matmul(a, b)
+    assert compiled.planned() == 1
+    assert dispatch.backend_for(a, b).name == "torch-cpu" and torch.equal(c, torch.mm(a, b))
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape", "b_dtype", "message"), [
+    ((4, 5), (4, 3), torch.float32, "inner dimensions differ"),
+    ((4, 5), (5, 3), torch.float64, "both must have one floating dtype"),
+    ((4, 5, 1), (5, 3), torch.float32, "must be 2-D"),
+])
+def test_bad_input_is_the_same_clear_error(compiled, a_shape, b_shape, b_dtype, message):
+    good_a, good_b = random_operands(4, 3, 5, torch.float32, "NN", 5)
+    gemmzoo.matmul(good_a, good_b, "torch-cpu")  # a plan for the good problem exists
+    a = torch.randn(*a_shape)
+    b = torch.randn(*b_shape).to(b_dtype)
+    with pytest.raises(GemmInputError, match=message) as raised:
+        gemmzoo.matmul(a, b, "torch-cpu")
+    assert str(raised.value).startswith(f"gemmzoo.matmul of A {tuple(a_shape)}, B {tuple(b_shape)}")
+
+
+def test_an_unknown_ranking_is_refused(compiled):
+    a, b = random_operands(3, 3, 3, torch.float32, "NN", 6)
+    with pytest.raises(ValueError, match="by must be one of"):
+        gemmzoo.matmul(a, b, by="fastest")
+
+
+class Declared(TorchCpuBackend):
+    """torch-cpu whose plan counts its calls, declared as torch.mm in the way the test asks."""
+
+    name = "declared-mm"
+
+    def __init__(self, guard=None, declare=True):
+        self.calls = 0
+        self.guard, self.declare = guard, declare
+
+    def prepare(self, a, b):
+        self.check_operands(a, b)
+
+        def run(x, y):
+            self.calls += 1
+            return torch.mm(x, y)
+
+        run = self_checking(run)  # torch.mm refuses a B of another dtype: so does run
+        return declare_torch_mm(run, self.guard) if self.declare else run
+
+
+class CountingLock:
+    def __init__(self):
+        self.inner, self.acquired = threading.Lock(), 0
+
+    def acquire(self):
+        self.acquired += 1
+        return self.inner.acquire()
+
+    def release(self):
+        assert self.inner.locked()
+        self.inner.release()
+
+
+def test_a_plan_declared_torch_mm_is_launched_without_calling_it(compiled):
+    backend = Declared()
+    a, b = random_operands(9, 7, 5, torch.float32, "NT", 7)
+    for _ in range(3):
+        assert torch.equal(gemmzoo.matmul(a, b, backend), torch.mm(a, b))
+    assert backend.calls == 0
+    undeclared = Declared(declare=False)
+    for _ in range(3):
+        assert torch.equal(gemmzoo.matmul(a, b, undeclared), torch.mm(a, b))
+    assert undeclared.calls == 3
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_a_guarded_plan_is_launched_only_while_its_switch_reads_the_wanted_value(compiled, pair):
+    lock, switch = CountingLock(), {"value": False}
+
+    def read():
+        return (switch["value"], "second half") if pair else switch["value"]
+
+    backend = Declared(guard=(lock, read, False, pair))
+    a, b = random_operands(6, 5, 4, torch.float32, "NN", 8)
+    assert torch.equal(gemmzoo.matmul(a, b, backend), torch.mm(a, b))
+    assert backend.calls == 0 and lock.acquired == 1 and not lock.inner.locked()
+    switch["value"] = True  # the caller changed the switch: the plan runs, and sets it as it needs
+    assert torch.equal(gemmzoo.matmul(a, b, backend), torch.mm(a, b))
+    assert backend.calls == 1 and lock.acquired == 2 and not lock.inner.locked()
+
+
+def test_the_torch_backends_declare_their_plans():
+    cpu = gemmzoo.get_backend("torch-cpu")
+    a, b = random_operands(4, 4, 4, torch.float32, "NN", 9)
+    assert torch_mm_form(cpu.prepare(a, b)) == ()
+    from gemmzoo_torch.precision import runner
+
+    assert torch_mm_form(runner("bfloat16", ("allow_bf16_reduced_precision_reduction",))) == ()
+    held = torch_mm_form(runner("float16", ("allow_fp16_reduced_precision_reduction",)))
+    if hasattr(torch.backends.cuda.matmul, "allow_fp16_accumulation"):
+        assert held is not None and held[2] is False  # fp16 accumulation must read off
+    assert torch_mm_form(runner("float16")) is None  # two switches: always through the plan
+    assert torch_mm_form(runner("bfloat16")) is None  # its switch differs from torch's default
+    assert torch_mm_form(lambda x, y: x @ y) is None
+
+
+def test_operands_it_does_not_take_go_to_the_python_dispatch(compiled):
+    class Marked(torch.Tensor):
+        pass
+
+    Marked.__module__ = "torch.marked"  # gemmzoo takes tensor subclasses of torch's own modules
+
+    a, b = random_operands(5, 4, 3, torch.float32, "NN", 10)
+    got = gemmzoo.matmul(a.as_subclass(Marked), b.as_subclass(Marked), "torch-cpu")
+    assert torch.equal(torch.Tensor(got), torch.mm(a, b))
+    seen = []
+
+    class Watch(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    gemmzoo.matmul(a, b, "torch-cpu")
+    with Watch():  # a mode sees the product, as it sees torch.matmul's
+        c = gemmzoo.matmul(a, b, "torch-cpu")
+    assert torch.mm in seen and torch.equal(c, torch.mm(a, b))
+
+
+def test_an_unhashable_backend_object_is_answered_each_time(compiled):
+    class Unhashable(TorchCpuBackend):
+        __hash__ = None  # type: ignore[assignment]
+
+    a, b = random_operands(5, 4, 3, torch.float32, "NN", 11)
+    compiled.forget()
+    for _ in range(2):
+        assert torch.equal(gemmzoo.matmul(a, b, Unhashable()), torch.mm(a, b))
+    assert compiled.planned() == 0
+
+
+def test_products_in_several_threads(compiled):
+    problems = [random_operands(m, n, k, dtype, "NN", seed)
+                for seed, ((m, n, k), dtype) in enumerate(
+                    zip(PROBLEMS * 2, [torch.float32] * 6 + [torch.float64] * 6, strict=True))]
+    wrong = []
+
+    def work(offset: int) -> None:
+        for i in range(60):
+            a, b = problems[(i + offset) % len(problems)]
+            if not torch.equal(gemmzoo.matmul(a, b, "torch-cpu"), torch.mm(a, b)):
+                wrong.append((offset, i))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
+
+
+def test_switched_off_it_is_neither_loaded_nor_reported(compiled, monkeypatch):
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    assert native.load() is None
+    assert not native.status().built and native.ENV_SWITCH in native.status().reason
+
+
+def test_it_is_loaded_only_where_it_was_built(compiled, tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert native.load() is None  # never builds
+    found = native.status()
+    assert not found.built and "--build-dispatch" in found.reason
+
+
+def test_the_cli_reports_and_builds_it(compiled, capsys, monkeypatch):
+    import json
+    from pathlib import Path
+
+    from gemmzoo.cli import main
+
+    assert main(["cache", "--format", "json"]) == 0  # an empty cache directory
+    record = json.loads(capsys.readouterr().out)[0]["compiled_dispatch"]
+    assert record["built"] is False and "--build-dispatch" in record["reason"]
+
+    def refused(verbose=False):
+        raise native.CompiledDispatchError("the compiled dispatch needs ninja to build (pip install ninja)")
+
+    monkeypatch.setattr(native, "build", refused)
+    assert main(["cache", "--build-dispatch"]) == 1
+    assert "needs ninja" in capsys.readouterr().out
+    monkeypatch.undo()
+
+    built_in = Path(compiled.__file__).parents[2]  # <cache>/compiled-dispatch/<name>/<name>.so
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(built_in))
+    monkeypatch.delenv(native.ENV_SWITCH, raising=False)
+    assert main(["cache", "--build-dispatch"]) == 0  # already built: found, not compiled again
+    assert compiled.__file__ in capsys.readouterr().out.replace("\n", "")
+    assert main(["cache", "--format", "json"]) == 0
+    record = json.loads(capsys.readouterr().out)[0]["compiled_dispatch"]
+    assert record == {"built": True, "reason": None, "path": compiled.__file__}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN"])
+def test_cuda_results_are_the_python_dispatchs_bit_for_bit(compiled, dtype, layout):
+    torch_dtype = getattr(torch, dtype)
+    for seed, (m, n, k) in enumerate([(1, 4096, 512), (32, 1536, 1024), (130, 70, 4096), (256, 256, 8192)]):
+        a, b = (x.cuda() for x in random_operands(m, n, k, torch_dtype, layout, seed))
+        for backend in (None, "torch"):
+            got = [gemmzoo.matmul(a, b, backend) for _ in range(3)]
+            dispatch.use_compiled(None)
+            want = gemmzoo.matmul(a, b, backend)
+            dispatch.use_compiled(compiled)
+            assert all(torch.equal(c, want) for c in got), (m, n, k, backend)
+
+
+@pytest.mark.gpu
+def test_cuda_switches_the_caller_changed_are_still_held(compiled):
+    """A caller who allows TF32 (or fp16 accumulation) gets gemmzoo's float32 (float16) product all
+    the same, as through the Python dispatch, and finds the switch as it left it."""
+    settings = torch.backends.cuda.matmul
+    cases = [("float32", "allow_tf32")]
+    if hasattr(settings, "allow_fp16_accumulation"):
+        cases.append(("float16", "allow_fp16_accumulation"))
+    for dtype, switch in cases:
+        a, b = (x.cuda() for x in random_operands(64, 96, 2048, getattr(torch, dtype), "NN", 12))
+        before = getattr(settings, switch)
+        try:
+            setattr(settings, switch, False)
+            plain = gemmzoo.matmul(a, b, "torch")
+            setattr(settings, switch, True)
+            compiled_result = gemmzoo.matmul(a, b, "torch")
+            dispatch.use_compiled(None)
+            python_result = gemmzoo.matmul(a, b, "torch")
+            dispatch.use_compiled(compiled)
+            assert getattr(settings, switch) is True
+            assert torch.equal(compiled_result, python_result) and torch.equal(compiled_result, plain)
+        finally:
+            setattr(settings, switch, before)
+
+
+@pytest.mark.parametrize("route", ["python", "compiled"])
+def test_tf32_operands_met_before_any_plain_tensor_are_planned_once(route, compiled_dispatch_module,
+                                                                    monkeypatch):
+    """A TF32Array's key is its tensors' key: a process whose first products are tf32 (or whose
+    plain tensors all went through the compiled dispatch) still keeps their plan."""
+    monkeypatch.delenv(native.ENV_SWITCH, raising=False)
+    monkeypatch.setattr(dispatch, "_KEYS", {gemmzoo.TF32Array: dispatch._tf32_key})
+    monkeypatch.setattr(dispatch, "_ROUTES", {})
+    if route == "compiled":
+        dispatch.use_compiled(compiled_dispatch_module)
+    planned = []
+    original = dispatch.make_plan
+    monkeypatch.setattr(dispatch, "make_plan", lambda *args: planned.append(args) or original(*args))
+    a, b = random_operands(6, 5, 4, torch.float32, "NN", 13)
+
+    class Tf32Cpu(TorchCpuBackend):  # a CPU backend that takes tf32 (as torch-cpu's fp32 math)
+        name = "tf32-cpu"
+        dtypes = frozenset({"tf32"})
+
+        def prepare(self, x, y):
+            return lambda x, y: gemmzoo.TF32Array(torch.mm(x.data, y.data))
+
+    backend = Tf32Cpu()
+    for _ in range(3):
+        c = gemmzoo.matmul(gemmzoo.TF32Array(a), gemmzoo.TF32Array(b), backend)
+    assert len(planned) == 1
+    assert torch.equal(c.data, torch.mm(a, b))
