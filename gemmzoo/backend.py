@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -97,27 +97,40 @@ def is_self_checking(run: Any) -> bool:
     return run in _SELF_CHECKING
 
 
-Guard = tuple[Any, Callable[[], Any], Any, bool]
-"""``(lock, read, wanted, pair)``: see :func:`declare_torch_mm`."""
+class Switched(NamedTuple):
+    """A precision switch a plan holds while it launches ``torch.mm`` (see :func:`declare_torch_mm`)."""
 
-_TORCH_MM_FORMS: weakref.WeakKeyDictionary[Any, tuple[()] | Guard] = weakref.WeakKeyDictionary()
+    lock: Any
+    """Held while the switch is read, set, launched with and restored."""
+    read: Callable[[], Any]
+    """The switch's value (a pair when ``pair``: the value, then a part written back as read)."""
+    write: Callable[..., Any] | None
+    """Sets the switch: ``write(value)``, or ``write(value, second)`` for a pair; ``None``: the
+    plan itself runs whenever the switch reads otherwise."""
+    wanted: Any
+    """The value the product needs."""
+    pair: bool
 
 
-def declare_torch_mm(run: Callable[[Any, Any], Any], guard: Guard | None = None) -> Callable[[Any, Any], Any]:
+_TORCH_MM_FORMS: weakref.WeakKeyDictionary[Any, tuple[()] | Switched] = weakref.WeakKeyDictionary()
+
+
+def declare_torch_mm(run: Callable[[Any, Any], Any],
+                     switched: Switched | None = None) -> Callable[[Any, Any], Any]:
     """Declare that ``run``, a plan from :meth:`Backend.prepare`, computes exactly ``torch.mm(a, b)``
-    on two torch tensors, and return it; with ``guard = (lock, read, wanted, pair)``, only while
-    ``read()`` gives ``wanted`` (or a tuple whose first item is ``wanted``, when ``pair``) with
-    ``lock`` held.
+    on two torch tensors (``TF32Array(torch.mm(a.data, b.data))`` on two TF32Array), and return it;
+    with ``switched``, with that precision switch at ``switched.wanted`` (the caller's value back
+    after the launch).
 
-    The compiled dispatch (:mod:`gemmzoo.native`) then launches ``at::mm`` itself, holding ``lock``
-    and checking ``read()`` first when there is a guard, and calls ``run`` only when the guard fails.
+    The compiled dispatch (:mod:`gemmzoo.native`) then launches the product itself (holding the
+    switch's lock, and setting the switch where it must) instead of calling ``run``.
     """
-    _TORCH_MM_FORMS[run] = () if guard is None else guard
+    _TORCH_MM_FORMS[run] = () if switched is None else switched
     return run
 
 
-def torch_mm_form(run: Any) -> tuple[()] | Guard | None:
-    """``()`` when ``run`` was declared to be ``torch.mm``, its guard when declared with one,
+def torch_mm_form(run: Any) -> tuple[()] | Switched | None:
+    """``()`` when ``run`` was declared to be ``torch.mm``, its switch when declared with one,
     else ``None`` (see :func:`declare_torch_mm`)."""
     try:
         return _TORCH_MM_FORMS.get(run)

@@ -235,7 +235,7 @@ def _learn_key(array_type: type) -> None:
 
 
 def use_compiled(module: Any) -> None:
-    """Route calls on plain torch tensors (and parameters) through the compiled dispatch
+    """Route calls on plain torch tensors (parameters, TF32Array) through the compiled dispatch
     ``module`` (see :mod:`gemmzoo.native`), or back through Python when ``module`` is ``None``."""
     import torch
 
@@ -245,20 +245,21 @@ def use_compiled(module: Any) -> None:
     # the environment's own dict where the reader is that dict's get (see gemmzoo.adapters.os_environ)
     environment = getattr(_read, "__self__", None)
     source = environment if type(environment) is dict else _read
-    module.configure(_dispatch, _compiled_plan, _reject, vars(_state), source, (_N0, _N1, _N2))
+    module.configure(_dispatch, _compiled_plan, _reject, vars(_state), source, (_N0, _N1, _N2), TF32Array)
     for array_type in (torch.Tensor, torch.nn.Parameter):
         _KEYS[array_type] = _torch_key  # the Python dispatch still keys them (wrapped in TF32Array, say)
         _ROUTES[array_type] = module.dispatch
+    _ROUTES[TF32Array] = module.dispatch  # of torch tensors there; of others, back to Python
 
 
 def _compiled_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, Any] | None:
-    """The plan of torch operands ``a`` and ``b`` (made and kept, if new) with its form for the
-    compiled dispatch (:func:`gemmzoo.backend.torch_mm_form`), or ``None`` where no plan is kept
-    (an unhashable backend object)."""
+    """The plan of torch operands ``a`` and ``b`` (or TF32Array of them; made and kept, if new)
+    with its form for the compiled dispatch (:func:`gemmzoo.backend.torch_mm_form`), or ``None``
+    where no plan is kept (an unhashable backend object)."""
     from gemmzoo.backend import torch_mm_form
 
     cache = _state.plan_cache
-    key = _torch_key(a, b, backend, accuracy, by)
+    key = _KEYS[type(a)](a, b, backend, accuracy, by)
     try:
         plan = cache.plans.get(key)
     except TypeError:

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 import gemmzoo  # noqa: E402
 from gemmzoo import dispatch, native  # noqa: E402
-from gemmzoo.backend import declare_torch_mm, self_checking, torch_mm_form  # noqa: E402
+from gemmzoo.backend import Switched, declare_torch_mm, self_checking, torch_mm_form  # noqa: E402
 from gemmzoo.errors import GemmInputError  # noqa: E402
 from gemmzoo.tuning import state  # noqa: E402
 from gemmzoo_torch.backend import TorchCpuBackend  # noqa: E402
@@ -185,19 +185,52 @@ def test_a_plan_declared_torch_mm_is_launched_without_calling_it(compiled):
 
 
 @pytest.mark.parametrize("pair", [False, True])
-def test_a_guarded_plan_is_launched_only_while_its_switch_reads_the_wanted_value(compiled, pair):
-    lock, switch = CountingLock(), {"value": False}
+@pytest.mark.parametrize("writable", [False, True])
+def test_a_switched_plan_holds_its_switch_or_is_called(compiled, pair, writable):
+    second = "split-K as the caller had it"
+    lock, switch, writes = CountingLock(), {"value": False, "second": second}, []
 
     def read():
-        return (switch["value"], "second half") if pair else switch["value"]
+        assert lock.inner.locked()
+        return (switch["value"], switch["second"]) if pair else switch["value"]
 
-    backend = Declared(guard=(lock, read, False, pair))
+    def write(value, other=None):
+        assert lock.inner.locked()
+        writes.append((value, other) if pair else value)
+        switch["value"] = value
+        if pair:
+            switch["second"] = other
+
+    backend = Declared(Switched(lock, read, write if writable else None, False, pair))
     a, b = random_operands(6, 5, 4, torch.float32, "NN", 8)
     assert torch.equal(gemmzoo.matmul(a, b, backend), torch.mm(a, b))
-    assert backend.calls == 0 and lock.acquired == 1 and not lock.inner.locked()
-    switch["value"] = True  # the caller changed the switch: the plan runs, and sets it as it needs
+    assert backend.calls == 0 and lock.acquired == 1 and not lock.inner.locked() and writes == []
+    switch["value"] = True  # the caller changed the switch
     assert torch.equal(gemmzoo.matmul(a, b, backend), torch.mm(a, b))
-    assert backend.calls == 1 and lock.acquired == 2 and not lock.inner.locked()
+    assert lock.acquired == 2 and not lock.inner.locked()
+    if writable:  # set for the launch, then the caller's value back, second half untouched
+        assert backend.calls == 0
+        assert writes == ([(False, second), (True, second)] if pair else [False, True])
+        assert switch["value"] is True and switch["second"] == second
+    else:  # the plan itself runs (and holds the switch as it needs)
+        assert backend.calls == 1 and writes == []
+
+
+@pytest.mark.parametrize("failing", ["set", "restore"])
+def test_a_switch_that_cannot_be_written_raises_and_lets_the_lock_go(compiled, failing):
+    lock, switch = CountingLock(), {"value": True}
+
+    def write(value):
+        if (failing == "set") == (value is False):
+            raise RuntimeError(f"the switch refuses {value}")
+        switch["value"] = value
+
+    backend = Declared(Switched(lock, lambda: switch["value"], write, False, False))
+    a, b = random_operands(6, 5, 4, torch.float32, "NN", 14)
+    with pytest.raises(RuntimeError, match="the switch refuses"):
+        gemmzoo.matmul(a, b, backend)
+    assert not lock.inner.locked() and backend.calls == 0
+    assert switch["value"] is (failing == "set")  # never set; or set, and its restore refused
 
 
 def test_the_torch_backends_declare_their_plans():
@@ -207,11 +240,14 @@ def test_the_torch_backends_declare_their_plans():
     from gemmzoo_torch.precision import runner
 
     assert torch_mm_form(runner("bfloat16", ("allow_bf16_reduced_precision_reduction",))) == ()
-    held = torch_mm_form(runner("float16", ("allow_fp16_reduced_precision_reduction",)))
+    assert torch_mm_form(runner("float64")) == ()
+    held = {dtype: torch_mm_form(runner(dtype)) for dtype in ("bfloat16", "float32", "tf32")}
+    assert [held[dtype].wanted for dtype in ("bfloat16", "float32", "tf32")] == [False, False, True]
+    assert all(form.write is not None for form in held.values())
+    accumulation = torch_mm_form(runner("float16", ("allow_fp16_reduced_precision_reduction",)))
     if hasattr(torch.backends.cuda.matmul, "allow_fp16_accumulation"):
-        assert held is not None and held[2] is False  # fp16 accumulation must read off
-    assert torch_mm_form(runner("float16")) is None  # two switches: always through the plan
-    assert torch_mm_form(runner("bfloat16")) is None  # its switch differs from torch's default
+        assert accumulation.wanted is False and accumulation.write is not None
+        assert torch_mm_form(runner("float16")) is None  # two switches: always through the plan
     assert torch_mm_form(lambda x, y: x @ y) is None
 
 
@@ -349,6 +385,38 @@ def test_cuda_switches_the_caller_changed_are_still_held(compiled):
             setattr(settings, switch, before)
 
 
+class Tf32Cpu(TorchCpuBackend):
+    """A CPU backend that takes tf32 (torch-cpu's fp32 math), its plan declared torch.mm or not."""
+
+    name = "tf32-cpu"
+    dtypes = frozenset({"tf32"})
+
+    def __init__(self, declare=False):
+        self.calls, self.declare = 0, declare
+
+    def prepare(self, x, y):
+        def run(x, y):
+            self.calls += 1
+            return gemmzoo.TF32Array(torch.mm(x.data, y.data))
+
+        return declare_torch_mm(self_checking(run)) if self.declare else run
+
+
+@pytest.mark.parametrize("declare", [False, True])
+def test_tf32_operands_go_through_the_table_and_come_back_wrapped(compiled, declare):
+    a, b = random_operands(7, 5, 6, torch.float32, "TN", 15)
+    backend = Tf32Cpu(declare)
+    compiled.forget()
+    for _ in range(3):
+        c = gemmzoo.matmul(gemmzoo.TF32Array(a), gemmzoo.TF32Array(b), backend)
+        assert type(c) is gemmzoo.TF32Array and torch.equal(c.data, torch.mm(a, b))
+    assert compiled.planned() == 1 and backend.calls == (0 if declare else 3)
+    np_a, np_b = a.numpy(), b.numpy()  # TF32Array of NumPy arrays: the Python dispatch takes them
+    c = gemmzoo.matmul(gemmzoo.TF32Array(np_a), gemmzoo.TF32Array(np_b), backend)
+    assert type(c) is gemmzoo.TF32Array and np.array_equal(c.data, torch.mm(a, b).numpy())
+    assert compiled.planned() == 1
+
+
 @pytest.mark.parametrize("route", ["python", "compiled"])
 def test_tf32_operands_met_before_any_plain_tensor_are_planned_once(route, compiled_dispatch_module,
                                                                     monkeypatch):
@@ -363,14 +431,6 @@ def test_tf32_operands_met_before_any_plain_tensor_are_planned_once(route, compi
     original = dispatch.make_plan
     monkeypatch.setattr(dispatch, "make_plan", lambda *args: planned.append(args) or original(*args))
     a, b = random_operands(6, 5, 4, torch.float32, "NN", 13)
-
-    class Tf32Cpu(TorchCpuBackend):  # a CPU backend that takes tf32 (as torch-cpu's fp32 math)
-        name = "tf32-cpu"
-        dtypes = frozenset({"tf32"})
-
-        def prepare(self, x, y):
-            return lambda x, y: gemmzoo.TF32Array(torch.mm(x.data, y.data))
-
     backend = Tf32Cpu()
     for _ in range(3):
         c = gemmzoo.matmul(gemmzoo.TF32Array(a), gemmzoo.TF32Array(b), backend)

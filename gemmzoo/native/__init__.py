@@ -144,10 +144,11 @@ def build(verbose: bool = False) -> ModuleType:
                 _loaded[library] = cpp_extension.load(
                     name=name, sources=[str(SOURCE)], build_directory=str(directory), extra_cflags=["-O2"],
                     with_cuda=False, verbose=verbose)
-            except Exception as error:  # the compiler's own message, last lines first in mind
+            except Exception as error:  # the compiler's own message: its errors, else its last lines
                 lines = str(error).strip().splitlines()
+                said = [line.strip() for line in lines if "error" in line.lower()][:4] or lines[-6:]
                 raise CompiledDispatchError(f"building the compiled dispatch in {directory} failed: "
-                                            + " | ".join(lines[-6:])) from error
+                                            + " | ".join(said)) from error
         module = _loaded[library]
     from gemmzoo import dispatch
 

@@ -68,9 +68,12 @@ struct KeyHash {
   }
 };
 
-// How a plan is called. PYTHON: call it. MM: it is torch.mm. GUARDED_MM: it is torch.mm whenever
-// read() (a precision switch) gives `wanted` while `lock` is held; otherwise it is called.
-enum class Form { PYTHON, MM, GUARDED_MM };
+// How a plan is called. PYTHON: call it. MM: it is torch.mm. SWITCHED_MM: it is torch.mm with a
+// precision switch at `wanted` while `lock` is held: read() gives the switch's value; write(),
+// when there is one, sets it (and the switch is restored after the launch), else the plan is
+// called whenever the switch reads otherwise. For TF32Array operands each "torch.mm" is of the
+// wrapped tensors, and its result wrapped.
+enum class Form { PYTHON, MM, SWITCHED_MM };
 
 struct Entry {
   PyObject* arguments = nullptr;  // (backend, accuracy, by) of the key; strong references, all of them
@@ -79,24 +82,15 @@ struct Entry {
   PyObject* acquire = nullptr;
   PyObject* release = nullptr;
   PyObject* read = nullptr;
+  PyObject* write = nullptr;  // or None
   PyObject* wanted = nullptr;
   bool pair = false;
 
   void hold() const {
-    Py_XINCREF(arguments);
-    Py_XINCREF(plan);
-    Py_XINCREF(acquire);
-    Py_XINCREF(release);
-    Py_XINCREF(read);
-    Py_XINCREF(wanted);
+    for (PyObject* object : {arguments, plan, acquire, release, read, write, wanted}) Py_XINCREF(object);
   }
   void drop() const {
-    Py_XDECREF(arguments);
-    Py_XDECREF(plan);
-    Py_XDECREF(acquire);
-    Py_XDECREF(release);
-    Py_XDECREF(read);
-    Py_XDECREF(wanted);
+    for (PyObject* object : {arguments, plan, acquire, release, read, write, wanted}) Py_XDECREF(object);
   }
 };
 
@@ -108,6 +102,8 @@ struct Config {
   PyObject* state = nullptr;        // the namespace (a dict) whose "plan_cache" is the current cache
   PyObject* plan_cache_name = nullptr;
   PyObject* env_read = nullptr;     // a dict of the environment, or read(key) -> a variable's value
+  PyTypeObject* tf32_type = nullptr;  // gemmzoo.TF32Array
+  PyObject* data_name = nullptr;      // "data", its attribute
   std::array<PyObject*, kEnvVars> env_keys{};
 } config;
 
@@ -189,43 +185,37 @@ Key key_of(PyObject* const* args, const at::Tensor& a, const at::Tensor& b) {
   return key;
 }
 
-// Reads the (plan, form) pair plan_of() returned. form: () for torch.mm itself,
-// (lock, read, wanted, pair) for torch.mm under a switch, None for any other plan.
+// Reads the (plan, form) pair plan_of() returned. form: () for torch.mm itself, a
+// gemmzoo.backend.Switched (lock, read, write, wanted, pair) for torch.mm under a switch, None for
+// any other plan.
 bool entry_of(PyObject* answer, Entry* entry) {
   if (!PyTuple_Check(answer) || PyTuple_GET_SIZE(answer) != 2) {
     PyErr_SetString(PyExc_TypeError, "plan_of must return (plan, form)");
     return false;
   }
-  entry->plan = PyTuple_GET_ITEM(answer, 0);
   PyObject* form = PyTuple_GET_ITEM(answer, 1);
-  entry->form = Form::PYTHON;
+  Entry found;
+  found.plan = PyTuple_GET_ITEM(answer, 0);
   if (PyTuple_Check(form) && PyTuple_GET_SIZE(form) == 0) {
-    entry->form = Form::MM;
-  } else if (PyTuple_Check(form) && PyTuple_GET_SIZE(form) == 4) {
+    found.form = Form::MM;
+  } else if (PyTuple_Check(form) && PyTuple_GET_SIZE(form) == 5) {
+    int pair = PyObject_IsTrue(PyTuple_GET_ITEM(form, 4));
+    if (pair < 0) return false;
     PyObject* lock = PyTuple_GET_ITEM(form, 0);
-    PyObject* acquire = PyObject_GetAttrString(lock, "acquire");
-    if (acquire == nullptr) return false;
-    PyObject* release = PyObject_GetAttrString(lock, "release");
-    if (release == nullptr) {
-      Py_DECREF(acquire);
+    found.form = Form::SWITCHED_MM;
+    found.read = PyTuple_GET_ITEM(form, 1);
+    found.write = PyTuple_GET_ITEM(form, 2);
+    found.wanted = PyTuple_GET_ITEM(form, 3);
+    found.pair = pair == 1;
+    found.acquire = PyObject_GetAttrString(lock, "acquire");  // new references: held as they are
+    found.release = found.acquire ? PyObject_GetAttrString(lock, "release") : nullptr;
+    if (found.release == nullptr) {
+      Py_XDECREF(found.acquire);
       return false;
     }
-    int pair = PyObject_IsTrue(PyTuple_GET_ITEM(form, 3));
-    if (pair < 0) {
-      Py_DECREF(acquire);
-      Py_DECREF(release);
-      return false;
-    }
-    entry->form = Form::GUARDED_MM;
-    entry->acquire = acquire;  // owned by the caller's copy from here on
-    entry->release = release;
-    entry->read = PyTuple_GET_ITEM(form, 1);
-    entry->wanted = PyTuple_GET_ITEM(form, 2);
-    entry->pair = pair == 1;
-    Py_INCREF(entry->read);
-    Py_INCREF(entry->wanted);
   }
-  Py_INCREF(entry->plan);
+  for (PyObject* borrowed : {found.plan, found.read, found.write, found.wanted}) Py_XINCREF(borrowed);
+  *entry = found;
   return true;
 }
 
@@ -251,22 +241,77 @@ PyObject* call_plan(PyObject* plan, PyObject* const* args) {
   return PyObject_Vectorcall(plan, args, 2, nullptr);
 }
 
-// 1 when the switch reads the wanted value, 0 when not, -1 on error.
-int switch_matches(const Entry& entry) {
-  PyObject* raw = PyObject_CallNoArgs(entry.read);
-  if (raw == nullptr) return -1;
-  PyObject* value = raw;
+// The switch's value: its raw reading (a new reference in *raw) and the part compared with
+// `wanted` (borrowed from it). false on error.
+bool read_switch(const Entry& entry, PyObject** raw, PyObject** value) {
+  *raw = PyObject_CallNoArgs(entry.read);
+  if (*raw == nullptr) return false;
+  *value = *raw;
   if (entry.pair) {
-    if (!PyTuple_Check(raw) || PyTuple_GET_SIZE(raw) < 1) {
-      Py_DECREF(raw);
-      PyErr_SetString(PyExc_TypeError, "a paired precision switch must read as a tuple");
-      return -1;
+    if (!PyTuple_Check(*raw) || PyTuple_GET_SIZE(*raw) != 2) {
+      Py_CLEAR(*raw);
+      PyErr_SetString(PyExc_TypeError, "a paired precision switch must read as a pair");
+      return false;
     }
-    value = PyTuple_GET_ITEM(raw, 0);
+    *value = PyTuple_GET_ITEM(*raw, 0);
   }
+  return true;
+}
+
+// write(wanted) or, for a pair, write(wanted, second half as read). false on error.
+bool set_switch(const Entry& entry, PyObject* raw) {
+  PyObject* set = entry.pair ? PyObject_CallFunctionObjArgs(entry.write, entry.wanted, PyTuple_GET_ITEM(raw, 1), nullptr)
+                             : PyObject_CallOneArg(entry.write, entry.wanted);
+  Py_XDECREF(set);
+  return set != nullptr;
+}
+
+// write(raw) or, for a pair, write(*raw): the caller's value back. false on error.
+bool restore_switch(const Entry& entry, PyObject* raw) {
+  PyObject* set = entry.pair ? PyObject_Call(entry.write, raw, nullptr) : PyObject_CallOneArg(entry.write, raw);
+  Py_XDECREF(set);
+  return set != nullptr;
+}
+
+enum class Outcome { LAUNCHED, CALL_PLAN, FAILED };
+
+// With the lock held: the product under the switch, or CALL_PLAN where the switch reads otherwise
+// and cannot be written. *result holds the product when LAUNCHED.
+Outcome launch_switched(const Entry& entry, const at::Tensor& a, const at::Tensor& b, PyObject** result) {
+  PyObject *raw, *value;
+  if (!read_switch(entry, &raw, &value)) return Outcome::FAILED;
   int same = PyObject_RichCompareBool(value, entry.wanted, Py_EQ);
+  if (same < 0) {
+    Py_DECREF(raw);
+    return Outcome::FAILED;
+  }
+  if (same == 1) {
+    Py_DECREF(raw);
+    *result = launch_mm(a, b);
+    return *result ? Outcome::LAUNCHED : Outcome::FAILED;
+  }
+  if (entry.write == Py_None) {
+    Py_DECREF(raw);
+    return Outcome::CALL_PLAN;
+  }
+  if (!set_switch(entry, raw)) {
+    Py_DECREF(raw);
+    return Outcome::FAILED;
+  }
+  *result = launch_mm(a, b);
+  PyObject *type, *error, *traceback;  // the caller's value comes back whatever the launch did
+  PyErr_Fetch(&type, &error, &traceback);
+  bool restored = restore_switch(entry, raw);
   Py_DECREF(raw);
-  return same;
+  if (!restored) {
+    Py_XDECREF(type);
+    Py_XDECREF(error);
+    Py_XDECREF(traceback);
+    Py_CLEAR(*result);
+    return Outcome::FAILED;
+  }
+  PyErr_Restore(type, error, traceback);
+  return *result ? Outcome::LAUNCHED : Outcome::FAILED;
 }
 
 PyObject* run(const Entry& entry, PyObject* const* args, const at::Tensor& a, const at::Tensor& b) {
@@ -275,22 +320,21 @@ PyObject* run(const Entry& entry, PyObject* const* args, const at::Tensor& a, co
   PyObject* held = PyObject_CallNoArgs(entry.acquire);
   if (held == nullptr) return nullptr;
   Py_DECREF(held);
-  int matches = switch_matches(entry);
-  PyObject* result = matches == 1 ? launch_mm(a, b) : nullptr;
-  // The lock is let go before the plan runs: the plan takes it itself.
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* result = nullptr;
+  Outcome outcome = launch_switched(entry, a, b, &result);
+  PyObject *type, *error, *traceback;
+  PyErr_Fetch(&type, &error, &traceback);
   PyObject* released = PyObject_CallNoArgs(entry.release);
   if (released == nullptr) {
     Py_XDECREF(type);
-    Py_XDECREF(value);
+    Py_XDECREF(error);
     Py_XDECREF(traceback);
     Py_XDECREF(result);
     return nullptr;
   }
   Py_DECREF(released);
-  PyErr_Restore(type, value, traceback);
-  if (matches == 0) return call_plan(entry.plan, args);
+  PyErr_Restore(type, error, traceback);
+  if (outcome == Outcome::CALL_PLAN) return call_plan(entry.plan, args);  // it takes the lock itself
   return result;
 }
 
@@ -311,6 +355,38 @@ PyObject* failed(PyObject* const* args) {
   return nullptr;
 }
 
+// The tensors of a call: the operands themselves, or what two TF32Array operands wrap.
+struct Operands {
+  PyObject* a = nullptr;  // strong references
+  PyObject* b = nullptr;
+  bool tf32 = false;
+  ~Operands() {
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+  }
+};
+
+// Fills `operands` when the call is one the table takes: plain tensors (or parameters), or
+// TF32Array wrappers of them, with no torch function mode active. false otherwise (no error set)
+// or on error (set).
+bool operands_of(PyObject* const* args, Operands* operands) {
+  PyObject* a = args[0];
+  PyObject* b = args[1];
+  if (Py_TYPE(a) == config.tf32_type && Py_TYPE(b) == config.tf32_type) {
+    operands->tf32 = true;
+    operands->a = PyObject_GetAttr(a, config.data_name);
+    operands->b = operands->a ? PyObject_GetAttr(b, config.data_name) : nullptr;
+    if (operands->b == nullptr) return false;
+  } else {
+    Py_INCREF(a);
+    Py_INCREF(b);
+    operands->a = a;
+    operands->b = b;
+  }
+  return THPVariable_CheckExact(operands->a) && THPVariable_CheckExact(operands->b) &&
+         !at::impl::torch_function_mode_enabled();
+}
+
 PyObject* dispatch(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 5) {
     PyErr_SetString(PyExc_TypeError, "dispatch takes (a, b, backend, accuracy, by)");
@@ -320,14 +396,13 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
     PyErr_SetString(PyExc_RuntimeError, "gemmzoo's compiled dispatch is not configured");
     return nullptr;
   }
-  PyObject* a_object = args[0];
-  PyObject* b_object = args[1];
-  if (!THPVariable_CheckExact(a_object) || !THPVariable_CheckExact(b_object) ||
-      at::impl::torch_function_mode_enabled()) {
+  Operands operands;
+  if (!operands_of(args, &operands)) {
+    if (PyErr_Occurred()) return nullptr;
     return PyObject_Vectorcall(config.fallback, args, 5, nullptr);
   }
-  const at::Tensor& a = THPVariable_Unpack(a_object);
-  const at::Tensor& b = THPVariable_Unpack(b_object);
+  const at::Tensor& a = THPVariable_Unpack(operands.a);
+  const at::Tensor& b = THPVariable_Unpack(operands.b);
   if (a.dim() != 2 || b.dim() != 2) return PyObject_Vectorcall(config.fallback, args, 5, nullptr);
   if (check_generation() < 0) return nullptr;
 
@@ -363,14 +438,28 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
   PyObject* result = run(entry, args, a, b);
   entry.drop();
   if (result == nullptr) return failed(args);
+  if (operands.tf32 && entry.form != Form::PYTHON && THPVariable_CheckExact(result)) {
+    Py_SETREF(result, PyObject_CallOneArg(reinterpret_cast<PyObject*>(config.tf32_type), result));  // launched here: wrap it
+    if (result == nullptr) return nullptr;
+  }
   return result;
 }
 
 PyObject* configure(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 6) {
-    PyErr_SetString(PyExc_TypeError, "configure takes (fallback, plan_of, on_error, state, env_read, env_keys)");
+  if (nargs != 7) {
+    PyErr_SetString(PyExc_TypeError,
+                    "configure takes (fallback, plan_of, on_error, state, env_read, env_keys, tf32_type)");
     return nullptr;
   }
+  if (!PyType_Check(args[6])) {
+    PyErr_SetString(PyExc_TypeError, "tf32_type must be gemmzoo.TF32Array");
+    return nullptr;
+  }
+  PyObject* data_name = PyUnicode_InternFromString("data");
+  if (data_name == nullptr) return nullptr;
+  Py_XSETREF(config.data_name, data_name);
+  Py_INCREF(args[6]);
+  Py_XSETREF(config.tf32_type, reinterpret_cast<PyTypeObject*>(args[6]));
   PyObject* keys = args[5];
   if (!PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) != kEnvVars) {
     PyErr_SetString(PyExc_TypeError, "env_keys must be a 3-tuple");
@@ -412,7 +501,7 @@ PyMethodDef methods[] = {
     {"dispatch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch)), METH_FASTCALL,
      "dispatch(a, b, backend, accuracy, by): gemmzoo.matmul's call on torch tensors."},
     {"configure", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(configure)), METH_FASTCALL,
-     "configure(fallback, plan_of, on_error, state, env_read, env_keys)."},
+     "configure(fallback, plan_of, on_error, state, env_read, env_keys, tf32_type)."},
     {"planned", planned, METH_NOARGS, "How many problems the table holds."},
     {"forget", forget, METH_NOARGS, "Empty the table."},
     {nullptr, nullptr, 0, nullptr}};

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any
 
-from gemmzoo.backend import declare_torch_mm
+from gemmzoo.backend import Switched, declare_torch_mm
 
 lock = threading.Lock()
 """Held while a product checks, sets, launches with and restores the switches."""
@@ -120,7 +120,7 @@ def runner(dtype: str, without: Collection[str] = ()) -> Callable[[Any, Any], An
 
     launch = launch_tf32 if dtype == "tf32" else mm
     if not switches:
-        return launch if dtype == "tf32" else declare_torch_mm(mm)
+        return declare_torch_mm(launch)
 
     if len(switches) > 2:
         def run_any(a: Any, b: Any) -> Any:
@@ -162,18 +162,9 @@ def runner(dtype: str, without: Collection[str] = ()) -> Callable[[Any, Any], An
         finally:
             release()
 
-    if second is None and dtype != "tf32" and _matches_default(dtype, without):
-        # torch.mm whenever the caller left the one switch as torch has it: the compiled dispatch
-        # checks that under the lock and launches the product itself
-        declare_torch_mm(run, (lock, get1, wanted1, pair1))
+    if second is None:  # the compiled dispatch can hold this one switch itself
+        declare_torch_mm(run, Switched(lock, get1, put1, wanted1, pair1))
     return run
-
-
-def _matches_default(dtype: str, without: Collection[str]) -> bool:
-    """Whether the one switch ``dtype`` holds, less ``without``, has gemmzoo's value by torch's
-    default (fp16 accumulation and TF32 are off by default; reduced-precision reduction is on)."""
-    held = [attribute for attribute, _ in _NEEDS[dtype] if attribute not in without]
-    return len(held) == 1 and held[0] not in REDUCED_PRECISION.values()
 
 
 #: The switch that allows a 16-bit product to add split-K pieces in 16 bits, per dtype.
