@@ -21,6 +21,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from gemmzoo.host_work import each_block
+
 #: The NumPy dtype of E4M3 arrays (from ml_dtypes).
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 
@@ -33,7 +35,7 @@ E4M3_MAX = 448.0
 
 #: Elements rounded at a time by :func:`to_e4m3`: a chunk's temporaries stay in the CPU's caches,
 #: where those of a whole large operand (a dozen arrays of its size) made rounding it several times
-#: slower.
+#: slower. Blocks of chunks are rounded in parallel threads (:mod:`gemmzoo.host_work`).
 CHUNK = 1 << 16
 
 
@@ -47,9 +49,35 @@ def to_e4m3(x: np.ndarray) -> np.ndarray:
         return _rounded(values)
     flat = values.reshape(-1)
     out = np.empty(flat.shape, E4M3)
-    for start in range(0, flat.size, CHUNK):
-        out[start:start + CHUNK] = _rounded(flat[start:start + CHUNK])
+
+    def round_block(part: slice) -> None:
+        for start in range(part.start, part.stop, CHUNK):
+            stop = min(start + CHUNK, part.stop)
+            out[start:stop] = _rounded(flat[start:stop])
+
+    each_block(flat.size, round_block)
     return out.reshape(values.shape)
+
+
+#: float32 of each of the 256 E4M3 bytes.
+_FLOAT32_OF_BYTE = np.arange(256, dtype=np.uint8).view(E4M3).astype(np.float32)
+
+
+def e4m3_to_float32(x: np.ndarray) -> np.ndarray:
+    """An :data:`E4M3` array's values in float32 (exactly), in ``x``'s memory order: a table
+    lookup per byte, several times faster than ml_dtypes' cast."""
+    codes = x.view(np.uint8)
+    if not (codes.flags.c_contiguous or codes.flags.f_contiguous):
+        codes = np.ascontiguousarray(codes)
+    order = "F" if codes.flags.f_contiguous and not codes.flags.c_contiguous else "C"
+    out = np.empty(codes.shape, np.float32, order=order)
+    flat_codes, flat_out = codes.reshape(-1, order=order), out.reshape(-1, order=order)
+
+    def convert(part: slice) -> None:
+        np.take(_FLOAT32_OF_BYTE, flat_codes[part], out=flat_out[part])
+
+    each_block(flat_codes.size, convert)
+    return out
 
 
 def _rounded(values: np.ndarray) -> np.ndarray:

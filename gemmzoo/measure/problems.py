@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from gemmzoo.grids import GridPoint
+from gemmzoo.host_work import blocks, each_block
 
 
 @dataclass
@@ -46,13 +47,38 @@ def _operand(backend: Any, x: np.ndarray, dtype: str, transposed: bool) -> Any:
     return backend.from_numpy(x, dtype)
 
 
+#: Operands of more elements than this (A and B together) are drawn block by block in parallel.
+PARALLEL_DRAW_ELEMENTS = 1 << 23
+
+
 def _drawn(m: int, n: int, k: int, seed: int, layout: str, dtype: type) -> tuple[np.ndarray, np.ndarray]:
     """Random normal A (M×K) and B (K×N) of ``dtype``, each drawn in the order ``layout`` stores it:
-    an operand marked T is the transpose of a C-ordered array."""
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal((k, m), dtype).T if layout[0] == "T" else rng.standard_normal((m, k), dtype)
-    b = rng.standard_normal((n, k), dtype).T if layout[1] == "T" else rng.standard_normal((k, n), dtype)
-    return a, b
+    an operand marked T is the transpose of a C-ordered array. Large operands are drawn in blocks
+    in parallel threads, each block from its own stream of ``seed`` (:func:`_parallel_normal`)."""
+    a_shape = (k, m) if layout[0] == "T" else (m, k)
+    b_shape = (n, k) if layout[1] == "T" else (k, n)
+    if m * k + k * n > PARALLEL_DRAW_ELEMENTS:
+        a_seed, b_seed = np.random.SeedSequence(seed).spawn(2)
+        a, b = _parallel_normal(a_shape, a_seed, dtype), _parallel_normal(b_shape, b_seed, dtype)
+    else:
+        rng = np.random.default_rng(seed)
+        a, b = rng.standard_normal(a_shape, dtype), rng.standard_normal(b_shape, dtype)
+    return (a.T if layout[0] == "T" else a), (b.T if layout[1] == "T" else b)
+
+
+def _parallel_normal(shape: tuple[int, int], seed: np.random.SeedSequence, dtype: type) -> np.ndarray:
+    """A C-ordered random normal array: block i of :func:`gemmzoo.host_work.blocks` drawn from the
+    i-th child of ``seed``, in parallel threads (the values do not depend on how many)."""
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)
+    parts = blocks(flat.size)
+    seeds = dict(zip((part.start for part in parts), seed.spawn(len(parts)), strict=True))
+
+    def draw(part: slice) -> None:
+        np.random.default_rng(seeds[part.start]).standard_normal(out=flat[part], dtype=dtype)
+
+    each_block(flat.size, draw)
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,11 +102,11 @@ def e4m3_operands(m: int, n: int, k: int, seed: int, layout: str = "NN") -> tupl
     bits survive the rounding) and rounded once for all the backends measured on an fp8 point,
     whose ``from_numpy`` then rounds exact float32 values: one fast rounding, not a large
     operand's careful float64 one per backend."""
-    from gemmzoo.fp8 import to_e4m3
+    from gemmzoo.fp8 import e4m3_to_float32, to_e4m3
 
     def rounded(x: np.ndarray) -> np.ndarray:
         stored = to_e4m3(x.T).T if not x.flags.c_contiguous else to_e4m3(x)
-        values = stored.astype(np.float32, order="K")
+        values = e4m3_to_float32(stored)
         values.setflags(write=False)
         return values
 
