@@ -326,6 +326,15 @@ def test_answers_dropped_while_a_plan_is_found_or_made_leave_no_stale_plan(monke
     monkeypatch.setattr(type(backend), "prepare", forgetting)
     gemmzoo.matmul(x, y, "torch-cpu")
     assert not state.plan_cache.plans and state.plan_cache.last == NO_PLAN
+    planned = []
+
+    def counted(self, a, b):
+        planned.append(a)
+        return original(self, a, b)
+
+    monkeypatch.setattr(type(backend), "prepare", counted)
+    gemmzoo.matmul(x, y, "torch-cpu")  # the plan made under the old answers is not used again
+    assert len(planned) == 1
     monkeypatch.setattr(type(backend), "prepare", original)
     if dispatch_route == "compiled":  # found in its own table, not in this dict: see test_compiled_dispatch
         return

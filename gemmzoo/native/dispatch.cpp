@@ -241,6 +241,23 @@ PyObject* call_plan(PyObject* plan, PyObject* const* args) {
   return PyObject_Vectorcall(plan, args, 2, nullptr);
 }
 
+// Runs `step` (a callable returning false on error) with the pending Python error, if any, put
+// aside: when the step fails its error replaces the pending one, otherwise the pending one is
+// restored. Returns what the step returned.
+template <typename Step>
+bool with_error_aside(Step step) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  if (!step()) {
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    return false;
+  }
+  PyErr_Restore(type, value, traceback);
+  return true;
+}
+
 // The switch's value: its raw reading (a new reference in *raw) and the part compared with
 // `wanted` (borrowed from it). false on error.
 bool read_switch(const Entry& entry, PyObject** raw, PyObject** value) {
@@ -299,18 +316,10 @@ Outcome launch_switched(const Entry& entry, const at::Tensor& a, const at::Tenso
     return Outcome::FAILED;
   }
   *result = launch_mm(a, b);
-  PyObject *type, *error, *traceback;  // the caller's value comes back whatever the launch did
-  PyErr_Fetch(&type, &error, &traceback);
-  bool restored = restore_switch(entry, raw);
+  // the caller's value comes back whatever the launch did
+  bool restored = with_error_aside([&] { return restore_switch(entry, raw); });
   Py_DECREF(raw);
-  if (!restored) {
-    Py_XDECREF(type);
-    Py_XDECREF(error);
-    Py_XDECREF(traceback);
-    Py_CLEAR(*result);
-    return Outcome::FAILED;
-  }
-  PyErr_Restore(type, error, traceback);
+  if (!restored) Py_CLEAR(*result);
   return *result ? Outcome::LAUNCHED : Outcome::FAILED;
 }
 
@@ -322,18 +331,15 @@ PyObject* run(const Entry& entry, PyObject* const* args, const at::Tensor& a, co
   Py_DECREF(held);
   PyObject* result = nullptr;
   Outcome outcome = launch_switched(entry, a, b, &result);
-  PyObject *type, *error, *traceback;
-  PyErr_Fetch(&type, &error, &traceback);
-  PyObject* released = PyObject_CallNoArgs(entry.release);
-  if (released == nullptr) {
-    Py_XDECREF(type);
-    Py_XDECREF(error);
-    Py_XDECREF(traceback);
+  bool released = with_error_aside([&] {
+    PyObject* done = PyObject_CallNoArgs(entry.release);
+    Py_XDECREF(done);
+    return done != nullptr;
+  });
+  if (!released) {
     Py_XDECREF(result);
     return nullptr;
   }
-  Py_DECREF(released);
-  PyErr_Restore(type, error, traceback);
   if (outcome == Outcome::CALL_PLAN) return call_plan(entry.plan, args);  // it takes the lock itself
   return result;
 }
@@ -341,17 +347,11 @@ PyObject* run(const Entry& entry, PyObject* const* args, const at::Tensor& a, co
 // After a plan failed: on_error(a, b) raises the error that names what is wrong with the operands,
 // if anything is; otherwise the plan's own error stands.
 PyObject* failed(PyObject* const* args) {
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  PyObject* checked = PyObject_Vectorcall(config.on_error, args, 5, nullptr);
-  if (checked == nullptr) {
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(traceback);
-    return nullptr;
-  }
-  Py_DECREF(checked);
-  PyErr_Restore(type, value, traceback);
+  with_error_aside([&] {
+    PyObject* checked = PyObject_Vectorcall(config.on_error, args, 5, nullptr);
+    Py_XDECREF(checked);
+    return checked != nullptr;
+  });
   return nullptr;
 }
 
@@ -446,31 +446,24 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
 }
 
 PyObject* configure(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 7) {
+  if (nargs != 7 || !PyDict_Check(args[3]) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != kEnvVars ||
+      !PyType_Check(args[6])) {
     PyErr_SetString(PyExc_TypeError,
-                    "configure takes (fallback, plan_of, on_error, state, env_read, env_keys, tf32_type)");
+                    "configure takes (fallback, plan_of, on_error, state, env_read, env_keys, tf32_type): "
+                    "state the dict of the module that holds plan_cache, env_keys a 3-tuple, "
+                    "tf32_type gemmzoo.TF32Array");
     return nullptr;
   }
-  if (!PyType_Check(args[6])) {
-    PyErr_SetString(PyExc_TypeError, "tf32_type must be gemmzoo.TF32Array");
+  PyObject* keys = args[5];
+  PyObject* name = PyUnicode_InternFromString("plan_cache");
+  PyObject* data_name = name ? PyUnicode_InternFromString("data") : nullptr;
+  if (data_name == nullptr) {
+    Py_XDECREF(name);
     return nullptr;
   }
-  PyObject* data_name = PyUnicode_InternFromString("data");
-  if (data_name == nullptr) return nullptr;
   Py_XSETREF(config.data_name, data_name);
   Py_INCREF(args[6]);
   Py_XSETREF(config.tf32_type, reinterpret_cast<PyTypeObject*>(args[6]));
-  PyObject* keys = args[5];
-  if (!PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) != kEnvVars) {
-    PyErr_SetString(PyExc_TypeError, "env_keys must be a 3-tuple");
-    return nullptr;
-  }
-  if (!PyDict_Check(args[3])) {
-    PyErr_SetString(PyExc_TypeError, "state must be the dict of the module that holds plan_cache");
-    return nullptr;
-  }
-  PyObject* name = PyUnicode_InternFromString("plan_cache");
-  if (name == nullptr) return nullptr;
   clear_plans();
   Py_CLEAR(filled_for_cache);
   for (auto& value : filled_for_env) Py_CLEAR(value);
