@@ -16,6 +16,7 @@ import gemmzoo  # noqa: E402
 from gemmzoo import dispatch, native  # noqa: E402
 from gemmzoo.backend import Switched, declare_torch_mm, self_checking, torch_mm_form  # noqa: E402
 from gemmzoo.errors import GemmInputError  # noqa: E402
+from gemmzoo.plan_cache import NO_PLAN  # noqa: E402
 from gemmzoo.tuning import state  # noqa: E402
 from gemmzoo_torch.backend import TorchCpuBackend  # noqa: E402
 
@@ -418,3 +419,34 @@ def test_tf32_operands_met_before_any_plain_tensor_are_planned_once(route, compi
         c = gemmzoo.matmul(gemmzoo.TF32Array(a), gemmzoo.TF32Array(b), backend)
     assert len(planned) == 1
     assert torch.equal(c.data, torch.mm(a, b))
+
+
+def test_a_plan_let_go_may_call_gemmzoo_matmul(compiled):
+    """Emptying the table lets go of the plans; a plan's finalizer that multiplies then finds a table
+    it can use."""
+    a, b = random_operands(5, 4, 3, torch.float32, "NN", 16)
+    results = []
+
+    class Finalized(TorchCpuBackend):
+        name = "finalized"
+
+        def prepare(self, x, y):
+            class Plan:
+                def __call__(self, x, y):
+                    return torch.mm(x, y)
+
+                def __del__(self):
+                    results.append(gemmzoo.matmul(a, b, "torch-cpu"))
+
+            return self_checking(Plan())
+
+    backend = Finalized()
+    for seed in range(3):  # several problems, each with a plan of its own
+        x, y = random_operands(4 + seed, 3, 2, torch.float32, "NN", seed)
+        assert torch.equal(gemmzoo.matmul(x, y, backend), torch.mm(x, y))
+    del backend
+    state.plan_cache.plans.clear()  # the table holds the only references left
+    state.plan_cache.last = NO_PLAN
+    compiled.forget()
+    assert len(results) == 3 and all(torch.equal(c, torch.mm(a, b)) for c in results)
+    assert compiled.planned() == 1  # the finalizers' problem, planned while the table was emptied

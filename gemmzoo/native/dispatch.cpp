@@ -113,8 +113,11 @@ PyObject* filled_for_cache = nullptr;  // strong
 std::array<PyObject*, kEnvVars> filled_for_env{};  // strong (None when unset)
 
 void clear_plans() {
-  for (auto& item : plans) item.second.drop();
-  plans.clear();
+  // Emptied before the references go: letting go of a plan can run Python code (a finalizer)
+  // that calls gemmzoo.matmul, which must find a table it can use, not one being walked.
+  std::unordered_map<Key, Entry, KeyHash> old;
+  old.swap(plans);
+  for (auto& item : old) item.second.drop();
 }
 
 // Empties the table when the plan cache or an environment variable changed. -1 on error.
@@ -431,8 +434,9 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
     entry.hold();
     auto placed = plans.emplace(key, entry);
     if (!placed.second) {  // met meanwhile, through a plan that called gemmzoo.matmul
-      placed.first->second.drop();
+      Entry replaced = placed.first->second;
       placed.first->second = entry;
+      replaced.drop();  // after the table holds the new entry: this can run Python code
     }
   }
   PyObject* result = run(entry, args, a, b);
