@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from gemmzoo.grids import GridPoint
-from gemmzoo.host_work import blocks, each_block
+from gemmzoo.host_work import BLOCK, blocks, each_block
 
 
 @dataclass
@@ -71,11 +71,11 @@ def _parallel_normal(shape: tuple[int, int], seed: np.random.SeedSequence, dtype
     i-th child of ``seed``, in parallel threads (the values do not depend on how many)."""
     out = np.empty(shape, dtype)
     flat = out.reshape(-1)
-    parts = blocks(flat.size)
-    seeds = dict(zip((part.start for part in parts), seed.spawn(len(parts)), strict=True))
+    children = seed.spawn(len(blocks(flat.size)))
 
     def draw(part: slice) -> None:
-        np.random.default_rng(seeds[part.start]).standard_normal(out=flat[part], dtype=dtype)
+        child = children[part.start // BLOCK]
+        np.random.default_rng(child).standard_normal(out=flat[part], dtype=dtype)
 
     each_block(flat.size, draw)
     return out
