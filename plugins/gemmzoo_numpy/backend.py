@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gemmzoo import Backend
-from gemmzoo.fp8 import BFLOAT16, E4M3, to_e4m3
+from gemmzoo.fp8 import BFLOAT16, E4M3, e4m3_to_float32, to_e4m3
 
 _NUMPY_DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
 
@@ -35,7 +35,9 @@ class NumpyBackend(Backend):
         return np.array(x, dtype=_NUMPY_DTYPES[dtype], copy=True)
 
     def to_numpy(self, y: np.ndarray) -> np.ndarray:
-        if y.dtype in (np.float16, E4M3, BFLOAT16):
+        if y.dtype == E4M3:
+            return e4m3_to_float32(y)
+        if y.dtype in (np.float16, BFLOAT16):
             return y.astype(np.float32)
         return np.array(y, copy=True)
 
