@@ -440,9 +440,10 @@ def test_nvbench_timer_without_cuda_bench_names_the_extra(monkeypatch):
 def finish_time(folder: str, point: GridPoint) -> tuple[float, list[int], str | None]:
     """A worker's job here: leaves a file for its point, and says when it ran, on which cores,
     and the pool size it was given."""
+    ran = time.time()  # before the file: the parent may see the file and ask at once
     with open(os.path.join(folder, f"{point.m}.done"), "w"):
         pass
-    return time.time(), sorted(os.sched_getaffinity(0)), os.environ.get("OMP_NUM_THREADS")
+    return ran, sorted(os.sched_getaffinity(0)), os.environ.get("OMP_NUM_THREADS")
 
 
 def test_core_shares_are_disjoint_and_cover_the_host():
