@@ -231,5 +231,7 @@ def test_bench_output_keeps_every_column_without_a_terminal(capsys):
     header = next(line for line in plain if "MxNxK" in line)
     assert header.split("\t")[:6] == ["MxNxK", "dtype", "layout", "backend", "device us", "±"]
     row = next(line for line in plain if line.startswith("24x16x8"))
-    assert "numpy" in row and "best" in row and "│" not in row
+    fields = row.split("\t")
+    assert fields[3] == "numpy" and "│" not in row
+    assert fields[-1] in ("best", "noisy")  # one backend: best, unless a loaded machine kept it off its noise target
     assert any(line.startswith("numpy: geomean") for line in plain)
