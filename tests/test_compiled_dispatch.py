@@ -287,6 +287,44 @@ def test_products_in_several_threads(compiled):
     assert not wrong
 
 
+def test_other_threads_run_python_while_a_product_computes(compiled):
+    """The GIL is let go around the launch, as torch.mm lets it go: a product that computes on
+    the CPU does not stop the program's other threads. The counting thread lets the GIL go after
+    each tick, and the interpreter is told not to take it from a running thread for a second: so
+    ticks counted while this thread is in gemmzoo.matmul were counted inside the launch."""
+    import sys
+    import time
+
+    a, b = random_operands(512, 512, 512, torch.float64, "NN", 21)
+    expected = torch.mm(a, b)
+    gemmzoo.matmul(a, b, "torch-cpu")  # planned before the counting starts
+    ticks, stop = [0], threading.Event()
+
+    def count() -> None:
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)
+    counter = threading.Thread(target=count)
+    try:
+        counter.start()
+        while ticks[0] == 0:
+            time.sleep(0)
+        seen = []
+        while len(seen) < 20 and not any(seen):  # a loaded machine may not run the thread at once
+            before = ticks[0]
+            c = gemmzoo.matmul(a, b, "torch-cpu")
+            seen.append(ticks[0] - before)
+    finally:
+        stop.set()
+        counter.join()
+        sys.setswitchinterval(interval)
+    assert torch.equal(c, expected)
+    assert any(seen), seen  # the counting thread ran during a product
+
+
 def test_switched_off_it_is_neither_loaded_nor_reported(compiled, monkeypatch):
     monkeypatch.setenv(native.ENV_SWITCH, "0")
     assert native.load() is None

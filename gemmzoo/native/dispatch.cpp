@@ -404,8 +404,11 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
     if (PyErr_Occurred()) return nullptr;
     return PyObject_Vectorcall(config.fallback, args, 5, nullptr);
   }
-  const at::Tensor& a = THPVariable_Unpack(operands.a);
-  const at::Tensor& b = THPVariable_Unpack(operands.b);
+  // Strong references, taken while the GIL is held: the first C++ reference to a tensor that a
+  // Python object owns increfs that object, and one taken with the GIL let go (inside at::mm)
+  // has to take the GIL back to do it.
+  const at::Tensor a = THPVariable_Unpack(operands.a);
+  const at::Tensor b = THPVariable_Unpack(operands.b);
   if (a.dim() != 2 || b.dim() != 2) return PyObject_Vectorcall(config.fallback, args, 5, nullptr);
   if (check_generation() < 0) return nullptr;
 
