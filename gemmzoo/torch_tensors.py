@@ -76,6 +76,11 @@ class TorchTensors:
         import torch
 
         tensor = (y.data if isinstance(y, TF32Array) else y).detach()
-        if tensor.dtype in (torch.float16, torch.bfloat16, getattr(torch, "float8_e4m3fn", None)):
+        converted = tensor.dtype in (torch.float16, torch.bfloat16, getattr(torch, "float8_e4m3fn", None))
+        if converted:
             tensor = tensor.float()
-        return tensor.cpu().numpy().copy()
+        host = tensor.cpu()
+        # a new host tensor already (converted, or copied from a device): copied again only to
+        # put it in C order, as a copy of the caller's own CPU tensor always is
+        fresh = converted or host.data_ptr() != tensor.data_ptr()
+        return np.ascontiguousarray(host.numpy()) if fresh else host.numpy().copy()
