@@ -79,3 +79,39 @@ def test_a_large_problem_with_a_few_non_finite_values_stays_small(monkeypatch):
     rest[5, :], rest[:, 900] = False, False
     expected = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_array_equal(ref[rest], expected[rest])
+
+
+@pytest.mark.parametrize("integral", [False, True])
+@pytest.mark.parametrize("accuracy", ["componentwise", "normwise"])
+def test_b_is_copied_back_only_when_its_values_are_needed(monkeypatch, integral, accuracy):
+    """With the reference given (computed where the operands are), the judge reads B's host
+    values only to tell an exact product (an integral A) or for the normwise class's scale."""
+    from gemmzoo.conformance import bounds
+
+    backend = _numpy_backend()
+    monkeypatch.setattr(judge, "accuracy_of", lambda _backend: accuracy)
+    rng = np.random.default_rng(3)
+    a = rng.integers(-3, 4, size=(7, 5)) if integral else rng.standard_normal((7, 5))
+    a = a.astype(np.float32)
+    b = rng.integers(-3, 4, size=(5, 6)).astype(np.float32)
+    reference = bounds.reference(a, b)
+    copies = []
+
+    def b_host() -> np.ndarray:
+        copies.append(1)
+        return b
+
+    c = backend.matmul(a, b)
+    verdict = judge.judge_result(backend, "float32", a, c, a, b_host, reference=reference)
+    assert len(copies) == (1 if integral or accuracy == "normwise" else 0)
+    np.testing.assert_array_equal(verdict.host, c)
+    wrong = c.copy()
+    wrong[rng.integers(7), rng.integers(6)] += 1.0  # one wrong element is still caught
+    with pytest.raises(judge.CheckFailedError, match="outside the error bound"):
+        judge.judge_result(backend, "float32", a, wrong, a, b_host, reference=reference)
+
+
+def _numpy_backend():
+    import gemmzoo
+
+    return gemmzoo.get_backend("numpy")

@@ -45,6 +45,7 @@ of Strassen adds up to four).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -79,10 +80,20 @@ def error_bound(dtype: str, k: int, reference: np.ndarray, magnitude: np.ndarray
     return rounding + (1 + info.unit_roundoff) * accumulation + info.smallest_subnormal
 
 
-def must_be_exact(dtype: str, a: np.ndarray, b: np.ndarray, magnitude: np.ndarray) -> bool:
-    """Whether the product of these operands is exactly representable, so C must be exact."""
+HostOperand = np.ndarray | Callable[[], np.ndarray]
+"""An operand's host values, or a function that copies them to the host when first needed."""
+
+
+def host_values(x: HostOperand) -> np.ndarray:
+    """The values of a :data:`HostOperand`."""
+    return x if isinstance(x, np.ndarray) else x()
+
+
+def must_be_exact(dtype: str, a: np.ndarray, b: HostOperand, magnitude: np.ndarray) -> bool:
+    """Whether the product of these operands is exactly representable, so C must be exact (B's
+    values are read only when A's are all integers)."""
     info = dtype_info(dtype)
-    integral = bool(np.all(a == np.round(a)) and np.all(b == np.round(b)))
+    integral = bool(np.all(a == np.round(a))) and bool(np.all((b := host_values(b)) == np.round(b)))
     largest = float(magnitude.max(initial=0.0))
     accumulator_exact = 2.0**24 if info.accumulate_roundoff >= 2.0**-24 else 2.0**53
     return integral and largest <= min(info.exact_integers, accumulator_exact)
@@ -95,12 +106,13 @@ def normwise_magnitude(a: np.ndarray, b: np.ndarray) -> float:
     return rows * cols
 
 
-def class_bound(accuracy: str, dtype: str, a: np.ndarray, b: np.ndarray, ref: np.ndarray,
+def class_bound(accuracy: str, dtype: str, a: np.ndarray, b: HostOperand, ref: np.ndarray,
                 magnitude: np.ndarray) -> np.ndarray:
     """The per-element bound on ``|C - ref|`` for a backend of accuracy class ``accuracy``, from
-    the host operands ``a`` and ``b`` and :func:`reference`'s ``ref`` and ``magnitude``."""
+    the host operands ``a`` and ``b`` and :func:`reference`'s ``ref`` and ``magnitude``. Where
+    ``b`` is a function, B's values are copied only for an integral A or the normwise class."""
     if must_be_exact(dtype, a, b, magnitude):
         return np.zeros_like(ref)
     if accuracy == NORMWISE:
-        magnitude = np.full_like(magnitude, NORMWISE_FACTOR * normwise_magnitude(a, b))
+        magnitude = np.full_like(magnitude, NORMWISE_FACTOR * normwise_magnitude(a, host_values(b)))
     return error_bound(dtype, a.shape[1], ref, magnitude)

@@ -8,6 +8,7 @@ has them, and every finite element is within the bound of the backend's accuracy
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.backend import dtype_name
-from gemmzoo.conformance.bounds import class_bound
+from gemmzoo.conformance.bounds import HostOperand, class_bound, host_values
 from gemmzoo.conformance.bounds import reference as float64_reference
 from gemmzoo.dtypes import host_dtype, result_dtype
 
@@ -125,18 +126,24 @@ def judge_result(
     a: Any,
     c: Any,
     a_host: np.ndarray,
-    b_host: np.ndarray,
+    b_host: HostOperand,
     *,
     reference: tuple[np.ndarray, np.ndarray] | None = None,
     exact_ieee: bool = False,
 ) -> Verdict:
     """Judge ``c``, the backend's product of native ``a`` (and B), whose host values (exactly the
     values the backend received) are ``a_host`` and ``b_host``. ``reference`` is the
-    ``(A·B, |A|·|B|)`` pair when the caller has it already. Raises :class:`CheckFailedError` with
+    ``(A·B, |A|·|B|)`` pair when the caller has it already; ``b_host`` may then be a function
+    that copies B to the host, called only when B's values are needed (see
+    :func:`~gemmzoo.conformance.bounds.class_bound`). Raises :class:`CheckFailedError` with
     what is wrong; returns a :class:`Verdict`."""
-    shape = (a_host.shape[0], b_host.shape[1])
-    c_host = check_native_result(backend, shape, dtype, a, c)
-    ref, magnitude = reference if reference is not None else reference_product(a_host, b_host, exact_ieee)
+    if reference is None:
+        b_host = host_values(b_host)
+        reference = reference_product(a_host, b_host, exact_ieee)
+    elif not isinstance(b_host, np.ndarray):
+        b_host = functools.cache(b_host)
+    ref, magnitude = reference
+    c_host = check_native_result(backend, (a_host.shape[0], ref.shape[1]), dtype, a, c)
     accuracy = accuracy_of(backend)
     bound = class_bound(accuracy, dtype, a_host, b_host, ref, magnitude)
     ratio, error = compare_elements(c_host, ref, bound)
