@@ -1,15 +1,18 @@
 """Host time per call of gemmzoo's hot path against the library call it wraps, in one run.
 
-    python benchmarks/hot_path.py [--json FILE] [--calls N] [--rounds R]
-    python benchmarks/hot_path.py --targets [--json FILE] [--rounds R] [--budget S] [--verdicts DB] [--tune]
+    python benchmarks/hot_path.py [--json FILE] [--calls N] [--rounds R] [--max-rounds M] [--ratio-noise F]
+    python benchmarks/hot_path.py --targets [--json FILE] [--rounds R] [--max-rounds M] [--budget S]
+                                  [--verdicts DB] [--tune]
                                   [--groups G1,G2] [--shape MxNxK-DTYPE-LAYOUT ...]
 
 Each row times a loop of N calls followed by one synchronisation and divides by N: what a
-program calling in a loop waits per call. Variants of one group run interleaved, R rounds, and the
-median of the rounds is kept; the ratio is the median over rounds of each round's ratio to the
-group's first row (the library's own call) timed in that round. The
-ratio of the fastest rounds is printed too: host timings on a shared machine carry interference
-that only ever adds time.
+program calling in a loop waits per call. Variants of one group run interleaved, at least R rounds,
+and the median of the rounds is kept; the ratio is the median over rounds of each round's ratio to
+the group's first row (the library's own call) timed in that round, printed with its 95%
+confidence interval (order statistics: none under six rounds). While a ratio that has a target is
+known less well than ``--ratio-noise`` (half that interval over it), rounds are added one at a
+time, up to ``--max-rounds``. The ratio of the fastest rounds is printed too: host timings on a
+shared machine carry interference that only ever adds time.
 On the CPU: 64x64 float32 NumPy and torch arrays. With CUDA: 128³ and 512³ float16 torch tensors
 (and CuPy arrays when CuPy is installed). The tuning cache is a fresh temporary directory, so
 ``gemmzoo.matmul`` without a backend gives the unmeasured default (torch for CUDA tensors).
@@ -41,6 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,26 +52,49 @@ import numpy as np
 Call = Callable[[Any, Any], Any]
 
 
+@dataclass(frozen=True)
+class Rounds:
+    """How many interleaved rounds a group runs: at least ``least``; then, while the ratio of a
+    row with a target is known less well than ``noise`` (half its 95% confidence interval over
+    it), one more at a time, up to ``most``."""
+
+    least: int
+    most: int
+    noise: float = 0.01
+
+
 def run_group(title: str, rows: list[tuple[str, Call, Any, Any]], sync: Callable[[], None], calls: int,
-              rounds: int, targets: dict[str, float]) -> dict[str, Any]:
+              rounds: Rounds, targets: dict[str, float]) -> dict[str, Any]:
     from gemmzoo.measure import loop_per_call_s
+    from gemmzoo.measure.stats import median_interval, relative_noise
 
     for _name, call, a, b in rows:  # warm up: plans, compilation, allocator
         for _ in range(20):
             call(a, b)
     samples: dict[str, list[float]] = {name: [] for name, *_ in rows}
-    for number in range(rounds):
+    base = rows[0][0]
+
+    def ratios(name: str) -> list[float]:
+        # each round's time over the library call's timed in that round: interference that slows
+        # a whole round cancels out
+        return [t / t0 for t, t0 in zip(samples[name], samples[base], strict=True)]
+
+    def settled() -> bool:
+        return all(relative_noise(ratios(name)) <= rounds.noise for name in targets if name in samples)
+
+    number = 0
+    while number < rounds.least or (number < rounds.most and not settled()):
         for name, call, a, b in (rows if number % 2 == 0 else rows[::-1]):  # no row always first
             samples[name].append(loop_per_call_s(functools.partial(call, a, b), calls, sync))
+        number += 1
     medians = {name: statistics.median(values) for name, values in samples.items()}
-    base_samples = samples[rows[0][0]]
-    fastest_base = min(base_samples)
-    print(f"\n{title}")
+    fastest_base = min(samples[base])
+    print(f"\n{title} ({number} rounds)")
     result = []
     for name, *_ in rows:
-        # each round's ratio to the library call timed in that round, then the median of those:
-        # interference that slows a whole round cancels out
-        ratio = statistics.median(t / t0 for t, t0 in zip(samples[name], base_samples, strict=True))
+        ratio = statistics.median(ratios(name))
+        interval = median_interval(ratios(name))
+        known = f"95% {interval[0]:.2f}-{interval[1]:.2f}" if interval else "95% -"
         # the fastest round of each: the cost of the code itself, with the least interference
         ratio_min = min(samples[name]) / fastest_base
         target = targets.get(name)
@@ -75,14 +102,15 @@ def run_group(title: str, rows: list[tuple[str, Call, Any, Any]], sync: Callable
         if target is not None:
             verdict = f"  target <= {target:.2f}x: {'met' if ratio <= target else 'MISSED'}"
         spread = (max(samples[name]) - min(samples[name])) * 1e6
-        print(f"  {name:<48} {medians[name] * 1e6:8.2f} us  (range {spread:5.2f})  {ratio:5.2f}x"
+        print(f"  {name:<48} {medians[name] * 1e6:8.2f} us  (range {spread:5.2f})  {ratio:5.2f}x ({known})"
               f"  fastest rounds {ratio_min:5.2f}x{verdict}")
         result.append({"name": name, "median_us": medians[name] * 1e6, "range_us": spread, "ratio": ratio,
+                       "ratio_interval": list(interval) if interval else None, "rounds": number,
                        "min_us": min(samples[name]) * 1e6, "ratio_of_minima": ratio_min, "target": target})
     return {"group": title, "rows": result}
 
 
-def cpu_groups(calls: int, rounds: int) -> list[dict[str, Any]]:
+def cpu_groups(calls: int, rounds: Rounds) -> list[dict[str, Any]]:
     import gemmzoo
 
     rng = np.random.default_rng(0)
@@ -108,7 +136,7 @@ def cpu_groups(calls: int, rounds: int) -> list[dict[str, Any]]:
     return groups
 
 
-def cuda_groups(calls: int, rounds: int) -> list[dict[str, Any]]:
+def cuda_groups(calls: int, rounds: Rounds) -> list[dict[str, Any]]:
     import torch
 
     import gemmzoo
@@ -259,7 +287,7 @@ def _tune_problem(m: int, n: int, k: int, dtype: str, layout: str, device: str, 
     return time.perf_counter() - start
 
 
-def target_groups(rounds: int, device: str, budget_s: float, only: list[str] | None = None,
+def target_groups(rounds: Rounds, device: str, budget_s: float, only: list[str] | None = None,
                   tuned: bool = False, given: list[tuple[int, int, int, str, str]] | None = None
                   ) -> list[dict[str, Any]]:
     """The issue-34 targets, measured in one run: ``gemmzoo.matmul`` against what a torch user
@@ -391,7 +419,7 @@ def _against_compile(row: dict[str, Any], peer: Any, budget_s: float, device: st
           f"(target >= 1.00x: {verdict}{'; the same backend' if same else ''}); {cost}")
 
 
-def _padded_group(rounds: int, sync: Callable[[], None]) -> dict[str, Any]:
+def _padded_group(rounds: Rounds, sync: Callable[[], None]) -> dict[str, Any]:
     """The padded paths at :data:`PADDED_PROBLEM`, through gemmzoo.matmul, against torch.matmul."""
     import torch
 
@@ -471,7 +499,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed loop (default 2000)")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds, at least (default 7)")
+    parser.add_argument("--max-rounds", type=int, default=None,
+                        help="more rounds, one at a time, up to this many, while a targeted ratio is "
+                             "known less well than --ratio-noise (default: --rounds; 3x --rounds with "
+                             "--targets)")
+    parser.add_argument("--ratio-noise", type=float, default=0.01,
+                        help="half the 95%% confidence interval of a targeted ratio, over it, that ends the "
+                             "extra rounds (default 0.01)")
     parser.add_argument("--targets", action="store_true",
                         help="instead: issue 34's targets (GPU; a small CPU set without one)")
     parser.add_argument("--budget", type=float, default=0.3,
@@ -493,6 +528,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="gemmzoo.matmul's dispatch for torch tensors: the compiled one, built first as "
                              "`gemmzoo cache --build-dispatch` does (default), or the Python one")
     args = parser.parse_args(argv)
+    too_few = args.max_rounds is not None and args.max_rounds < args.rounds
+    if args.rounds < 1 or too_few or args.ratio_noise <= 0:
+        parser.error("--rounds must be at least 1, --max-rounds at least --rounds, --ratio-noise above 0")
+    most = args.max_rounds if args.max_rounds is not None else args.rounds * (3 if args.targets else 1)
+    rounds = Rounds(args.rounds, most, args.ratio_noise)
     given = None
     if args.shape:
         from gemmzoo.grids import points_from_text
@@ -518,11 +558,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"host reference: torch.mm of 64x64 takes {reference['before']:.2f} us a call here")
     if args.targets:
         only = [g.strip() for g in args.groups.split(",") if g.strip()] or None
-        groups = target_groups(args.rounds, "cuda" if cuda else "cpu", args.budget, only, args.tune, given)
+        groups = target_groups(rounds, "cuda" if cuda else "cpu", args.budget, only, args.tune, given)
     else:
-        groups = cpu_groups(args.calls, args.rounds)
+        groups = cpu_groups(args.calls, rounds)
         if cuda:
-            groups += cuda_groups(args.calls, args.rounds)
+            groups += cuda_groups(args.calls, rounds)
     reference["after"] = host_reference(cuda)
     if reference["after"] is not None:
         print(f"host reference after the run: {reference['after']:.2f} us a call")
