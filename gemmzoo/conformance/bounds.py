@@ -93,7 +93,10 @@ def must_be_exact(dtype: str, a: np.ndarray, b: HostOperand, magnitude: np.ndarr
     """Whether the product of these operands is exactly representable, so C must be exact (B's
     values are read only when A's are all integers)."""
     info = dtype_info(dtype)
-    integral = bool(np.all(a == np.round(a))) and bool(np.all((b := host_values(b)) == np.round(b)))
+    integral = bool(np.all(a == np.round(a)))
+    if integral:  # only now B's values, which may have to be copied back from a device
+        values = host_values(b)
+        integral = bool(np.all(values == np.round(values)))
     largest = float(magnitude.max(initial=0.0))
     accumulator_exact = 2.0**24 if info.accumulate_roundoff >= 2.0**-24 else 2.0**53
     return integral and largest <= min(info.exact_integers, accumulator_exact)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gemmzoo.conformance.bounds import HostOperand, reference
+from gemmzoo.conformance.bounds import reference
 from gemmzoo.conformance.judge import CheckFailedError, judge_result
 from gemmzoo.errors import GemmError
 from gemmzoo.measure.problems import Problem
@@ -61,16 +61,14 @@ def judge_problem(problem: Problem) -> ResultDeviation:
     point, backend = problem.point, problem.backend
     c = backend.matmul(problem.a, problem.b)
     expected = None
-    b_host: HostOperand = lambda: problem.b_host  # noqa: E731 - B copied back only if the judge needs it
     if backend.device == "cuda":  # the float64 products on the GPU where it can (gemmzoo.verify)
         from gemmzoo.verify import device_reference
 
         expected = device_reference(problem.a, problem.b)
     if expected is None:
         expected = host_reference(problem.a_host, problem.b_host)
-        b_host = problem.b_host
-    try:
-        verdict = judge_result(backend, point.dtype, problem.a, c, problem.a_host, b_host,
+    try:  # B (kept by the problem once copied) is copied back only if the judge needs its values
+        verdict = judge_result(backend, point.dtype, problem.a, c, problem.a_host, lambda: problem.b_host,
                                reference=expected)
     except CheckFailedError as failure:
         raise WrongResultError(f"{backend.name}: {point.id}: {failure}") from None
