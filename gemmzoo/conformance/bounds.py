@@ -86,7 +86,7 @@ HostOperand = np.ndarray | Callable[[], np.ndarray]
 
 def host_values(x: HostOperand) -> np.ndarray:
     """The values of a :data:`HostOperand`."""
-    return x if isinstance(x, np.ndarray) else x()
+    return x() if callable(x) else x
 
 
 def must_be_exact(dtype: str, a: np.ndarray, b: HostOperand, magnitude: np.ndarray) -> bool:
