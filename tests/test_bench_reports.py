@@ -91,8 +91,12 @@ def test_table_marks_wrong_and_winner(smoke_results):
         row = {r.backend: r for r in smoke_results if r.point == point}
         lines = [line for line in text.splitlines() if line.startswith(f"{point.m}x{point.n}x{point.k} ")]
         assert len(lines) == 3
-        assert next(line for line in lines if " numpy " in line).split()[-2:] in (["base", "best"],
-                                                                                    ["base", "tie"])
+        numpy_fields = next(line for line in lines if " numpy " in line).split()
+        mark = verdicts(row).get("numpy")  # best or tie here, unless a loaded machine made it noisy
+        if mark:
+            assert numpy_fields[-2:] == ["base", mark]
+        else:
+            assert numpy_fields[-1] == "base"
         wrong = next(line for line in lines if "wrong-numpy" in line)
         assert "WRONG" in wrong and "best" not in wrong and "tie" not in wrong
         marks = verdicts(row)

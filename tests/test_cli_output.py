@@ -104,12 +104,13 @@ def test_bench_compact_and_wide_columns(site, tmp_path):
     header = next(line for line in compact if "backend" in line).split()
     assert header == ["MxNxK", "backend", "caller", "us", "±", "TFLOPS", "x", "base", "verdict"]
     assert any("float32, NN" in line for line in compact)  # the same on every row: said in the title
-    assert any(line.split()[-2:] in (["base", "best"], ["base", "tie"]) for line in compact)
+    verdicts = ("best", "tie", "noisy")  # numpy alone: best, or noisy where a loaded machine kept it
+    assert any(line.split()[-2:] in (["base", verdict] for verdict in verdicts) for line in compact)
     _result, wide = terminal(site, 120, *args, "--wide", **env)
     header = next(line for line in wide if "backend" in line)
     assert "GB/s" in header and "device us" not in header  # on the CPU: one time column
     row = next(line for line in wide if line.startswith("24x16x8"))
-    assert float(row.split()[-3 if row.split()[-1] in ("best", "tie") else -2].replace(",", "")) > 0  # GB/s
+    assert float(row.split()[-3 if row.split()[-1] in verdicts else -2].replace(",", "")) > 0  # GB/s
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
