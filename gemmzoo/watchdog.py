@@ -8,8 +8,13 @@ so it never holds up the end of the process), and its backend is *quarantined*: 
 task of that backend in this process fails at once with :class:`BackendTimeoutError`, without
 calling it again, so one hung backend costs one time limit per process, not one per task.
 
-Worker threads are kept and reused between tasks (a backend's thread-local state, such as a
-CUDA library handle, is made once); a worker that was abandoned is never reused. A task runs on
+Worker threads are kept and reused between tasks that follow each other (a backend's
+thread-local state, such as a CUDA library handle, is made once), and end after
+:data:`IDLE_S` without one; a worker that was abandoned is never reused. An idle worker is not
+kept for longer: a thread that ran a backend's OpenMP work keeps that work's thread team alive,
+and where the process's OpenMP threads then outnumber the cores, libgomp stops letting its
+threads spin between parallel regions: the caller's own small CPU products, torch's say, became
+several times slower for as long as the worker lived (docs/results/2026-11-26-dispatch-gil.md). A task runs on
 the caller's current CUDA device (torch's and CuPy's, where the process uses them). A task asked
 for from a worker thread runs inline, under the limit of the task that contains it.
 
@@ -22,6 +27,7 @@ busy; see docs/plugins.md.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import queue
@@ -29,7 +35,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -142,8 +148,13 @@ def forget() -> None:
         _timeouts.clear()
 
 
+#: Seconds an idle worker thread waits for its next task before it ends.
+IDLE_S = 0.5
+
+
 class _Worker:
-    """A daemon thread that runs tasks handed to it one at a time."""
+    """A daemon thread that runs tasks handed to it one at a time, and ends once idle for
+    :data:`IDLE_S` (or when handed ``None``)."""
 
     def __init__(self) -> None:
         self.jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
@@ -153,7 +164,14 @@ class _Worker:
     def _loop(self) -> None:
         _local.worker = True
         while True:
-            job = self.jobs.get()
+            try:
+                job = self.jobs.get(timeout=IDLE_S)
+            except queue.Empty:
+                with _lock:
+                    if self in _idle:  # still unclaimed: end; a claimed one has a task on its way
+                        _idle.remove(self)
+                        return
+                continue
             if job is None:
                 return
             job()
@@ -176,6 +194,24 @@ def _give_back(worker: _Worker) -> None:
             _idle.append(worker)
             return
     worker.jobs.put(None)
+
+
+def end_idle_workers() -> None:
+    """End the worker threads that wait for a task now, rather than :data:`IDLE_S` later."""
+    with _lock:
+        idle, _idle[:] = list(_idle), []
+    for worker in idle:
+        worker.jobs.put(None)
+
+
+@contextlib.contextmanager
+def idle_workers_ended() -> Iterator[None]:
+    """``with idle_workers_ended():`` around a run of tasks that the caller's own work follows (a
+    first answer inside ``gemmzoo.matmul``): the workers it leaves idle end with the block."""
+    try:
+        yield
+    finally:
+        end_idle_workers()
 
 
 def call(backend: Any, what: str, fn: Callable[..., T], *args: Any,

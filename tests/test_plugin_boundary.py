@@ -206,6 +206,46 @@ def test_the_watchdog_returns_values_reraises_errors_and_quarantines_on_overrun(
     assert [t.backend for t in watchdog.timeouts()] == [backend.name]
 
 
+def test_workers_are_reused_back_to_back_and_end_when_idle(monkeypatch):
+    """Tasks that follow each other run on one worker thread; a worker left idle for IDLE_S ends
+    (a kept thread kept the OpenMP team of the backend work it ran alive, and the caller's own
+    OpenMP work slow); a task after that gets a new worker."""
+    import threading
+
+    monkeypatch.setattr(watchdog, "IDLE_S", 0.2)
+    which = threading.current_thread
+    first, second = (watchdog.call(None, "which", which, timeout=LIMIT_S) for _ in range(2))
+    assert first is second is not threading.current_thread()
+    deadline = time.monotonic() + SLACK_S
+    while first.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not first.is_alive()
+    assert watchdog.call(None, "which", threading.current_thread, timeout=LIMIT_S) is not first
+    assert watchdog.call(None, "add", lambda x, y: x + y, 2, 3, timeout=LIMIT_S) == 5
+
+
+def test_a_first_answer_leaves_no_idle_worker_behind(empty_cache, monkeypatch):
+    """The workers a run of tasks leaves idle end with an idle_workers_ended() block, as
+    best_backend's first answer uses it, however long IDLE_S is."""
+    import threading
+
+    monkeypatch.setattr(watchdog, "IDLE_S", 3600.0)
+    with watchdog.idle_workers_ended():
+        worker = watchdog.call(None, "which", threading.current_thread, timeout=LIMIT_S)
+        assert watchdog.call(None, "which", threading.current_thread, timeout=LIMIT_S) is worker
+    worker.join(SLACK_S)
+    assert not worker.is_alive()
+    from gemmzoo.tuning.select import explain
+
+    monkeypatch.setenv("GEMMZOO_BACKENDS", "numpy,torch-cpu")
+    earlier = set(threading.enumerate())  # hung calls of other tests keep their abandoned workers
+    assert explain((21, 13, 8), "float32", "cpu").source == "measured now"  # on worker threads
+    workers = [t for t in threading.enumerate() if t not in earlier and t.name == "gemmzoo-watchdog-worker"]
+    for worker in workers:
+        worker.join(SLACK_S)
+    assert not any(worker.is_alive() for worker in workers)
+
+
 @pytest.mark.parametrize(("text", "seconds"), [("5", 5.0), ("0.5", 0.5), ("0", None), ("off", None),
                                                (" 12 ", 12.0)])
 def test_timeouts_parse(text, seconds):

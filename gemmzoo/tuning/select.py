@@ -73,6 +73,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gemmzoo import watchdog
 from gemmzoo.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
 from gemmzoo.adapters.os_environ import reader as environ_reader
 from gemmzoo.dtypes import DTYPES, dtype_name
@@ -363,7 +364,8 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
     measuring = measuring_enabled(measure) and min(shape) > 0  # an empty product has nothing to time
-    with state.lock:
+    # the caller's own work comes next: no idle worker thread is kept past the answer (see watchdog)
+    with state.lock, watchdog.idle_workers_ended():
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
         store = state.store() if store is None else store
         conforming, unchecked = [], []
