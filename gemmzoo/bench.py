@@ -24,7 +24,7 @@ from gemmzoo.device import device_info, peak_tflops
 from gemmzoo.grids import GridPoint
 from gemmzoo.measure import NOISE_TARGET, Measurement, WrongResultError, measure
 from gemmzoo.roofline import Roofline, roofline
-from gemmzoo.watchdog import BackendTimeoutError
+from gemmzoo.watchdog import BackendTimeoutError, idle_workers_ended
 from gemmzoo.watchdog import call as watched
 
 OK, WRONG, ERROR, UNSUPPORTED, TIMEOUT = "ok", "wrong", "error", "unsupported", "timeout"
@@ -165,6 +165,7 @@ class BenchInterrupted(KeyboardInterrupt):
         self.results = results
 
 
+@idle_workers_ended()
 def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float = 0.2,
               on_result: Callable[[BenchResult], None] | None = None, timer: str = "events",
               rounds: int = 1, threads: int | None = None, noise_target: float = NOISE_TARGET,

@@ -206,8 +206,9 @@ def end_idle_workers() -> None:
 
 @contextlib.contextmanager
 def idle_workers_ended() -> Iterator[None]:
-    """``with idle_workers_ended():`` around a run of tasks that the caller's own work follows (a
-    first answer inside ``gemmzoo.matmul``): the workers it leaves idle end with the block."""
+    """``with idle_workers_ended():`` (or as a decorator) around a run of tasks that the caller's
+    own work follows (``best_backend``'s answer, a suite, a bench or tune run): the workers it
+    leaves idle end with the block."""
     try:
         yield
     finally:

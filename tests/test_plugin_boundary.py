@@ -224,26 +224,53 @@ def test_workers_are_reused_back_to_back_and_end_when_idle(monkeypatch):
     assert watchdog.call(None, "add", lambda x, y: x + y, 2, 3, timeout=LIMIT_S) == 5
 
 
-def test_a_first_answer_leaves_no_idle_worker_behind(empty_cache, monkeypatch):
-    """The workers a run of tasks leaves idle end with an idle_workers_ended() block, as
-    best_backend's first answer uses it, however long IDLE_S is."""
+def _new_workers_end(run) -> bool:
+    """Whether the worker threads that appear while ``run()`` runs end without further tasks
+    (those from before are left out: other tests' hung calls keep their abandoned workers)."""
     import threading
 
-    monkeypatch.setattr(watchdog, "IDLE_S", 3600.0)
-    with watchdog.idle_workers_ended():
-        worker = watchdog.call(None, "which", threading.current_thread, timeout=LIMIT_S)
-        assert watchdog.call(None, "which", threading.current_thread, timeout=LIMIT_S) is worker
-    worker.join(SLACK_S)
-    assert not worker.is_alive()
-    from gemmzoo.tuning.select import explain
-
-    monkeypatch.setenv("GEMMZOO_BACKENDS", "numpy,torch-cpu")
-    earlier = set(threading.enumerate())  # hung calls of other tests keep their abandoned workers
-    assert explain((21, 13, 8), "float32", "cpu").source == "measured now"  # on worker threads
+    watchdog.end_idle_workers()  # none left idle from before, to be reused unseen
+    earlier = set(threading.enumerate())
+    run()
     workers = [t for t in threading.enumerate() if t not in earlier and t.name == "gemmzoo-watchdog-worker"]
     for worker in workers:
         worker.join(SLACK_S)
-    assert not any(worker.is_alive() for worker in workers)
+    return not any(worker.is_alive() for worker in workers)
+
+
+@pytest.mark.parametrize("run", ["block", "best_backend", "check_backend", "run_bench", "tune"])
+def test_a_run_of_tasks_leaves_no_idle_worker_behind(empty_cache, monkeypatch, run):
+    """The workers a run of tasks leaves idle end with it, however long IDLE_S is: an
+    idle_workers_ended() block, and the entry points that run tasks for a caller."""
+    import threading
+
+    from gemmzoo.tuning.select import explain
+    from gemmzoo.tuning.tune import tune
+
+    monkeypatch.setattr(watchdog, "IDLE_S", 3600.0)
+    monkeypatch.setenv("GEMMZOO_BACKENDS", "numpy,torch-cpu")
+    point = GridPoint(21, 13, 8)
+
+    def block() -> None:
+        with watchdog.idle_workers_ended():
+            worker = watchdog.call(None, "which", threading.current_thread, timeout=LIMIT_S)
+            assert watchdog.call(None, "which", threading.current_thread, timeout=LIMIT_S) is worker
+
+    def best_backend() -> None:
+        assert explain((21, 13, 8), "float32", "cpu").source == "measured now"
+
+    def suite() -> None:
+        assert check_backend(NumpyBackend(), ["float32"]).passed
+
+    def bench() -> None:
+        assert run_bench([NumpyBackend()], [point], budget_s=0.01)[0].status == OK
+
+    def tuned() -> None:
+        assert tune([point], ["numpy"], budget_s=0.01)
+
+    runs = {"block": block, "best_backend": best_backend, "check_backend": suite, "run_bench": bench,
+            "tune": tuned}
+    assert _new_workers_end(runs[run])
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("5", 5.0), ("0.5", 0.5), ("0", None), ("off", None),

@@ -17,7 +17,7 @@ from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
 from gemmzoo.dtypes import DTYPES, result_dtype
 from gemmzoo.registry import probe_availability
 from gemmzoo.validation import backend_problem
-from gemmzoo.watchdog import BackendTimeoutError, quarantined
+from gemmzoo.watchdog import BackendTimeoutError, idle_workers_ended, quarantined
 from gemmzoo.watchdog import call as watched
 
 
@@ -329,6 +329,7 @@ def _run_input_check(backend: Any, check: str) -> CheckResult:
 # Whole backends --------------------------------------------------------------------------------
 
 
+@idle_workers_ended()
 def check_backend(
     backend: Any,
     dtypes: Iterable[str] | None = None,

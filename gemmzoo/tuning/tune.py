@@ -28,7 +28,7 @@ from gemmzoo.registry import get_registry
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import ConformanceRecord, Record, TuningStore
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
-from gemmzoo.watchdog import BackendTimeoutError
+from gemmzoo.watchdog import BackendTimeoutError, idle_workers_ended
 from gemmzoo.watchdog import call as watched
 
 #: The conformance suite's revision: part of a stored verdict's key, so a verdict from a suite
@@ -130,6 +130,7 @@ def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, 
     return records
 
 
+@idle_workers_ended()
 def tune(
     points: Iterable[GridPoint],
     backends: Sequence[str] | None = None,
