@@ -9,14 +9,15 @@ task of that backend in this process fails at once with :class:`BackendTimeoutEr
 calling it again, so one hung backend costs one time limit per process, not one per task.
 
 Worker threads are kept and reused between tasks that follow each other (a backend's
-thread-local state, such as a CUDA library handle, is made once), and end after
-:data:`IDLE_S` without one; a worker that was abandoned is never reused. An idle worker is not
-kept for longer: a thread that ran a backend's OpenMP work keeps that work's thread team alive,
-and where the process's OpenMP threads then outnumber the cores, libgomp stops letting its
-threads spin between parallel regions: the caller's own small CPU products, torch's say, became
-several times slower for as long as the worker lived (docs/results/2026-11-26-dispatch-gil.md). A task runs on
-the caller's current CUDA device (torch's and CuPy's, where the process uses them). A task asked
-for from a worker thread runs inline, under the limit of the task that contains it.
+thread-local state, such as a CUDA library handle, is made once), and end after :data:`IDLE_S`
+without one, or when a run of tasks for a caller ends (:func:`idle_workers_ended`); a worker
+that was abandoned is never reused. An idle worker is not kept for longer: a thread that ran a
+backend's OpenMP work keeps that work's thread team alive, and where the process's OpenMP
+threads then outnumber the cores, libgomp stops letting its threads spin between parallel
+regions, which made the caller's own small CPU products several times slower for as long as
+the worker lived. A task runs on the caller's current CUDA device (torch's and CuPy's, where the
+process uses them). A task asked for from a worker thread runs inline, under the limit of the
+task that contains it.
 
 The limit comes from the ``timeout`` argument, else from ``GEMMZOO_TIMEOUT`` (seconds; ``0``
 or ``off`` for none), else :data:`DEFAULT_TIMEOUT_S`. What a thread cannot do: stop a call that
