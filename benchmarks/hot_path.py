@@ -226,6 +226,17 @@ def _target_operands(m: int, n: int, k: int, dtype: str, layout: str, device: st
     return make(m, k, layout[0] == "T"), make(k, n, layout[1] == "T")
 
 
+def _ranking(m: int, n: int, k: int, dtype: str, device: str, layout: str) -> list[dict[str, Any]]:
+    """The stored timings a first answer ranked, fastest first (read back, nothing measured):
+    each backend's time per call, whether its device or its host time bounds it, and whether
+    its measurement met its noise target."""
+    from gemmzoo.tuning.select import explain
+
+    choice = explain((m, n, k), dtype, device, measure=False, layout=layout)
+    return [{"backend": t.backend, "us": t.median_s * 1e6, "spread_us": t.spread_s * 1e6, "bound": t.bound,
+             "converged": t.converged} for t in choice.ranking]
+
+
 def _baseline(dtype: str) -> tuple[str, Call]:
     """What a torch user calls for ``dtype``: torch.matmul (with TF32 allowed for tf32), or
     torch._scaled_mm with unit scales and fp32 promotion for fp8."""
@@ -331,6 +342,7 @@ def target_groups(rounds: Rounds, device: str, budget_s: float, only: list[str] 
             chosen = gemmzoo.best_backend((m, n, k), dtype, device, layout=layout)
             first_answer = time.perf_counter() - start
             first_answers.append(first_answer)
+            ranking = _ranking(m, n, k, dtype, device, layout)
             name, baseline = _baseline(dtype) if device == "cuda" else ("torch.matmul", torch.matmul)
             torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
             try:
@@ -346,9 +358,12 @@ def target_groups(rounds: Rounds, device: str, budget_s: float, only: list[str] 
             speedups.append(speedup)
             row: dict[str, Any] = {"problem": [m, n, k, dtype, layout], "chosen": chosen.name, "used": used,
                                    "caller_speedup": speedup, "first_answer_s": first_answer,
-                                   "caller": caller["rows"]}
+                                   "ranking": ranking, "caller": caller["rows"]}
             print(f"  first answer {first_answer:.2f} s; caller speedup {speedup:.2f}x "
                   f"(target >= 0.97x: {'met' if speedup >= 0.97 else 'MISSED'})")
+            print("  ranked on the miss: " + ", ".join(
+                f"{r['backend']} {r['us']:.1f} us ({r['bound']}{'' if r['converged'] else ', noisy'})"
+                for r in ranking))
             rows.append(row)
             if peer_reason is None and dtype in peer.dtypes:
                 compared.append(row)

@@ -170,7 +170,7 @@ def test_interleaved_caller_timings_take_the_backends_in_turn():
     assert order == ["slow", "fast", "slow", "fast", "slow", "fast", "slow"]
 
 
-def test_measure_records_settles_launch_bound_backends_by_interleaved_rounds(monkeypatch):
+def test_measure_records_times_the_contenders_loops_in_interleaved_rounds(monkeypatch):
     import importlib
 
     tune_module = importlib.import_module("gemmzoo.tuning.tune")
@@ -178,7 +178,7 @@ def test_measure_records_settles_launch_bound_backends_by_interleaved_rounds(mon
     monkeypatch.setattr("gemmzoo.gpu_stream.default_gpu", lambda: events)
     slow = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.002, name="slow")
     fast = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.001, name="fast")
-    long = FakeCudaBackend(events, gemm_s=0.004, name="long")  # device-bound: not re-timed
+    long = FakeCudaBackend(events, gemm_s=0.004, name="long")  # far slower on the device: no loops
     settled = []
     real = tune_module.measure_record
 
@@ -199,11 +199,12 @@ def test_measure_records_settles_launch_bound_backends_by_interleaved_rounds(mon
 
     monkeypatch.setattr(measure_module, "interleaved_caller_timings", spy)
     records = tune_module.measure_records([slow, fast, long], POINT, budget_s=0.02, verify=True)
-    assert calls == [["slow", "fast"]]
+    assert calls == [["fast", "slow"]]  # the contenders, fastest caller time first
     by_name = {r.backend: r for r in records}
-    assert by_name["slow"].host_s > by_name["fast"].host_s >= 0.001
-    assert by_name["long"].host_s == dict(settled)["long"]  # untouched
-    assert all(r.status == "ok" for r in records)
+    assert by_name["slow"].loop_s > by_name["fast"].loop_s >= 0.001
+    assert by_name["long"].loop_s is None and by_name["long"].loop_spread_s is None
+    assert {r.backend: r.host_s for r in records} == dict(settled)  # host times kept as measured
+    assert all(r.status == "ok" for r in records) and len({r.created for r in records}) == 1
 
 
 def test_time_problem_cpu_path_is_wall_time():

@@ -13,6 +13,13 @@ from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import GemmError
 
+#: What a ranked figure is, by :attr:`gemmzoo.tuning.select.Timed.bound`.
+_FIGURES = {
+    "host": "host time: launch-bound, the GPU waits for the launches",
+    "loop": "loop time: the median time per call of timed loops of calls",
+    "device": "device time",
+}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in ("M", "N", "K"):
@@ -112,10 +119,9 @@ def run(args: argparse.Namespace) -> int:
         rate = f", {flops / mine.median_s / 1e12:.3g} TFLOPS" if exact else ""
         console.print(f"  time: {_us(mine.median_s)} median, IQR {_us(mine.spread_s)} "
                       f"at {basis}{rate}")
-        bound = "host time: launch-bound, the GPU waits for the launches" if mine.bound == "host" \
-            else "device time"
-        ranked = "caller time (the larger of device and host time per call)" if args.by == "caller" \
-            else "device time"
+        bound = _FIGURES.get(mine.bound, "device time")
+        ranked = ("caller time (timed loops of calls where the near-fastest had them, else the larger "
+                  "of device and host time per call)") if args.by == "caller" else "device time"
         console.print(f"  ranked by: {ranked}; {choice.backend.name}'s figure is its {bound}")
     other = choice.runner_up
     if other is not None:

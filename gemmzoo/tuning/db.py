@@ -68,7 +68,9 @@ CREATE TABLE measurements (
     detail TEXT NOT NULL,
     created REAL NOT NULL,
     host_s REAL,
-    host_spread_s REAL
+    host_spread_s REAL,
+    loop_s REAL,
+    loop_spread_s REAL
 );
 CREATE INDEX measurements_lookup ON measurements (device, dtype, layout, m, n, k);
 CREATE TABLE conformance (
@@ -107,7 +109,9 @@ CREATE INDEX IF NOT EXISTS measurements_near ON measurements
 _BANDWIDTH_TABLE = """
 CREATE TABLE IF NOT EXISTS bandwidth (device TEXT NOT NULL, bytes_per_s REAL NOT NULL, created REAL NOT NULL)
 """
-_HOST_COLUMNS = ("host_s", "host_spread_s")
+#: Columns added to ``measurements`` beside schema version 1 without a version change (older
+#: releases name the columns they read and write): host time, then the time of loops of calls.
+_ADDED_COLUMNS = ("host_s", "host_spread_s", "loop_s", "loop_spread_s")
 
 # Added beside schema version 1 without a version change: older gemmzoo releases ignore it.
 _RECORDED_TABLE = """
@@ -174,7 +178,10 @@ class Record:
     was checked, else ``None``), ``"wrong"`` (the result was outside the conformance bound) or
     ``"failed"`` (the backend raised); ``detail`` says what happened in the last two cases.
     ``host_s``/``host_spread_s``: host time per call and its IQR (``None`` in rows stored before
-    host time was measured).
+    host time was measured). ``loop_s``/``loop_spread_s``: the time per call of loops of calls
+    on the same operands, and its IQR over rounds that took this backend in turn with the others
+    near the fastest at this problem, all stored with one ``created`` (``None`` where no such
+    rounds were run: see :func:`gemmzoo.tuning.tune.measure_records`).
     """
 
     device: str
@@ -194,11 +201,16 @@ class Record:
     created: float
     host_s: float | None = None
     host_spread_s: float | None = None
+    loop_s: float | None = None
+    loop_spread_s: float | None = None
 
     @property
     def caller_s(self) -> float | None:
-        """What a loop of calls achieves per call: the larger of device and host time."""
-        return None if self.median_s is None else max(self.median_s, self.host_s or 0.0)
+        """What a loop of calls achieves per call: the loops' time where they were measured, else
+        the larger of device and host time."""
+        if self.median_s is None:
+            return None
+        return self.loop_s if self.loop_s is not None else max(self.median_s, self.host_s or 0.0)
 
 
 @dataclass(frozen=True)
@@ -391,7 +403,7 @@ class TuningStore:
             if lacking:
                 raise _CorruptError(f"damaged schema: table {table} lacks column {lacking[0]}")
             if table == "measurements":
-                missing += [c for c in _HOST_COLUMNS if c not in present]
+                missing += [c for c in _ADDED_COLUMNS if c not in present]
         if objects.get("measurements_near") != "index":
             missing.append("measurements_near")
         return missing
@@ -438,10 +450,11 @@ class TuningStore:
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _add_host_time(self) -> None:
-        """The host-time columns and the bandwidth table, added to a database that lacks them."""
+        """The added columns (:data:`_ADDED_COLUMNS`) and the bandwidth table, added to a database
+        that lacks them."""
         self._db.execute(_BANDWIDTH_TABLE)
         present = {row[1] for row in self._db.execute("PRAGMA table_info(measurements)")}
-        for column in _HOST_COLUMNS:
+        for column in _ADDED_COLUMNS:
             if column not in present:
                 self._db.execute(f"ALTER TABLE measurements ADD COLUMN {column} REAL")
 

@@ -340,6 +340,7 @@ def _record(row: dict[str, Any]) -> Record:
         median_s=number("median_s"), spread_s=number("spread_s"), error_ratio=number("error_ratio"),
         samples=row["samples"], detail=row["detail"], created=float(row["created"]),
         host_s=number("host_s"), host_spread_s=number("host_spread_s"),
+        loop_s=number("loop_s"), loop_spread_s=number("loop_spread_s"),
     )
 
 

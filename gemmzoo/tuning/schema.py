@@ -39,7 +39,7 @@ DEVICE_KINDS = ("cpu", "cuda")
 
 MEASUREMENT_FIELDS = ("device", "versions", "backend", "m", "n", "k", "dtype", "layout", "status",
                       "median_s", "spread_s", "error_ratio", "samples", "detail", "created")
-MEASUREMENT_OPTIONAL = ("host_s", "host_spread_s")
+MEASUREMENT_OPTIONAL = ("host_s", "host_spread_s", "loop_s", "loop_spread_s")
 VERDICT_FIELDS = ("device", "versions", "backend", "dtype", "passed", "checks", "failures", "detail",
                   "created")
 
@@ -175,6 +175,8 @@ def _times(row: dict[str, Any]) -> None:
     seconds(row, "spread_s", required=False, zero=True)
     seconds(row, "host_s", required=False)
     seconds(row, "host_spread_s", required=False, zero=True)
+    seconds(row, "loop_s", required=False)
+    seconds(row, "loop_spread_s", required=False, zero=True)
     ratio = row.get("error_ratio")
     if ratio is not None and (not _number(ratio) or not math.isfinite(ratio) or not 0 <= ratio <= 1e6):
         raise RowError("error_ratio", f"must be a finite number from 0 up, or null, got {shown(ratio)}")

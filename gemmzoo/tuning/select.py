@@ -12,8 +12,8 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    fingerprint and the candidate's current library versions. Rows from another device or other
    versions are never used.
 3. Candidates with no such row are measured now (when measuring is on), in about
-   :data:`MISS_BUDGET_S` of timing split between them, and stored; launch-bound candidates have
-   their caller times measured again as loops of calls in interleaved rounds
+   :data:`MISS_BUDGET_S` of timing split between them, and stored; the near-fastest of them
+   also have loops of calls timed in interleaved rounds
    (:func:`gemmzoo.tuning.tune.measure_records`).
    Results are checked against
    the conformance bound when ``M·N·K <= VERIFY_LIMIT`` (the float64 host reference is then cheap);
@@ -31,9 +31,12 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    on the caller's own array library first. A default that has no verdict here has the suite
    run on it first (once per device, versions, backend and dtype); one that fails it is passed
    over.
-5. Candidates are ranked by *caller time* (``by="caller"``, the default): the larger of the
-   median device time and the median host time per call, what a loop of calls achieves; a
-   launch-bound backend is ranked by its host time. ``by="device"`` ranks by device time alone.
+5. Candidates are ranked by *caller time* (``by="caller"``, the default): what a loop of calls
+   achieves. Where the near-fastest backends had their loops timed in one round, and none was
+   measured again since, that is their loops' median time per call (launch path, device work
+   and warm caches together, under the same drift of the host); otherwise the larger of the
+   median device time (caches flushed) and the median host time per call, so a launch-bound
+   backend is ranked by its host time. ``by="device"`` ranks by device time alone.
    The fastest wins, but every candidate within measured noise of the fastest ties with it,
    by the one tie rule of :mod:`gemmzoo.measure.ties`: the two intervals (median ± its
    uncertainty, at least ``TIE_FLOOR`` of the median; a stored row's uncertainty is half its
@@ -110,7 +113,8 @@ RANK_BY = ("caller", "device")
 @dataclass(frozen=True)
 class Timed:
     """One candidate's stored timing at the shape that decided: the time it was ranked by, its
-    IQR, and which bound that time is (``"device"`` or ``"host"``); ``half_width_s``, the
+    IQR, and what that time is (``"device"`` or ``"host"`` time, whichever bounds a call, or
+    ``"loop"``: the time per call of timed loops of calls); ``half_width_s``, the
     median's uncertainty where known (else half the IQR stands for it), and ``converged``,
     false for a measurement that missed its noise target (noisy: not ranked with the others)."""
 
@@ -267,15 +271,28 @@ def _latest(records: list[Record], versions: dict[str, str]) -> dict[str, Record
     return latest
 
 
-def _timed(record: Record, by: str) -> Timed:
+def _timed(record: Record, by: str, loops: bool = False) -> Timed:
+    if by == "caller" and loops and record.loop_s is not None:
+        return Timed(record.backend, float(record.loop_s), float(record.loop_spread_s or 0.0), "loop")
     host = record.host_s
     if by == "caller" and host is not None and host > float(record.median_s):  # type: ignore[arg-type]
         return Timed(record.backend, float(host), float(record.host_spread_s or 0.0), "host")
     return Timed(record.backend, float(record.median_s), float(record.spread_s or 0.0))  # type: ignore[arg-type]
 
 
+def _loops_comparable(rows: list[Record]) -> bool:
+    """Whether the loop times among ``rows`` (one per backend) rank against each other: they come
+    from one round of loops (one ``created``: see :func:`gemmzoo.tuning.tune.measure_records`)
+    and no row is newer than that round (a backend measured again since has no loop time beside
+    theirs)."""
+    looped = {r.created for r in rows if r.loop_s is not None}
+    return len(looped) == 1 and max(r.created for r in rows) <= looped.pop()
+
+
 def _timings(latest: dict[str, Record], by: str = "caller") -> list[Timed]:
-    return [_timed(r, by) for r in latest.values() if r.status == "ok" and r.median_s is not None]
+    rows = [r for r in latest.values() if r.status == "ok" and r.median_s is not None]
+    loops = _loops_comparable(rows)
+    return [_timed(r, by, loops) for r in rows]
 
 
 def _box(shape: tuple[int, int, int], radius: float | None) -> Any:

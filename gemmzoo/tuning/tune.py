@@ -102,31 +102,59 @@ def measure_record(backend: Any, point: GridPoint, budget_s: float, verify: bool
     )
 
 
+#: Backends whose device time is within this factor of the fastest caller time (the larger of
+#: device and host time) are contenders at a problem: their loops of calls are timed in turn.
+CONTENDER_RATIO = 1.10
+#: The most contenders whose loops are timed, fastest first.
+MAX_CONTENDERS = 4
+#: Above this caller time per call, no loops are timed: host time and a warm cache hardly move a
+#: loop of such calls, and loops of them would take seconds.
+LOOP_LIMIT_S = 0.002
+
+
+def contenders(records: Sequence[Record]) -> list[int]:
+    """Indices of the ``ok`` records whose loops :func:`measure_records` times: those whose device
+    time is within :data:`CONTENDER_RATIO` of the fastest caller time, fastest caller time first,
+    at most :data:`MAX_CONTENDERS`; none when fewer than two qualify or the fastest caller time is
+    above :data:`LOOP_LIMIT_S`."""
+    timed = [(float(r.caller_s), float(r.median_s), index) for index, r in enumerate(records)  # type: ignore[arg-type]
+             if r.status == "ok" and r.median_s is not None]
+    if not timed:
+        return []
+    best = min(caller for caller, _, _ in timed)
+    near = sorted((caller, index) for caller, device, index in timed if device <= best * CONTENDER_RATIO)
+    if best > LOOP_LIMIT_S or len(near) < 2:
+        return []
+    return [index for _, index in near[:MAX_CONTENDERS]]
+
+
 def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, verify: bool) -> list[Record]:
-    """:func:`measure_record` for each backend on ``point``; then, where two or more of them are
-    launch-bound (host time above device time), their caller times measured again as loops of
-    calls, in interleaved rounds (:func:`gemmzoo.measure.interleaved_caller_timings`), and stored
-    as their host time: such backends are ranked by what a calling loop gets, and one measurement
-    after another does not separate times a few per cent apart."""
+    """:func:`measure_record` for each backend on ``point``; then, for the contenders (see
+    :func:`contenders`), loops of calls on the same operands, each ended by one synchronisation,
+    timed in interleaved rounds (:func:`gemmzoo.measure.interleaved_caller_timings`) and stored
+    as ``loop_s``: what a program calling in a loop gets, launch path, device work and warm
+    caches together, measured for the near-fastest backends under the same drift of the host.
+    The records of one call share one ``created``, which is what lets their loop times be
+    ranked against each other (see :func:`gemmzoo.tuning.select.explain`)."""
     records = [measure_record(backend, point, budget_s, verify) for backend in backends]
-    bound = [index for index, r in enumerate(records)
-             if r.status == "ok" and r.median_s is not None and (r.host_s or 0.0) > r.median_s]
-    if len(bound) < 2:
+    created = time.time()
+    records = [dataclasses.replace(r, created=created) for r in records]
+    near = contenders(records)
+    if not near:
         return records
     from gemmzoo.measure import interleaved_caller_timings, make_problem
 
-    def caller_timings() -> list[Any]:
-        problems = [make_problem(backends[index], point) for index in bound]
-        return interleaved_caller_timings(problems, [float(records[index].host_s) for index in bound])
+    def loop_timings() -> list[Any]:
+        problems = [make_problem(backends[index], point) for index in near]
+        return interleaved_caller_timings(problems, [float(records[index].caller_s) for index in near])  # type: ignore[arg-type]
 
     try:  # several backends in one task: an overrun quarantines none of them
-        timings = watched(None, f"caller timings at {point.id}", caller_timings)
-    except Exception:  # keep the first measurement: it is a correct, if noisier, answer
+        timings = watched(None, f"loops of calls at {point.id}", loop_timings)
+    except Exception:  # keep the measurements without loops: correct, if further from a caller's loop
         return records
-    for index, timing in zip(bound, timings, strict=True):
-        record = records[index]
-        records[index] = dataclasses.replace(record, host_s=max(timing.median_s, float(record.median_s)),
-                                             host_spread_s=timing.spread_s)
+    for index, timing in zip(near, timings, strict=True):
+        records[index] = dataclasses.replace(records[index], loop_s=timing.median_s,
+                                             loop_spread_s=timing.spread_s)
     return records
 
 

@@ -1,0 +1,171 @@
+"""Loops of calls timed for the near-fastest backends, and caller-time ranking by them: which
+backends contend, that their loops are stored with one timestamp, when the loop times rank, and
+the schema that carries them."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sqlite3
+import time
+
+import numpy as np
+import pytest
+from test_best_backend import (  # noqa: F401  (fresh: autouse fixture)
+    FAST,
+    SLOW,
+    forbid_measuring,
+    fresh,
+    passed_here,
+    row,
+)
+from tuning_fakes import DelayedBackend, registry_with
+
+from gemmzoo import registry as registry_module
+from gemmzoo.grids import GridPoint
+from gemmzoo.tuning import explain, state
+from gemmzoo.tuning.db import open_store
+from gemmzoo.tuning.schema import RowError, check_measurement
+from gemmzoo.tuning.tune import CONTENDER_RATIO, LOOP_LIMIT_S, MAX_CONTENDERS, contenders, measure_records
+
+SHAPE = (64, 64, 64)
+
+
+def _store(*records):
+    state.store().add(records)
+    passed_here(*sorted({r.backend for r in records}))
+
+
+def _looped(record, loop_s, created):
+    return dataclasses.replace(record, loop_s=loop_s, loop_spread_s=loop_s / 50, created=created)
+
+
+def test_contenders_are_the_near_fastest_by_device_time():
+    best = 10e-6
+    rows = [
+        dataclasses.replace(row("a-fake", SHAPE, best)),  # the fastest caller time
+        dataclasses.replace(row("b-fake", SHAPE, best * (CONTENDER_RATIO - 0.02))),
+        dataclasses.replace(row("c-fake", SHAPE, best * (CONTENDER_RATIO + 0.05))),  # too slow
+        # launch-bound: slow caller time, but a device time that could win
+        dataclasses.replace(row("d-fake", SHAPE, best / 2), host_s=best * 3),
+        row("e-fake", SHAPE, best / 4, status="failed"),
+        row("f-fake", SHAPE, None, status="failed"),
+    ]
+    assert contenders(rows) == [0, 1, 3]
+    many = [row(f"g{i}-fake", SHAPE, best * (1 + i / 100)) for i in range(MAX_CONTENDERS + 3)]
+    assert contenders(many) == list(range(MAX_CONTENDERS))
+
+
+def test_no_loops_for_a_lone_contender_or_long_calls():
+    assert contenders([row("a-fake", SHAPE, 10e-6), row("b-fake", SHAPE, 20e-6)]) == []
+    assert contenders([row("a-fake", SHAPE, 10e-6)]) == []
+    assert contenders([]) == []
+    long = LOOP_LIMIT_S * 1.5
+    assert contenders([row("a-fake", SHAPE, long), row("b-fake", SHAPE, long * 1.01)]) == []
+
+
+def test_loop_times_decide_where_one_round_measured_them(monkeypatch):
+    forbid_measuring(monkeypatch)
+    created = time.time() - 5
+    # caches flushed, FAST is ahead; in loops on the same operands SLOW is
+    _store(_looped(row(FAST, SHAPE, 10e-6), 12e-6, created), _looped(row(SLOW, SHAPE, 13e-6), 8e-6, created))
+    choice = explain(SHAPE, measure=False)
+    assert choice.backend.name == SLOW and not choice.tie
+    assert {t.backend: (t.bound, t.median_s) for t in choice.ranking} == {SLOW: ("loop", 8e-6),
+                                                                           FAST: ("loop", 12e-6)}
+    by_device = explain(SHAPE, measure=False, by="device")
+    assert by_device.backend.name == FAST and all(t.bound == "device" for t in by_device.ranking)
+
+
+def test_loop_times_from_two_rounds_or_older_than_a_row_do_not_rank(monkeypatch):
+    forbid_measuring(monkeypatch)
+    created = time.time() - 5
+    _store(_looped(row(FAST, SHAPE, 10e-6), 12e-6, created),
+           _looped(row(SLOW, SHAPE, 13e-6), 8e-6, created - 1))
+    two_rounds = explain(SHAPE, measure=False)
+    assert two_rounds.backend.name == FAST and all(t.bound == "device" for t in two_rounds.ranking)
+    state.store().add([_looped(row(SLOW, SHAPE, 13e-6), 8e-6, created)])
+    assert explain(SHAPE, measure=False).backend.name == SLOW  # one round again: the loops rank
+    state.store().add([dataclasses.replace(row(FAST, SHAPE, 10e-6), created=created + 1)])  # measured again
+    newer = explain(SHAPE, measure=False)
+    assert newer.backend.name == FAST and all(t.bound == "device" for t in newer.ranking)
+
+
+class WarmBackend(DelayedBackend):
+    """As slow as a steady twin on new operands, three times faster on the operands of its last
+    call: a backend whose time on ever new operands hides what a loop of calls gets."""
+
+    def __init__(self, name: str, cold_s: float, warm_s: float) -> None:
+        super().__init__(name, cold_s)
+        self.cold_s, self.warm_s = cold_s, warm_s
+        self._last: tuple[int, int] | None = None
+
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        seen = (id(a), id(b))
+        self.delay_s = self.warm_s if seen == self._last else self.cold_s
+        self._last = seen
+        return super().matmul(a, b)
+
+
+def test_a_miss_times_the_contenders_loops_and_ranks_by_them(monkeypatch):
+    # a loaded machine stretches sleeps unevenly: the margins here are not what is tested
+    tune_module = importlib.import_module("gemmzoo.tuning.tune")  # the package's `tune` is the function
+    monkeypatch.setattr(tune_module, "CONTENDER_RATIO", 2.0)
+    monkeypatch.setattr(tune_module, "LOOP_LIMIT_S", 0.05)
+    warm = WarmBackend("warm-fake", 0.003, 0.001)
+    steady = DelayedBackend("steady-fake", 0.003)
+    monkeypatch.setattr(registry_module, "_registry", registry_with(warm, steady))
+    state.reset()
+    point = GridPoint(*SHAPE)
+    records = measure_records([warm, steady], point, 0.05, verify=True)
+    assert [r.status for r in records] == ["ok", "ok"]
+    assert len({r.created for r in records}) == 1
+    by_name = {r.backend: r for r in records}
+    assert all(r.loop_s is not None and r.loop_spread_s is not None for r in records)
+    assert by_name["warm-fake"].loop_s < 0.6 * by_name["steady-fake"].loop_s
+    assert by_name["steady-fake"].loop_s >= 0.003
+    state.store().add(records)
+    passed_here("warm-fake", "steady-fake")
+    forbid_measuring(monkeypatch)
+    choice = explain(SHAPE, measure=False)
+    assert choice.backend.name == "warm-fake" and choice.timing.bound == "loop"
+
+
+def test_loop_times_are_stored_exported_and_checked(tmp_path):
+    store = open_store(tmp_path)
+    record = _looped(row(FAST, SHAPE, 10e-6), 12e-6, time.time())
+    store.add([record])
+    [back] = store.records(record.device, "float32", "NN", SHAPE)
+    assert (back.loop_s, back.loop_spread_s) == (record.loop_s, record.loop_spread_s)
+    assert back.caller_s == 12e-6 and dataclasses.replace(back, loop_s=None).caller_s == 10e-6
+    store.close()
+    fields = {"device": {"kind": "cpu"}, "versions": {}, "backend": FAST, "m": 1, "n": 2, "k": 3,
+              "dtype": "float32", "layout": "NN", "status": "ok", "median_s": 1e-5, "spread_s": 0.0,
+              "error_ratio": 0.5, "samples": 3, "detail": "", "created": time.time(), "loop_s": 2e-5,
+              "loop_spread_s": 0.0}
+    check_measurement(fields)
+    for bad in (-1.0, float("nan"), "fast"):
+        with pytest.raises(RowError, match="loop_s"):
+            check_measurement({**fields, "loop_s": bad})
+
+
+def test_a_database_with_host_time_but_no_loops_gains_their_columns(tmp_path):
+    path = tmp_path / "tuning.sqlite3"
+    store = open_store(tmp_path)
+    store.add([row(FAST, SHAPE, 10e-6)])
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE measurements DROP COLUMN loop_s")
+    db.execute("ALTER TABLE measurements DROP COLUMN loop_spread_s")
+    db.commit()
+    db.close()
+    store = open_store(tmp_path)
+    [old] = store.records(device_of(FAST), "float32", "NN", SHAPE)
+    assert old.median_s == 10e-6 and old.loop_s is None
+    store.add([_looped(old, 7e-6, time.time())])
+    assert [r.caller_s for r in store.records(device_of(FAST), "float32", "NN", SHAPE)] == [10e-6, 7e-6]
+    store.close()
+
+
+def device_of(name: str) -> str:
+    return row(name, SHAPE, 1.0).device
