@@ -15,6 +15,7 @@ from test_best_backend import (  # noqa: F401  (fresh: autouse fixture)
     fresh,
     passed_here,
     row,
+    store_rows,
 )
 
 from gemmzoo.cli import main
@@ -24,16 +25,10 @@ from gemmzoo.tuning.db import SCHEMA_VERSION, open_store
 SHAPE = (64, 64, 64)
 
 
-def _store(*records):
-    """Store the rows and earn their backends' verdicts here (stored rows rank only those)."""
-    state.store().add(records)
-    passed_here(*sorted({r.backend for r in records} & {FAST, SLOW}))
-
-
 def test_a_launch_bound_backend_loses_on_caller_time_and_wins_on_device_time(monkeypatch):
     forbid_measuring(monkeypatch)
     # FAST: 6 us of GEMM but 70 us of host time per call; SLOW: 10 us of GEMM, 15 us of host time
-    _store(dataclasses.replace(row(FAST, SHAPE, 6e-6), host_s=70e-6, host_spread_s=1e-6),
+    store_rows(dataclasses.replace(row(FAST, SHAPE, 6e-6), host_s=70e-6, host_spread_s=1e-6),
            dataclasses.replace(row(SLOW, SHAPE, 10e-6), host_s=15e-6, host_spread_s=1e-6))
     by_caller = explain(SHAPE, measure=False)
     assert by_caller.backend.name == SLOW and not by_caller.tie
@@ -48,13 +43,13 @@ def test_a_launch_bound_backend_loses_on_caller_time_and_wins_on_device_time(mon
 
 def test_rows_without_host_time_rank_by_device_time(monkeypatch):
     forbid_measuring(monkeypatch)
-    _store(row(FAST, SHAPE, 6e-6), row(SLOW, SHAPE, 10e-6))
+    store_rows(row(FAST, SHAPE, 6e-6), row(SLOW, SHAPE, 10e-6))
     assert explain(SHAPE, measure=False).backend.name == FAST
 
 
 def test_best_command_says_which_bound_decided(monkeypatch, capsys):
     forbid_measuring(monkeypatch)
-    _store(dataclasses.replace(row(FAST, SHAPE, 6e-6), host_s=70e-6, host_spread_s=1e-6),
+    store_rows(dataclasses.replace(row(FAST, SHAPE, 6e-6), host_s=70e-6, host_spread_s=1e-6),
            dataclasses.replace(row(SLOW, SHAPE, 10e-6), host_s=15e-6, host_spread_s=1e-6))
     assert main(["best", "64", "64", "64", "--device", "cpu", "--no-measure"]) == 0
     out = capsys.readouterr().out

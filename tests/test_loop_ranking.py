@@ -18,6 +18,7 @@ from test_best_backend import (  # noqa: F401  (fresh: autouse fixture)
     fresh,
     passed_here,
     row,
+    store_rows,
 )
 from tuning_fakes import DelayedBackend, registry_with
 
@@ -29,11 +30,6 @@ from gemmzoo.tuning.schema import RowError, check_measurement
 from gemmzoo.tuning.tune import CONTENDER_RATIO, LOOP_LIMIT_S, MAX_CONTENDERS, contenders, measure_records
 
 SHAPE = (64, 64, 64)
-
-
-def _store(*records):
-    state.store().add(records)
-    passed_here(*sorted({r.backend for r in records}))
 
 
 def _looped(record, loop_s, created):
@@ -68,7 +64,8 @@ def test_loop_times_decide_where_one_round_measured_them(monkeypatch):
     forbid_measuring(monkeypatch)
     created = time.time() - 5
     # caches flushed, FAST is ahead; in loops on the same operands SLOW is
-    _store(_looped(row(FAST, SHAPE, 10e-6), 12e-6, created), _looped(row(SLOW, SHAPE, 13e-6), 8e-6, created))
+    store_rows(_looped(row(FAST, SHAPE, 10e-6), 12e-6, created),
+               _looped(row(SLOW, SHAPE, 13e-6), 8e-6, created))
     choice = explain(SHAPE, measure=False)
     assert choice.backend.name == SLOW and not choice.tie
     assert {t.backend: (t.bound, t.median_s) for t in choice.ranking} == {SLOW: ("loop", 8e-6),
@@ -80,7 +77,7 @@ def test_loop_times_decide_where_one_round_measured_them(monkeypatch):
 def test_loop_times_from_two_rounds_or_older_than_a_row_do_not_rank(monkeypatch):
     forbid_measuring(monkeypatch)
     created = time.time() - 5
-    _store(_looped(row(FAST, SHAPE, 10e-6), 12e-6, created),
+    store_rows(_looped(row(FAST, SHAPE, 10e-6), 12e-6, created),
            _looped(row(SLOW, SHAPE, 13e-6), 8e-6, created - 1))
     two_rounds = explain(SHAPE, measure=False)
     assert two_rounds.backend.name == FAST and all(t.bound == "device" for t in two_rounds.ranking)
