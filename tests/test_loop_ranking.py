@@ -65,7 +65,7 @@ def test_loop_times_decide_where_one_round_measured_them(monkeypatch):
     created = time.time() - 5
     # caches flushed, FAST is ahead; in loops on the same operands SLOW is
     store_rows(_looped(row(FAST, SHAPE, 10e-6), 12e-6, created),
-               _looped(row(SLOW, SHAPE, 13e-6), 8e-6, created))
+               _looped(row(SLOW, SHAPE, 10.5e-6), 8e-6, created))
     choice = explain(SHAPE, measure=False)
     assert choice.backend.name == SLOW and not choice.tie
     assert {t.backend: (t.bound, t.median_s) for t in choice.ranking} == {SLOW: ("loop", 8e-6),
@@ -78,14 +78,23 @@ def test_loop_times_from_two_rounds_or_older_than_a_row_do_not_rank(monkeypatch)
     forbid_measuring(monkeypatch)
     created = time.time() - 5
     store_rows(_looped(row(FAST, SHAPE, 10e-6), 12e-6, created),
-           _looped(row(SLOW, SHAPE, 13e-6), 8e-6, created - 1))
+           _looped(row(SLOW, SHAPE, 10.5e-6), 8e-6, created - 1))
     two_rounds = explain(SHAPE, measure=False)
     assert two_rounds.backend.name == FAST and all(t.bound == "device" for t in two_rounds.ranking)
-    state.store().add([_looped(row(SLOW, SHAPE, 13e-6), 8e-6, created)])
+    state.store().add([_looped(row(SLOW, SHAPE, 10.5e-6), 8e-6, created)])
     assert explain(SHAPE, measure=False).backend.name == SLOW  # one round again: the loops rank
     state.store().add([dataclasses.replace(row(FAST, SHAPE, 10e-6), created=created + 1)])  # measured again
     newer = explain(SHAPE, measure=False)
     assert newer.backend.name == FAST and all(t.bound == "device" for t in newer.ranking)
+
+
+def test_loop_times_do_not_rank_while_a_contender_has_none(monkeypatch):
+    forbid_measuring(monkeypatch)
+    created = time.time() - 5
+    # FAST measured earlier without loops; SLOW alone since, with a loop: near FAST when flushed
+    store_rows(row(FAST, SHAPE, 10e-6), _looped(row(SLOW, SHAPE, 10.5e-6), 8e-6, created + 1))
+    assert [t.bound for t in explain(SHAPE, measure=False).ranking] == ["device", "device"]
+    assert explain(SHAPE, measure=False).backend.name == FAST
 
 
 class WarmBackend(DelayedBackend):

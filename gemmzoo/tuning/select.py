@@ -32,8 +32,8 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    run on it first (once per device, versions, backend and dtype); one that fails it is passed
    over.
 5. Candidates are ranked by *caller time* (``by="caller"``, the default): what a loop of calls
-   achieves. Where the near-fastest backends had their loops timed in one round, and none was
-   measured again since, that is their loops' median time per call (launch path, device work
+   achieves. Where the near-fastest backends all had their loops timed in one round, and none
+   was measured again since, that is their loops' median time per call (launch path, device work
    and warm caches together, under the same drift of the host); otherwise the larger of the
    median device time (caches flushed) and the median host time per call, so a launch-bound
    backend is ranked by its host time. ``by="device"`` ranks by device time alone.
@@ -87,7 +87,7 @@ from gemmzoo.registry import env_list, get_registry
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import Record, TuningStore, TuningStoreBusyError, patience
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
-from gemmzoo.tuning.tune import conformance_verdict, measure_records
+from gemmzoo.tuning.tune import conformance_verdict, contenders, measure_records
 
 MISS_BUDGET_S = 0.3
 LOCK_PATIENCE_S = 1.0
@@ -281,12 +281,15 @@ def _timed(record: Record, by: str, loops: bool = False) -> Timed:
 
 
 def _loops_comparable(rows: list[Record]) -> bool:
-    """Whether the loop times among ``rows`` (one per backend) rank against each other: they come
-    from one round of loops (one ``created``: see :func:`gemmzoo.tuning.tune.measure_records`)
-    and no row is newer than that round (a backend measured again since has no loop time beside
+    """Whether the loop times among ``rows`` (one per backend) rank against each other: every
+    contender among them (:func:`gemmzoo.tuning.tune.contenders`) has one, they come from one
+    round of loops (one ``created``: see :func:`gemmzoo.tuning.tune.measure_records`), and no
+    row is newer than that round (a backend measured again since has no loop time beside
     theirs)."""
+    near = [rows[index] for index in contenders(rows)]
     looped = {r.created for r in rows if r.loop_s is not None}
-    return len(looped) == 1 and max(r.created for r in rows) <= looped.pop()
+    return (bool(near) and all(r.loop_s is not None for r in near) and len(looped) == 1
+            and max(r.created for r in rows) <= looped.pop())
 
 
 def _timings(latest: dict[str, Record], by: str = "caller") -> list[Timed]:
