@@ -228,8 +228,8 @@ def _target_operands(m: int, n: int, k: int, dtype: str, layout: str, device: st
 
 def _ranking(m: int, n: int, k: int, dtype: str, device: str, layout: str) -> list[dict[str, Any]]:
     """The stored timings a first answer ranked, fastest first (read back, nothing measured):
-    each backend's time per call, whether its device or its host time bounds it, and whether
-    its measurement met its noise target."""
+    each backend's time per call, what that time is (its loops' time, or its device or host time,
+    whichever bounds a call), and whether its measurement met its noise target."""
     from gemmzoo.tuning.select import explain
 
     choice = explain((m, n, k), dtype, device, measure=False, layout=layout)

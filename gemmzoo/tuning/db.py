@@ -205,12 +205,17 @@ class Record:
     loop_spread_s: float | None = None
 
     @property
+    def measured_caller_s(self) -> float | None:
+        """The larger of device and host time: the caller time measured call by call, before any
+        loop was timed."""
+        return None if self.median_s is None else max(self.median_s, self.host_s or 0.0)
+
+    @property
     def caller_s(self) -> float | None:
         """What a loop of calls achieves per call: the loops' time where they were measured, else
-        the larger of device and host time."""
-        if self.median_s is None:
-            return None
-        return self.loop_s if self.loop_s is not None else max(self.median_s, self.host_s or 0.0)
+        :attr:`measured_caller_s`."""
+        measured = self.measured_caller_s
+        return measured if measured is None or self.loop_s is None else self.loop_s
 
 
 @dataclass(frozen=True)

@@ -272,7 +272,7 @@ def _latest(records: list[Record], versions: dict[str, str]) -> dict[str, Record
 
 
 def _timed(record: Record, by: str, loops: bool = False) -> Timed:
-    if by == "caller" and loops and record.loop_s is not None:
+    if loops and record.loop_s is not None:
         return Timed(record.backend, float(record.loop_s), float(record.loop_spread_s or 0.0), "loop")
     host = record.host_s
     if by == "caller" and host is not None and host > float(record.median_s):  # type: ignore[arg-type]
@@ -294,7 +294,7 @@ def _loops_comparable(rows: list[Record]) -> bool:
 
 def _timings(latest: dict[str, Record], by: str = "caller") -> list[Timed]:
     rows = [r for r in latest.values() if r.status == "ok" and r.median_s is not None]
-    loops = _loops_comparable(rows)
+    loops = by == "caller" and _loops_comparable(rows)
     return [_timed(r, by, loops) for r in rows]
 
 

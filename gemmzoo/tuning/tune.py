@@ -112,18 +112,13 @@ MAX_CONTENDERS = 4
 LOOP_LIMIT_S = 0.002
 
 
-def _measured_caller_s(record: Record) -> float:
-    """The larger of ``record``'s device and host time: its caller time before any loop."""
-    return max(float(record.median_s), record.host_s or 0.0)  # type: ignore[arg-type]
-
-
 def contenders(records: Sequence[Record]) -> list[int]:
     """Indices of the ``ok`` records whose loops :func:`measure_records` times: those whose device
     time is within :data:`CONTENDER_RATIO` of the fastest caller time (the larger of device and
     host time: loop times, where records have them, play no part), fastest caller time first,
     at most :data:`MAX_CONTENDERS`; none when fewer than two qualify or the fastest caller time is
     above :data:`LOOP_LIMIT_S`."""
-    timed = [(_measured_caller_s(r), float(r.median_s), index) for index, r in enumerate(records)  # type: ignore[arg-type]
+    timed = [(float(r.measured_caller_s), float(r.median_s), index) for index, r in enumerate(records)  # type: ignore[arg-type]
              if r.status == "ok" and r.median_s is not None]
     if not timed:
         return []
@@ -152,7 +147,8 @@ def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, 
 
     def loop_timings() -> list[Any]:
         problems = [make_problem(backends[index], point) for index in near]
-        return interleaved_caller_timings(problems, [_measured_caller_s(records[index]) for index in near])
+        return interleaved_caller_timings(problems, [float(records[index].measured_caller_s)  # type: ignore[arg-type]
+                                                     for index in near])
 
     try:  # several backends in one task: an overrun quarantines none of them
         timings = watched(None, f"loops of calls at {point.id}", loop_timings)
