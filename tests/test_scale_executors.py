@@ -1,0 +1,133 @@
+"""The executors without a cluster: the slurm path through submitit's local executor, the ray path on
+a local Ray with fake GPUs, each with a worker killed mid-sweep; the options and missing engines."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gemmzoo.grids import GridPoint
+from gemmzoo.scale_executors import (
+    ExecutorError,
+    ExecutorSettings,
+    PointFolder,
+    make_executor,
+    parse_option,
+    require,
+    sweep_key,
+)
+
+POINTS = [GridPoint(m, 8 + m % 5, 16, "float32") for m in (3, 17, 29, 41, 53, 67)]
+
+
+def traced_job(log_dir: str, kill_at: str, point: GridPoint) -> dict[str, object]:
+    """A job that logs each finished call and kills its own process the first time it meets
+    ``kill_at`` (a worker lost mid-sweep, as a preempted node or an OOM kill would lose it)."""
+    log = Path(log_dir)
+    marker = log / f"killed-{point.id}"
+    if point.id == kill_at and not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    (log / f"done-{point.id}-{uuid.uuid4().hex}").write_text(str(os.getpid()))
+    return {"m": point.m, "product": point.m * point.n * point.k,
+            "gpu": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def _by_value() -> None:
+    # The workers unpickle the job by value: this test module is not importable there.
+    for name in ("cloudpickle", "ray.cloudpickle"):  # submitit's, Ray's own copy
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                module = __import__(name, fromlist=["register_pickle_by_value"])
+            except ImportError:
+                continue
+        module.register_pickle_by_value(sys.modules[__name__])
+
+
+def _check_sweep(log: Path, outcomes: list, kill_at: str) -> None:
+    assert len(outcomes) == len(POINTS)
+    for point, (status, value) in zip(POINTS, outcomes, strict=True):
+        assert status == "ok", value
+        assert value["m"] == point.m and value["product"] == point.m * point.n * point.k
+    for point in POINTS:  # every point finished exactly once: nothing lost, nothing counted twice
+        assert len(list(log.glob(f"done-{point.id}-*"))) == 1, point.id
+    assert (log / f"killed-{kill_at}").exists()  # the kill did happen
+
+
+def test_slurm_through_submitit_local_survives_a_killed_task(tmp_path: Path) -> None:
+    pytest.importorskip("submitit")
+    _by_value()
+    log = tmp_path / "log"
+    log.mkdir()
+    kill_at = POINTS[2].id
+    job = functools.partial(traced_job, str(log), kill_at)
+    settings = ExecutorSettings("slurm", workers=2, devices=["0", "1"], folder=str(tmp_path / "sweep"),
+                                cluster="local", options={"timeout_min": 5}, poll_s=0.2)
+    heard = []
+    outcomes, reports = make_executor(settings).run(job, POINTS, lambda p, w, o: heard.append(p.id))
+    _check_sweep(log, outcomes, kill_at)
+    assert sorted(heard) == sorted(p.id for p in POINTS)
+    # each array task had its own GPU entry; the killed task's points went out again
+    gpus = {value["gpu"] for _status, value in outcomes}
+    assert gpus == {"0", "1"}
+    assert any(r.error for r in reports) and any(r.device.startswith("try 2") and r.points for r in reports)
+    # A requeue (or the same command again) measures nothing already in the folder.
+    again, _ = make_executor(settings).run(job, POINTS)
+    assert again == outcomes
+    assert len(list(log.glob("done-*"))) == len(POINTS)
+
+
+def test_ray_on_a_local_cluster_with_fake_gpus_survives_a_killed_actor(tmp_path: Path) -> None:
+    ray = pytest.importorskip("ray")
+    _by_value()
+    log = tmp_path / "log"
+    log.mkdir()
+    kill_at = POINTS[1].id
+    job = functools.partial(traced_job, str(log), kill_at)
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+    try:
+        settings = ExecutorSettings("ray", folder=str(tmp_path / "sweep"))
+        outcomes, reports = make_executor(settings).run(job, POINTS)
+    finally:
+        ray.shutdown()
+    _check_sweep(log, outcomes, kill_at)
+    # two GPUs: two actors at a time, each its own GPU (Ray's ids, exported as CUDA_VISIBLE_DEVICES)
+    assert {value["gpu"] for _status, value in outcomes} <= {"0", "1"}
+    assert sum(1 for r in reports if r.error) == 1
+    assert sum(r.points for r in reports) == len(POINTS)
+    folder = PointFolder(tmp_path / "sweep", sweep_key(job, POINTS))
+    assert all(folder.read(n, p) is not None for n, p in enumerate(POINTS))
+
+
+def test_a_folder_of_another_sweep_is_refused(tmp_path: Path) -> None:
+    PointFolder(tmp_path, "one").open()
+    with pytest.raises(ExecutorError, match="holds another sweep"):
+        PointFolder(tmp_path, "two").open()
+    folder = PointFolder(tmp_path / "x", "key").open()
+    folder.file(0, POINTS[0]).write_text(json.dumps({"sweep": "key", "number": 0, "point": "other",
+                                                     "status": "ok", "value": 1}))
+    with pytest.raises(ExecutorError, match="not a result of this sweep"):
+        folder.read(0, POINTS[0])
+
+
+def test_options_and_missing_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse_option("slurm_partition=gpu") == ("slurm_partition", "gpu")
+    assert parse_option("timeout_min=90") == ("timeout_min", 90)
+    assert parse_option("num_gpus=0.5") == ("num_gpus", 0.5)
+    assert parse_option("exclusive=true") == ("exclusive", True)
+    with pytest.raises(ExecutorError, match="KEY=VALUE"):
+        parse_option("no value")
+    monkeypatch.setitem(sys.modules, "submitit", None)  # as if not installed
+    with pytest.raises(ExecutorError, match=r"pip install 'gemmzoo\[slurm\]'"):
+        require("submitit")
+    with pytest.raises(ExecutorError, match="needs --devices"):
+        make_executor(ExecutorSettings("local")).run(traced_job, POINTS)
