@@ -83,6 +83,18 @@ def load_run(path: str | Path) -> Run:
     data = parse_document(path)
     if isinstance(data, dict) and "benchmarks" in data and "results" not in data:
         return _from_pytest_benchmark(data, str(path))
+    return _run_of(data, path)
+
+
+def run_from_text(text: str, name: str) -> Run:
+    """A result document held in memory (the JSON text :func:`gemmzoo.report.json_document`
+    makes), checked as a file would be; ``name`` stands for its path in messages."""
+    import json
+
+    return _run_of(json.loads(text), name)
+
+
+def _run_of(data: Any, path: str | Path) -> Run:
     data = check_document(data, path)
     results, extras = [], []
     for number, record in enumerate(data["results"]):
@@ -91,7 +103,7 @@ def load_run(path: str | Path) -> Run:
         except (GemmError, KeyError, TypeError, ValueError) as error:
             raise RunFileError(f"{path}: {describe(number, record)}: {error}") from None
         extras.append({key: value for key, value in record.items() if key not in _KNOWN})
-    meta = {key: data[key] for key in ("shard", "devices", "settings") if key in data}
+    meta = {key: data[key] for key in ("shard", "devices", "settings", "executor") if key in data}
     return Run(str(path), data.get("created"), data.get("command"), data.get("environment") or {}, results,
                extras, meta)
 

@@ -188,3 +188,173 @@ def tune_on_devices(names: Sequence[str], points: Sequence[GridPoint], budget_s:
         for name, device in passed_over:
             skipped.setdefault((point, device), []).append(name)
     return records, skipped, failures
+
+
+# Engine executors (--executor slurm|ray): the jobs return JSON-ready values, which come back
+# through a results folder or an engine's object store and are checked before they are used.
+
+
+def _verdict_here(backend: Any, dtype: str) -> bool | None:
+    """The backend's conformance verdict for ``dtype`` on this worker's device, earned here (the
+    suite runs once per backend, dtype and device; ``None`` when it could not be asked)."""
+    from gemmzoo.tuning import state
+    from gemmzoo.tuning.tune import conformance_verdict
+
+    try:
+        return conformance_verdict(state.store(), backend, dtype, run=True)
+    except Exception:  # the timing's own check against the reference still judges every result
+        return None
+
+
+def _fingerprint(device: str) -> Any:
+    import json
+
+    from gemmzoo.tuning.fingerprint import device_fingerprint
+
+    try:
+        return json.loads(device_fingerprint(device))
+    except Exception:  # no such device in this worker
+        return None
+
+
+def bench_records(names: tuple[str, ...] | None, budget_s: float, timer: str, point: GridPoint,
+                  threads: int | None = None, noise_target: float = NOISE_TARGET) -> list[dict[str, Any]]:
+    """An engine worker's job for ``gemmzoo bench``: every named backend available here that
+    computes the point's dtype, checked by the conformance suite on this worker's device first (a
+    backend that fails it is not timed: ``wrong``), then timed; JSON-ready result records with the
+    GPU's state, the worker's device fingerprint and the verdict."""
+    from gemmzoo.bench import WRONG
+    from gemmzoo.result_schema import finite
+
+    out = []
+    for backend in _backends(names):
+        if not _available(backend) or point.dtype not in backend.dtypes:
+            continue
+        passed = _verdict_here(backend, point.dtype)
+        if passed is False:
+            why = (f"{backend.name} failed the conformance suite for {point.dtype} on this worker's device "
+                   f"(gemmzoo check {backend.name} there): not timed")
+            result = BenchResult(backend.name, backend.device, point, WRONG, detail=why)
+        else:
+            result = bench_one(backend, point, budget_s, timer=timer, threads=threads,
+                               noise_target=noise_target)
+        record = {**result.as_dict(), **gpu_extra(result),
+                  "worker_device": _fingerprint(backend.device),
+                  "conformance": {True: "passed", False: "failed", None: "unknown"}[passed]}
+        out.append(finite(record))
+    return out
+
+
+def bench_pairs(value: Any) -> list[tuple[BenchResult, Extra]]:
+    """A worker's :func:`bench_records` as results and their extra fields, each record checked
+    like a result file's (:func:`gemmzoo.result_schema.check_result`); raises ``ValueError``."""
+    from gemmzoo.result_schema import FieldError, check_result
+    from gemmzoo.runs import _KNOWN, result_from_dict
+
+    if not isinstance(value, list):
+        raise ValueError("a worker sent something other than a list of results")
+    pairs = []
+    for record in value:
+        try:
+            check_result(record)
+        except FieldError as error:
+            raise ValueError(f"a worker's result {' '.join(error.where)}: {error.message}") from None
+        extra = {key: item for key, item in record.items() if key not in _KNOWN and key != "verdict"}
+        pairs.append((result_from_dict(record), extra))
+    return pairs
+
+
+def bench_with_executor(settings: Any, backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float,
+                        on_result: Callable[[BenchResult], None] | None = None, timer: str = "events",
+                        threads: int | None = None, noise_target: float = NOISE_TARGET,
+                        ) -> tuple[list[BenchResult], list[Extra], list[dict[str, Any]]]:
+    """``gemmzoo bench --executor slurm|ray``: the sweep on the engine's workers (see
+    :mod:`gemmzoo.scale_executors`); results of ``backends`` in grid order, their extra records
+    (``gpu``, ``worker_device``, ``conformance``, ``worker``) and the workers' reports."""
+    from gemmzoo.scale_executors import make_executor
+
+    names = tuple(b.name for b in backends)
+    job = functools.partial(bench_records, names, budget_s, timer, threads=threads, noise_target=noise_target)
+    workers: dict[GridPoint, Any] = {}
+
+    def decoded(point: GridPoint, outcome: tuple[str, Any]) -> list[tuple[BenchResult, Extra]]:
+        kind, value = outcome
+        if kind == "ok":
+            try:
+                outcome = ("ok", bench_pairs(value))
+            except (ValueError, KeyError, TypeError) as error:
+                outcome = ("error", str(error))
+        return _unpack(point, names, outcome, backends)
+
+    def done(point: GridPoint, worker: str, outcome: tuple[str, Any]) -> None:
+        workers[point] = worker
+        if on_result is not None:
+            for result, _extra in decoded(point, outcome):
+                on_result(result)
+
+    outcomes, reports = make_executor(settings).run(job, points, done)
+    results, extras = [], []
+    for point, outcome in zip(points, outcomes, strict=True):
+        for result, extra in decoded(point, outcome):
+            results.append(result)
+            extras.append({**extra, "worker": workers.get(point)} if point in workers else extra)
+    return results, extras, [{**r.as_dict(), "executor": settings.name} for r in reports]
+
+
+def tune_rows(names: tuple[str, ...], budget_s: float, verify: bool, point: GridPoint) -> dict[str, Any]:
+    """An engine worker's job for ``gemmzoo tune``: each named backend available here that computes
+    the point's dtype and passes the conformance suite on this worker's device, measured
+    (:func:`gemmzoo.tuning.tune.measure_records`); the rows as a tuning file holds them (stored by
+    the submitting process through the validated import) and the backends skipped."""
+    from gemmzoo.tuning.portable import measurement_row
+    from gemmzoo.tuning.tune import measure_records
+
+    usable, skipped = [], []
+    for backend in _backends(names):
+        backend = getattr(backend, "for_tuning", lambda b=backend: b)()
+        if point.dtype not in backend.dtypes:
+            continue
+        if _available(backend) and _verdict_here(backend, point.dtype):
+            usable.append(backend)
+        else:
+            skipped.append([backend.name, backend.device])
+    records = measure_records(usable, point, budget_s, verify)
+    return {"rows": [measurement_row(r) for r in records], "skipped": skipped}
+
+
+def tune_with_executor(settings: Any, names: Sequence[str], points: Sequence[GridPoint], budget_s: float,
+                       verify: bool, on_point: Callable[[GridPoint], None] | None = None,
+                       ) -> tuple[list[Any], dict[tuple[GridPoint, str], list[str]], list[str], str]:
+    """``gemmzoo tune --executor slurm|ray``: the workers measure; their rows go into this
+    machine's tuning store through :func:`gemmzoo.tuning.portable.import_tuning` (checked whole;
+    rows made on another device or with other versions are kept out, as for any import). Returns
+    the stored records, the skipped backends by (point, device), errors by point, and the
+    import's one-line summary."""
+    import tempfile
+    from pathlib import Path
+
+    from gemmzoo.scale_executors import make_executor
+    from gemmzoo.tuning import state
+    from gemmzoo.tuning.portable import import_tuning, read_measurements, write_measurements
+
+    job = functools.partial(tune_rows, tuple(names), budget_s, verify)
+    outcomes, _reports = make_executor(settings).run(
+        job, points, lambda point, _worker, _outcome: on_point and on_point(point))
+    rows: list[Any] = []
+    skipped: dict[tuple[GridPoint, str], list[str]] = {}
+    failures = []
+    for point, (kind, value) in zip(points, outcomes, strict=True):
+        if kind != "ok" or not isinstance(value, dict) or not isinstance(value.get("rows"), list):
+            failures.append(f"{point.id}: {value if kind != 'ok' else 'a worker sent no rows'}")
+            continue
+        rows += value["rows"]
+        for pair in value.get("skipped") or []:
+            if isinstance(pair, list) and len(pair) == 2:
+                skipped.setdefault((point, str(pair[1])), []).append(str(pair[0]))
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(settings.folder or scratch) / "tuning-import.json"
+        write_measurements(rows, path)
+        report = import_tuning(state.store(), path)
+        records = read_measurements(path)
+    state.forget_answers()
+    return records, skipped, failures, f"{path.name}: {report.summary()}"

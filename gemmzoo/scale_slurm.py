@@ -145,8 +145,12 @@ class SlurmExecutor(Executor):
         if local and devices and count > len(devices):
             raise ExecutorError(f"--executor slurm on this machine: {count} workers for {len(devices)} GPUs "
                                 "(--devices); a GPU is never shared")
-        executor = self.submitit.AutoExecutor(folder=str(Path(folder.path) / "submitit"),
-                                              cluster=settings.cluster)
+        try:
+            executor = self.submitit.AutoExecutor(folder=str(Path(folder.path) / "submitit"),
+                                                  cluster=settings.cluster)
+        except RuntimeError as error:  # no Slurm here
+            raise ExecutorError(f"--executor slurm: {error} (--slurm-cluster local runs the array on "
+                                "this machine)") from None
         parameters: dict[str, Any] = {"name": "gemmzoo-sweep", "timeout_min": DEFAULT_TIMEOUT_MIN,
                                       "tasks_per_node": 1, "nodes": 1}
         if local:

@@ -19,6 +19,7 @@ from gemmzoo.cli.options import (
     add_point_arguments,
     apply_timeout,
     default_selection,
+    executor_settings,
     points_from_arguments,
     shard_meta,
 )
@@ -60,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format_arguments(parser)
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
     parser.add_argument("--csv", metavar="FILE", help="write every result as CSV")
+    parser.add_argument("--html", metavar="FILE.html",
+                        help="write the self-contained HTML report of this run (as gemmzoo report does)")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="plot TFLOPS against size, one line per backend (needs matplotlib: "
                              "pip install 'gemmzoo[plot]')")
@@ -147,8 +150,15 @@ def run(args: argparse.Namespace) -> int:
         errors.print("--max-noise must be 0 or more (percent)", style="red", markup=False)
         return 2
     noise_target = args.max_noise / 100
-    if args.devices:
-        return _run(args, say, noise_target)
+    from gemmzoo.scale_executors import ExecutorError
+
+    try:
+        settings = executor_settings(args)
+    except (ExecutorError, GridError) as error:
+        errors.print(str(error), style="red", markup=False)
+        return 2
+    if args.devices or settings is not None:
+        return _run(args, say, noise_target, settings)
     from gemmzoo.measure.threads import confined_to_policy
 
     # XLA's pool, out of threadpoolctl's reach, takes the policy's cores (docs/benchmarks.md)
@@ -156,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         return _run(args, say, noise_target)
 
 
-def _run(args: argparse.Namespace, say: Any, noise_target: float) -> int:
+def _run(args: argparse.Namespace, say: Any, noise_target: float, settings: Any = None) -> int:
     """The run itself, after the options were checked: points, backends, timing, output."""
     registry = get_registry()
     try:
@@ -171,8 +181,8 @@ def _run(args: argparse.Namespace, say: Any, noise_target: float) -> int:
         return 2
     # The GPU workers start now with the sweep queued: each measures as soon as it is warm, while
     # this process still checks the backends (scale_jobs.start_bench).
-    pool = scale_jobs.start_bench(args.devices, args.backend, points, args.budget, args.timer, args.threads,
-                                  noise_target)
+    pool = None if settings is not None else scale_jobs.start_bench(
+        args.devices, args.backend, points, args.budget, args.timer, args.threads, noise_target)
     backends = []
     for backend in chosen:
         reason = unavailable_reason(backend)
@@ -210,7 +220,11 @@ def _run(args: argparse.Namespace, say: Any, noise_target: float) -> int:
                 extras.append(scale_jobs.gpu_extra(result))  # the GPU's state right after measuring
                 advance(result)
 
-            if args.devices:
+            if settings is not None:  # --executor slurm|ray
+                results, extras, workers = scale_jobs.bench_with_executor(
+                    settings, backends, points, args.budget, advance, timer=args.timer, threads=args.threads,
+                    noise_target=noise_target)
+            elif args.devices:
                 results, extras, workers = scale_jobs.bench_on_devices(
                     backends, points, args.budget, args.devices, advance, pool, timer=args.timer,
                     threads=args.threads, noise_target=noise_target)
@@ -229,6 +243,8 @@ def _run(args: argparse.Namespace, say: Any, noise_target: float) -> int:
     shard = shard_meta(args)
     run_meta: dict[str, Any] = {key: value for key, value in (("shard", shard), ("devices", workers))
                                 if value}
+    if settings is not None:
+        run_meta["executor"] = settings.name
     if interrupted:
         run_meta["interrupted"] = True
     environment = bench_environment(backends)

@@ -12,6 +12,7 @@ from gemmzoo.cli.options import (
     add_point_arguments,
     apply_timeout,
     default_selection,
+    executor_settings,
     points_from_arguments,
     timeout_lines,
 )
@@ -132,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
 
     say = messages(args.format)
     try:
+        settings = executor_settings(args)
         chosen = get_registry().select(args.backend)
         chosen = default_selection(chosen, bool(args.backend),
                                    lambda line: errors.print(line, style="yellow", markup=False))
@@ -160,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     records: list[Any] = []
     interrupted = False
     try:
-        records = _tune(args, plan, chosen, total, skipped, records, say)
+        records = _tune(args, plan, chosen, total, skipped, records, say, settings)
     except KeyboardInterrupt:
         interrupted = True
         errors.print(f"interrupted: {len(records)} measurements made and stored", style="yellow",
@@ -186,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace, plan: list[Any], chosen: list[Any], total: int,
-          skipped: dict[tuple[Any, str], list[str]], records: list[Any], say: Any) -> list[Any]:
+          skipped: dict[tuple[Any, str], list[str]], records: list[Any], say: Any,
+          settings: Any = None) -> list[Any]:
     """Measure the plan, adding each record to ``records`` as it is made (so that an interrupted
     run still has them); the records."""
     from gemmzoo.tuning.tune import tune
@@ -202,7 +205,21 @@ def _tune(args: argparse.Namespace, plan: list[Any], chosen: list[Any], total: i
                 skipped.setdefault((point, backend.device), []).append(backend.name)
             progress.update(task, advance=1, description=f"{backend.name} {point.id}")
 
-        if args.devices:
+        if settings is not None:  # --executor slurm|ray: stored through the validated import
+            from gemmzoo.scale_jobs import tune_with_executor
+
+            for group, names in plan:
+                made, passed_over, failures, imported = tune_with_executor(
+                    settings, names, group, args.budget, not args.no_verify,
+                    lambda point: progress.update(task, advance=sum(point.dtype in b.dtypes for b in chosen),
+                                                  description=point.id))
+                records.extend(made)
+                for key, skipped_names in passed_over.items():
+                    skipped.setdefault(key, []).extend(skipped_names)
+                for failure in failures:
+                    say.print(f"ERROR {failure}", style="red", markup=False)
+                say.print(imported, markup=False)
+        elif args.devices:
             from gemmzoo.scale_jobs import tune_on_devices
 
             for group, names in plan:

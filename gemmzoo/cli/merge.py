@@ -58,4 +58,13 @@ def write_outputs(args: argparse.Namespace, results: list[Any], environment: dic
 
         write_plot(results, args.plot)
         say.print(f"wrote {args.plot}", markup=False)
+    if getattr(args, "html", None) and results:
+        from gemmzoo.report import json_document
+        from gemmzoo.report_html import write_report
+        from gemmzoo.runs import run_from_text
+
+        text = json_document(results, environment, command, baseline, meta=meta,
+                             extras=extras if extras is not None and len(extras) == len(results) else None)
+        write_report([run_from_text(text, args.json or "this run")], args.html)
+        say.print(f"wrote {args.html}", markup=False)
     return 1 if any(r.status not in (OK, UNSUPPORTED) for r in results) else 0

@@ -116,7 +116,67 @@ def add_point_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument("--shard", metavar="I/N",
                         help=f"{verb} only the I-th of N disjoint, balanced parts of the grid (a cluster's "
                              "job array: 1/N .. N/N cover it once; same grid arguments on every machine)")
+    add_executor_arguments(parser)
     add_timeout_argument(parser)
+
+
+def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--executor local|slurm|ray`` and its options (see :mod:`gemmzoo.scale_executors`)."""
+    from gemmzoo.scale_executors import EXECUTORS
+
+    group = parser.add_argument_group("executors (see README: Sweeps on Slurm and Ray)")
+    group.add_argument("--executor", choices=EXECUTORS, default="local",
+                       help="where the points run: local (this process, or one process per GPU with "
+                            "--devices), slurm (a Slurm job array through submitit, one task per GPU: "
+                            "pip install 'gemmzoo[slurm]'), ray (Ray actors, one GPU each: "
+                            "pip install 'gemmzoo[ray]')")
+    group.add_argument("--workers", type=COUNT, metavar="N",
+                       help="slurm: array tasks (default: one per --devices entry, else 1); ray: actors "
+                            "(default: the cluster's GPUs)")
+    group.add_argument("--results-dir", metavar="DIR",
+                       help="slurm, ray: keep each finished point here; a point found here is not measured "
+                            "again (a requeued task, a rerun). Slurm default: gemmzoo-sweeps/ in the current "
+                            "directory, which the nodes must share")
+    group.add_argument("--slurm-partition", metavar="NAME", help="slurm: the partition (sbatch --partition)")
+    group.add_argument("--slurm-time", type=COUNT, metavar="MINUTES",
+                       help="slurm: each task's time limit in minutes (default 60); a task that reaches it "
+                            "is requeued and resumes")
+    group.add_argument("--slurm-account", metavar="NAME", help="slurm: the account (sbatch --account)")
+    group.add_argument("--slurm-cluster", choices=("slurm", "local"), default="slurm",
+                       help="slurm: submit to Slurm (default), or run the array here through submitit's "
+                            "local executor, one task per --devices GPU")
+    group.add_argument("--ray-address", metavar="ADDRESS",
+                       help="ray: the cluster to join (auto: the one this node belongs to; default: start a "
+                            "Ray on this machine)")
+    group.add_argument("--executor-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="an engine parameter passed through as given (repeatable): submitit's "
+                            "(slurm_qos, slurm_constraint, mem_gb, ...) or Ray's per actor (num_gpus, "
+                            "num_cpus, ...)")
+
+
+def executor_settings(args: argparse.Namespace) -> Any:
+    """The :class:`gemmzoo.scale_executors.ExecutorSettings` of ``args`` for an engine executor
+    (slurm, ray); ``None`` for ``local``, which runs as before (this process, or ``--devices``).
+    Raises :class:`gemmzoo.scale_executors.ExecutorError` for a bad option or a missing engine."""
+    from gemmzoo.scale import parse_devices, visible_gpus
+    from gemmzoo.scale_executors import ExecutorError, ExecutorSettings, parse_option, require
+
+    name = getattr(args, "executor", "local")
+    if name == "local":
+        return None
+    if getattr(args, "shard", None):
+        raise ExecutorError(f"--executor {name} splits the grid itself: leave out --shard")
+    require({"slurm": "submitit", "ray": "ray"}[name])
+    options = dict(parse_option(text) for text in args.executor_option)
+    if name == "slurm":
+        for key, value in (("slurm_partition", args.slurm_partition), ("timeout_min", args.slurm_time),
+                           ("slurm_account", args.slurm_account)):
+            if value is not None:
+                options[key] = value
+    devices = parse_devices(args.devices, visible_gpus()) if args.devices else None
+    cluster = args.slurm_cluster if name == "slurm" else None
+    return ExecutorSettings(name, workers=args.workers, devices=devices, folder=args.results_dir,
+                            options=options, cluster=cluster, ray_address=args.ray_address)
 
 
 def grid_from_arguments(args: argparse.Namespace) -> list[GridPoint]:

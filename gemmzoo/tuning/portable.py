@@ -128,6 +128,29 @@ def export_tuning(store: TuningStore, path: str | Path) -> tuple[int, int]:
     return len(records), len(verdicts)
 
 
+def write_measurements(rows: Sequence[dict[str, Any]], path: str | Path) -> int:
+    """Write ``rows`` (:func:`measurement_row`: measurements made elsewhere, e.g. by a sweep's
+    workers; not checked here) to ``path`` as a tuning file, which :func:`import_tuning` checks
+    whole when it takes it in; returns how many were written."""
+    from gemmzoo import __version__
+
+    data = {"format": FORMAT, "version": VERSION,
+            "exported": datetime.now(timezone.utc).isoformat(timespec="seconds"), "gemmzoo": __version__,
+            "measurements": list(rows), "conformance": []}
+    Path(path).write_text(json.dumps(data, indent=1) + "\n")
+    return len(rows)
+
+
+def measurement_row(record: Record) -> dict[str, Any]:
+    """One measurement as a tuning file's row (device and versions as objects)."""
+    return _as_json(record)
+
+
+def read_measurements(path: str | Path) -> list[Record]:
+    """The measurements of a tuning file, checked whole first (:func:`load`)."""
+    return [_record(row) for row in load(path).get("measurements", [])]
+
+
 @dataclass
 class ImportReport:
     """What an import did: rows added, rows already known (or older than the database's), rows
