@@ -70,8 +70,15 @@ def result_from_dict(record: dict[str, Any]) -> BenchResult:
         q1, q3 = record.get("q1_s"), record.get("q3_s")
         timing = Timing(median, median if q1 is None else float(q1), median if q3 is None else float(q3),
                         int(record.get("samples") or 0), str(record.get("method") or ""))
+        host = None
+        if isinstance(record.get("host_s"), (int, float)) and record["host_s"] > 0:  # caller time = max(both)
+            low, high = record.get("host_q1_s"), record.get("host_q3_s")
+            host_median = float(record["host_s"])
+            host = Timing(host_median, host_median if low is None else float(low),
+                          host_median if high is None else float(high), int(record.get("samples") or 0),
+                          str(record.get("method") or ""))
         measurement = Measurement(record["backend"], point, timing, _float(record.get("error_ratio")),
-                                  _float(record.get("rel_error")))
+                                  _float(record.get("rel_error")), host=host)
     return BenchResult(record["backend"], record.get("device") or "cpu", point, record["status"], measurement,
                        record.get("detail") or "", record.get("peak_tflops"),
                        accuracy=record.get("accuracy") or "componentwise")

@@ -21,6 +21,7 @@ COMMANDS = {
     "best": "print the backend best_backend would return for M N K, and why",
     "compare": "results of several runs, machines or versions side by side; regressions beyond noise fail",
     "cache": "where the tuning database is, its size and rows; --clear empties it",
+    "report": "result files as one self-contained HTML report: heatmaps, winners, roofline, verdicts",
 }
 
 
