@@ -131,3 +131,45 @@ def test_options_and_missing_engines(monkeypatch: pytest.MonkeyPatch) -> None:
         require("submitit")
     with pytest.raises(ExecutorError, match="needs --devices"):
         make_executor(ExecutorSettings("local")).run(traced_job, POINTS)
+
+
+def test_bench_through_slurm_writes_one_result_file_compare_reads(tmp_path: Path, empty_cache: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("submitit")
+    from gemmzoo.cli import main
+    from gemmzoo.runs import load_run
+
+    monkeypatch.chdir(tmp_path)
+    shapes = ["--shape", "24x40x32", "--shape", "40x24x16", "--shape", "16x16x48"]
+    common = ["bench", "--backend", "numpy", *shapes, "--budget", "0.01", "--rounds", "1",
+              "--format", "plain"]
+    assert main([*common, "--executor", "slurm", "--slurm-cluster", "local", "--workers", "2",
+                 "--slurm-time", "5", "--results-dir", "sweep", "--json", "slurm.json"]) == 0
+    run = load_run(tmp_path / "slurm.json")
+    assert sorted(r.point.id for r in run.results) == sorted(["24x40x32-float32-NN", "40x24x16-float32-NN",
+                                                               "16x16x48-float32-NN"])
+    assert all(r.status == "ok" and r.measurement.timing.median_s > 0 for r in run.results)
+    assert all(extra["conformance"] == "passed" and extra["worker_device"]["kind"] == "cpu"
+               for extra in run.extras)  # the verdict earned, and the fingerprint, in the worker
+    assert run.meta["executor"] == "slurm" and len(run.meta["devices"]) == 2
+    assert len(list((tmp_path / "sweep" / "points").glob("*.json"))) == 3
+    assert main([*common, "--json", "here.json"]) == 0  # in this process, for compare
+    assert main(["compare", "here.json", "slurm.json", "--threshold", "10", "--format", "plain"]) == 0
+
+
+def test_tune_through_ray_stores_rows_through_the_import(tmp_path: Path, empty_cache: Path) -> None:
+    ray = pytest.importorskip("ray")
+    from gemmzoo.cli import main
+    from gemmzoo.tuning import state
+
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        code = main(["tune", "--backend", "numpy", "--shape", "24x40x32", "--shape", "40x24x16",
+                     "--budget", "0.01", "--executor", "ray", "--results-dir", str(tmp_path / "sweep")])
+    finally:
+        ray.shutdown()
+    assert code == 0
+    rows = [r for r in state.store().all_records() if r.backend == "numpy"]
+    assert sorted((r.m, r.n, r.k) for r in rows) == [(24, 40, 32), (40, 24, 16)]
+    assert all(r.status == "ok" and r.median_s > 0 for r in rows)
+    assert (tmp_path / "sweep" / "tuning-import.json").exists()
