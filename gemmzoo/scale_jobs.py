@@ -355,6 +355,22 @@ def tune_with_executor(settings: Any, names: Sequence[str], points: Sequence[Gri
         path = Path(settings.folder or scratch) / "tuning-import.json"
         write_measurements(rows, path)
         report = import_tuning(state.store(), path)
-        records = read_measurements(path)
+        records = [r for r in read_measurements(path) if _made_here(r)]
     state.forget_answers()
     return records, skipped, failures, f"{path.name}: {report.summary()}"
+
+
+def _made_here(record: Any) -> bool:
+    """Whether a measurement was made on this machine's device with its library versions (the
+    import keeps only those)."""
+    import json
+
+    from gemmzoo.registry import get_registry
+    from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
+
+    try:
+        kind = json.loads(record.device).get("kind")
+        return record.device == device_fingerprint(kind) and \
+            record.versions == library_versions(record.backend, get_registry())
+    except Exception:  # no such device here
+        return False
