@@ -1,6 +1,12 @@
 """One sweep on one GPU against the same sweep on two (``gemmzoo bench --devices 0,1``).
 
-    python3 benchmarks/scale_out.py OUTDIR [--budget SECONDS]
+    python3 benchmarks/scale_out.py OUTDIR [--budget SECONDS] [--executor local|slurm]
+
+With ``--executor slurm`` both timed runs go through submitit's local executor
+(``--executor slurm --slurm-cluster local``): one array task on GPU 0 against two tasks on GPUs 0
+and 1, each task a fresh process that earns its verdicts on its GPU (the warm-up run stores them,
+so the timed runs reuse them); OUTDIR also gets report.html (the two runs side by side) and
+scale_out.json the compare verdict counts at the default threshold.
 
 Needs two CUDA GPUs. Steps (each command's output ends up in the printed log):
 
@@ -48,6 +54,29 @@ def bench_args(budget: float, backends: tuple[str, ...] = BACKENDS, shapes: tupl
     for shape in shapes:
         args += ["--shape", shape]
     return args
+
+
+def executor_args(executor: str, devices: str, folder: Path) -> list[str]:
+    """The options that put a run on ``devices`` through ``executor``."""
+    if executor == "local":
+        return ["--devices", devices] if "," in devices else []
+    return ["--executor", "slurm", "--slurm-cluster", "local", "--devices", devices,
+            "--workers", str(len(devices.split(","))), "--results-dir", str(folder)]
+
+
+def verdict_counts(one: Path, two: Path) -> dict[str, int]:
+    """How many rows of each verdict ``gemmzoo compare`` gives at its default threshold."""
+    done = subprocess.run([sys.executable, "-m", "gemmzoo", "compare", str(one), str(two),
+                           "--format", "json"], capture_output=True, text=True)
+    counts: dict[str, int] = {}
+    try:
+        rows = json.loads(done.stdout)
+    except ValueError:
+        return {"unreadable": 1}
+    for row in rows if isinstance(rows, list) else rows.get("rows", []):
+        verdict = str(row.get("verdict"))
+        counts[verdict] = counts.get(verdict, 0) + 1
+    return counts
 
 
 def run(name: str, args: list[str], keep: Path | None = None) -> tuple[float, int]:
@@ -141,13 +170,16 @@ def main() -> int:
     parser.add_argument("--skip-verify", action="store_true")
     parser.add_argument("--backend", action="append", help="instead of the three above (a dry run)")
     parser.add_argument("--shape", action="append", help="instead of the grid above (a dry run)")
+    parser.add_argument("--executor", choices=("local", "slurm"), default="local",
+                        help="local: in one process against --devices 0,1; slurm: both runs through "
+                             "submitit's local executor (one task on GPU 0 against two on GPUs 0 and 1)")
     args = parser.parse_args()
     backends, shapes = tuple(args.backend or BACKENDS), tuple(args.shape or SHAPES)
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     summary: dict[str, object] = {"shapes": shapes, "backends": backends, "dtype": DTYPE,
-                                  "budget_s": args.budget}
+                                  "budget_s": args.budget, "executor": args.executor}
 
     def save() -> None:  # after every step: a run cut short still leaves its figures
         summary["script_s"] = time.perf_counter() - started
@@ -170,7 +202,10 @@ def main() -> int:
         print("verify:", json.dumps(summary["verify"]), flush=True)
         save()
     scratch = Path(tempfile.mkdtemp())
-    warm = [*bench_args(0.02, backends, shapes), "--devices", "0,1", "--json", str(scratch / "warm.json")]
+    if args.executor != "local":  # verdicts earned once, kept in this cache, reused by the timed runs
+        os.environ["GEMMZOO_CACHE_DIR"] = str(scratch / "sweep-cache")
+    warm = [*bench_args(0.02, backends, shapes), *executor_args(args.executor, "0,1", scratch / "warm"),
+            "--json", str(scratch / "warm.json")]
     summary["warm_s"], _ = run("warm", warm)
     save()
     # The main process alone, on a one-point grid: what a command costs before it measures.
@@ -185,10 +220,12 @@ def main() -> int:
     summary["timed_budget_s"] = budget
     print(f"timed runs: budget {budget} s per backend and point", flush=True)
     timed = bench_args(budget, backends, shapes)
-    one_wall, one_rc = run("one_gpu", [*timed, "--json", str(out / "one.json")])
+    one_wall, one_rc = run("one_gpu", [*timed, *executor_args(args.executor, "0", scratch / "one"),
+                                       "--json", str(out / "one.json")])
     summary.update(one_gpu_s=one_wall, one_rc=one_rc)
     save()
-    two_wall, two_rc = run("two_gpus", [*timed, "--devices", "0,1", "--json", str(out / "two.json")])
+    two_wall, two_rc = run("two_gpus", [*timed, *executor_args(args.executor, "0,1", scratch / "two"),
+                                        "--json", str(out / "two.json")])
     startup = float(summary["startup_s"])  # type: ignore[arg-type]
     summary.update(one_gpu_s=one_wall, two_gpus_s=two_wall, one_rc=one_rc, two_rc=two_rc,
                    speedup=one_wall / two_wall,
@@ -198,6 +235,9 @@ def main() -> int:
     if (out / "one.json").exists() and (out / "two.json").exists():
         summary["results"] = compare_results(out / "one.json", out / "two.json")
         summary["workers"] = json.loads((out / "two.json").read_text()).get("devices")
+        summary["compare_verdicts"] = verdict_counts(out / "one.json", out / "two.json")
+        run("report", [sys.executable, "-m", "gemmzoo", "report", str(out / "one.json"),
+                       str(out / "two.json"), "-o", str(out / "report.html")])
     save()
     if not args.deadline or time.perf_counter() - started < args.deadline - 30:
         # tune --devices too: two workers storing into one database
@@ -211,7 +251,8 @@ def main() -> int:
     results = summary.get("results") or {}
     print(f"one GPU {one_wall:.1f} s, two GPUs {two_wall:.1f} s: {one_wall / two_wall:.2f}x; "
           f"results compared {results.get('compared')}, within 3%: {results.get('within_3_percent')}, "
-          f"largest difference {results.get('max_abs_diff_percent')}%", flush=True)
+          f"largest difference {results.get('max_abs_diff_percent')}%; compare: "
+          f"{summary.get('compare_verdicts')}", flush=True)
     return 0
 
 
