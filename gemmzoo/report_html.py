@@ -34,6 +34,8 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
 VERDICT_COLOURS = {"same": "#d9ead3", "faster": "#93c47d", "slower": "#e06666", "ambiguous": "#ffe599",
                    "broken": "#cc0000", "fixed": "#6aa84f", "missing": "#cccccc"}
 CELL_W, CELL_H, LABEL_W = 86, 18, 190
+_FRAMES = {"best": ' stroke="#000" stroke-width="1.5"',
+           "tie": ' stroke="#000" stroke-width="1" stroke-dasharray="3 2"'}
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
@@ -155,7 +157,7 @@ def _heatmap(rows: dict[GridPoint, dict[str, BenchResult]], backends: list[str],
                 fill, label = _speed_colour(ratio), f"x{ratio:.2f}"
             else:
                 fill, label = "#eee", _us(result.caller_s)
-            stroke = ' stroke="#000" stroke-width="1.5"' if marks.get(name) == "best" else ""
+            stroke = _FRAMES.get(marks.get(name, ""), "")
             out.append(f'<g data-tip="{_e(_tip(result, base))}"><rect x="{x}" y="{y}" width="{CELL_W - 2}" '
                        f'height="{CELL_H - 2}" fill="{fill}"{stroke}/><text x="{x + CELL_W / 2 - 1}" '
                        f'y="{y + 13}" text-anchor="middle">{_e(label)}</text></g>')
@@ -327,8 +329,9 @@ def _run_section(number: int, label: str, run: Run) -> str:
     for dtype, rows in _by_dtype(run.results).items():
         parts += [f"<h3>Speed-up over {_e(baseline or '-')}, {_e(dtype)}</h3>",
                   "<p class=note>Rows: problems by size; cells: the baseline's caller time over the "
-                  "backend's (green faster, red slower; a black frame marks the winner). Hover a cell for "
-                  "its times, noise and the command that measures it again.</p>",
+                  "backend's (green faster, red slower; a black frame marks the winner, dashed frames "
+                  "backends tied within noise). Hover a cell for its times, noise and the command that "
+                  "measures it again.</p>",
                   _heatmap(rows, backends, baseline),
                   f"<h3>Which backend wins where, {_e(dtype)}</h3>",
                   "<p class=note>One square per problem, smallest first, coloured by the winner (caller "
