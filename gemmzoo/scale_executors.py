@@ -140,17 +140,32 @@ class Executor:
 
 
 class LocalExecutor(Executor):
-    """One process per GPU of this machine (``settings.devices``; :class:`gemmzoo.scale.DevicePool`)."""
+    """One process per GPU of this machine (``settings.devices``; :class:`gemmzoo.scale.DevicePool`).
+
+    ``pool``: a pool started earlier (its workers warming up while the caller got ready), whose
+    sweep may already be queued (:meth:`gemmzoo.scale.DevicePool.submit`: then its points are the
+    ones run); ``warm``: what a new pool's workers run first. A worker that dies costs the point
+    it was on (an error outcome); the others finish the rest."""
 
     name = "local"
+
+    def __init__(self, settings: ExecutorSettings, pool: Any = None, warm: Callable[[], Any] | None = None,
+                 ) -> None:
+        super().__init__(settings)
+        self.pool, self.warm = pool, warm
 
     def run(self, job: Callable[[GridPoint], Any], points: Sequence[GridPoint],
             on_done: OnDone | None = None) -> tuple[list[Outcome], list[WorkerReport]]:
         from gemmzoo.scale import DevicePool
 
-        if not self.settings.devices:
-            raise ExecutorError("--executor local needs --devices (one worker process per GPU)")
-        return DevicePool(self.settings.devices).run(job, points, on_done)
+        pool = self.pool
+        if pool is None:
+            if not self.settings.devices:
+                raise ExecutorError("--executor local needs --devices (one worker process per GPU)")
+            pool = DevicePool(self.settings.devices, self.warm)
+        if pool.submitted is not None:
+            return pool.run(on_done=on_done)
+        return pool.run(job, points, on_done)
 
 
 # The results folder -------------------------------------------------------------------------

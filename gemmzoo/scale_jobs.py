@@ -131,7 +131,11 @@ def bench_on_devices(backends: Sequence[Any], points: Sequence[GridPoint], budge
             if on_result is not None:
                 on_result(result[0])
 
-    outcomes, reports = pool.run(on_done=done)
+    from gemmzoo.scale_executors import ExecutorSettings, LocalExecutor
+
+    job = pool.submitted[0]
+    local = LocalExecutor(ExecutorSettings("local", devices=pool.devices), pool=pool)
+    outcomes, reports = local.run(job, points, done)
     results, extras = [], []
     for point, outcome in zip(points, outcomes, strict=True):
         for result, extra in _unpack(point, names, outcome, backends):
@@ -172,10 +176,13 @@ def tune_on_devices(names: Sequence[str], points: Sequence[GridPoint], budget_s:
                     ) -> tuple[list[Any], dict[tuple[GridPoint, str], list[str]], list[str]]:
     """``gemmzoo tune --devices``: one worker per GPU, each storing into the shared database.
     Returns the records, the skipped backends by (point, device), and errors by point."""
+    from gemmzoo.scale_executors import ExecutorSettings, LocalExecutor
+
     pool = start_pool(devices, names)
     assert pool is not None
     job = functools.partial(tune_point, tuple(names), budget_s, verify)
-    outcomes, _reports = pool.run(job, points, lambda point, _device, _outcome: on_point and on_point(point))
+    local = LocalExecutor(ExecutorSettings("local", devices=pool.devices), pool=pool)
+    outcomes, _reports = local.run(job, points, lambda point, _device, _outcome: on_point and on_point(point))
     records: list[Any] = []
     skipped: dict[tuple[GridPoint, str], list[str]] = {}
     failures = []

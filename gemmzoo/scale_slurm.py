@@ -160,7 +160,7 @@ class SlurmExecutor(Executor):
         parameters.update(settings.options)
         try:
             executor.update_parameters(**parameters)
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, AssertionError) as error:  # submitit checks types by assertion
             raise ExecutorError(f"--executor slurm: submitit refused the options: {error}") from None
         labels = [f"try {attempt + 1} task {i + 1}/{count}" for i in range(count)]
         tasks = [Share(job, share, str(folder.path), key, label, devices[i] if local and devices else None)

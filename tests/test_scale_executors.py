@@ -85,6 +85,25 @@ def test_slurm_through_submitit_local_survives_a_killed_task(tmp_path: Path) -> 
     assert len(list(log.glob("done-*"))) == len(POINTS)
 
 
+def test_a_requeued_slurm_task_resumes_without_measuring_again(tmp_path: Path) -> None:
+    submitit = pytest.importorskip("submitit")
+    from gemmzoo.scale_slurm import Share
+
+    log = tmp_path / "log"
+    log.mkdir()
+    job = functools.partial(traced_job, str(log), "none")
+    items = list(enumerate(POINTS))
+    PointFolder(tmp_path / "sweep", "key").open()
+    # The task was preempted after two points: they are in the folder, the others are not.
+    assert Share(job, items[:2], str(tmp_path / "sweep"), "key", "task")() == 2
+    task = Share(job, items, str(tmp_path / "sweep"), "key", "task")
+    requeued = task.checkpoint()  # what submitit calls on preemption or timeout, then resubmits
+    assert isinstance(requeued, submitit.helpers.DelayedSubmission)
+    assert requeued.result() == len(POINTS) - 2  # the requeued task measured only what was missing
+    for point in POINTS:
+        assert len(list(log.glob(f"done-{point.id}-*"))) == 1
+
+
 def test_ray_on_a_local_cluster_with_fake_gpus_survives_a_killed_actor(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     _by_value()
