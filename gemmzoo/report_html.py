@@ -192,16 +192,26 @@ def _legend(colours: dict[str, str]) -> str:
                                           for n, c in colours.items()) + "</p>"
 
 
-def _roofline(results: Sequence[BenchResult], colours: dict[str, str]) -> str:
+def _bandwidth(result: BenchResult, extra: dict[str, Any]) -> float | None:
+    """The device's measured copy bandwidth (GB/s) the result was set against, if any."""
+    if result.roof is not None and result.roof.bandwidth_gbps:
+        return result.roof.bandwidth_gbps
+    value = extra.get("bandwidth_gbps")  # as a result file keeps it
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _roofline(run: Run, colours: dict[str, str]) -> str:
     from gemmzoo.roofline import bytes_moved
 
-    timed = [r for r in results if r.status == OK and r.tflops]
+    extras = run.extras if len(run.extras) == len(run.results) else [{}] * len(run.results)
+    pairs = [(r, e) for r, e in zip(run.results, extras, strict=True) if r.status == OK and r.tflops]
+    timed = [r for r, _e in pairs]
     if not timed:
         return '<p class="note">No timed result: nothing to place on a roofline.</p>'
     w, h, left, bottom = 720, 380, 60, 40
     xs = [r.point.flops / bytes_moved(r.point) for r in timed]
     ys = [float(r.tflops or 0) for r in timed]
-    roofs = {(r.point.dtype, r.peak_tflops, (r.roof.bandwidth_gbps if r.roof else None)) for r in timed}
+    roofs = {(r.point.dtype, r.peak_tflops, _bandwidth(r, e)) for r, e in pairs}
     roofs = {roof for roof in roofs if roof[1] and roof[2]}
     ys_all = ys + [peak for _d, peak, _b in roofs]  # type: ignore[misc]
     x0, x1 = math.log10(min(xs)) - 0.2, math.log10(max(xs)) + 0.2
@@ -337,7 +347,7 @@ def _run_section(number: int, label: str, run: Run) -> str:
                   "<p class=note>One square per problem, smallest first, coloured by the winner (caller "
                   "time, ties to the backend best_backend would pick).</p>",
                   _legend(colours), _winners(rows, colours)]
-    parts += ["<h3>Roofline</h3>", _legend(colours), _roofline(run.results, colours),
+    parts += ["<h3>Roofline</h3>", _legend(colours), _roofline(run, colours),
               "<h3>Conformance verdicts</h3>", _verdict_table(run),
               "<h3>Machine fingerprints</h3>", _machines(run)]
     return "\n".join(parts)

@@ -36,7 +36,8 @@ def _result_file(path: Path, points: int, seed: int, slower: str | None = None) 
                       "layout": "NN", "status": status, "detail": '"><img src=x onerror=alert(1)>'}
             if status == "ok":
                 record.update(median_s=median, q1_s=median * 0.99, q3_s=median * 1.01, samples=50,
-                              method="host", tflops=2 * m * n * k / median / 1e12,
+                              method="host", tflops=2 * m * n * k / median / 1e12, peak_tflops=0.08,
+                              bandwidth_gbps=20.0,
                               conformance="passed", worker_device={"kind": "cpu", "name": f"cpu {HOSTILE}"})
             results.append(record)
     document = {"format": "gemmzoo-results", "version": 1, "created": "2026-11-27T12:00:00+00:00",
@@ -62,6 +63,7 @@ def test_report_has_every_figure_and_escapes_what_files_say(tmp_path: Path) -> N
     assert "Runs side by side" in page and "SLOWER" in page and "SAME" in page
     assert "gemmzoo bench --backend numpy --shape" in page  # the command to reproduce a cell
     assert "fast_1" in page and "geomean" in page and "conformance suite on the worker" in page
+    assert page.count("<polyline") == 2 * 2  # the roof of each dtype, from the files' peak and bandwidth
 
 
 def test_report_refuses_a_bad_file(tmp_path: Path) -> None:

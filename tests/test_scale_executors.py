@@ -138,7 +138,8 @@ def test_a_folder_of_another_sweep_is_refused(tmp_path: Path) -> None:
         folder.read(0, POINTS[0])
 
 
-def test_options_and_missing_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_options_and_missing_engines(monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
     assert parse_option("slurm_partition=gpu") == ("slurm_partition", "gpu")
     assert parse_option("timeout_min=90") == ("timeout_min", 90)
     assert parse_option("num_gpus=0.5") == ("num_gpus", 0.5)
@@ -148,6 +149,10 @@ def test_options_and_missing_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "submitit", None)  # as if not installed
     with pytest.raises(ExecutorError, match=r"pip install 'gemmzoo\[slurm\]'"):
         require("submitit")
+    from gemmzoo.cli import main
+
+    assert main(["bench", "--executor", "slurm", "--shape", "8x8x8", "--backend", "numpy"]) == 2
+    assert "pip install 'gemmzoo[slurm]'" in capsys.readouterr().err.replace("\n", " ")
     with pytest.raises(ExecutorError, match="needs --devices"):
         make_executor(ExecutorSettings("local")).run(traced_job, POINTS)
 
