@@ -185,15 +185,18 @@ def sweep_key(job: Any, points: Sequence[GridPoint]) -> str:
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def worker_identity(executor: str) -> dict[str, Any]:
-    """Who measured: the executor, host, process, the GPUs it may use, and the engine's ids
-    (Slurm's job and array task, when set)."""
-    info: dict[str, Any] = {"executor": executor, "host": socket.gethostname(), "pid": os.getpid(),
-                            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT"):
-        if os.environ.get(name):
-            info[name.lower()] = os.environ[name]
-    return info
+def worker_identity(executor: str, **engine: Any) -> dict[str, Any]:
+    """Who measured: the executor, host, process, the GPUs it may use (as
+    :func:`gemmzoo.scale.visible_gpus` finds them) and what the engine says of the worker
+    (``engine``: its job and task ids)."""
+    from gemmzoo.scale import visible_gpus
+
+    try:
+        gpus: Any = visible_gpus()
+    except Exception:  # no driver to ask: the record says so rather than fail the point
+        gpus = None
+    return {"executor": executor, "host": socket.gethostname(), "pid": os.getpid(), "gpus": gpus,
+            **{key: value for key, value in engine.items() if value is not None}}
 
 
 class PointFolder:

@@ -55,7 +55,7 @@ class Share:
         if self.device is not None:  # a local array: this task's GPU alone, before CUDA starts
             os.environ["CUDA_VISIBLE_DEVICES"] = self.device
         folder = PointFolder(self.folder, self.key)
-        worker = {**worker_identity("slurm"), "share": self.label}
+        worker = {**worker_identity("slurm", **_slurm_ids()), "share": self.label}
         measured = 0
         for number, point in self.items:
             if folder.done(number, point):  # finished before a requeue, or by another task
@@ -168,6 +168,19 @@ class SlurmExecutor(Executor):
         for label in labels:
             reports.setdefault(label, WorkerReport(label))
         return executor.submit_array(tasks), labels
+
+
+def _slurm_ids() -> dict[str, Any]:
+    """The job, array job and array task ids submitit reports for this task (none outside one)."""
+    try:
+        import submitit
+
+        environment = submitit.JobEnvironment()
+        ids = {"job_id": environment.job_id, "array_job_id": environment.array_job_id,
+               "array_task_id": environment.array_task_id}
+        return {key: str(value) for key, value in ids.items() if value is not None}
+    except Exception:  # not inside a submitit job (a test calling the task directly)
+        return {}
 
 
 def _failure(submitted: Any) -> str:
