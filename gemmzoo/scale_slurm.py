@@ -142,6 +142,10 @@ class SlurmExecutor(Executor):
             share.sort(key=lambda item: (-point_cost(item[1]), item[0]))
         local = settings.cluster in ("local", "debug")
         devices = list(settings.devices or [])
+        if local and not devices:  # this machine's GPUs, one per task (none: CPU backends only)
+            from gemmzoo.scale import visible_gpus
+
+            devices = visible_gpus()
         if local and devices and count > len(devices):
             raise ExecutorError(f"--executor slurm on this machine: {count} workers for {len(devices)} GPUs "
                                 "(--devices); a GPU is never shared")
