@@ -118,9 +118,14 @@ class SlurmExecutor(Executor):
             if not pending:
                 break
             jobs, labels = self._submit(job, points, pending, folder, key, workers, attempt, reports)
-            while not all(j.done() for j in jobs):
-                time.sleep(settings.poll_s)
-                collect()
+            try:
+                while not all(j.done() for j in jobs):
+                    time.sleep(settings.poll_s)
+                    collect()
+            except KeyboardInterrupt:  # the finished points stay in the folder: a rerun resumes
+                for submitted in jobs:
+                    submitted.cancel(check=False)
+                raise
             collect()
             for submitted, label in zip(jobs, labels, strict=True):
                 error = _failure(submitted)

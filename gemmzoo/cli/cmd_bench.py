@@ -221,9 +221,14 @@ def _run(args: argparse.Namespace, say: Any, noise_target: float, settings: Any 
                 advance(result)
 
             if settings is not None:  # --executor slurm|ray
+                def advance_kept(result: BenchResult) -> None:
+                    results.append(result)  # kept as they come back, so that Ctrl-C still has them
+                    extras.append({})
+                    advance(result)
+
                 results, extras, workers = scale_jobs.bench_with_executor(
-                    settings, backends, points, args.budget, advance, timer=args.timer, threads=args.threads,
-                    noise_target=noise_target)
+                    settings, backends, points, args.budget, advance_kept, timer=args.timer,
+                    threads=args.threads, noise_target=noise_target)
             elif args.devices:
                 results, extras, workers = scale_jobs.bench_on_devices(
                     backends, points, args.budget, args.devices, advance, pool, timer=args.timer,
