@@ -231,6 +231,13 @@ class PointFolder:
     def done(self, number: int, point: GridPoint) -> bool:
         return self.file(number, point).exists()
 
+    def names(self) -> set[str]:
+        """The names of the finished points' files (one directory listing: cheap to poll)."""
+        try:
+            return {name for name in os.listdir(self.points_dir) if name.endswith(".json")}
+        except FileNotFoundError:
+            return set()
+
     def write(self, number: int, point: GridPoint, outcome: Outcome, worker: dict[str, Any]) -> None:
         """Keep ``outcome`` of point ``number`` (JSON-ready values only), unless a file is there."""
         target = self.file(number, point)

@@ -94,8 +94,9 @@ class SlurmExecutor(Executor):
         started = time.time()
 
         def collect() -> None:
+            present = folder.names()
             for number, point in enumerate(points):
-                if outcomes[number] is not None:
+                if outcomes[number] is not None or folder.file(number, point).name not in present:
                     continue
                 found = folder.read(number, point)
                 if found is None:
