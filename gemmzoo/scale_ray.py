@@ -139,7 +139,11 @@ class RayExecutor(Executor):
                     first = lines[0] if lines else type(error).__name__
                     reports[label].error = f"ended on {points[number].id}: {first}"
                     ray.kill(actors.pop(label), no_restart=True)
-                    if made - workers < settings.retries:
+                    busy = {owner for _number, owner in in_flight.values()}
+                    idle = [other for other in actors if other not in busy]
+                    if idle:  # a live actor with nothing to do takes the point
+                        feed(idle[0])
+                    elif made - workers < settings.retries:
                         feed(start_actor())
                     elif not actors:
                         break
