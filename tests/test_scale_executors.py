@@ -104,6 +104,50 @@ def test_a_requeued_slurm_task_resumes_without_measuring_again(tmp_path: Path) -
         assert len(list(log.glob(f"done-{point.id}-*"))) == 1
 
 
+def test_slurm_parameters_reach_a_slurm_executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cluster path without a cluster: submitit's Slurm executor is made and checks the
+    parameters for real; only the submission itself is replaced (each task runs here)."""
+    submitit = pytest.importorskip("submitit")
+    from submitit.slurm.slurm import SlurmExecutor
+
+    monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 1))  # as if srun were here
+    seen: dict[str, object] = {}
+
+    class Done:
+        job_id = "1"
+
+        def done(self) -> bool:
+            return True
+
+        def exception(self) -> None:
+            return None
+
+    def submit_array(self: object, tasks: list) -> list:
+        seen.update(self._executor.parameters)  # type: ignore[attr-defined]
+        seen["devices"] = [task.device for task in tasks]
+        for task in tasks:
+            task()
+        return [Done() for _ in tasks]
+
+    monkeypatch.setattr(submitit.AutoExecutor, "submit_array", submit_array)
+    log = tmp_path / "log"
+    log.mkdir()
+    job = functools.partial(traced_job, str(log), "none")
+    settings = ExecutorSettings("slurm", workers=3, folder=str(tmp_path / "sweep"), cluster="slurm",
+                                options={"slurm_partition": "gpu", "timeout_min": 90, "slurm_account": "proj",
+                                         "slurm_qos": "high"})
+    outcomes, reports = make_executor(settings).run(job, POINTS)
+    assert [status for status, _value in outcomes] == ["ok"] * len(POINTS)
+    assert seen["gpus_per_node"] == 1 and seen["array_parallelism"] == 3 and seen["partition"] == "gpu"
+    assert seen["account"] == "proj" and seen["qos"] == "high" and seen["time"] == 90
+    assert seen["devices"] == [None, None, None]  # Slurm gives each task its GPU
+    assert sorted(r.points for r in reports) == [2, 2, 2]
+    bad = ExecutorSettings("slurm", folder=str(tmp_path / "other"), cluster="slurm",
+                           options={"timeout_min": "x"})
+    with pytest.raises(ExecutorError, match="submitit refused"):
+        make_executor(bad).run(job, POINTS)
+
+
 def test_ray_on_a_local_cluster_with_fake_gpus_survives_a_killed_actor(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     _by_value()
