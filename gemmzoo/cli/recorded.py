@@ -1,0 +1,168 @@
+"""``gemmzoo tune --recorded``: the problems ``gemmzoo.matmul`` recorded, measured one by one.
+
+What sets it apart from tuning a grid:
+
+- Backends that compile each new problem (:attr:`gemmzoo.Backend.compiles_per_problem`: Inductor's
+  ``torch-compile``, XLA's ``jax-cuda``) are left out unless ``--include-compiling`` is given:
+  their suites and timings take seconds a problem, and a model records dozens. So are backends
+  that ``gemmzoo.matmul`` never chooses for its callers' arrays (JAX's, reached only through host
+  copies). Backends named (``--backend``, ``GEMMZOO_BACKENDS``) are all timed.
+- The conformance suite of every backend that will be timed runs first, one line each, so the
+  time a fresh machine spends there is seen and said.
+- After each problem, one line on standard error: its position, the problem, the backend
+  ``gemmzoo.matmul`` will now choose for it, and the expected gain over the array library's own
+  matmul (``torch`` on CUDA, ``torch-cpu`` on the CPU, else ``numpy``), from the stored times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gemmzoo.grids import GridPoint
+
+#: The array library's own matmul on each device: what the expected gain is measured against,
+#: first that has a timing at the problem.
+BASELINES = {"cuda": ("torch", "cupy"), "cpu": ("torch-cpu", "numpy")}
+
+
+def compiles(backend: Any) -> bool:
+    """Whether ``backend`` compiles each new problem; one whose attribute cannot be read does not."""
+    try:
+        return getattr(backend, "compiles_per_problem", False) is True
+    except Exception:
+        return False
+
+
+def recorded_points() -> dict[str, list[GridPoint]]:
+    """The recorded problems of each of this machine's devices (``"cpu"``, ``"cuda"``), most
+    often met first."""
+    from gemmzoo.tuning import state
+    from gemmzoo.tuning.fingerprint import device_fingerprint
+
+    store = state.store()
+    found: dict[str, list[GridPoint]] = {}
+    for device in ("cpu", "cuda"):
+        try:
+            fingerprint = device_fingerprint(device)
+        except Exception:  # no such device here
+            continue
+        points = [point for point, _seen in store.recorded(fingerprint)]
+        if points:
+            found[device] = points
+    return found
+
+
+def narrowed(backends: Sequence[Any], include_compiling: bool, named: bool,
+             say: Callable[[str], None]) -> list[Any]:
+    """``backends`` without those ``gemmzoo.matmul`` would not choose for a recorded problem
+    (one computing on arrays the caller's reach only through host copies, such as JAX's) and
+    those that compile each new problem (unless ``include_compiling``); all of them when they
+    were ``named``. ``say`` hears one line per reason naming those left out."""
+    if named:
+        return list(backends)
+    from gemmzoo.dispatch import native_kind
+    from gemmzoo.tuning import state
+
+    def unreachable(backend: Any) -> bool:
+        if compiles(backend) or state.unavailable_reason(backend) is not None:
+            return False  # said below, or skipped as unavailable anyway
+        return native_kind(backend, min(backend.dtypes)) is None
+
+    compiling = [] if include_compiling else [b for b in backends if compiles(b)]
+    quiet = [b for b in compiling if state.unavailable_reason(b) is not None]  # skipped anyway
+    if len(quiet) < len(compiling):
+        names = ", ".join(b.name for b in compiling if b not in quiet)
+        say(f"left out: {names} (they compile each new problem, seconds each); --include-compiling or "
+            "--backend NAME includes them")
+    far = [b for b in backends if b not in compiling and unreachable(b)]
+    if far:
+        say(f"left out: {', '.join(b.name for b in far)} (gemmzoo.matmul reaches their arrays only "
+            "through host copies and does not choose them); --backend NAME includes them")
+    return [b for b in backends if b not in compiling and b not in far]
+
+
+def check_first(plan: Sequence[tuple[Sequence[GridPoint], Sequence[str]]], chosen: Sequence[Any],
+                say: Callable[[str], None]) -> None:
+    """Run the conformance suite of each backend that will be timed, for each dtype it will be
+    timed in, where no verdict is stored yet; one line each, with the time it took."""
+    from gemmzoo.tuning import state
+    from gemmzoo.tuning.tune import conformance_verdict
+
+    store = state.store()
+    for points, names in plan:
+        dtypes = sorted({p.dtype for p in points})
+        for backend in chosen:
+            if backend.name not in names:
+                continue
+            for dtype in dtypes:
+                if dtype not in backend.dtypes or state.unavailable_reason(backend) is not None:
+                    continue
+                started = time.perf_counter()
+                passed = conformance_verdict(store, backend, dtype)
+                took = time.perf_counter() - started
+                if took >= 0.05:  # a stored verdict is read in milliseconds: say only the suites run
+                    say(f"conformance {backend.name} {dtype}: {'passed' if passed else 'FAILED'} "
+                        f"({took:.1f} s)")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What tuning one recorded problem decided: the backend ``gemmzoo.matmul`` chooses now,
+    its time, and the baseline's (``None`` where the baseline has no timing there)."""
+
+    backend: str
+    time_s: float | None
+    baseline: str | None
+    baseline_s: float | None
+
+    @property
+    def gain(self) -> float | None:
+        """Baseline time over the chosen backend's: above 1 is faster than the baseline."""
+        if self.time_s is None or self.baseline_s is None or self.time_s <= 0:
+            return None
+        return self.baseline_s / self.time_s
+
+    def gain_text(self) -> str:
+        """``x1.23 vs torch``, or ``-`` where there is nothing to compare."""
+        gain = self.gain
+        return "-" if gain is None else f"x{gain:.2f} vs {self.baseline}"
+
+
+def outcome(point: GridPoint, device: str) -> Outcome | None:
+    """The choice ``gemmzoo.matmul`` now makes for ``point`` on ``device`` (from the stored
+    measurements, never measuring), and the expected gain over the baseline; ``None`` when no
+    backend can answer."""
+    from gemmzoo.dispatch import native_kind
+    from gemmzoo.tuning.select import explain
+
+    try:
+        choice = explain((point.m, point.n, point.k), point.dtype, device, measure=False,
+                         layout=point.layout, reachable=lambda b: native_kind(b, point.dtype) is not None)
+    except Exception:  # nothing conforming, say: the summary's row says why
+        return None
+    times = {t.backend: t.median_s for t in choice.ranking}
+    baseline = next((name for name in BASELINES.get(device, ()) if name in times), None)
+    return Outcome(choice.backend.name, times.get(choice.backend.name), baseline,
+                   times.get(baseline) if baseline else None)
+
+
+def problem_text(point: GridPoint, device: str) -> str:
+    """``8192x50257x768 NT bfloat16 cuda`` (the layout only when not NN)."""
+    layout = "" if point.layout == "NN" else f" {point.layout}"
+    return f"{point.m}x{point.n}x{point.k}{layout} {point.dtype} {device}"
+
+
+def progress_line(index: int, total: int, point: GridPoint, device: str, found: Outcome | None,
+                  seconds: float) -> str:
+    """One problem's line: ``[3/15] 8192x50257x768 NT bfloat16 cuda: torch-padded x2.91 vs torch
+    (1.8 s)``."""
+    from gemmzoo.cli.output import duration
+
+    head = f"[{index}/{total}] {problem_text(point, device)}:"
+    if found is None:
+        return f"{head} no backend gave a correct result ({seconds:.1f} s)"
+    timed = f", {duration(found.time_s)}" if found.time_s is not None else ""
+    return f"{head} {found.backend}{timed}, {found.gain_text()} ({seconds:.1f} s)"
