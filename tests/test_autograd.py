@@ -58,7 +58,7 @@ def gradient(held, transposed: bool):
 
 CASES = [(None, "float32"), ("torch-cpu", "float32"), ("numpy", "float32"),
          (None, "float16"), ("torch-cpu", "float16"), ("numpy", "float16"),
-         (None, "bfloat16"), ("torch-cpu", "bfloat16")]
+         (None, "bfloat16"), ("torch-cpu", "bfloat16"), (None, "float64"), ("numpy", "float64")]
 
 
 @pytest.mark.parametrize(("backend", "dtype"), CASES)
