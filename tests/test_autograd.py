@@ -107,6 +107,30 @@ def test_only_the_gradients_required_are_computed(monkeypatch):
     within_bound(a.grad, torch.ones(6, 5), b.T, "float32")
 
 
+def test_the_gradient_of_a_column_major_operand_is_computed_in_its_layout_as_torch_does(monkeypatch):
+    x = random(6, 9, torch.float32, 12).requires_grad_()
+    w = random(5, 9, torch.float32, 13).requires_grad_()  # a weight stored out x in, used as w.t()
+    products = []
+    original = gemmzoo.dispatch.matmul
+
+    def counting(a, b, *args, **kwargs):
+        products.append((tuple(a.shape), a.is_contiguous(), tuple(b.shape), b.is_contiguous()))
+        return original(a, b, *args, **kwargs)
+
+    c = gemmzoo.matmul(x, w.t(), "torch-cpu")
+    monkeypatch.setattr(gemmzoo.dispatch, "matmul", counting)
+    upstream = random(6, 5, torch.float32, 14)
+    c.backward(upstream)
+    # dX = dC·W (NN) and dW = dCᵀ·X (TN), the latter W's own shape: no copy to W's strides
+    assert products == [((6, 5), True, (5, 9), True), ((5, 6), False, (6, 9), True)]
+    assert w.grad.is_contiguous() and x.grad.is_contiguous()
+    within_bound(w.grad, upstream.T, x, "float32")
+    within_bound(x.grad, upstream, w, "float32")
+    y, v = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    torch.matmul(y, v.t()).backward(upstream)
+    assert w.grad.stride() == v.grad.stride() and x.grad.stride() == y.grad.stride()
+
+
 def test_gradcheck_and_double_backward_in_float64():
     a = random(7, 5, torch.float64, 6).requires_grad_()
     b = random(5, 4, torch.float64, 7).requires_grad_()

@@ -89,7 +89,7 @@ def test_every_product_of_a_step_backward_ones_included_is_recorded_tuned_then_a
     for _name, m, n, k in config.problems():
         expected |= {GridPoint(m, n, k, "float32", "NT"),  # forward: x·Wᵀ
                      GridPoint(m, k, n, "float32", "NN"),  # dX = dY·W
-                     GridPoint(k, n, m, "float32", "TN")}  # dWᵀ = Xᵀ·dY
+                     GridPoint(n, k, m, "float32", "TN")}  # dW = dYᵀ·X (W's own layout)
     assert recorded() == expected
 
     assert main(["tune", "--recorded", "--budget", "0.01"]) == 0

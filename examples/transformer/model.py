@@ -9,7 +9,8 @@ in that function compute the same thing, and their step times differ only by the
 
 A projection holds its weight as ``torch.nn.Linear`` does, ``out x in``, and computes
 ``x · Wᵀ`` on the activations flattened to rows: the forward product has layout NT (B stored
-column by column), and autograd's products are ``dX = dY · W`` (NN) and ``dWᵀ = Xᵀ · dY`` (TN).
+column by column), and autograd's products are ``dX = dY · W`` (NN) and ``dW = dYᵀ · X`` (TN, the
+weight's gradient in the weight's own layout).
 """
 
 from __future__ import annotations
