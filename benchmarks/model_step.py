@@ -224,15 +224,25 @@ def phase(name: str, model: Any, tokens: torch.Tensor, targets: torch.Tensor, cl
 
 def run_tune(extra: list[str]) -> dict[str, Any]:
     """``python -m gemmzoo tune --recorded`` in a subprocess (this process's environment, so the
-    same cache directory), its standard error passed through; its wall time and exit code."""
+    same cache directory), its progress lines passed through as they come; its wall time, exit
+    code, progress lines and output."""
     command = [sys.executable, "-m", "gemmzoo", "tune", "--recorded", *extra]
-    print(f"\n$ {' '.join(command[1:])}", flush=True)
+    print(f"\n$ {' '.join(['python', *command[1:]])}", flush=True)
+    progress = []
     started = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
-    took = time.perf_counter() - started
-    print(done.stdout, end="", flush=True)
-    print(f"gemmzoo tune --recorded: exit {done.returncode}, {took:.1f} s", flush=True)
-    return {"command": command[1:], "seconds": took, "exit": done.returncode, "output": done.stdout}
+    with tempfile.TemporaryFile("w+") as output:
+        with subprocess.Popen(command, stdout=output, stderr=subprocess.PIPE, text=True) as child:
+            assert child.stderr is not None
+            for line in child.stderr:
+                progress.append(line.rstrip("\n"))
+                print(line, end="", file=sys.stderr, flush=True)
+        took = time.perf_counter() - started
+        output.seek(0)
+        printed = output.read()
+    print(printed, end="", flush=True)
+    print(f"gemmzoo tune --recorded: exit {child.returncode}, {took:.1f} s", flush=True)
+    return {"command": ["python", *command[1:]], "seconds": took, "exit": child.returncode,
+            "progress": progress, "output": printed}
 
 
 def main(argv: list[str] | None = None) -> int:

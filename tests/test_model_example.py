@@ -126,3 +126,95 @@ def test_a_config_with_sizes_that_cannot_work_is_refused_by_name():
         model.Config(n_embd=50, n_head=3)
     with pytest.raises(ValueError, match="vocab_size"):
         model.Config.tiny(vocab_size=0)
+
+
+def test_the_benchmark_runs_both_phases_on_a_tiny_model_and_writes_its_figures(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "model_step_benchmark", Path(__file__).resolve().parents[1] / "benchmarks" / "model_step.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    out = tmp_path / "step.json"
+    # the benchmark sets GEMMZOO_CACHE_DIR for itself and its subprocess: the fixture restores it
+    assert benchmark.main(["--device", "cpu", "--tiny", "--rounds", "1", "--warmup", "0",
+                           "--problem-rounds", "1", "--problem-budget", "0.001",
+                           "--cache-dir", str(tmp_path / "bench-cache"),
+                           "--tune-arg=--budget", "--tune-arg=0.01", "--json", str(out)]) == 0
+    import json
+
+    figures = json.loads(out.read_text())
+    assert figures["tune"]["exit"] == 0 and figures["tune"]["seconds"] > 0
+    assert "[15/15]" in capsys.readouterr().err  # the tuner's progress came through
+    assert figures["tune"]["progress"][-1].startswith("[15/15]")
+    for phase in ("untuned", "tuned"):
+        result = figures[phase]
+        assert result["ratio"] > 0 and result["gemmzoo_step_ms"] > 0 and result["stock_step_ms"] > 0
+        # every product of a step, forward and backward, each once per block or once per step
+        assert sum(row["count"] for row in result["problems"]) == 3 * (4 * 2 + 1)
+        assert {row["direction"] for row in result["problems"]} == {"forward", "backward"}
+        assert all(row["backend"] in ("numpy", "torch-cpu") for row in result["problems"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_lm_head_through_torch_padded_forward_and_backward_in_its_three_layouts(dtype):
+    """A misaligned vocabulary (N odd): x·Eᵀ (NT), dX = dC·E (NN, K odd) and dE = dCᵀ·X (TN, M
+    odd), each within the suite's bound of the float64 product, every element."""
+    import gemmzoo
+    from gemmzoo.conformance.bounds import error_bound
+
+    backend = gemmzoo.get_backend("torch-padded")
+    if backend.unavailable_reason():
+        pytest.skip(backend.unavailable_reason())
+    torch_dtype = getattr(torch, dtype)
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(256, 96, generator=generator).to("cuda", torch_dtype).requires_grad_()
+    embedding = torch.randn(1001, 96, generator=generator).to("cuda", torch_dtype).requires_grad_()
+    upstream = torch.randn(256, 1001, generator=generator).to("cuda", torch_dtype)
+    logits = gemmzoo.matmul(x, embedding.t(), "torch-padded")
+    logits.backward(upstream)
+    assert embedding.grad.is_contiguous()
+
+    def check(got, left, right):
+        left64, right64 = left.detach().double().cpu().numpy(), right.detach().double().cpu().numpy()
+        exact = left64 @ right64
+        bound = error_bound(dtype, left.shape[1], exact, np.abs(left64) @ np.abs(right64))
+        assert got.shape == exact.shape
+        assert bool(np.all(np.abs(got.detach().double().cpu().numpy() - exact) <= bound))
+
+    check(logits, x, embedding.t())
+    check(x.grad, upstream, embedding)
+    check(embedding.grad, upstream.t(), x)
+
+
+@pytest.mark.gpu
+def test_a_training_step_captured_in_a_cuda_graph_replays_as_the_eager_step():
+    """The whole step (forward and backward products through gemmzoo.matmul) captured after
+    warm-up steps on a side stream; replayed on new tokens, it gives the eager step's loss and
+    gradients."""
+    import gemmzoo
+
+    config = model.Config.tiny(vocab_size=1001)
+    net = model.build(config, device="cuda")
+    tokens, targets = model.batch_of(config, device="cuda", seed=1)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            model.step(net, tokens, targets)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    net.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        loss = net(tokens, targets)
+        loss.backward()
+    new_tokens, new_targets = model.batch_of(config, device="cuda", seed=2)
+    tokens.copy_(new_tokens)
+    targets.copy_(new_targets)
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = (loss.detach().clone(), {n: p.grad.detach().clone() for n, p in net.named_parameters()})
+    eager = model.build(config, device="cuda", matmul=gemmzoo.matmul)
+    eager_loss = model.step(eager, new_tokens, new_targets)
+    torch.testing.assert_close(replayed[0], eager_loss, rtol=1e-5, atol=1e-6)
+    for name, parameter in eager.named_parameters():
+        torch.testing.assert_close(replayed[1][name], parameter.grad, rtol=1e-4, atol=1e-6)

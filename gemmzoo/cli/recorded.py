@@ -131,16 +131,26 @@ class Outcome:
         return "-" if gain is None else f"x{gain:.2f} vs {self.baseline}"
 
 
+def caller_library() -> str:
+    """The array library whose caller :func:`outcome` answers for: torch where it is installed
+    (models), else NumPy. Among tied backends ``gemmzoo.matmul`` prefers its caller's own."""
+    import importlib.util
+
+    return "torch" if importlib.util.find_spec("torch") is not None else "numpy"
+
+
 def outcome(point: GridPoint, device: str) -> Outcome | None:
-    """The choice ``gemmzoo.matmul`` now makes for ``point`` on ``device`` (from the stored
-    measurements, never measuring), and the expected gain over the baseline; ``None`` when no
-    backend can answer."""
+    """The choice ``gemmzoo.matmul`` now makes for ``point`` on ``device`` for a caller of
+    :func:`caller_library`'s arrays (from the stored measurements, never measuring), and the
+    expected gain over the baseline; ``None`` when no backend can answer."""
     from gemmzoo.dispatch import native_kind
     from gemmzoo.tuning.select import explain
 
+    library, dtype = caller_library(), point.dtype
     try:
-        choice = explain((point.m, point.n, point.k), point.dtype, device, measure=False,
-                         layout=point.layout, reachable=lambda b: native_kind(b, point.dtype) is not None)
+        choice = explain((point.m, point.n, point.k), dtype, device, measure=False, layout=point.layout,
+                         native=lambda b: native_kind(b, dtype) == library,
+                         reachable=lambda b: native_kind(b, dtype) is not None)
     except Exception:  # nothing conforming, say: the summary's row says why
         return None
     times = {t.backend: t.median_s for t in choice.ranking}
