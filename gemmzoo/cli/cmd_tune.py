@@ -39,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --recorded: time backends that compile each new problem too "
                              "(torch-compile, jax: seconds a problem), which are otherwise left out "
                              "unless named")
+    parser.add_argument("--suite-workers", type=int, default=None, metavar="N",
+                        help="with --recorded: worker processes that run the conformance suites not yet "
+                             "run here, side by side (default: one per suite up to half the cores and 8 "
+                             "on CUDA, none on the CPU; 0 or 1: in this process)")
     parser.add_argument("--import", dest="import_files", action="append", default=[], metavar="FILE",
                         help="take in a tuning file exported elsewhere (repeatable; rows made on another "
                              "device or with other library versions are ignored); measures nothing unless "
@@ -219,11 +223,17 @@ def _tune_recorded(args: argparse.Namespace, plan: list[Any], chosen: list[Any],
     def say(line: str) -> None:
         errors.print(line, markup=False, soft_wrap=True)
 
-    check_first(plan, chosen, say)
+    left_out = {b.name for b in check_first(plan, chosen, say, args.suite_workers)}
+    if left_out:
+        plan = [(points, [name for name in names if name not in left_out]) for points, names in plan]
+        chosen = [b for b in chosen if b.name not in left_out]
     total = sum(len(points) for points, _names in plan)
     index = 0
     for points, names in plan:
-        device = next(b.device for b in chosen if b.name in names)
+        device = next((b.device for b in chosen if b.name in names), None)
+        if device is None:  # every backend of the device left out
+            index += len(points)
+            continue
         for point in points:
             index += 1
             started = time.perf_counter()

@@ -58,54 +58,121 @@ def recorded_points() -> dict[str, list[GridPoint]]:
 def narrowed(backends: Sequence[Any], include_compiling: bool, named: bool,
              say: Callable[[str], None]) -> list[Any]:
     """``backends`` without those ``gemmzoo.matmul`` would not choose for a recorded problem
-    (one computing on arrays the caller's reach only through host copies, such as JAX's) and
-    those that compile each new problem (unless ``include_compiling``); all of them when they
-    were ``named``. ``say`` hears one line per reason naming those left out."""
+    (baselines that are not ``selectable``; one computing on arrays the caller's reach only
+    through host copies, such as JAX's) and those that compile each new problem (unless
+    ``include_compiling``); all of them when they were ``named``. ``say`` hears one line per
+    reason naming the available ones left out (the others are skipped anyway)."""
     if named:
         return list(backends)
     from gemmzoo.dispatch import native_kind
     from gemmzoo.tuning import state
 
-    def unreachable(backend: Any) -> bool:
-        if compiles(backend) or state.unavailable_reason(backend) is not None:
-            return False  # said below, or skipped as unavailable anyway
-        return native_kind(backend, min(backend.dtypes)) is None
+    available = [b for b in backends if state.unavailable_reason(b) is None]
+    compiling = [] if include_compiling else [b for b in available if compiles(b)]
+    baselines = [b for b in available if getattr(b, "selectable", True) is False and b not in compiling]
+    far = [b for b in available if b not in compiling and b not in baselines
+           and native_kind(b, min(b.dtypes)) is None]
+    for group, why in ((compiling, "they compile each new problem, seconds each; --include-compiling or "
+                                   "--backend NAME includes them"),
+                       (baselines, "baselines for comparison, never chosen unless named; --backend NAME "
+                                   "includes them"),
+                       (far, "gemmzoo.matmul reaches their arrays only through host copies and does not "
+                             "choose them; --backend NAME includes them")):
+        if group:
+            say(f"left out: {', '.join(b.name for b in group)} ({why})")
+    return [b for b in backends if b not in compiling + baselines + far]
 
-    compiling = [] if include_compiling else [b for b in backends if compiles(b)]
-    quiet = [b for b in compiling if state.unavailable_reason(b) is not None]  # skipped anyway
-    if len(quiet) < len(compiling):
-        names = ", ".join(b.name for b in compiling if b not in quiet)
-        say(f"left out: {names} (they compile each new problem, seconds each); --include-compiling or "
-            "--backend NAME includes them")
-    far = [b for b in backends if b not in compiling and unreachable(b)]
-    if far:
-        say(f"left out: {', '.join(b.name for b in far)} (gemmzoo.matmul reaches their arrays only "
-            "through host copies and does not choose them); --backend NAME includes them")
-    return [b for b in backends if b not in compiling and b not in far]
+
+def suite_in_child(name: str, dtype: str) -> tuple[str, str, bool | None, float]:
+    """Run backend ``name``'s suite for ``dtype`` in this (worker) process and store the verdict
+    where the parent reads it (the same ``GEMMZOO_CACHE_DIR``, inherited): ``(name, dtype,
+    passed, seconds)``, ``passed`` ``None`` where no verdict could be stored (the suite overran
+    its time limit, or the backend is unavailable in the worker)."""
+    from gemmzoo.registry import get_registry
+    from gemmzoo.tuning import state
+    from gemmzoo.tuning.tune import conformance_verdict
+
+    started = time.perf_counter()
+    backend = get_registry().get(name)
+    if state.unavailable_reason(backend) is not None:
+        return name, dtype, None, time.perf_counter() - started
+    store = state.store()
+    conformance_verdict(store, backend, dtype)
+    state.verdicts.clear()  # what was stored, not what this process remembers (a timeout is not kept)
+    return name, dtype, conformance_verdict(store, backend, dtype, run=False), time.perf_counter() - started
+
+
+def suite_workers(device: str, jobs: int, cores: int | None = None) -> int:
+    """How many worker processes run the missing suites: one per suite on CUDA (Triton's and
+    Inductor's compilers keep a core busy each; the GPU work is small) up to half the cores and
+    at most :data:`MAX_SUITE_WORKERS`; none (in this process) on the CPU, where the suites time
+    nothing and the cores are the device."""
+    import os
+
+    if device != "cuda" or jobs < 2:
+        return 0
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    count = min(jobs, cores // 2, MAX_SUITE_WORKERS)
+    return count if count >= 2 else 0
+
+
+MAX_SUITE_WORKERS = 8
 
 
 def check_first(plan: Sequence[tuple[Sequence[GridPoint], Sequence[str]]], chosen: Sequence[Any],
-                say: Callable[[str], None]) -> None:
+                say: Callable[[str], None], workers: int | None = None) -> list[Any]:
     """Run the conformance suite of each backend that will be timed, for each dtype it will be
-    timed in, where no verdict is stored yet; one line each, with the time it took."""
+    timed in, where no verdict is stored yet, one line each with the time it took; on CUDA in
+    worker processes side by side (:func:`suite_workers`; ``workers`` overrides it), so a fresh
+    machine waits for the slowest suite, not for their sum. Returns the backends to leave out:
+    those whose suite ended without a verdict in a worker (it overran its time limit)."""
     from gemmzoo.tuning import state
     from gemmzoo.tuning.tune import conformance_verdict
 
     store = state.store()
+    jobs: list[tuple[Any, str]] = []
     for points, names in plan:
         dtypes = sorted({p.dtype for p in points})
         for backend in chosen:
-            if backend.name not in names:
+            if backend.name not in names or state.unavailable_reason(backend) is not None:
                 continue
-            for dtype in dtypes:
-                if dtype not in backend.dtypes or state.unavailable_reason(backend) is not None:
-                    continue
-                started = time.perf_counter()
-                passed = conformance_verdict(store, backend, dtype)
-                took = time.perf_counter() - started
-                if took >= 0.05:  # a stored verdict is read in milliseconds: say only the suites run
-                    say(f"conformance {backend.name} {dtype}: {'passed' if passed else 'FAILED'} "
-                        f"({took:.1f} s)")
+            jobs += [(backend, dtype) for dtype in dtypes if dtype in backend.dtypes
+                     and conformance_verdict(store, backend, dtype, run=False) is None]
+    if not jobs:
+        return []
+    device = jobs[0][0].device
+    count = suite_workers(device, len(jobs)) if workers is None else workers
+    if count < 2:
+        for backend, dtype in jobs:
+            started = time.perf_counter()
+            passed = conformance_verdict(store, backend, dtype)
+            say(f"conformance {backend.name} {dtype}: {'passed' if passed else 'FAILED'} "
+                f"({time.perf_counter() - started:.1f} s)")
+        return []
+    import concurrent.futures
+    import multiprocessing
+
+    say(f"conformance: {len(jobs)} {'suite' if len(jobs) == 1 else 'suites'} not yet run here, in "
+        f"{count} worker processes")
+    left_out = []
+    by_name = {backend.name: backend for backend, _dtype in jobs}
+    context = multiprocessing.get_context("spawn")  # a CUDA parent must not fork
+    with concurrent.futures.ProcessPoolExecutor(count, mp_context=context) as pool:
+        futures = [pool.submit(suite_in_child, backend.name, dtype) for backend, dtype in jobs]
+        for future in concurrent.futures.as_completed(futures):
+            try:
+                name, dtype, passed, took = future.result()
+            except Exception as error:  # the worker died: its backends are left out of this run
+                say(f"conformance worker failed: {type(error).__name__}: {error}")
+                continue
+            if passed is None:
+                left_out.append(by_name[name])
+                say(f"conformance {name} {dtype}: no verdict (overran its time limit, or unavailable "
+                    f"in a worker); left out of this run ({took:.1f} s)")
+            else:
+                say(f"conformance {name} {dtype}: {'passed' if passed else 'FAILED'} ({took:.1f} s)")
+    state.verdicts.clear()  # read the workers' verdicts from the database
+    return left_out
 
 
 @dataclass(frozen=True)
