@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                                    lambda line: errors.print(line, style="yellow", markup=False))
         if args.recorded:  # each device's problems, with that device's backends
             chosen = narrowed(chosen, args.include_compiling, _named(args),
-                                       lambda line: errors.print(line, style="yellow", markup=False))
+                              lambda line: errors.print(line, style="yellow", markup=False))
             plan = [(points, names) for device, points in recorded_points().items()
                     if (names := [b.name for b in chosen if b.device == device])]
         else:
