@@ -4,6 +4,7 @@ after ``gemmzoo tune --recorded``, in one run.
     python benchmarks/model_step.py [--json FILE]                 # GPT-2 small, bf16 on CUDA
     python benchmarks/model_step.py --device cpu [--json FILE]    # a small model, fp32 on the CPU
     python benchmarks/model_step.py --n-embd 1024 --vocab 32000 --n-layer 24 --n-head 16
+    python benchmarks/model_step.py --dispatch compiled          # gemmzoo.matmul's compiled dispatch
 
 The model is examples/transformer/model.py: every projection and the LM head one product call;
 its step is forward and backward (gradients cleared first, no optimizer). One model serves both
@@ -263,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune-arg", action="append", default=[], metavar="ARG",
                         help="passed to gemmzoo tune --recorded (repeatable: "
                              "--tune-arg=--budget --tune-arg=0.1)")
+    parser.add_argument("--dispatch", choices=("python", "compiled"), default="python",
+                        help="gemmzoo.matmul's dispatch for torch tensors: the Python one (default, what a "
+                             "fresh install runs) or the compiled one, built first into the cache directory "
+                             "as `gemmzoo cache --build-dispatch` does (a C++ compiler and ninja)")
     parser.add_argument("--no-tune", action="store_true", help="the untuned phase only")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
@@ -281,9 +286,26 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args, config, dtype_name, f"{threads} ({policy})")
 
 
+def _dispatch(wanted: str) -> str:
+    """Set up the dispatch ``wanted`` for torch tensors; which one runs (and why not the compiled
+    one, where it was wanted and cannot be built)."""
+    from gemmzoo import native
+
+    if wanted == "python":
+        os.environ[native.ENV_SWITCH] = "0"
+        return "python"
+    try:
+        native.build()
+    except native.CompiledDispatchError as error:
+        return f"python ({error})"
+    return "compiled"
+
+
 def _run(args: argparse.Namespace, config: Config, dtype_name: str, threads: str) -> int:
     import gemmzoo
     from gemmzoo.tuning import state
+
+    dispatch = _dispatch(args.dispatch)
 
     clock = Clock(args.device)
     model = build(config, device=args.device, dtype=DTYPES[dtype_name])
@@ -291,7 +313,7 @@ def _run(args: argparse.Namespace, config: Config, dtype_name: str, threads: str
     print(f"model: {config}, {dtype_name} on {args.device}"
           f"{' (' + torch.cuda.get_device_name() + ')' if args.device == 'cuda' else ''}; "
           f"torch {torch.__version__}, gemmzoo {gemmzoo.__version__}"
-          f"{'; threads ' + threads if threads else ''}", flush=True)
+          f"{'; threads ' + threads if threads else ''}; gemmzoo.matmul's dispatch: {dispatch}", flush=True)
 
     model.matmul = gemmzoo.matmul
     first_s = clock.time(lambda: step(model, tokens, targets))
@@ -300,7 +322,7 @@ def _run(args: argparse.Namespace, config: Config, dtype_name: str, threads: str
         "config": config.__dict__, "dtype": dtype_name, "device": args.device,
         "device_name": torch.cuda.get_device_name() if args.device == "cuda" else platform.processor(),
         "torch": torch.__version__, "gemmzoo": gemmzoo.__version__, "python": platform.python_version(),
-        "threads": threads,
+        "threads": threads, "dispatch": dispatch,
         "first_step_s": first_s, "untuned": phase("untuned", model, tokens, targets, clock, args)}
     if not args.no_tune:
         results["tune"] = run_tune(args.tune_arg)

@@ -128,7 +128,10 @@ def test_a_config_with_sizes_that_cannot_work_is_refused_by_name():
         model.Config.tiny(vocab_size=0)
 
 
-def test_the_benchmark_runs_both_phases_on_a_tiny_model_and_writes_its_figures(tmp_path, capsys):
+def test_the_benchmark_runs_both_phases_on_a_tiny_model_and_writes_its_figures(tmp_path, capsys, monkeypatch):
+    from gemmzoo import native
+
+    monkeypatch.setenv(native.ENV_SWITCH, "0")  # the benchmark sets it: restored after the test
     spec = importlib.util.spec_from_file_location(
         "model_step_benchmark", Path(__file__).resolve().parents[1] / "benchmarks" / "model_step.py")
     benchmark = importlib.util.module_from_spec(spec)
@@ -144,6 +147,7 @@ def test_the_benchmark_runs_both_phases_on_a_tiny_model_and_writes_its_figures(t
     figures = json.loads(out.read_text())
     assert figures["tune"]["exit"] == 0 and figures["tune"]["seconds"] > 0
     assert "[15/15]" in capsys.readouterr().err  # the tuner's progress came through
+    assert figures["dispatch"] == "python"
     assert figures["tune"]["progress"][-1].startswith("[15/15]")
     for phase in ("untuned", "tuned"):
         result = figures[phase]
