@@ -73,3 +73,17 @@ def test_the_expected_gain_is_the_baseline_time_over_the_chosen_one():
     assert Outcome("numpy", 2e-6, "torch-cpu", 3e-6).gain_text() == "x1.50 vs torch-cpu"
     assert Outcome("torch", 1e-3, None, None).gain_text() == "-"
     assert Outcome("torch", 1e-3, "torch", 1e-3).gain == 1.0
+
+
+def test_only_results_of_a_size_the_host_judges_quickly_are_judged_unless_all_are_asked_for():
+    from gemmzoo.cli.recorded import judged, progress_line
+    from gemmzoo.grids import GridPoint
+
+    head = GridPoint(8192, 50257, 768, "bfloat16", "NT")  # an LM head's logits: 411M elements
+    projection = GridPoint(8192, 3072, 768, "bfloat16", "NT")
+    assert not judged(head, verify=True, verify_all=False) and judged(head, verify=True, verify_all=True)
+    assert judged(projection, verify=True, verify_all=False)
+    assert not judged(projection, verify=False, verify_all=True)  # --no-verify wins
+    line = progress_line(1, 3, head, "cuda", Outcome("torch-padded", 1e-3, "torch", 3e-3), 2.0, checked=False)
+    assert line.startswith("[1/3] 8192x50257x768 NT bfloat16 cuda: torch-padded, 1 ms, x3.00 vs torch")
+    assert "not judged" in line and "--verify-all" in line

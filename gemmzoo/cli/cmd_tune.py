@@ -39,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --recorded: time backends that compile each new problem too "
                              "(torch-compile, jax: seconds a problem), which are otherwise left out "
                              "unless named")
+    parser.add_argument("--verify-all", action="store_true",
+                        help="with --recorded: judge every measurement's result against the float64 "
+                             "reference, the largest too (by default results of more than 2^25 elements "
+                             "are not judged one by one: their backends passed the suite here first)")
     parser.add_argument("--suite-workers", type=int, default=None, metavar="N",
                         help="with --recorded: worker processes that run the conformance suites not yet "
                              "run here, side by side (default: one per suite up to half the cores and 8 "
@@ -217,7 +221,7 @@ def _tune_recorded(args: argparse.Namespace, plan: list[Any], chosen: list[Any],
     """Measure the recorded problems one by one: the suites first, then one line per problem on
     standard error (see :mod:`gemmzoo.cli.recorded`), adding to ``records`` and ``outcomes`` as
     it goes (so that an interrupted run still has them)."""
-    from gemmzoo.cli.recorded import check_first, outcome, progress_line
+    from gemmzoo.cli.recorded import check_first, judged, outcome, progress_line
     from gemmzoo.tuning.tune import tune
 
     def say(line: str) -> None:
@@ -244,9 +248,11 @@ def _tune_recorded(args: argparse.Namespace, plan: list[Any], chosen: list[Any],
                 if kind == "skipped":
                     skipped.setdefault((point, backend.device), []).append(backend.name)
 
-            tune([point], names, budget_s=args.budget, verify=not args.no_verify, on_step=step)
+            checked = judged(point, not args.no_verify, args.verify_all)
+            tune([point], names, budget_s=args.budget, verify=checked, on_step=step)
             found = outcomes[point, device] = outcome(point, device)
-            say(progress_line(index, total, point, device, found, time.perf_counter() - started))
+            say(progress_line(index, total, point, device, found, time.perf_counter() - started,
+                              checked or args.no_verify))
 
 
 def _tune(args: argparse.Namespace, plan: list[Any], chosen: list[Any], total: int,
