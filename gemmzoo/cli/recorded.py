@@ -247,8 +247,8 @@ def problem_text(point: GridPoint, device: str) -> str:
 
 def progress_line(index: int, total: int, point: GridPoint, device: str, found: Outcome | None,
                   seconds: float, checked: bool = True) -> str:
-    """One problem's line: ``[3/15] 8192x50257x768 NT bfloat16 cuda: torch-padded, 1.2 ms, x2.91
-    vs torch (1.8 s)``; ``checked`` false adds that the results were not judged one by one."""
+    """One problem's line: ``[k/n] MxNxK LAYOUT DTYPE DEVICE: BACKEND, TIME, xGAIN vs BASELINE
+    (SECONDS)``; ``checked`` false adds that the results were not judged one by one."""
     from gemmzoo.cli.output import duration
 
     head = f"[{index}/{total}] {problem_text(point, device)}:"
