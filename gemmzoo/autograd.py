@@ -3,7 +3,12 @@
 The forward product is the plan ``gemmzoo.matmul`` made for the operands (detached), and the
 backward products are ``gemmzoo.matmul`` calls too, so the zoo chooses a backend for each of them
 (``dA = dC·Bᵀ`` and ``dB = Aᵀ·dC``) with the same ``backend``, ``accuracy`` and ``by`` as the forward call;
-each is computed only when its operand requires grad. Under ``torch.no_grad()`` or inference mode
+each is computed only when its operand requires grad. Like any ``gemmzoo.matmul`` call, each is
+recorded with its shape and layout where nothing is stored for it, so ``gemmzoo tune --recorded``
+tunes it. A gradient comes in its operand's own layout, as torch's ``mm`` backward gives it: for a
+column-major operand (``x @ w.t()``'s ``w.t()``) the transposed product is computed and its
+transpose returned (``dBᵀ = dCᵀ·A``), so the gradient of a weight stored ``out x in`` is a
+contiguous ``out x in`` tensor and needs no copy. Under ``torch.no_grad()`` or inference mode
 the plan calls the forward product directly and the result does not require grad, as
 ``torch.matmul``'s would not.
 
@@ -21,6 +26,12 @@ from typing import Any
 from gemmzoo.backend import TF32Array
 
 Plan = Callable[[Any, Any], Any]
+
+
+def column_major(x: Any) -> bool:
+    """Whether the 2-D tensor ``x`` is stored column by column with no gaps (the transposed view
+    of a contiguous tensor): torch's own rule for computing its gradient transposed."""
+    return x.stride(0) == 1 and x.stride(1) == x.shape[0]
 
 
 @functools.cache
@@ -54,10 +65,19 @@ def _function() -> Any:
             if 0 in grad.stride():  # an expanded gradient (of a sum, say): give the GEMM real rows
                 grad = grad.contiguous()
             grad_a = grad_b = None
+            # each gradient in its operand's own layout, as torch's mm backward gives it: a
+            # column-major operand (a weight's transposed view) gets the transposed product's
+            # transpose, so its gradient needs no copy to match the parameter's strides
             if ctx.needs_input_grad[0]:
-                grad_a = product(grad, b.t(), backend, accuracy, by, tf32)
+                if column_major(a):
+                    grad_a = product(b, grad.t(), backend, accuracy, by, tf32).t()
+                else:
+                    grad_a = product(grad, b.t(), backend, accuracy, by, tf32)
             if ctx.needs_input_grad[1]:
-                grad_b = product(a.t(), grad, backend, accuracy, by, tf32)
+                if column_major(b):
+                    grad_b = product(grad.t(), a, backend, accuracy, by, tf32).t()
+                else:
+                    grad_b = product(a.t(), grad, backend, accuracy, by, tf32)
             return grad_a, grad_b, None, None, None, None, None
 
     return GemmzooMatmul

@@ -58,7 +58,7 @@ def gradient(held, transposed: bool):
 
 CASES = [(None, "float32"), ("torch-cpu", "float32"), ("numpy", "float32"),
          (None, "float16"), ("torch-cpu", "float16"), ("numpy", "float16"),
-         (None, "bfloat16"), ("torch-cpu", "bfloat16")]
+         (None, "bfloat16"), ("torch-cpu", "bfloat16"), (None, "float64"), ("numpy", "float64")]
 
 
 @pytest.mark.parametrize(("backend", "dtype"), CASES)
@@ -105,6 +105,30 @@ def test_only_the_gradients_required_are_computed(monkeypatch):
     assert products == [((6, 5), (5, 9))]  # dA only: B does not require grad
     assert b.grad is None
     within_bound(a.grad, torch.ones(6, 5), b.T, "float32")
+
+
+def test_the_gradient_of_a_column_major_operand_is_computed_in_its_layout_as_torch_does(monkeypatch):
+    x = random(6, 9, torch.float32, 12).requires_grad_()
+    w = random(5, 9, torch.float32, 13).requires_grad_()  # a weight stored out x in, used as w.t()
+    products = []
+    original = gemmzoo.dispatch.matmul
+
+    def counting(a, b, *args, **kwargs):
+        products.append((tuple(a.shape), a.is_contiguous(), tuple(b.shape), b.is_contiguous()))
+        return original(a, b, *args, **kwargs)
+
+    c = gemmzoo.matmul(x, w.t(), "torch-cpu")
+    monkeypatch.setattr(gemmzoo.dispatch, "matmul", counting)
+    upstream = random(6, 5, torch.float32, 14)
+    c.backward(upstream)
+    # dX = dC·W (NN) and dW = dCᵀ·X (TN), the latter W's own shape: no copy to W's strides
+    assert products == [((6, 5), True, (5, 9), True), ((5, 6), False, (6, 9), True)]
+    assert w.grad.is_contiguous() and x.grad.is_contiguous()
+    within_bound(w.grad, upstream.T, x, "float32")
+    within_bound(x.grad, upstream, w, "float32")
+    y, v = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    torch.matmul(y, v.t()).backward(upstream)
+    assert w.grad.stride() == v.grad.stride() and x.grad.stride() == y.grad.stride()
 
 
 def test_gradcheck_and_double_backward_in_float64():

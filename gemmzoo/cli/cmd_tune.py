@@ -1,8 +1,11 @@
-"""``gemmzoo tune``: measure backends over a grid or shapes and store the results for best_backend."""
+"""``gemmzoo tune``: measure backends over a grid or shapes and store the results for best_backend.
+
+``--recorded`` tunes the problems ``gemmzoo.matmul`` recorded instead (:mod:`gemmzoo.cli.recorded`)."""
 
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,9 +20,11 @@ from gemmzoo.cli.options import (
     timeout_lines,
 )
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, duration, emit
+from gemmzoo.cli.recorded import Outcome, narrowed, recorded_points
 from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import GemmError
 from gemmzoo.grids import GridPoint
+from gemmzoo.registry import env_list
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +34,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip each measurement's check against the float64 reference")
     parser.add_argument("--recorded", action="store_true",
                         help="tune the problems gemmzoo.matmul met and answered without measurements "
-                             "of their own (recorded in the tuning database), instead of a grid")
+                             "of their own (recorded in the tuning database), instead of a grid; one "
+                             "progress line per problem on stderr")
+    parser.add_argument("--include-compiling", action="store_true",
+                        help="with --recorded: time backends that compile each new problem too "
+                             "(torch-compile, jax: seconds a problem), which are otherwise left out "
+                             "unless named")
+    parser.add_argument("--verify-all", action="store_true",
+                        help="with --recorded: judge every measurement's result against the float64 "
+                             "reference, the largest too (by default results of more than 2^25 elements "
+                             "are not judged one by one: their backends passed the suite here first)")
+    parser.add_argument("--suite-workers", type=int, default=None, metavar="N",
+                        help="with --recorded: worker processes that run the conformance suites not yet "
+                             "run here, side by side (default: one per suite up to half the cores and 8 "
+                             "on CUDA, none on the CPU; 0 or 1: in this process)")
     parser.add_argument("--import", dest="import_files", action="append", default=[], metavar="FILE",
                         help="take in a tuning file exported elsewhere (repeatable; rows made on another "
                              "device or with other library versions are ignored); measures nothing unless "
@@ -37,24 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--export", metavar="FILE",
                         help="write the tuning database to a portable JSON file (after any tuning and "
                              "--import); see docs/tuning.md")
-
-
-def recorded_points() -> dict[str, list[GridPoint]]:
-    """The recorded problems of each of this machine's devices (``"cpu"``, ``"cuda"``)."""
-    from gemmzoo.tuning import state
-    from gemmzoo.tuning.fingerprint import device_fingerprint
-
-    store = state.store()
-    found: dict[str, list[GridPoint]] = {}
-    for device in ("cpu", "cuda"):
-        try:
-            fingerprint = device_fingerprint(device)
-        except Exception:  # no such device here
-            continue
-        points = [point for point, _seen in store.recorded(fingerprint)]
-        if points:
-            found[device] = points
-    return found
 
 
 SUMMARY_COLUMNS = (
@@ -66,9 +66,15 @@ SUMMARY_COLUMNS = (
     Column("tie", "tie", compact=False),
     Column("not_chosen", "not chosen", text=True),
 )
+#: With ``--recorded``: what ``gemmzoo.matmul`` chooses now, and its expected gain.
+OUTCOME_COLUMNS = (
+    Column("chosen", "chosen"),
+    Column("gain", "expected gain", justify="right"),
+)
 
 
-def _summary(records: list[Any], skipped: dict[tuple[Any, str], list[str]]) -> Listing:
+def _summary(records: list[Any], skipped: dict[tuple[Any, str], list[str]],
+             outcomes: dict[tuple[GridPoint, str], Outcome | None] | None = None) -> Listing:
     from gemmzoo.tuning.select import Timed, rank
 
     rows = []
@@ -84,6 +90,9 @@ def _summary(records: list[Any], skipped: dict[tuple[Any, str], list[str]]) -> L
         layout = "" if point.layout == "NN" else f" {point.layout}"
         row = {"problem": f"{point.m}x{point.n}x{point.k}{layout} {point.dtype} {device}",
                "not_chosen": ", ".join(bad)}
+        if outcomes is not None:
+            found = outcomes.get((point, device))
+            row.update(chosen=found.backend if found else "-", gain=found.gain_text() if found else "-")
         if not timed:
             rows.append({**row, "best": "-"})
             continue
@@ -96,7 +105,9 @@ def _summary(records: list[Any], skipped: dict[tuple[Any, str], list[str]]) -> L
             "runner_up": f"{other.backend} {duration(other.median_s)}" if other else "-",
             "tie": ("yes: " + ", ".join(tied)) if len(tied) > 1 else "no",
         })
-    return Listing("gemmzoo tune: fastest per problem (stored)", SUMMARY_COLUMNS, rows)
+    columns = SUMMARY_COLUMNS if outcomes is None else (*SUMMARY_COLUMNS[:2], *OUTCOME_COLUMNS,
+                                                           *SUMMARY_COLUMNS[2:])
+    return Listing("gemmzoo tune: fastest per problem (stored)", columns, rows)
 
 
 def _portable(args: argparse.Namespace, before_tuning: bool) -> int:
@@ -138,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
         chosen = default_selection(chosen, bool(args.backend),
                                    lambda line: errors.print(line, style="yellow", markup=False))
         if args.recorded:  # each device's problems, with that device's backends
+            chosen = narrowed(chosen, args.include_compiling, _named(args),
+                              lambda line: errors.print(line, style="yellow", markup=False))
             plan = [(points, names) for device, points in recorded_points().items()
                     if (names := [b.name for b in chosen if b.device == device])]
         else:
@@ -147,7 +160,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     points = [p for group, _names in plan for p in group]
     if not points and args.recorded:
-        console.print("nothing recorded: gemmzoo.matmul has met no problem without a measurement")
+        where = state.store().path if state.store().persistent else "memory"
+        console.print(f"nothing recorded: gemmzoo.matmul has met no problem without a measurement in "
+                      f"{where} (a program's problems are recorded where its GEMMZOO_CACHE_DIR points: "
+                      "run this command with the same)", markup=False)
         return 0
     if not points:
         console.print("[red]nothing to tune: the grid is empty[/]")
@@ -160,14 +176,23 @@ def run(args: argparse.Namespace) -> int:
                 if b.name in names and p.dtype in b.dtypes)
     skipped: dict[tuple[Any, str], list[str]] = {}
     records: list[Any] = []
+    outcomes: dict[tuple[GridPoint, str], Outcome | None] | None = None
     interrupted = False
+    started = time.perf_counter()
     try:
-        records = _tune(args, plan, chosen, total, skipped, records, say, settings)
+        if args.recorded and not args.devices and settings is None:
+            outcomes = {}
+            _tune_recorded(args, plan, chosen, skipped, records, outcomes)
+        else:
+            records = _tune(args, plan, chosen, total, skipped, records, say, settings)
     except KeyboardInterrupt:
         interrupted = True
         errors.print(f"interrupted: {len(records)} measurements made and stored", style="yellow",
                      markup=False)
-    emit(_summary(records, skipped), args.format, args.wide)
+    emit(_summary(records, skipped, outcomes), args.format, args.wide)
+    if args.recorded:
+        say.print(f"tuned {len({(r.m, r.n, r.k, r.dtype, r.layout, r.device) for r in records})} recorded "
+                  f"problems in {time.perf_counter() - started:.1f} s", markup=False)
     store = state.store()
     if args.recorded:  # measured now: no longer unmeasured
         for record in records:
@@ -185,6 +210,51 @@ def run(args: argparse.Namespace) -> int:
     if timeout_lines() or any(record.status not in ("ok", "unsupported") for record in records):
         return 1
     return 0 if records else 1
+
+
+def _named(args: argparse.Namespace) -> bool:
+    """Whether the backends were named (``--backend`` or ``GEMMZOO_BACKENDS``)."""
+    return bool(args.backend) or bool(env_list("GEMMZOO_BACKENDS"))
+
+
+def _tune_recorded(args: argparse.Namespace, plan: list[Any], chosen: list[Any],
+                   skipped: dict[tuple[Any, str], list[str]], records: list[Any],
+                   outcomes: dict[tuple[GridPoint, str], Outcome | None]) -> None:
+    """Measure the recorded problems one by one: the suites first, then one line per problem on
+    standard error (see :mod:`gemmzoo.cli.recorded`), adding to ``records`` and ``outcomes`` as
+    it goes (so that an interrupted run still has them)."""
+    from gemmzoo.cli.recorded import check_first, judged, outcome, progress_line
+    from gemmzoo.tuning.tune import tune
+
+    def say(line: str) -> None:
+        errors.print(line, markup=False, soft_wrap=True)
+
+    left_out = {b.name for b in check_first(plan, chosen, say, args.suite_workers)}
+    if left_out:
+        plan = [(points, [name for name in names if name not in left_out]) for points, names in plan]
+        chosen = [b for b in chosen if b.name not in left_out]
+    total = sum(len(points) for points, _names in plan)
+    index = 0
+    for points, names in plan:
+        device = next((b.device for b in chosen if b.name in names), None)
+        if device is None:  # every backend of the device left out
+            index += len(points)
+            continue
+        for point in points:
+            index += 1
+            started = time.perf_counter()
+
+            def step(kind: str, backend: Any, point: GridPoint, record: Any) -> None:
+                if kind == "measured" and record is not None:
+                    records.append(record)
+                if kind == "skipped":
+                    skipped.setdefault((point, backend.device), []).append(backend.name)
+
+            checked = judged(point, not args.no_verify, args.verify_all)
+            tune([point], names, budget_s=args.budget, verify=checked, on_step=step)
+            found = outcomes[point, device] = outcome(point, device)
+            say(progress_line(index, total, point, device, found, time.perf_counter() - started,
+                              checked or args.no_verify))
 
 
 def _tune(args: argparse.Namespace, plan: list[Any], chosen: list[Any], total: int,
