@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import strassen_plugin
 from fake_distributions import run_gemmzoo, write_distribution
+from sessions import restart, scoped
 from tuning_fakes import DelayedBackend, registry_with
 
 import gemmzoo
@@ -40,9 +41,8 @@ def backends(tmp_path, monkeypatch):
     fast = CountingBackend("fast-normwise", accuracy="normwise")
     slow = CountingBackend("slow-componentwise", 0.003)
     monkeypatch.setattr(registry_module, "_registry", registry_with(fast, slow))
-    state.reset()
-    yield fast, slow
-    state.reset()
+    with scoped():
+        yield fast, slow
 
 
 def test_best_backend_leaves_normwise_out_unless_accepted(backends):
@@ -78,14 +78,14 @@ def test_only_normwise_backends_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
     monkeypatch.setattr(registry_module, "_registry",
                         registry_with(CountingBackend("only-normwise", accuracy="normwise")))
-    state.reset()
+    restart()
     try:
         with pytest.raises(BackendUnavailableError, match="only-normwise: normwise accuracy, not accepted"):
             gemmzoo.best_backend((8, 8, 8))
         with pytest.raises(ValueError, match="unknown accuracy class 'exact'"):
             gemmzoo.best_backend((8, 8, 8), accuracy="exact")
     finally:
-        state.reset()
+        restart()
 
 
 def test_gemmzoo_best_shows_the_class_and_takes_accuracy(tmp_path):

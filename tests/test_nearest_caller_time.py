@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from sessions import restart
 from test_best_backend import (  # noqa: F401  (fresh: autouse fixture)
     FAST,
     SLOW,
@@ -115,7 +116,7 @@ def test_gemmzoo_matmul_never_picks_a_backend_its_arrays_reach_only_through_the_
     foreign = ForeignBackend()
     monkeypatch.setattr(registry_module, "_registry",
                         registry_with(foreign, *registry_module.get_registry().select(None)))
-    state.reset()
+    restart()
     shape = (24, 40, 32)
     state.store().add([row(foreign.name, shape, 1e-6, 1e-8), row(FAST, shape, 5e-5, 1e-7),
                        row(SLOW, shape, 9e-5, 1e-7)])

@@ -17,7 +17,6 @@ from gemmzoo.cli.console import errors, messages
 from gemmzoo.cli.options import (
     COUNT,
     add_point_arguments,
-    apply_timeout,
     default_selection,
     points_from_arguments,
     shard_meta,
@@ -134,7 +133,6 @@ def run(args: argparse.Namespace) -> int:
         from gemmzoo.cli.merge import run_merge
 
         return run_merge(args)
-    apply_timeout(args)
     say = messages(args.format)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         errors.print("--plot needs matplotlib, which is not installed: pip install 'gemmzoo[plot]' "

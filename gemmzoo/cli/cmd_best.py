@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from gemmzoo.accuracy import ACCURACY_CLASSES, COMPONENTWISE, accuracy_of
 from gemmzoo.cli.console import console, errors
-from gemmzoo.cli.options import SIZE, add_timeout_argument, apply_timeout, timeout_lines
+from gemmzoo.cli.options import SIZE, add_timeout_argument, timeout_lines
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import GemmError
@@ -80,7 +80,6 @@ def run(args: argparse.Namespace) -> int:
     from gemmzoo.measure.ties import TIE_MAX_RATIO
     from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, WARM_SPEEDUP_MAX, explain
 
-    apply_timeout(args)
     shape = (args.M, args.N, args.K)
     if not args.no_measure and min(shape) > 0:  # a new shape is measured now: seconds to minutes
         problem = _too_large(args)

@@ -11,7 +11,6 @@ from gemmzoo.cli.console import errors, messages
 from gemmzoo.cli.options import (
     SIZE,
     add_timeout_argument,
-    apply_timeout,
     default_selection,
     number,
     timeout_lines,
@@ -64,7 +63,6 @@ def _store_verdicts(backend: object, report: object, dtypes: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     say = messages(args.format)
-    apply_timeout(args)
     registry = get_registry()
     try:
         chosen = registry.select(args.names)

@@ -10,7 +10,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from gemmzoo.cli.console import console, errors, messages
 from gemmzoo.cli.options import (
     add_point_arguments,
-    apply_timeout,
     default_selection,
     points_from_arguments,
     timeout_lines,
@@ -123,7 +122,6 @@ def run(args: argparse.Namespace) -> int:
     from gemmzoo.registry import get_registry
     from gemmzoo.tuning import state
 
-    apply_timeout(args)
     if args.import_files or args.export:
         if _portable(args, before_tuning=True):
             return 2

@@ -71,20 +71,19 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gemmzoo import watchdog
 from gemmzoo.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
-from gemmzoo.adapters.os_environ import reader as environ_reader
+from gemmzoo.backend import declared
 from gemmzoo.dtypes import DTYPES, dtype_name
 from gemmzoo.errors import BackendUnavailableError, GemmError
 from gemmzoo.grids import GridPoint
 from gemmzoo.measure import ties
-from gemmzoo.registry import env_list, get_registry
-from gemmzoo.tuning import state
+from gemmzoo.registry import unavailable_reason
+from gemmzoo.session import current
 from gemmzoo.tuning.db import Record, TuningStore, TuningStoreBusyError, patience
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
 from gemmzoo.tuning.tune import conformance_verdict, contenders, measure_records
@@ -104,7 +103,6 @@ the tied backends is below their device time divided by this, no loop of calls i
 time, and the host-time rule of :func:`_tie_order` does not apply."""
 DEFAULT_ORDER = ("torch", "cupy", "numpy", "torch-cpu")
 _PREFERENCE = {name: i for i, name in enumerate(DEFAULT_ORDER)}
-_OFF_WORDS = {"0", "false", "no", "off"}
 
 
 RANK_BY = ("caller", "device")
@@ -164,27 +162,12 @@ class Choice:
         return len(self.tied) > 1
 
 
-_ENV_NAMES = ("GEMMZOO_BACKENDS", "GEMMZOO_CACHE_DIR", "GEMMZOO_TUNE")
-# Read on every gemmzoo.matmul call: through the adapter's cheaper reader where it may be used.
-_READ, _READ_NAMES = environ_reader(_ENV_NAMES)
-
-
-def environment_reader() -> tuple[Callable[[Any], Any], tuple[Any, ...]]:
-    """``(read, names)``: ``read(name)`` for each of ``names`` gives the values that make up
-    :func:`environment_key`, for callers that put them in a key of their own without a call."""
-    return _READ, _READ_NAMES
-
-
-def environment_key() -> tuple[Any, ...]:
-    """The values of the variables that change an answer (a key part, read cheaply)."""
-    return _READ(_READ_NAMES[0]), _READ(_READ_NAMES[1]), _READ(_READ_NAMES[2])
-
-
 def measuring_enabled(measure: bool | None) -> bool:
-    """``measure`` when given, else false only when ``GEMMZOO_TUNE`` is 0/false/no/off."""
+    """``measure`` when given, else the current session's ``tune`` (false when ``GEMMZOO_TUNE``
+    is 0/false/no/off)."""
     if measure is not None:
         return bool(measure)
-    return os.environ.get("GEMMZOO_TUNE", "").strip().lower() not in _OFF_WORDS
+    return current().config.tune
 
 
 def rank(timings: list[Timed], order: Callable[[str], Any] | None = None
@@ -220,7 +203,7 @@ def _shape(shape: Any) -> tuple[int, int, int]:
 
 def default_device(selected: list[Any]) -> str:
     """``"cuda"`` when any of ``selected`` is an available CUDA backend, else ``"cpu"``."""
-    cuda = any(b.device == "cuda" and state.unavailable_reason(b) is None for b in selected)
+    cuda = any(b.device == "cuda" and unavailable_reason(b) is None for b in selected)
     return "cuda" if cuda else "cpu"
 
 
@@ -228,15 +211,16 @@ def _compiles(backend: Any) -> bool:
     """Whether ``backend`` compiles each new problem (:attr:`gemmzoo.Backend.compiles_per_problem`);
     a plugin whose attribute cannot be read counts as one that does not."""
     try:
-        return getattr(backend, "compiles_per_problem", False) is True
+        return declared(backend, "compiles_per_problem") is True
     except Exception:
         return False
 
 
 def _candidates(dtype: str, device: str | None,
                 accuracy: str = COMPONENTWISE) -> tuple[list[Any], str, dict[str, str]]:
-    named = set(env_list("GEMMZOO_BACKENDS"))
-    selected = get_registry().select(None)
+    session = current()
+    named = set(session.config.backends)
+    selected = session.registry.select(session.config.backends or None)
     device = device or default_device(selected)
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu', 'cuda' or None; got {device!r}")
@@ -245,13 +229,13 @@ def _candidates(dtype: str, device: str | None,
     for backend in selected:
         if backend.device != device or dtype not in backend.dtypes:
             continue
-        if not getattr(backend, "selectable", True) and backend.name not in named:
+        if not declared(backend, "selectable") and backend.name not in named:
             excluded[backend.name] = "a baseline for comparison: a candidate only when named"
             continue
         if not accepts(accuracy, accuracy_of(backend)):
             excluded[backend.name] = f"{accuracy_of(backend)} accuracy, not accepted (accuracy={accuracy!r})"
             continue
-        reason = state.unavailable_reason(backend)
+        reason = unavailable_reason(backend)
         if reason is None:
             candidates.append(backend)
         else:
@@ -385,9 +369,10 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
     measuring = measuring_enabled(measure) and min(shape) > 0  # an empty product has nothing to time
     # the caller's own work comes next: no idle worker thread is kept past the answer (see watchdog)
-    with state.lock, watchdog.idle_workers_ended():
+    session = current()
+    with session.lock, watchdog.idle_workers_ended():
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
-        store = state.store() if store is None else store
+        store = session.store() if store is None else store
         conforming, unchecked = [], []
         for backend in candidates:
             verdict = conformance_verdict(store, backend, dtype, run=measuring and not _compiles(backend))
@@ -409,7 +394,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 excluded[backend.name] = (f"conformance for {dtype} not yet run on this machine: its stored "
                                           f"rows rank nothing until it passes (gemmzoo check {backend.name})")
         by_name = {b.name: b for b in conforming}
-        registry = get_registry()
+        registry = session.registry
         versions = {name: library_versions(name, registry) for name in by_name}
         fingerprint = device_fingerprint(device)
         latest = _latest(store.records(fingerprint, dtype, layout, shape), versions)
@@ -446,7 +431,8 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             timings = _reachable_only(timings, by_name, reachable, excluded)
         if not timings:
             broke = {r.backend for r in latest.values() if r.status != "ok"}
-            pick = _default(store, conforming + unchecked, dtype, native, excluded, broke, reachable)
+            pick = _default(store, conforming + unchecked, dtype, native, excluded, broke, reachable,
+                            _prior_pick(session.prior, shape, dtype, device))
             if pick is None:
                 raise BackendUnavailableError(
                     f"no backend computing {dtype} on {device} passed conformance on this machine "
@@ -476,8 +462,8 @@ def _tie_order(timings: list[Timed], latest: dict[str, Record], by: str, native:
     timings come from a nearest shape)."""
     light: set[str] | None = None
     tied_names = rank(timings)[2]
-    searched = {name for tied in tied_names for name in getattr(by_name.get(tied), "searches_over", ())
-                if name != tied} if latest else set()
+    searched = {name for tied in tied_names if tied in by_name
+                for name in declared(by_name[tied], "searches_over") if name != tied} if latest else set()
     if by == "caller":
         hosts = [latest[name] for name in tied_names if name in latest]
         if len(tied_names) > 1 and len(hosts) == len(tied_names) and all(r.host_s is not None for r in hosts):
@@ -513,14 +499,28 @@ def _failed(name: str, dtype: str) -> str:
     return f"failed conformance for {dtype} on this machine (gemmzoo check {name} runs the suite again)"
 
 
+def _prior_pick(prior: Callable[..., Any] | None, shape: tuple[int, int, int], dtype: str,
+                device: str) -> str | None:
+    """The backend name ``prior`` gives an unmeasured problem, or ``None`` (no prior, no answer,
+    or a prior that raised: the default order then decides alone)."""
+    if prior is None:
+        return None
+    try:
+        pick = prior(shape, dtype, device)
+    except Exception:  # a prior is advice: a broken one must not stop an answer
+        return None
+    return pick if isinstance(pick, str) else None
+
+
 def _default(store: Any, backends: list[Any], dtype: str, native: Callable[[Any], bool] | None,
              excluded: dict[str, str], broke: set[str],
-             reachable: Callable[[Any], bool] | None = None) -> Any:
+             reachable: Callable[[Any], bool] | None = None, prior_pick: str | None = None) -> Any:
     """The first of ``backends`` in the default order (the caller's own array library first, those
-    whose newest row at this very shape is a failure last) that passed conformance here, running
-    the suite on those not checked yet; ``None`` if none."""
-    def order(b: Any) -> tuple[bool, bool, tuple[int, str]]:
-        return b.name in broke, native is not None and not native(b), preference(b.name)
+    whose newest row at this very shape is a failure last, then the session's prior's pick
+    ``prior_pick`` before the others) that passed conformance here, running the suite on those
+    not checked yet; ``None`` if none."""
+    def order(b: Any) -> tuple[bool, bool, bool, tuple[int, str]]:
+        return b.name in broke, native is not None and not native(b), b.name != prior_pick, preference(b.name)
 
     for backend in sorted(backends, key=order):
         if reachable is not None and not reachable(backend):
@@ -549,22 +549,23 @@ def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, 
     of device and host time per call), or by device time alone with ``by="device"``.
     """
     dtype = dtype_name(dtype)
-    key = (shape, dtype, device, measure, layout, accuracy, by, *environment_key())
+    answers = current().answers
+    key = (shape, dtype, device, measure, layout, accuracy, by)
     try:
-        return state.answers[key].backend
+        return answers[key].backend
     except KeyError:
         pass
     except TypeError:  # an unhashable shape such as a list
         return best_backend(tuple(shape), dtype, device, measure=measure, layout=layout, accuracy=accuracy,
                             by=by)
     choice = explain(shape, dtype, device, measure=measure, layout=layout, accuracy=accuracy, by=by)
-    state.answers[key] = choice
+    answers[key] = choice
     return choice.backend
 
 
 def recording_enabled() -> bool:
-    """False only when ``GEMMZOO_RECORD`` is 0/false/no/off."""
-    return os.environ.get("GEMMZOO_RECORD", "").strip().lower() not in _OFF_WORDS
+    """The current session's ``record`` (false when ``GEMMZOO_RECORD`` is 0/false/no/off)."""
+    return current().config.record
 
 
 def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN",
@@ -583,25 +584,26 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
     whether the caller's arrays reach it without host copies (see :func:`explain`); ``by`` is
     what candidates are ranked by, as in :func:`best_backend`.
     """
-    key = ("plan", shape, dtype, device, layout, library, accuracy, by, *environment_key())
+    session = current()
+    key = ("plan", shape, dtype, device, layout, library, accuracy, by)
     try:
-        return state.answers[key].backend
+        return session.answers[key].backend
     except KeyError:
         pass
-    with state.lock:
+    with session.lock:
         try:
             with patience(LOCK_PATIENCE_S):
                 choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
                                  accuracy=accuracy, by=by, reachable=reachable)
         except TuningStoreBusyError as error:
-            state.warn_busy(str(error))
+            session.warn_busy(str(error))
             choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
-                             accuracy=accuracy, store=state.scratch(), by=by, reachable=reachable)
+                             accuracy=accuracy, store=session.scratch(), by=by, reachable=reachable)
         else:
             if choice.source != "database" and min(shape) > 0 and recording_enabled():
                 # a hint for `gemmzoo tune --recorded`: dropped rather than waited for
                 with contextlib.suppress(TuningStoreBusyError), patience(RECORD_PATIENCE_S):
-                    state.store().record_problem(device_fingerprint(choice.device),
+                    session.store().record_problem(device_fingerprint(choice.device),
                                                  GridPoint(*shape, dtype, layout))
-    state.answers[key] = choice
+    session.answers[key] = choice
     return choice.backend

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gemmzoo.accuracy import accuracy_of
+from gemmzoo.backend import declared
 from gemmzoo.grids import GridPoint
 from gemmzoo.registry import get_registry
 from gemmzoo.tuning import state
@@ -176,7 +177,7 @@ def tune(
     or ``"skipped"`` (unavailable, or failed conformance; record None) for each backend and point.
     """
     store = state.store()
-    chosen = [getattr(b, "for_tuning", lambda b=b: b)() for b in get_registry().select(backends)]
+    chosen = [declared(b, "for_tuning") for b in get_registry().select(backends)]
     made: list[Record] = []
     with state.lock:
         for point in points:
