@@ -23,20 +23,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gemmzoo.arrays import array_kind, device_of, dtype_of, native_kind
 from gemmzoo.backend import TF32Array, is_self_checking, shape_text
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
 from gemmzoo.plan_cache import PlanCache
-from gemmzoo.registry import probe_timeout, unavailable_reason
+from gemmzoo.registry import unavailable_reason
 from gemmzoo.session import _current, current
 from gemmzoo.session import default as _default_session
 from gemmzoo.tuning.select import RANK_BY, plan_choice
-from gemmzoo.watchdog import call as watched
 
-_KINDS: dict[type, str] = {}
-_DTYPE_NAMES: dict[Any, str | None] = {}
-_NATIVE: dict[tuple[int, str], str | None] = {}
-_LIBRARIES = ("numpy", "torch", "cupy")
 _get_session = _current.get
 
 
@@ -45,66 +41,6 @@ def _input_error(problem: str, a: Any, b: Any) -> GemmInputError:
         f"gemmzoo.matmul of A {shape_text(getattr(a, 'shape', ()))}, "
         f"B {shape_text(getattr(b, 'shape', ()))}: {problem}"
     )
-
-
-def array_kind(array_type: type) -> str | None:
-    """``"numpy"``, ``"torch"`` or ``"cupy"`` for those libraries' array types, else ``None``."""
-    try:
-        return _KINDS[array_type]
-    except KeyError:
-        root = array_type.__module__.partition(".")[0]
-        kind = root if root in _LIBRARIES and hasattr(array_type, "__dlpack__") else None
-        if kind == "torch" and not _is_tensor_type(array_type):
-            kind = None
-        _KINDS[array_type] = kind  # type: ignore[assignment]
-        return kind
-
-
-def _is_tensor_type(array_type: type) -> bool:
-    import torch
-
-    return issubclass(array_type, torch.Tensor)
-
-
-def dtype_of(array: Any) -> str | None:
-    """The gemmzoo dtype name of a NumPy, CuPy or torch array, or ``None`` if it is not one."""
-    key = array.dtype
-    try:
-        return _DTYPE_NAMES[key]
-    except KeyError:
-        name = str(key).removeprefix("torch.")
-        found = name if name in DTYPES and name != "tf32" else None
-        _DTYPE_NAMES[key] = found  # type: ignore[assignment]
-        return found
-
-
-def device_of(array: Any, kind: str) -> str:
-    """``"cpu"`` or ``"cuda"``."""
-    if kind == "numpy":
-        return "cpu"
-    if kind == "cupy":
-        return "cuda"
-    return "cuda" if array.is_cuda else "cpu"
-
-
-def native_kind(backend: Any, dtype: str) -> str | None:
-    """Which library's arrays ``backend`` computes on for ``dtype`` (learned once from a 1x1
-    ``from_numpy``), or ``None`` when they are none of NumPy, torch and CuPy, or when the probe
-    raises or overruns the watchdog's limit (:mod:`gemmzoo.watchdog`; a backend of another
-    distribution only)."""
-    key = (id(backend), dtype)
-    try:
-        return _NATIVE[key]
-    except KeyError:
-        try:
-            probe = watched(backend, "from_numpy(1x1)", backend.from_numpy, np.ones((1, 1), dtype=np.float32),
-                            dtype, timeout=probe_timeout(backend))
-        except Exception:  # a broken backend computes on nothing gemmzoo can hand it directly
-            probe = None
-        if isinstance(probe, TF32Array):
-            probe = probe.data
-        kind = _NATIVE[key] = array_kind(type(probe))
-        return kind
 
 
 def _converter(source: str, target: str) -> Callable[[Any], Any]:
@@ -515,8 +451,7 @@ def backend_for(a: Any, b: Any, *, accuracy: str = "componentwise", by: str = "c
 def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str, layout: str,
              kind: str, accuracy: str = "componentwise", by: str = "caller") -> Any:
     if backend is None:
-        return plan_choice(shape, dtype, device, layout, kind, lambda b: native_kind(b, dtype) == kind,
-                           accuracy, by, lambda b: native_kind(b, dtype) is not None)
+        return plan_choice(shape, dtype, device, layout, kind, accuracy, by)
     if isinstance(backend, str):
         from gemmzoo.registry import get_registry
 

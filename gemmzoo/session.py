@@ -72,6 +72,8 @@ class Session:
         self._stores: dict[int, TuningStore] = {}
         self._scratch: dict[int, TuningStore] = {}
         self._busy_warned = False
+        self.warned: set[tuple[str, str]] = set()
+        """The (kind, place) of the tuning database warnings already given (each once a session)."""
         self._tokens: list[contextvars.Token[Session]] = []
 
     def __repr__(self) -> str:

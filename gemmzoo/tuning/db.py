@@ -234,15 +234,17 @@ class ConformanceRecord:
 
 _RECORD_COLUMNS = ", ".join(f.name for f in fields(Record))
 _CONFORMANCE_COLUMNS = ", ".join(f.name for f in fields(ConformanceRecord))
-_warned: set[tuple[str, str]] = set()
 T = TypeVar("T")
 Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 
 
 def _warn_once(kind: str, where: str, message: str) -> None:
-    if (kind, where) in _warned:
+    from gemmzoo.session import current
+
+    warned = current().warned
+    if (kind, where) in warned:
         return
-    _warned.add((kind, where))
+    warned.add((kind, where))
     warnings.warn(message, TuningCacheWarning, stacklevel=4)
 
 

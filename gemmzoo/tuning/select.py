@@ -70,6 +70,8 @@ when ``GEMMZOO_BACKENDS`` names them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,6 +79,7 @@ from typing import Any
 
 from gemmzoo import watchdog
 from gemmzoo.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
+from gemmzoo.arrays import native_kind
 from gemmzoo.backend import declared
 from gemmzoo.dtypes import DTYPES, dtype_name
 from gemmzoo.errors import BackendUnavailableError, GemmError
@@ -84,6 +87,7 @@ from gemmzoo.grids import GridPoint
 from gemmzoo.measure import ties
 from gemmzoo.registry import unavailable_reason
 from gemmzoo.session import current
+from gemmzoo.tuning import choose as choosing
 from gemmzoo.tuning.db import Record, TuningStore, TuningStoreBusyError, patience
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
 from gemmzoo.tuning.tune import conformance_verdict, contenders, measure_records
@@ -96,16 +100,14 @@ NEAR_RADII: tuple[float | None, ...] = (0.1, 0.25, 1.0, 4.0, 16.0, None)
 measured shape (None: everywhere)."""
 VERIFY_LIMIT = 2**28
 TIE_FLOOR = ties.TIE_FLOOR
-WARM_SPEEDUP_MAX = 3.0
-"""How much faster than its L2-flushed device time a GEMM may run in a loop whose operands stay
-in L2 (an H100 ran 8x8192x2048 bf16 at 0.39 of its flushed time): where the least host time of
-the tied backends is below their device time divided by this, no loop of calls is bound by host
-time, and the host-time rule of :func:`_tie_order` does not apply."""
-DEFAULT_ORDER = ("torch", "cupy", "numpy", "torch-cpu")
-_PREFERENCE = {name: i for i, name in enumerate(DEFAULT_ORDER)}
+# How much faster than its L2-flushed device time a GEMM may run in a loop whose operands stay in
+# L2, and the default order: constants of the rule, as RankPolicy's defaults (gemmzoo.tuning.choose).
+WARM_SPEEDUP_MAX = choosing.WARM_SPEEDUP_MAX
+DEFAULT_ORDER = choosing.DEFAULT_ORDER
 
 
 RANK_BY = ("caller", "device")
+_POLICY = choosing.RankPolicy()
 
 
 @dataclass(frozen=True)
@@ -175,15 +177,12 @@ def rank(timings: list[Timed], order: Callable[[str], Any] | None = None
     """The winner under the tie rule (:func:`gemmzoo.measure.ties.rank`), the timings fastest
     first, and the names tied with the fastest; ``order`` (default :func:`preference`) orders
     the tied ones."""
-    ranking = ties.rank([t.estimate() for t in timings], order or preference)
-    ordered = tuple(sorted(timings, key=lambda t: (t.median_s, t.backend)))
-    assert ranking.winner is not None, "rank needs at least one timing"
-    return ranking.winner, ordered, ranking.tied
+    return choosing.rank(timings, order or preference)
 
 
 def preference(name: str) -> tuple[int, str]:
     """The tie-break and default order: position in :data:`DEFAULT_ORDER`, then the name."""
-    return _PREFERENCE.get(name, len(_PREFERENCE)), name
+    return _POLICY.preference(name)
 
 
 def log_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
@@ -429,56 +428,33 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                         f"{'x'.join(map(str, basis))} (device times scaled, host times as measured)")
         if timings and reachable is not None:
             timings = _reachable_only(timings, by_name, reachable, excluded)
+        problem, policy = choosing.Problem(shape, dtype, device), choosing.RankPolicy(by=by)
         if not timings:
             broke = {r.backend for r in latest.values() if r.status != "ok"}
-            pick = _default(store, conforming + unchecked, dtype, native, excluded, broke, reachable,
-                            _prior_pick(session.prior, shape, dtype, device))
+            everyone = {b.name: b for b in conforming + unchecked}
+            mine = None if native is None else frozenset(n for n, b in everyone.items() if native(b))
+            unmeasured = choosing.Measurements(native=mine, broke=broke)
+            decision = choosing.choose(problem, list(everyone), unmeasured, session.prior, policy)
+            pick = _default(store, [everyone[n] for n in decision.order], dtype, excluded, broke, reachable)
             if pick is None:
                 raise BackendUnavailableError(
                     f"no backend computing {dtype} on {device} passed conformance on this machine "
                     f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
             note = "nothing measured on this device; unmeasured default (passed conformance here)"
             return Choice(pick, shape, dtype, device, "default", None, (), (pick.name,), note, excluded)
-        winner, ranking, tied = rank(timings, _tie_order(timings, latest if basis == shape else {}, by,
-                                                         native, by_name))
-        return Choice(by_name[winner], shape, dtype, device, source, basis, ranking, tied, note, excluded)
+        measured = choosing.Measurements(tuple(timings), latest if basis == shape else {},
+                                         {n: declared(b, "searches_over") for n, b in by_name.items()})
+        if native is not None:  # asked of the tied backends only: it may load their library
+            tied = choosing.tied_names(measured, policy)
+            measured = dataclasses.replace(measured, native=frozenset(n for n in tied if native(by_name[n])))
+        decision = choosing.choose(problem, list(by_name), measured, session.prior, policy)
+        assert decision.winner is not None
+        return Choice(by_name[decision.winner], shape, dtype, device, source, basis, decision.ranking,
+                      decision.tied, note, excluded)
 
 
 UNREACHABLE = ("computes on arrays gemmzoo.matmul cannot hand it without copying both ways through "
                "the host: used only when named (backend=...)")
-
-
-def _tie_order(timings: list[Timed], latest: dict[str, Record], by: str, native: Callable[[Any], bool] | None,
-               by_name: dict[str, Any]) -> Callable[[str], Any]:
-    """How backends tied in the ranking are ordered: ranked by caller time, those whose host time
-    also ties with the least host time among them first, where that host time can bound a loop
-    of calls whose operands stay in L2 (:data:`WARM_SPEEDUP_MAX`: in such a loop the lighter host
-    is the shorter wait; far below the device time, a lighter host shortens nothing and the
-    device-time tie is left to the rules after); then, with ``native``, those computing on
-    the caller's own arrays (the others' times leave out the exchange each call adds); then, at
-    a measured shape, those no tied backend searches over (:attr:`gemmzoo.Backend.searches_over`:
-    its own search timed them on this very problem and kept its answer); then
-    :func:`preference`. ``latest``: the rows measured at the problem's own shape (empty when the
-    timings come from a nearest shape)."""
-    light: set[str] | None = None
-    tied_names = rank(timings)[2]
-    searched = {name for tied in tied_names if tied in by_name
-                for name in declared(by_name[tied], "searches_over") if name != tied} if latest else set()
-    if by == "caller":
-        hosts = [latest[name] for name in tied_names if name in latest]
-        if len(tied_names) > 1 and len(hosts) == len(tied_names) and all(r.host_s is not None for r in hosts):
-            estimates = [ties.Estimate(r.backend, float(r.host_s), float(r.host_spread_s or 0.0) / 2)  # type: ignore[arg-type]
-                         for r in hosts]
-            least = min(estimates, key=lambda e: e.median_s)
-            device = min(float(r.median_s) for r in hosts)  # type: ignore[arg-type]
-            if least.median_s * WARM_SPEEDUP_MAX >= device:  # host time can bound a warm loop
-                light = {e.name for e in estimates if ties.tied(least, e)}
-
-    def order(name: str) -> tuple[bool, bool, bool, tuple[int, str]]:
-        return (light is not None and name not in light, native is not None and not native(by_name[name]),
-                name in searched, preference(name))
-
-    return order
 
 
 def _reachable_only(timings: list[Timed], by_name: dict[str, Any], reachable: Callable[[Any], bool],
@@ -499,30 +475,12 @@ def _failed(name: str, dtype: str) -> str:
     return f"failed conformance for {dtype} on this machine (gemmzoo check {name} runs the suite again)"
 
 
-def _prior_pick(prior: Callable[..., Any] | None, shape: tuple[int, int, int], dtype: str,
-                device: str) -> str | None:
-    """The backend name ``prior`` gives an unmeasured problem, or ``None`` (no prior, no answer,
-    or a prior that raised: the default order then decides alone)."""
-    if prior is None:
-        return None
-    try:
-        pick = prior(shape, dtype, device)
-    except Exception:  # a prior is advice: a broken one must not stop an answer
-        return None
-    return pick if isinstance(pick, str) else None
-
-
-def _default(store: Any, backends: list[Any], dtype: str, native: Callable[[Any], bool] | None,
-             excluded: dict[str, str], broke: set[str],
-             reachable: Callable[[Any], bool] | None = None, prior_pick: str | None = None) -> Any:
-    """The first of ``backends`` in the default order (the caller's own array library first, those
-    whose newest row at this very shape is a failure last, then the session's prior's pick
-    ``prior_pick`` before the others) that passed conformance here, running the suite on those
-    not checked yet; ``None`` if none."""
-    def order(b: Any) -> tuple[bool, bool, bool, tuple[int, str]]:
-        return b.name in broke, native is not None and not native(b), b.name != prior_pick, preference(b.name)
-
-    for backend in sorted(backends, key=order):
+def _default(store: Any, order: list[Any], dtype: str, excluded: dict[str, str], broke: set[str],
+             reachable: Callable[[Any], bool] | None = None) -> Any:
+    """The first of ``order`` (:attr:`gemmzoo.tuning.choose.Decision.order`) that the caller's
+    arrays reach and that passed conformance here, running the suite on those not checked yet;
+    ``None`` if none."""
+    for backend in order:
         if reachable is not None and not reachable(backend):
             excluded[backend.name] = UNREACHABLE
             continue
@@ -568,10 +526,19 @@ def recording_enabled() -> bool:
     return current().config.record
 
 
+def _computes_on(library: str, dtype: str, backend: Any) -> bool:
+    """Whether ``backend`` computes ``dtype`` on arrays of ``library``."""
+    return native_kind(backend, dtype) == library
+
+
+def _reaches(dtype: str, backend: Any) -> bool:
+    """Whether a caller's arrays reach ``backend`` without host copies (it computes ``dtype`` on
+    arrays of a library gemmzoo exchanges with)."""
+    return native_kind(backend, dtype) is not None
+
+
 def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN",
-                library: str | None = None, native: Callable[[Any], bool] | None = None,
-                accuracy: str = COMPONENTWISE, by: str = "caller",
-                reachable: Callable[[Any], bool] | None = None) -> Any:
+                library: str | None = None, accuracy: str = COMPONENTWISE, by: str = "caller") -> Any:
     """The backend ``gemmzoo.matmul`` uses for a problem: ``best_backend``'s answer, never measured.
 
     A dispatch layer must not stall a program the first time it meets a shape, so this answers
@@ -580,10 +547,15 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
     own is recorded in the tuning database (unless ``GEMMZOO_RECORD=0``), and
     ``gemmzoo tune --recorded`` measures the recorded problems ahead of the next run — the
     record-then-tune-offline model of PyTorch's TunableOp. ``library`` names the caller's array
-    library, ``native(backend)`` says whether a backend computes on it and ``reachable(backend)``
-    whether the caller's arrays reach it without host copies (see :func:`explain`); ``by`` is
-    what candidates are ranked by, as in :func:`best_backend`.
+    library (``"numpy"``, ``"torch"``, ``"cupy"``): backends computing on it come first where
+    nothing else decides, and one its arrays reach only through host copies is never the answer
+    (:func:`gemmzoo.arrays.native_kind`; see :func:`explain`); ``by`` is what candidates are ranked
+    by, as in :func:`best_backend`.
     """
+    native = reachable = None
+    if library is not None:
+        native = functools.partial(_computes_on, library, dtype)
+        reachable = functools.partial(_reaches, dtype)
     session = current()
     key = ("plan", shape, dtype, device, layout, library, accuracy, by)
     try:
