@@ -29,7 +29,7 @@ from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
 from gemmzoo.plan_cache import PlanCache
 from gemmzoo.registry import unavailable_reason
-from gemmzoo.session import _current, current
+from gemmzoo.session import _current, _default, current
 from gemmzoo.session import default as _default_session
 from gemmzoo.tuning.select import RANK_BY, plan_choice
 
@@ -178,7 +178,7 @@ def use_compiled(module: Any) -> None:
         _ROUTES.clear()
         return
     # the current session: the context variable's value, else the default session (its plan_cache)
-    module.configure(_dispatch, _compiled_plan, _reject, _current, _default_session, TF32Array)
+    module.configure(_dispatch, _compiled_plan, _reject, _current, _default, _default_session, TF32Array)
     for array_type in (torch.Tensor, torch.nn.Parameter):
         _KEYS[array_type] = _torch_key  # the Python dispatch still keys them (wrapped in TF32Array, say)
         _ROUTES[array_type] = module.dispatch
@@ -242,15 +242,17 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
 
 def _dispatch(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Any:
     """``gemmzoo.matmul`` in Python: find (or make) the problem's plan and call it."""
-    cache = (_get_session(None) or _default_session()).plan_cache
     try:
+        # the current session's plans: a `with` block's, else the default session's (made on a
+        # first call, in the except branch below)
+        cache = (_get_session(None) or _default[0]).plan_cache
         key = _KEYS[type(a)](a, b, backend, accuracy, by)
         last_key, plan = cache.last
         if key != last_key:  # not the problem of the call before: find its plan
             plan = cache.plans[key]
             cache.last = key, plan
     except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
-        return _plan_and_call(a, b, backend, accuracy, by, cache)
+        return _plan_and_call(a, b, backend, accuracy, by, current().plan_cache)
     try:
         return plan(a, b)
     except Exception:

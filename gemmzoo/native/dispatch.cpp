@@ -99,7 +99,8 @@ struct Config {
   PyObject* plan_of = nullptr;   // (a, b, backend, accuracy, by) -> (plan, form), or None: not kept
   PyObject* on_error = nullptr;  // (a, b, backend, accuracy, by) -> None, or raises what is wrong
   PyObject* session_var = nullptr;      // the ContextVar holding the current gemmzoo.Session
-  PyObject* default_session = nullptr;  // () -> the default session, where the variable is unset
+  PyObject* default_holder = nullptr;   // a list holding the default session once it is made
+  PyObject* default_session = nullptr;  // () -> the default session, where neither holds one yet
   PyObject* plan_cache_name = nullptr;  // "plan_cache", the session's attribute
   PyTypeObject* tf32_type = nullptr;  // gemmzoo.TF32Array
   PyObject* data_name = nullptr;      // "data", its attribute
@@ -122,6 +123,10 @@ void clear_plans() {
 int check_generation() {
   PyObject* session = nullptr;
   if (PyContextVar_Get(config.session_var, nullptr, &session) < 0) return -1;
+  if (session == nullptr && PyList_GET_SIZE(config.default_holder) > 0) {
+    session = PyList_GET_ITEM(config.default_holder, 0);
+    Py_INCREF(session);
+  }
   if (session == nullptr) {
     session = PyObject_CallNoArgs(config.default_session);
     if (session == nullptr) return -1;
@@ -425,11 +430,12 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
 }
 
 PyObject* configure(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 6 || !PyContextVar_CheckExact(args[3]) || !PyCallable_Check(args[4]) || !PyType_Check(args[5])) {
+  if (nargs != 7 || !PyContextVar_CheckExact(args[3]) || !PyList_CheckExact(args[4]) || !PyCallable_Check(args[5]) ||
+      !PyType_Check(args[6])) {
     PyErr_SetString(PyExc_TypeError,
-                    "configure takes (fallback, plan_of, on_error, session_var, default_session, tf32_type): "
-                    "session_var the ContextVar of the current session, default_session a callable, "
-                    "tf32_type gemmzoo.TF32Array");
+                    "configure takes (fallback, plan_of, on_error, session_var, default_holder, default_session, "
+                    "tf32_type): session_var the ContextVar of the current session, default_holder the list "
+                    "holding the default session, default_session a callable, tf32_type gemmzoo.TF32Array");
     return nullptr;
   }
   PyObject* name = PyUnicode_InternFromString("plan_cache");
@@ -439,14 +445,14 @@ PyObject* configure(PyObject* /*module*/, PyObject* const* args, Py_ssize_t narg
     return nullptr;
   }
   Py_XSETREF(config.data_name, data_name);
-  Py_INCREF(args[5]);
-  Py_XSETREF(config.tf32_type, reinterpret_cast<PyTypeObject*>(args[5]));
+  Py_INCREF(args[6]);
+  Py_XSETREF(config.tf32_type, reinterpret_cast<PyTypeObject*>(args[6]));
   clear_plans();
   Py_CLEAR(filled_for_cache);
   Py_XSETREF(config.plan_cache_name, name);
   PyObject** slots[] = {&config.fallback, &config.plan_of, &config.on_error, &config.session_var,
-                        &config.default_session};
-  for (int i = 0; i < 5; ++i) {
+                        &config.default_holder, &config.default_session};
+  for (int i = 0; i < 6; ++i) {
     Py_INCREF(args[i]);
     Py_XSETREF(*slots[i], args[i]);
   }
@@ -466,7 +472,7 @@ PyMethodDef methods[] = {
     {"dispatch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch)), METH_FASTCALL,
      "dispatch(a, b, backend, accuracy, by): gemmzoo.matmul's call on torch tensors."},
     {"configure", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(configure)), METH_FASTCALL,
-     "configure(fallback, plan_of, on_error, session_var, default_session, tf32_type)."},
+     "configure(fallback, plan_of, on_error, session_var, default_holder, default_session, tf32_type)."},
     {"planned", planned, METH_NOARGS, "How many problems the table holds."},
     {"forget", forget, METH_NOARGS, "Empty the table."},
     {nullptr, nullptr, 0, nullptr}};
