@@ -455,9 +455,9 @@ def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str,
     if backend is None:
         return plan_choice(shape, dtype, device, layout, kind, accuracy, by)
     if isinstance(backend, str):
-        from gemmzoo.registry import get_registry
+        from gemmzoo.session import current
 
-        backend = get_registry().get(backend)
+        backend = current().registry.get(backend)
     reason = unavailable_reason(backend)
     if reason is not None:
         raise BackendUnavailableError(f"{backend.name}: unavailable: {reason}")

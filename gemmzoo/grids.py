@@ -149,10 +149,11 @@ _BUILTIN_GRIDS = (
 def _plugin_grids() -> list[Grid]:
     """Grids registered by plugins through ``gemmzoo_register_grids``; a failing plugin warns."""
     from gemmzoo.plugin_source import plugin_roots, raised_at
-    from gemmzoo.registry import get_registry, warn_at_plugin
+    from gemmzoo.registry import warn_at_plugin
+    from gemmzoo.session import current
 
     found: list[Grid] = []
-    registry = get_registry()
+    registry = current().registry
     hook = registry.plugin_manager.hook.gemmzoo_register_grids
 
     for impl in hook.get_hookimpls():

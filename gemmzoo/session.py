@@ -43,7 +43,8 @@ class Session:
     ``Session()`` reads the environment now (:meth:`Config.from_environ`); ``Session(config)``
     takes a config made elsewhere; keywords override its fields (``Session(tune=False,
     cache_dir=path)``) and are validated (:class:`~gemmzoo.config.ConfigError`). ``registry``
-    gives a registry of its own (default: the process's, loaded from the entry points).
+    gives a registry of its own (default: that of the session current where it is made, else the
+    process's, loaded from the entry points).
 
     ``prior`` answers an unmeasured problem: a callable ``prior(shape, dtype, device)`` giving a
     backend name (or ``None``), tried first among the default candidates when nothing measured
@@ -58,6 +59,9 @@ class Session:
                  prior: Prior | None = None, **overrides: Any) -> None:
         base = Config.from_environ() if config is None else config
         self.config: Config = base.replace(**overrides) if overrides else base
+        if registry is None:  # made inside another session's block: the same backends
+            outer = _current.get(None)
+            registry = outer._registry if outer is not None else None
         self._registry = registry
         self.prior = prior
         self.lock = threading.RLock()

@@ -24,8 +24,8 @@ def forget_process_memory() -> None:
 
 @contextlib.contextmanager
 def scoped(**overrides: Any) -> Iterator[Session]:
-    """A new session read from the environment now (``overrides`` on top), current inside the
-    block and closed after it."""
+    """A new session read from the environment now (``overrides`` on top; ``registry=`` a
+    registry of the test's own backends), current inside the block and closed after it."""
     forget_process_memory()
     session = Session(**overrides)
     try:
@@ -36,17 +36,19 @@ def scoped(**overrides: Any) -> Iterator[Session]:
         forget_process_memory()
 
 
-def restart() -> Session:
+def restart(**options: Any) -> Session:
     """What a new process would find: the current session closed (its answers, plans, verdicts
     and database connection gone), and a new one read from the environment now made current
-    for the rest of the test (:func:`reconfigure`), availability and quarantines forgotten."""
+    for the rest of the test (:func:`reconfigure`, ``options`` passed on), availability and
+    quarantines forgotten."""
     current().close()
-    return reconfigure()
+    return reconfigure(**options)
 
 
 def reconfigure(**overrides: Any) -> Session:
-    """A new session read from the environment now (``overrides`` on top), current for the rest
-    of the test: for a test that changes a variable and then asks gemmzoo."""
+    """A new session read from the environment now (``overrides`` on top; ``registry=`` a
+    registry of the test's own backends, else the current session's), current for the rest of
+    the test: for a test that changes a variable or its backends and then asks gemmzoo."""
     forget_process_memory()
     session = Session(**overrides)
     _opened.append(session)

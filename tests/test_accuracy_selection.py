@@ -12,7 +12,6 @@ from sessions import restart, scoped
 from tuning_fakes import DelayedBackend, registry_with
 
 import gemmzoo
-from gemmzoo import registry as registry_module
 from gemmzoo.errors import BackendUnavailableError
 from gemmzoo.tuning import explain, state
 from gemmzoo.tuning.fingerprint import device_fingerprint
@@ -40,8 +39,7 @@ def backends(tmp_path, monkeypatch):
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
     fast = CountingBackend("fast-normwise", accuracy="normwise")
     slow = CountingBackend("slow-componentwise", 0.003)
-    monkeypatch.setattr(registry_module, "_registry", registry_with(fast, slow))
-    with scoped():
+    with scoped(registry=registry_with(fast, slow)):
         yield fast, slow
 
 
@@ -76,9 +74,7 @@ def test_matmul_uses_a_normwise_backend_only_when_accepted(backends):
 def test_only_normwise_backends_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
-    monkeypatch.setattr(registry_module, "_registry",
-                        registry_with(CountingBackend("only-normwise", accuracy="normwise")))
-    restart()
+    restart(registry=registry_with(CountingBackend("only-normwise", accuracy="normwise")))
     try:
         with pytest.raises(BackendUnavailableError, match="only-normwise: normwise accuracy, not accepted"):
             gemmzoo.best_backend((8, 8, 8))

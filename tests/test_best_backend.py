@@ -10,9 +10,9 @@ from sessions import reconfigure, restart, scoped
 from tuning_fakes import DelayedBackend, MissingBackend, WrongBackend, registry_with
 
 import gemmzoo
-from gemmzoo import registry as registry_module
 from gemmzoo.errors import BackendUnavailableError
 from gemmzoo.grids import GridPoint
+from gemmzoo.session import current
 from gemmzoo.tuning import Record, explain, log_distance, state, tune
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
 from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR
@@ -28,8 +28,7 @@ def fresh(tmp_path, monkeypatch):
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
     backends = [DelayedBackend(FAST), DelayedBackend(SLOW, 0.003), WrongBackend(), MissingBackend()]
-    monkeypatch.setattr(registry_module, "_registry", registry_with(*backends))
-    with scoped():
+    with scoped(registry=registry_with(*backends)):
         yield
 
 
@@ -38,13 +37,13 @@ def row(backend: str, shape, median: float, spread: float = 0.0, *, device: str 
     """A stored measurement with chosen numbers, valid here unless device/versions say otherwise."""
     m, n, k = shape
     return Record(device or device_fingerprint("cpu"),
-                  versions or library_versions(backend, registry_module.get_registry()),
+                  versions or library_versions(backend, current().registry),
                   backend, m, n, k, dtype, "NN", status, median, spread, 0.5, 10, "", time.time())
 
 
 def passed_here(*names: str, dtype: str = "float32") -> None:
     """Run the conformance suite on these backends here (stored rows rank only those that passed)."""
-    registry = registry_module.get_registry()
+    registry = current().registry
     for name in names:
         assert conformance_verdict(state.store(), registry.get(name), dtype) is True
 
@@ -95,7 +94,7 @@ def test_a_miss_is_measured_quickly_and_stored():
 def test_wrong_backend_never_chosen_even_when_fastest():
     choice = explain((8, 8, 8))
     assert choice.backend.name != "wrong-fake"
-    versions = verdict_versions(registry_module.get_registry().get("wrong-fake"))
+    versions = verdict_versions(current().registry.get("wrong-fake"))
     verdict = state.store().conformance(device_fingerprint("cpu"), versions, "wrong-fake", "float32")
     assert verdict is not None and not verdict.passed and verdict.failures > 0
 
@@ -258,9 +257,7 @@ def test_the_api_names_load_lazily(tmp_path):
 
 def test_ties_prefer_the_default_order_before_names(monkeypatch):
     # fakes named like bundled backends: "torch" comes before "numpy" in DEFAULT_ORDER, not by name
-    monkeypatch.setattr(registry_module, "_registry", registry_with(DelayedBackend("numpy"),
-                                                                      DelayedBackend("torch")))
-    restart()
+    restart(registry=registry_with(DelayedBackend("numpy"), DelayedBackend("torch")))
     shape = (128, 128, 128)
     state.store().add([row("numpy", shape, 1.000e-3, 1e-6), row("torch", shape, 1.005e-3, 1e-6)])
     passed_here("numpy", "torch")

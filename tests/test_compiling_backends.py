@@ -9,7 +9,6 @@ import pytest
 from sessions import scoped
 from tuning_fakes import DelayedBackend, registry_with
 
-from gemmzoo import registry as registry_module
 from gemmzoo.grids import GridPoint
 from gemmzoo.tuning import explain, state, tune
 from gemmzoo.tuning import select as select_module
@@ -37,8 +36,7 @@ def compiled(tmp_path, monkeypatch):
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
     backend = CompilingBackend(COMPILED)
-    monkeypatch.setattr(registry_module, "_registry", registry_with(DelayedBackend(FAST, 0.002), backend))
-    with scoped():
+    with scoped(registry=registry_with(DelayedBackend(FAST, 0.002), backend)):
         yield backend
 
 

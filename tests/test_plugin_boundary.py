@@ -26,7 +26,6 @@ from fake_distributions import subprocess_env
 from sessions import reconfigure, scoped
 
 import gemmzoo
-from gemmzoo import registry as registry_module
 from gemmzoo import watchdog
 from gemmzoo.bench import ERROR, OK, TIMEOUT, run_bench
 from gemmzoo.conformance import check_backend
@@ -157,7 +156,7 @@ def test_bench_reports_the_backend_and_times_numpy(case):
 
 @pytest.mark.parametrize("case", LIVE)
 def test_matmul_and_best_backend_answer_with_a_working_backend(case, monkeypatch):
-    monkeypatch.setattr(registry_module, "_registry", registry_of(case))
+    reconfigure(registry=registry_of(case))
     rng = np.random.default_rng(5)
     a = rng.standard_normal((8, 8)).astype(np.float32)
     b = rng.standard_normal((8, 8)).astype(np.float32)

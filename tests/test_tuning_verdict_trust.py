@@ -14,8 +14,8 @@ from sessions import reconfigure, scoped
 from tuning_fakes import DelayedBackend, registry_with
 
 import gemmzoo
-from gemmzoo import registry as registry_module
 from gemmzoo.cli import main
+from gemmzoo.session import current
 from gemmzoo.tuning import ConformanceRecord, explain, portable, state
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
 from gemmzoo.tuning.tune import conformance_verdict, verdict_versions
@@ -47,15 +47,14 @@ class MutatesA(NumpyBackend):
 def backends(empty_cache, monkeypatch):
     """numpy, a correct fake, and two wrong ones in the registry; the cache is empty."""
     liars = [NumpyBackend(), DelayedBackend("honest-fake"), TallResult(), MutatesA()]
-    monkeypatch.setattr(registry_module, "_registry", registry_with(*liars))
-    with scoped():
+    with scoped(registry=registry_with(*liars)):
         yield {b.name: b for b in liars}
 
 
 def _row(backend: str, shape: tuple[int, int, int], median: float) -> dict[str, Any]:
     m, n, k = shape
     return {"device": json.loads(device_fingerprint("cpu")),
-            "versions": json.loads(library_versions(backend, registry_module.get_registry())),
+            "versions": json.loads(library_versions(backend, current().registry)),
             "backend": backend, "m": m, "n": n, "k": k, "dtype": "float32", "layout": "NN", "status": "ok",
             "median_s": median, "spread_s": 0.0, "error_ratio": None, "samples": 10, "detail": "",
             "created": time.time() - 10}

@@ -26,7 +26,8 @@ from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import UnknownBackendError
 from gemmzoo.grids import GridError, GridPoint, default_grid_name, grids
 from gemmzoo.measure import TIMERS
-from gemmzoo.registry import get_registry, unavailable_reason
+from gemmzoo.registry import unavailable_reason
+from gemmzoo.session import current
 
 #: Interleaved rounds by default: drift of the machine during a run (seen between identical runs
 #: on a shared 2-core machine, docs/results/2026-11-25-cpu-repeatability.md) lands in each
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, say: Any, noise_target: float) -> int:
     """The run itself, after the options were checked: points, backends, timing, output."""
-    registry = get_registry()
+    registry = current().registry
     try:
         points = points_from_arguments(args)
         chosen = registry.select(args.backend)

@@ -65,9 +65,9 @@ def _too_large(args: argparse.Namespace) -> str | None:
     """Why measuring this shape cannot fit here (see :mod:`gemmzoo.cli.sizes`), or ``None``."""
     from gemmzoo.cli.sizes import too_large
     from gemmzoo.grids import GridPoint
-    from gemmzoo.registry import get_registry
+    from gemmzoo.session import current
 
-    candidates = [b for b in get_registry().select(None)
+    candidates = [b for b in current().registry.select(None)
                   if args.dtype in b.dtypes and (args.device is None or b.device == args.device)]
     return too_large([GridPoint(args.M, args.N, args.K, args.dtype)], candidates)
 

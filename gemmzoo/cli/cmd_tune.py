@@ -119,7 +119,7 @@ def _portable(args: argparse.Namespace, before_tuning: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gemmzoo.registry import get_registry
+    from gemmzoo.session import current
     from gemmzoo.tuning import state
 
     if args.import_files or args.export:
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
     say = messages(args.format)
     try:
-        chosen = get_registry().select(args.backend)
+        chosen = current().registry.select(args.backend)
         chosen = default_selection(chosen, bool(args.backend),
                                    lambda line: errors.print(line, style="yellow", markup=False))
         if args.recorded:  # each device's problems, with that device's backends
