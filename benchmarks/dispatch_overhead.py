@@ -1,6 +1,7 @@
 """Host time that ``gemmzoo.matmul`` adds to the library call it wraps, on the CPU, in one run.
 
-    python benchmarks/dispatch_overhead.py [--json FILE] [--calls N] [--rounds R] [--dispatch compiled|python]
+    python benchmarks/dispatch_overhead.py [--json FILE] [--calls N] [--rounds R] [--clock thread|wall]
+                                           [--cache DIR] [--dispatch compiled|python]
 
 Tiny products (4x4 float32), so the library call is short and the dispatch's own work shows:
 NumPy arrays through the Python dispatch, torch CPU tensors through the compiled dispatch (built
@@ -8,7 +9,9 @@ first into a fresh cache, as ``gemmzoo cache --build-dispatch`` does) or the Pyt
 on one thread. Each round times a loop of N calls of every row, interleaved; the figure kept per
 row is the fastest round (host timings on a shared machine carry interference that only ever
 adds time) and the median round. ``overhead`` is a row's fastest round minus the library's.
-``--cache DIR`` keeps the build for later runs.
+``--cache DIR`` keeps the build for later runs. Timed by this thread's CPU time by default
+(``--clock thread``), so that on a shared machine the time the process waits while others run
+is left out.
 Runs against whichever gemmzoo is first on ``PYTHONPATH``: run it on two checkouts to compare them.
 """
 
@@ -27,13 +30,16 @@ from typing import Any
 
 import numpy as np
 
+CLOCKS = {"thread": time.thread_time, "wall": time.perf_counter}
+clock = time.thread_time
+
 
 def per_call(call: Callable[[Any, Any], Any], a: Any, b: Any, calls: int) -> float:
-    """Seconds per call of a loop of ``calls`` calls."""
-    start = time.perf_counter()
+    """Seconds per call of a loop of ``calls`` calls, by :data:`clock`."""
+    start = clock()
     for _ in range(calls):
         call(a, b)
-    return (time.perf_counter() - start) / calls
+    return (clock() - start) / calls
 
 
 Row = tuple[str, Callable[[Any, Any], Any], Any, Any]
@@ -64,12 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--calls", type=int, default=20000, help="calls per timed loop (default 20000)")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="thread",
+                        help="thread: this thread's CPU time (default; time the process waits while other "
+                             "processes run is not counted); wall: elapsed time")
     parser.add_argument("--cache", metavar="DIR",
                         help="the tuning cache directory, where the compiled dispatch is built (default: a "
                              "fresh one; give one to build once for several runs; nothing is measured there)")
     parser.add_argument("--dispatch", choices=("compiled", "python"), default="compiled",
                         help="gemmzoo.matmul's dispatch for torch tensors (default: compiled, built first)")
     args = parser.parse_args(argv)
+    global clock
+    clock = CLOCKS[args.clock]
     if args.calls < 1 or args.rounds < 1:
         parser.error("--calls and --rounds must be at least 1")
     # configured before gemmzoo is first used: a fresh cache, so no backend is measured
@@ -115,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as handle:
             json.dump({"command": "python benchmarks/dispatch_overhead.py " + " ".join(sys.argv[1:]),
                        "date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
+                       "clock": args.clock,
                        "torch": getattr(torch, "__version__", None), "dispatch": dispatch, "groups": groups},
                       handle, indent=1)
     return 0
