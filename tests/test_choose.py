@@ -127,3 +127,17 @@ def test_forbidden_arrows_do_not_exist(module, forbidden):
 def test_the_core_names_no_bundled_plugin_in_choosing():
     for module in ("gemmzoo/tuning/choose.py", "gemmzoo/session.py", "gemmzoo/config.py"):
         assert not {n for n in _imports(ROOT / module) if n.startswith("gemmzoo_")}, module
+
+
+@pytest.mark.parametrize("folder", ["measure", "conformance"])
+def test_timing_and_checking_know_nothing_of_choosing(folder):
+    for path in sorted((ROOT / "gemmzoo" / folder).rglob("*.py")):
+        names = _imports(path)
+        choosing = ("gemmzoo.tuning.select", "gemmzoo.tuning.choose")
+        assert not {n for n in names if n.startswith(choosing)}, path
+
+
+def test_choosing_and_the_call_path_import_no_os():  # settings come from the session's config
+    for module in ("gemmzoo/tuning/choose.py", "gemmzoo/tuning/select.py", "gemmzoo/dispatch.py",
+                   "gemmzoo/arrays.py"):
+        assert "os" not in _imports(ROOT / module), module
