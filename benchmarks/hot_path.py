@@ -132,6 +132,7 @@ def cpu_groups(calls: int, rounds: Rounds) -> list[dict[str, Any]]:
         ("torch.matmul", torch.matmul, ta, tb),
         ("torch-cpu backend .matmul", torch_cpu.matmul, ta, tb),
         ("gemmzoo.matmul(a, b, 'torch-cpu')", lambda x, y: gemmzoo.matmul(x, y, "torch-cpu"), ta, tb),
+        ("gemmzoo.matmul (no backend named)", gemmzoo.matmul, ta, tb),
     ], lambda: None, calls, rounds, {"gemmzoo.matmul(a, b, 'torch-cpu')": 1.3}))
     return groups
 
@@ -504,9 +505,12 @@ def _choose_dispatch(wanted: str) -> str:
         os.environ[native.ENV_SWITCH] = "0"
         return "python"
     try:
-        native.build()
+        module = native.build()
     except native.CompiledDispatchError as error:
         return f"python ({error})"
+    from gemmzoo import dispatch
+
+    dispatch.use_compiled(module)  # where build() does not do it itself
     return "compiled"
 
 

@@ -1,7 +1,8 @@
 """gemmzoo: compare GEMM backends side by side and pick the fastest for a problem.
 
 Importing this package imports neither torch, cupy nor triton; plugins load on first use of the
-registry.
+registry. :class:`Session` (see :mod:`gemmzoo.session`) holds the configuration and every cache;
+the functions here use the current one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gemmzoo.errors import (
     UnknownBackendError,
 )
 from gemmzoo.hookspecs import hookimpl, hookspec
-from gemmzoo.registry import get_registry
+from gemmzoo.registry import get_registry  # noqa: F401 - the process's registry, for tools and tests
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,7 @@ __all__ = [
     "GemmInputError",
     "PluginError",
     "PluginWarning",
+    "Session",
     "TF32Array",
     "UnknownBackendError",
     "__version__",
@@ -44,18 +46,27 @@ __all__ = [
 
 
 def backends() -> list[Any]:
-    """Every registered backend, available or not, in a stable order."""
-    return get_registry().backends()
+    """Every registered backend of the current session, available or not, in a stable order."""
+    from gemmzoo.session import current
+
+    return current().registry.backends()
 
 
 def get_backend(name: str) -> Any:
-    """The backend called ``name``; an unknown name raises an error listing the known names."""
-    return get_registry().get(name)
+    """The backend called ``name`` in the current session; an unknown name raises an error listing
+    the known names."""
+    from gemmzoo.session import current
+
+    return current().registry.get(name)
 
 
 def __getattr__(name: str) -> Any:
-    # best_backend and matmul load on first use, so `import gemmzoo` opens no database.
-    if name == "best_backend":
+    # best_backend, matmul and Session load on first use, so `import gemmzoo` opens no database.
+    if name == "Session":
+        from gemmzoo import session
+
+        found = session.Session
+    elif name == "best_backend":
         from gemmzoo.tuning.select import best_backend as found
     elif name == "matmul":
         from gemmzoo.dispatch import matmul as found

@@ -26,7 +26,9 @@ ACCURACY_CLASSES: tuple[str, ...] = (COMPONENTWISE, NORMWISE)
 
 def accuracy_of(backend: Any) -> Any:
     """The accuracy class ``backend`` declares; componentwise for one that declares none."""
-    return getattr(backend, "accuracy", COMPONENTWISE)
+    from gemmzoo.backend import declared
+
+    return declared(backend, "accuracy")
 
 
 def check_accuracy(accuracy: str) -> str:

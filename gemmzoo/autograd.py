@@ -26,6 +26,8 @@ from typing import Any
 from gemmzoo.backend import TF32Array
 
 Plan = Callable[[Any, Any], Any]
+Multiply = Callable[..., Any]
+"""``gemmzoo.matmul``'s signature: ``(a, b, backend, *, accuracy, by)``."""
 
 
 def column_major(x: Any) -> bool:
@@ -39,21 +41,19 @@ def _function() -> Any:
     """The ``torch.autograd.Function`` of the product (torch is imported here)."""
     import torch
 
-    from gemmzoo import dispatch
-
-    def product(x: Any, y: Any, backend: Any, accuracy: str, by: str, tf32: bool) -> Any:
+    def product(multiply: Multiply, x: Any, y: Any, backend: Any, accuracy: str, by: str, tf32: bool) -> Any:
         if tf32:
-            return dispatch.matmul(TF32Array(x), TF32Array(y), backend, accuracy=accuracy, by=by).data
-        return dispatch.matmul(x, y, backend, accuracy=accuracy, by=by)
+            return multiply(TF32Array(x), TF32Array(y), backend, accuracy=accuracy, by=by).data
+        return multiply(x, y, backend, accuracy=accuracy, by=by)
 
     class GemmzooMatmul(torch.autograd.Function):
         """``C = A·B`` through a gemmzoo plan; both gradients through ``gemmzoo.matmul``."""
 
         @staticmethod
-        def forward(ctx: Any, a: Any, b: Any, run: Plan, backend: Any, accuracy: str,  # type: ignore[override]
-                    by: str, tf32: bool) -> Any:
+        def forward(ctx: Any, a: Any, b: Any, run: Plan, multiply: Multiply,  # type: ignore[override]
+                    backend: Any, accuracy: str, by: str, tf32: bool) -> Any:
             ctx.save_for_backward(a, b)
-            ctx.gemm = backend, accuracy, by, tf32
+            ctx.gemm = multiply, backend, accuracy, by, tf32
             if tf32:
                 return run(TF32Array(a.detach()), TF32Array(b.detach())).data
             return run(a.detach(), b.detach())
@@ -61,7 +61,7 @@ def _function() -> Any:
         @staticmethod
         def backward(ctx: Any, grad: Any) -> tuple[Any, ...]:  # type: ignore[override]
             a, b = ctx.saved_tensors
-            backend, accuracy, by, tf32 = ctx.gemm
+            multiply, backend, accuracy, by, tf32 = ctx.gemm
             if 0 in grad.stride():  # an expanded gradient (of a sum, say): give the GEMM real rows
                 grad = grad.contiguous()
             grad_a = grad_b = None
@@ -70,22 +70,24 @@ def _function() -> Any:
             # transpose, so its gradient needs no copy to match the parameter's strides
             if ctx.needs_input_grad[0]:
                 if column_major(a):
-                    grad_a = product(b, grad.t(), backend, accuracy, by, tf32).t()
+                    grad_a = product(multiply, b, grad.t(), backend, accuracy, by, tf32).t()
                 else:
-                    grad_a = product(grad, b.t(), backend, accuracy, by, tf32)
+                    grad_a = product(multiply, grad, b.t(), backend, accuracy, by, tf32)
             if ctx.needs_input_grad[1]:
                 if column_major(b):
-                    grad_b = product(grad.t(), a, backend, accuracy, by, tf32).t()
+                    grad_b = product(multiply, grad.t(), a, backend, accuracy, by, tf32).t()
                 else:
-                    grad_b = product(a.t(), grad, backend, accuracy, by, tf32)
-            return grad_a, grad_b, None, None, None, None, None
+                    grad_b = product(multiply, a.t(), grad, backend, accuracy, by, tf32)
+            return grad_a, grad_b, None, None, None, None, None, None
 
     return GemmzooMatmul
 
 
-def differentiable(forward: Plan, backend: Any, accuracy: str, by: str, tf32: bool) -> Plan:
+def differentiable(forward: Plan, multiply: Multiply, backend: Any, accuracy: str, by: str,
+                   tf32: bool) -> Plan:
     """The plan of a problem whose operands require grad: ``forward`` (the plan of the detached
-    operands) inside an autograd function whose backward products go through ``gemmzoo.matmul``.
+    operands) inside an autograd function whose backward products go through ``multiply``
+    (``gemmzoo.matmul``, handed in by :mod:`gemmzoo.dispatch`: this module imports no dispatch).
     ``tf32``: the operands and the result are :class:`~gemmzoo.TF32Array` wrappers."""
     import torch
 
@@ -97,13 +99,13 @@ def differentiable(forward: Plan, backend: Any, accuracy: str, by: str, tf32: bo
             x, y = a.data, b.data
             if not grad_enabled():
                 return forward(TF32Array(x.detach()), TF32Array(y.detach()))
-            return TF32Array(apply(x, y, forward, backend, accuracy, by, True))
+            return TF32Array(apply(x, y, forward, multiply, backend, accuracy, by, True))
 
         return plan_tf32
 
     def plan(a: Any, b: Any) -> Any:
         if not grad_enabled():
             return forward(a.detach(), b.detach())
-        return apply(a, b, forward, backend, accuracy, by, False)
+        return apply(a, b, forward, multiply, backend, accuracy, by, False)
 
     return plan

@@ -176,6 +176,15 @@ class Backend:
     #: algorithms). The conformance suite checks the declared class's bound, and ``best_backend``
     #: and ``gemmzoo.matmul`` pick a normwise backend only for a caller who accepts that class.
     accuracy: str = "componentwise"
+    #: The problem classes this backend computes: ``"gemm"`` (2-D products, the contract's),
+    #: ``"batched"``, ``"scaled"``, ``"grouped"`` (see the contract). Selection offers a backend
+    #: only problems of a class it declares.
+    classes: frozenset[str] = frozenset({"gemm"})
+
+    def for_tuning(self) -> Backend:
+        """The backend ``gemmzoo tune`` measures in this one's place: itself, unless measuring
+        it should first search harder than a call does (an autotuned kernel's ``full`` mode)."""
+        return self
 
     def unavailable_reason(self) -> str | None:
         """``None`` when usable here; otherwise one line saying why not."""
@@ -262,3 +271,30 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.device}>"
+
+
+#: Every optional member of :class:`Backend` and the value a backend that does not define it has:
+#: a backend of another distribution may implement only the contract's members (or not subclass
+#: :class:`Backend` at all), and :func:`declared` is how gemmzoo reads these. ``for_tuning``'s
+#: ``None`` stands for "the backend itself".
+OPTIONAL_MEMBERS: dict[str, Any] = {
+    "selectable": Backend.selectable,
+    "compiles_per_problem": Backend.compiles_per_problem,
+    "searches_over": Backend.searches_over,
+    "stream_ordered": Backend.stream_ordered,
+    "accuracy": Backend.accuracy,
+    "classes": Backend.classes,
+    "for_tuning": None,
+}
+
+
+def declared(backend: Any, member: str) -> Any:
+    """``backend``'s optional member ``member`` (one of :data:`OPTIONAL_MEMBERS`), or its
+    declared default where the backend does not define it; ``for_tuning`` is called (the backend
+    to tune). An undeclared name is a programming error (``KeyError``): gemmzoo never probes a
+    backend for names the contract does not declare."""
+    default = OPTIONAL_MEMBERS[member]
+    if member == "for_tuning":
+        method = getattr(backend, member, None)
+        return backend if method is None else method()
+    return getattr(backend, member, default)

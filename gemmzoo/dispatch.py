@@ -23,19 +23,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gemmzoo.arrays import array_kind, device_of, dtype_of, native_kind
 from gemmzoo.backend import TF32Array, is_self_checking, shape_text
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
 from gemmzoo.plan_cache import PlanCache
-from gemmzoo.registry import probe_timeout
-from gemmzoo.tuning import state as _state
-from gemmzoo.tuning.select import RANK_BY, environment_reader, plan_choice
-from gemmzoo.watchdog import call as watched
+from gemmzoo.registry import unavailable_reason
+from gemmzoo.session import _current, _default, current
+from gemmzoo.session import default as _default_session
+from gemmzoo.tuning.select import RANK_BY, plan_choice
 
-_KINDS: dict[type, str] = {}
-_DTYPE_NAMES: dict[Any, str | None] = {}
-_NATIVE: dict[tuple[int, str], str | None] = {}
-_LIBRARIES = ("numpy", "torch", "cupy")
+_get_session = _current.get
 
 
 def _input_error(problem: str, a: Any, b: Any) -> GemmInputError:
@@ -43,66 +41,6 @@ def _input_error(problem: str, a: Any, b: Any) -> GemmInputError:
         f"gemmzoo.matmul of A {shape_text(getattr(a, 'shape', ()))}, "
         f"B {shape_text(getattr(b, 'shape', ()))}: {problem}"
     )
-
-
-def array_kind(array_type: type) -> str | None:
-    """``"numpy"``, ``"torch"`` or ``"cupy"`` for those libraries' array types, else ``None``."""
-    try:
-        return _KINDS[array_type]
-    except KeyError:
-        root = array_type.__module__.partition(".")[0]
-        kind = root if root in _LIBRARIES and hasattr(array_type, "__dlpack__") else None
-        if kind == "torch" and not _is_tensor_type(array_type):
-            kind = None
-        _KINDS[array_type] = kind  # type: ignore[assignment]
-        return kind
-
-
-def _is_tensor_type(array_type: type) -> bool:
-    import torch
-
-    return issubclass(array_type, torch.Tensor)
-
-
-def dtype_of(array: Any) -> str | None:
-    """The gemmzoo dtype name of a NumPy, CuPy or torch array, or ``None`` if it is not one."""
-    key = array.dtype
-    try:
-        return _DTYPE_NAMES[key]
-    except KeyError:
-        name = str(key).removeprefix("torch.")
-        found = name if name in DTYPES and name != "tf32" else None
-        _DTYPE_NAMES[key] = found  # type: ignore[assignment]
-        return found
-
-
-def device_of(array: Any, kind: str) -> str:
-    """``"cpu"`` or ``"cuda"``."""
-    if kind == "numpy":
-        return "cpu"
-    if kind == "cupy":
-        return "cuda"
-    return "cuda" if array.is_cuda else "cpu"
-
-
-def native_kind(backend: Any, dtype: str) -> str | None:
-    """Which library's arrays ``backend`` computes on for ``dtype`` (learned once from a 1x1
-    ``from_numpy``), or ``None`` when they are none of NumPy, torch and CuPy, or when the probe
-    raises or overruns the watchdog's limit (:mod:`gemmzoo.watchdog`; a backend of another
-    distribution only)."""
-    key = (id(backend), dtype)
-    try:
-        return _NATIVE[key]
-    except KeyError:
-        try:
-            probe = watched(backend, "from_numpy(1x1)", backend.from_numpy, np.ones((1, 1), dtype=np.float32),
-                            dtype, timeout=probe_timeout(backend))
-        except Exception:  # a broken backend computes on nothing gemmzoo can hand it directly
-            probe = None
-        if isinstance(probe, TF32Array):
-            probe = probe.data
-        kind = _NATIVE[key] = array_kind(type(probe))
-        return kind
 
 
 def _converter(source: str, target: str) -> Callable[[Any], Any]:
@@ -173,17 +111,14 @@ def _from_host(h: np.ndarray, kind: str, like: Any, dtype: str = "") -> Any:
     return torch.from_numpy(np.ascontiguousarray(h)).to(device=like.device, dtype=result_dtype)
 
 
-_read, (_N0, _N1, _N2) = environment_reader()
-
-
 # A problem's key: both array types, then what a plan was made for (see
 # :meth:`gemmzoo.Backend.prepare`) — shapes, strides, dtypes, devices, and for torch whether
-# autograd is on — then the environment variables that change the choice, the backend named, the
-# accuracy class and what candidates are ranked by. Each function builds it in one expression: it
-# runs on every call.
+# autograd is on — then the backend named, the accuracy class and what candidates are ranked by.
+# What else changes a choice (the configuration) is the session's, and each session keeps its own
+# plans. Each function builds it in one expression: it runs on every call.
 def _numpy_key(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, ...]:
     return (type(a), type(b), a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype,
-            _read(_N0), _read(_N1), _read(_N2), backend, accuracy, by)
+            backend, accuracy, by)
 
 
 # torch's is read in fewer attributes. Strides: ``True`` for a contiguous tensor (the strides
@@ -193,13 +128,13 @@ def _numpy_key(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[An
 def _torch_key(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, ...]:
     return (type(a), type(b), a.shape, b.shape, a.is_contiguous() or a.stride(),
             b.is_contiguous() or b.stride(), a.dtype, a.device, b.is_meta, a.requires_grad,
-            b.requires_grad, _read(_N0), _read(_N1), _read(_N2), backend, accuracy, by)
+            b.requires_grad, backend, accuracy, by)
 
 
 def _cupy_key(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, ...]:
     # MemoryPointer.device_id is the array's device, read faster than a.device.id (no Device object)
     return (type(a), type(b), a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype,
-            a.data.device_id, b.data.device_id, _read(_N0), _read(_N1), _read(_N2), backend, accuracy, by)
+            a.data.device_id, b.data.device_id, backend, accuracy, by)
 
 
 def _tf32_key(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, ...]:
@@ -242,10 +177,8 @@ def use_compiled(module: Any) -> None:
     if module is None:
         _ROUTES.clear()
         return
-    # the environment's own dict where the reader is that dict's get (see gemmzoo.adapters.os_environ)
-    environment = getattr(_read, "__self__", None)
-    source = environment if type(environment) is dict else _read
-    module.configure(_dispatch, _compiled_plan, _reject, vars(_state), source, (_N0, _N1, _N2), TF32Array)
+    # the current session: the context variable's value, else the default session (its plan_cache)
+    module.configure(_dispatch, _compiled_plan, _reject, _current, _default, _default_session, TF32Array)
     for array_type in (torch.Tensor, torch.nn.Parameter):
         _KEYS[array_type] = _torch_key  # the Python dispatch still keys them (wrapped in TF32Array, say)
         _ROUTES[array_type] = module.dispatch
@@ -258,7 +191,7 @@ def _compiled_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tupl
     where no plan is kept (an unhashable backend object)."""
     from gemmzoo.backend import torch_mm_form
 
-    cache = _state.plan_cache
+    cache = current().plan_cache
     key = _KEYS[type(a)](a, b, backend, accuracy, by)
     try:
         plan = cache.plans.get(key)
@@ -309,15 +242,17 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
 
 def _dispatch(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Any:
     """``gemmzoo.matmul`` in Python: find (or make) the problem's plan and call it."""
-    cache = _state.plan_cache
     try:
+        # the current session's plans: a `with` block's, else the default session's (made on a
+        # first call, in the except branch below)
+        cache = (_get_session(None) or _default[0]).plan_cache
         key = _KEYS[type(a)](a, b, backend, accuracy, by)
         last_key, plan = cache.last
         if key != last_key:  # not the problem of the call before: find its plan
             plan = cache.plans[key]
             cache.last = key, plan
     except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
-        return _plan_and_call(a, b, backend, accuracy, by, cache)
+        return _plan_and_call(a, b, backend, accuracy, by, current().plan_cache)
     try:
         return plan(a, b)
     except Exception:
@@ -464,7 +399,12 @@ def _differentiable_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str, d
 
     wrap = TF32Array if tf32 else _same
     forward = make_plan(wrap(a.detach()), wrap(b.detach()), backend, accuracy, by)
-    return differentiable(forward, backend, accuracy, by, tf32)
+    return differentiable(forward, _backward_product, backend, accuracy, by, tf32)
+
+
+def _backward_product(a: Any, b: Any, backend: Any, **options: Any) -> Any:
+    """A product of a backward pass: ``gemmzoo.matmul`` as this module names it when it runs."""
+    return matmul(a, b, backend, **options)
 
 
 def _checking_b(plan: Callable[[Any, Any], Any], a: Any, backend: Any, accuracy: str, by: str,
@@ -513,13 +453,12 @@ def backend_for(a: Any, b: Any, *, accuracy: str = "componentwise", by: str = "c
 def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str, layout: str,
              kind: str, accuracy: str = "componentwise", by: str = "caller") -> Any:
     if backend is None:
-        return plan_choice(shape, dtype, device, layout, kind, lambda b: native_kind(b, dtype) == kind,
-                           accuracy, by, lambda b: native_kind(b, dtype) is not None)
+        return plan_choice(shape, dtype, device, layout, kind, accuracy, by)
     if isinstance(backend, str):
-        from gemmzoo.registry import get_registry
+        from gemmzoo.session import current
 
-        backend = get_registry().get(backend)
-    reason = _state.unavailable_reason(backend)
+        backend = current().registry.get(backend)
+    reason = unavailable_reason(backend)
     if reason is not None:
         raise BackendUnavailableError(f"{backend.name}: unavailable: {reason}")
     if dtype not in backend.dtypes:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from gemmzoo.config import environment_value
 
 #: NVML's clock-event (throttle) reason bits, by name.
 THROTTLE_REASONS = {
@@ -173,7 +174,7 @@ def _torch_uuid() -> str | None:
 
 def _visible_index() -> tuple[int | None, str | None]:
     """The first visible GPU as (driver index, UUID) from ``CUDA_VISIBLE_DEVICES`` (either form)."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    first = (environment_value("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
     if first.isdigit():
         return int(first), None
     return None, first if first.startswith(("GPU-", "MIG-")) else None

@@ -21,12 +21,12 @@ from __future__ import annotations
 import csv
 import glob
 import json
-import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gemmzoo.config import environment_value
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import GemmError
 
@@ -149,10 +149,11 @@ _BUILTIN_GRIDS = (
 def _plugin_grids() -> list[Grid]:
     """Grids registered by plugins through ``gemmzoo_register_grids``; a failing plugin warns."""
     from gemmzoo.plugin_source import plugin_roots, raised_at
-    from gemmzoo.registry import get_registry, warn_at_plugin
+    from gemmzoo.registry import warn_at_plugin
+    from gemmzoo.session import current
 
     found: list[Grid] = []
-    registry = get_registry()
+    registry = current().registry
     hook = registry.plugin_manager.hook.gemmzoo_register_grids
 
     for impl in hook.get_hookimpls():
@@ -193,7 +194,7 @@ def gpu_present() -> bool:
 
     Looks for the driver's device files and honours ``CUDA_VISIBLE_DEVICES`` set to nothing or -1.
     """
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = environment_value("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
         return False
     return bool(glob.glob("/dev/nvidia[0-9]*"))

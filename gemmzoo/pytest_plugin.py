@@ -136,9 +136,9 @@ def pytest_testnodedown(node: object, error: object) -> None:
 
 def selected_backends(config: pytest.Config) -> list[Any]:
     """The backends chosen by ``--gemmzoo-backend`` or ``GEMMZOO_BACKENDS`` (all registered otherwise)."""
-    from gemmzoo.registry import get_registry
+    from gemmzoo.session import current
 
-    return get_registry().select(config.getoption("gemmzoo_backend") or None)
+    return current().registry.select(config.getoption("gemmzoo_backend") or None)
 
 
 def _unavailable_param(backend: Any, reason: str) -> Any:

@@ -11,7 +11,6 @@ there, so ``--benchmark-json``, ``--benchmark-save``, ``--benchmark-compare`` an
 from __future__ import annotations
 
 import glob
-import os
 import warnings
 from collections.abc import MutableMapping, Sequence
 from typing import Any
@@ -19,13 +18,15 @@ from typing import Any
 import pytest
 
 from gemmzoo.adapters import pytest_benchmark as session
+from gemmzoo.config import environment_value, process_environment
 
 WORKEROUTPUT_KEY = "gemmzoo_benchmarks"
 
 
 def worker_index(environ: MutableMapping[str, str] | None = None) -> int | None:
     """This process's pytest-xdist worker number (``gw3`` → 3), or ``None`` outside a worker."""
-    worker = (os.environ if environ is None else environ).get("PYTEST_XDIST_WORKER", "")
+    name = "PYTEST_XDIST_WORKER"
+    worker = (environ.get(name) if environ is not None else environment_value(name)) or ""
     return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
 
 
@@ -37,7 +38,7 @@ def assign_worker_gpu(environ: MutableMapping[str, str] | None = None,
     driver's device files); with more workers than GPUs they wrap around and share, with a
     warning. Returns the value set, or ``None`` outside a worker or without a GPU.
     """
-    environ = os.environ if environ is None else environ
+    environ = process_environment() if environ is None else environ
     index = worker_index(environ)
     if index is None:
         return None
@@ -60,7 +61,7 @@ def assign_worker_gpu(environ: MutableMapping[str, str] | None = None,
 
 def requested(config: pytest.Config) -> bool:
     """Whether this run uses pytest-xdist workers (controller or worker)."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if environment_value("PYTEST_XDIST_WORKER"):
         return True
     numprocesses = getattr(config.option, "numprocesses", None)
     return bool(numprocesses) or getattr(config.option, "dist", "no") != "no"
@@ -69,7 +70,7 @@ def requested(config: pytest.Config) -> bool:
 def enable_in_worker(config: pytest.Config) -> None:
     """pytest-benchmark turns itself off under xdist; turn it on again in a worker, with its
     own outputs off (the controller writes them from everything the workers send)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER") or not session.supported(config):
+    if not environment_value("PYTEST_XDIST_WORKER") or not session.supported(config):
         return
     if config.getoption("benchmark_disable") or config.getoption("benchmark_skip"):
         return

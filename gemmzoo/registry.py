@@ -18,7 +18,6 @@ not a string into a reason of its own, and remembers the answer for the rest of 
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import traceback
@@ -48,7 +47,6 @@ from gemmzoo.watchdog import call as watched
 ENTRY_POINT_GROUP = "gemmzoo"
 #: The distribution whose backend names are reserved.
 OWN_DISTRIBUTION = "gemmzoo"
-_FALSE_WORDS = {"", "0", "false", "no", "off"}
 
 
 def _normalized(name: str) -> str:
@@ -88,14 +86,16 @@ class PluginFailure:
     traceback: str | None = None
 
 
-def env_list(variable: str) -> list[str]:
-    """The comma-separated names in an environment variable, stripped, empties dropped."""
-    return [part.strip() for part in os.environ.get(variable, "").split(",") if part.strip()]
+def _config() -> Any:
+    from gemmzoo.session import current
+
+    return current().config
 
 
 def strict_plugins() -> bool:
-    """Whether ``GEMMZOO_STRICT_PLUGINS`` asks for plugin failures to be errors."""
-    return os.environ.get("GEMMZOO_STRICT_PLUGINS", "").strip().lower() not in _FALSE_WORDS
+    """Whether the current session's configuration (``GEMMZOO_STRICT_PLUGINS``) asks for plugin
+    failures to be errors."""
+    return bool(_config().strict_plugins)
 
 
 def _one_line(error: BaseException) -> str:
@@ -142,7 +142,7 @@ class Registry:
 
     def load_entry_points(self, disabled: Iterable[str] | None = None) -> None:
         """Load every entry point of the ``gemmzoo`` group except the ``disabled`` names."""
-        skip = set(env_list("GEMMZOO_DISABLE_PLUGINS") if disabled is None else disabled)
+        skip = set(_config().disabled_plugins if disabled is None else disabled)
         found = [(_entry_point_info(ep), ep) for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
         # gemmzoo's own plugins first, whatever their names: their backend names are then taken
         # before any other distribution's plugin can claim them.
@@ -272,8 +272,9 @@ class Registry:
         return self._providers[name]
 
     def select(self, names: Sequence[str] | None = None) -> list[Any]:
-        """The backends named (or in ``GEMMZOO_BACKENDS``); all of them when neither names any."""
-        chosen = list(names) if names else env_list("GEMMZOO_BACKENDS")
+        """The backends named (or in the current session's ``backends``, ``GEMMZOO_BACKENDS``);
+        all of them when neither names any."""
+        chosen = list(names) if names else list(_config().backends)
         if not chosen:
             return self.backends()
         return [self.get(name) for name in dict.fromkeys(chosen)]

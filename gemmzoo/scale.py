@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gemmzoo.config import environment_value, process_environment
 from gemmzoo.grids import GridError, GridPoint
 
 
@@ -112,8 +113,8 @@ def visible_gpus(environ: dict[str, str] | None = None,
     """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries: that variable's entries
     when it is set, else ``0 .. count-1`` with the count from NVML or the driver's device files.
     Starts no CUDA context."""
-    environ = dict(os.environ) if environ is None else environ
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    name = "CUDA_VISIBLE_DEVICES"
+    visible = environment_value(name) if environ is None else environ.get(name)
     if visible is not None:
         return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
     if device_files is None:
@@ -200,15 +201,16 @@ _POOL_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 def _worker(slot: int, device: str, warm: Callable[[], Any] | None, tasks: Any, results: Any,
             current: Any, cores: Sequence[int] | None = None) -> None:
+    environ = process_environment()
     # Before anything can start CUDA in this process: only this worker's GPU is visible.
-    os.environ["CUDA_VISIBLE_DEVICES"] = device
+    environ["CUDA_VISIBLE_DEVICES"] = device
     if cores:
         try:
             os.sched_setaffinity(0, cores)
         except (AttributeError, OSError):  # not on this OS: the pools are still sized to the share
             pass
         for name in _POOL_VARIABLES:  # before numpy or torch start their pools
-            os.environ.setdefault(name, str(len(cores)))
+            environ.setdefault(name, str(len(cores)))
     if warm is not None:
         try:
             warm()
@@ -258,12 +260,19 @@ class DevicePool:
         self._submitted: tuple[Callable[[GridPoint], Any], list[GridPoint]] | None = None
         self.started = time.time()
         shares = core_shares(_host_cores(), len(self.devices)) if split_cores else [None] * len(self.devices)
-        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        # The children inherit the environment at start: the current session's configuration
+        # (a --timeout given to this process included) and, each in turn, its own GPU.
+        from gemmzoo.session import current
+
+        environ = process_environment()
+        inherited = {**current().config.child_environment(), "CUDA_VISIBLE_DEVICES": None}
+        saved = {name: environ.get(name) for name in inherited}
+        environ.update({name: value for name, value in inherited.items() if value is not None})
         try:
             for slot, device in enumerate(self.devices):
                 reader, writer = ctx.Pipe(duplex=False)
                 # The child inherits the environment at start: its CUDA sees only its GPU.
-                os.environ["CUDA_VISIBLE_DEVICES"] = device
+                environ["CUDA_VISIBLE_DEVICES"] = device
                 args = (slot, device, warm, self._tasks, writer, self._current, shares[slot])
                 process = ctx.Process(target=_worker, args=args, daemon=True, name=f"gemmzoo-gpu-{device}")
                 process.start()
@@ -271,10 +280,11 @@ class DevicePool:
                 self._workers[device] = process
                 self._readers[reader] = (slot, device)
         finally:
-            if saved is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = saved
+            for name, value in saved.items():
+                if value is None:
+                    environ.pop(name, None)
+                else:
+                    environ[name] = value
         self._finalizer = weakref.finalize(self, DevicePool._stop, self._tasks, list(self._workers.values()))
 
     @staticmethod

@@ -22,9 +22,9 @@ Extra = dict[str, Any]
 
 @functools.lru_cache(maxsize=8)
 def _backends(names: tuple[str, ...] | None) -> list[Any]:
-    from gemmzoo.registry import get_registry
+    from gemmzoo.session import current
 
-    return get_registry().select(list(names) if names else None)
+    return current().registry.select(list(names) if names else None)
 
 
 def gpu_extra(result: BenchResult) -> Extra:

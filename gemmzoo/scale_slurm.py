@@ -50,10 +50,10 @@ class Share:
         self.label, self.device = label, device
 
     def __call__(self) -> int:
-        import os
+        from gemmzoo.config import process_environment
 
         if self.device is not None:  # a local array: this task's GPU alone, before CUDA starts
-            os.environ["CUDA_VISIBLE_DEVICES"] = self.device
+            process_environment()["CUDA_VISIBLE_DEVICES"] = self.device
         folder = PointFolder(self.folder, self.key)
         worker = {**worker_identity("slurm", **_slurm_ids()), "share": self.label}
         measured = 0

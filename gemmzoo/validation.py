@@ -13,6 +13,7 @@ from collections.abc import Set
 from typing import Any
 
 from gemmzoo.accuracy import ACCURACY_CLASSES, accuracy_of
+from gemmzoo.backend import declared
 from gemmzoo.dtypes import DTYPES
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -73,10 +74,10 @@ def backend_problem(backend: Any) -> str | None:
         not_callable = [m for m in _METHODS if not callable(getattr(backend, m))]
         if not_callable:
             return f"not callable: {', '.join(not_callable)}"
-        selectable = getattr(backend, "selectable", True)
+        selectable = declared(backend, "selectable")
         if not isinstance(selectable, bool):
             return f"selectable must be True or False, not {type(selectable).__name__}"
-        searched = getattr(backend, "searches_over", ())
+        searched = declared(backend, "searches_over")
         if isinstance(searched, (str, bytes)) or not isinstance(searched, (tuple, list)) or not all(
                 isinstance(name, str) for name in searched):
             return (f"searches_over must be a tuple of backend names, not "

@@ -29,24 +29,21 @@ busy; see docs/plugins.md.
 from __future__ import annotations
 
 import contextlib
-import math
-import os
 import queue
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from gemmzoo import config
 from gemmzoo.errors import GemmError
 
-ENV = "GEMMZOO_TIMEOUT"
+ENV = config.TIMEOUT
 #: Seconds a task may take when neither ``--timeout`` nor ``GEMMZOO_TIMEOUT`` says: enough for a
 #: first call that compiles or autotunes kernels, far from an unbounded hang.
-DEFAULT_TIMEOUT_S = 60.0
-_OFF_WORDS = {"0", "off", "none", "no", "false", "inf"}
+DEFAULT_TIMEOUT_S = config.DEFAULT_TIMEOUT_S
 
 T = TypeVar("T")
 
@@ -80,35 +77,20 @@ class TimedOut:
 
 def parse_timeout(text: str) -> float | None:
     """Seconds from ``text`` (``--timeout``, ``GEMMZOO_TIMEOUT``); ``None`` for no limit
-    (``0``, ``off``, ``none``); ``ValueError`` for anything else."""
-    word = text.strip().lower()
-    if word in _OFF_WORDS:
-        return None
-    try:
-        seconds = float(word)
-    except ValueError:
-        raise ValueError(f"timeout must be a number of seconds, or 0/off for none; got {text!r}") from None
-    if math.isnan(seconds) or seconds < 0:
-        raise ValueError(f"timeout must be a number of seconds, or 0/off for none; got {text!r}")
-    return None if seconds == 0 or math.isinf(seconds) else seconds
+    (``0``, ``off``, ``none``); :class:`gemmzoo.config.ConfigError` (a ``ValueError``) for
+    anything else, a limit past a day included (:func:`gemmzoo.config.parse_timeout`)."""
+    return config.parse_timeout(text)
 
 
 def default_timeout() -> float | None:
-    """The limit of a task when none is given: ``GEMMZOO_TIMEOUT``, else :data:`DEFAULT_TIMEOUT_S`.
-    A value that is not a number is warned about once and the default used."""
-    text = os.environ.get(ENV, "").strip()
-    if not text:
-        return DEFAULT_TIMEOUT_S
-    try:
-        return parse_timeout(text)
-    except ValueError as error:
-        if text not in _warned:
-            _warned.add(text)
-            warnings.warn(f"{ENV}: {error}; using {DEFAULT_TIMEOUT_S:g} s", stacklevel=2)
-        return DEFAULT_TIMEOUT_S
+    """The limit of a task when none is given: the current session's ``timeout``
+    (``--timeout``, ``GEMMZOO_TIMEOUT``, else :data:`DEFAULT_TIMEOUT_S`; validated when the
+    configuration was read, see :mod:`gemmzoo.config`)."""
+    from gemmzoo.session import current
+
+    return current().config.timeout
 
 
-_warned: set[str] = set()
 
 # Quarantined backends by id (the object is kept so that its id is not reused): the reason.
 _quarantine: dict[int, tuple[Any, str]] = {}

@@ -38,6 +38,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _session_scope() -> Iterator[None]:
+    """No test leaves another gemmzoo session current than the one it found (see :mod:`sessions`)."""
+    from sessions import isolated
+
+    with isolated():
+        yield
+
+
 @pytest.fixture
 def wide_tables(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tables printed 200 columns wide. rich reads COLUMNS once when a console is made, and the
@@ -52,16 +61,24 @@ def wide_tables(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wide_tables: None) -> Iterator[Path]:
     """An empty tuning cache directory (yielded), no backend selection or tuning switch from the
-    environment, wide tables, and gemmzoo's in-memory answers and plans reset before and after."""
-    from gemmzoo.tuning import state
+    environment, wide tables, and a fresh :class:`gemmzoo.Session` of that configuration current
+    for the test (see :mod:`sessions`)."""
+    from sessions import scoped
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(cache))
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
-    state.reset()
-    yield cache
-    state.reset()
+    with scoped():
+        yield cache
+
+
+@pytest.fixture
+def gemmzoo_session(empty_cache: Path) -> object:
+    """The fresh session :func:`empty_cache` made current for this test."""
+    from gemmzoo.session import current
+
+    return current()
 
 
 @pytest.fixture(scope="session")
@@ -73,9 +90,9 @@ def compiled_dispatch_module(tmp_path_factory: pytest.TempPathFactory) -> object
 
     root = tmp_path_factory.getbasetemp()
     shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GEMMZOO_CACHE_DIR", str(shared / "compiled-dispatch-cache"))
-        patch.delenv(native.ENV_SWITCH, raising=False)
+    from gemmzoo import Session
+
+    with Session(cache_dir=shared / "compiled-dispatch-cache", compiled_dispatch=True):
         try:
             module = native.build()
         except native.CompiledDispatchError as error:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import strassen_plugin
 from fake_distributions import run_gemmzoo, write_distribution
+from sessions import restart, scoped
 from tuning_fakes import DelayedBackend, registry_with
 
 import gemmzoo
-from gemmzoo import registry as registry_module
 from gemmzoo.errors import BackendUnavailableError
 from gemmzoo.tuning import explain, state
 from gemmzoo.tuning.fingerprint import device_fingerprint
@@ -39,10 +39,8 @@ def backends(tmp_path, monkeypatch):
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
     fast = CountingBackend("fast-normwise", accuracy="normwise")
     slow = CountingBackend("slow-componentwise", 0.003)
-    monkeypatch.setattr(registry_module, "_registry", registry_with(fast, slow))
-    state.reset()
-    yield fast, slow
-    state.reset()
+    with scoped(registry=registry_with(fast, slow)):
+        yield fast, slow
 
 
 def test_best_backend_leaves_normwise_out_unless_accepted(backends):
@@ -76,16 +74,14 @@ def test_matmul_uses_a_normwise_backend_only_when_accepted(backends):
 def test_only_normwise_backends_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
-    monkeypatch.setattr(registry_module, "_registry",
-                        registry_with(CountingBackend("only-normwise", accuracy="normwise")))
-    state.reset()
+    restart(registry=registry_with(CountingBackend("only-normwise", accuracy="normwise")))
     try:
         with pytest.raises(BackendUnavailableError, match="only-normwise: normwise accuracy, not accepted"):
             gemmzoo.best_backend((8, 8, 8))
         with pytest.raises(ValueError, match="unknown accuracy class 'exact'"):
             gemmzoo.best_backend((8, 8, 8), accuracy="exact")
     finally:
-        state.reset()
+        restart()
 
 
 def test_gemmzoo_best_shows_the_class_and_takes_accuracy(tmp_path):

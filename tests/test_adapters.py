@@ -282,47 +282,6 @@ def test_an_untested_torch_major_version_uses_the_public_switches(monkeypatch):
     assert torch_internals.cublas_accessors("allow_tf32") is None
 
 
-# CPython: the bytes mapping behind os.environ ----------------------------------------------------
-
-
-def test_the_environment_reader_sees_what_os_environ_holds(monkeypatch):
-    from gemmzoo.adapters import os_environ
-
-    names = ("GEMMZOO_ADAPTER_PROBE_A", "GEMMZOO_ADAPTER_PROBE_B")
-    monkeypatch.setenv(names[0], "value-a")
-    monkeypatch.delenv(names[1], raising=False)
-    read, keys = os_environ.reader(names)
-    values = [read(key) for key in keys]
-    expected = [os_environ.os.fsencode("value-a"), None] if os_environ.unsupported_reason() is None \
-        else ["value-a", None]
-    assert values == expected
-    monkeypatch.setenv(names[1], "later")  # set after the reader was made: still seen
-    assert read(keys[1]) in (b"later", "later")
-
-
-def test_the_private_environment_mapping_is_used_on_a_checked_cpython():
-    import os
-    import sys
-
-    from gemmzoo.adapters import os_environ
-
-    if sys.implementation.name == "cpython" and os.name == "posix":
-        assert os_environ.unsupported_reason() is None
-    else:
-        assert os_environ.reader(["X"])[0] == os.environ.get
-
-
-def test_an_unchecked_python_reads_os_environ_publicly(monkeypatch):
-    import os
-
-    from gemmzoo.adapters import os_environ
-
-    monkeypatch.setattr(os_environ, "TESTED_VERSIONS", ())
-    assert "checked" in os_environ.unsupported_reason()
-    read, keys = os_environ.reader(["HOME"])
-    assert read == os.environ.get and keys == ("HOME",)
-
-
 def test_the_stream_lookup_is_tritons_own_where_it_has_one(monkeypatch):
     internals = _triton_internals()
     import triton

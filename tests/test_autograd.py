@@ -8,6 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from sessions import scoped  # noqa: E402
+
 import gemmzoo  # noqa: E402
 from gemmzoo.conformance.bounds import error_bound  # noqa: E402
 from gemmzoo.errors import GemmInputError  # noqa: E402
@@ -20,9 +22,8 @@ pytestmark = pytest.mark.usefixtures("dispatch_route")
 def fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
-    state.reset()
-    yield
-    state.reset()
+    with scoped():
+        yield
 
 
 def within_bound(got, x, y, dtype: str) -> np.ndarray:

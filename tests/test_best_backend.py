@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from sessions import reconfigure, restart, scoped
 from tuning_fakes import DelayedBackend, MissingBackend, WrongBackend, registry_with
 
 import gemmzoo
-from gemmzoo import registry as registry_module
 from gemmzoo.errors import BackendUnavailableError
 from gemmzoo.grids import GridPoint
+from gemmzoo.session import current
 from gemmzoo.tuning import Record, explain, log_distance, state, tune
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
 from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR
@@ -27,10 +28,8 @@ def fresh(tmp_path, monkeypatch):
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
     backends = [DelayedBackend(FAST), DelayedBackend(SLOW, 0.003), WrongBackend(), MissingBackend()]
-    monkeypatch.setattr(registry_module, "_registry", registry_with(*backends))
-    state.reset()
-    yield
-    state.reset()
+    with scoped(registry=registry_with(*backends)):
+        yield
 
 
 def row(backend: str, shape, median: float, spread: float = 0.0, *, device: str | None = None,
@@ -38,13 +37,13 @@ def row(backend: str, shape, median: float, spread: float = 0.0, *, device: str 
     """A stored measurement with chosen numbers, valid here unless device/versions say otherwise."""
     m, n, k = shape
     return Record(device or device_fingerprint("cpu"),
-                  versions or library_versions(backend, registry_module.get_registry()),
+                  versions or library_versions(backend, current().registry),
                   backend, m, n, k, dtype, "NN", status, median, spread, 0.5, 10, "", time.time())
 
 
 def passed_here(*names: str, dtype: str = "float32") -> None:
     """Run the conformance suite on these backends here (stored rows rank only those that passed)."""
-    registry = registry_module.get_registry()
+    registry = current().registry
     for name in names:
         assert conformance_verdict(state.store(), registry.get(name), dtype) is True
 
@@ -71,7 +70,7 @@ def test_tune_then_answer_from_the_database(monkeypatch):
     times = {r.backend: r.median_s for r in records}
     assert times[SLOW] > times[FAST] + 0.002
     assert state.store().count() == 2
-    state.reset()  # as a new process would: nothing in memory, everything from the file
+    restart()  # as a new process would: nothing in memory, everything from the file
     forbid_measuring(monkeypatch)
     choice = explain((48, 40, 32))
     assert choice.backend.name == FAST and choice.source == "database" and not choice.tie
@@ -88,14 +87,14 @@ def test_a_miss_is_measured_quickly_and_stored():
     assert elapsed < 3.0  # conformance of three fakes plus a 0.3 s timing budget
     stored = state.store().records(device_fingerprint("cpu"), "float32", "NN", (33, 17, 65))
     assert sorted(r.backend for r in stored) == [FAST, SLOW]
-    state.reset()
+    restart()
     assert explain((33, 17, 65)).source == "database"
 
 
 def test_wrong_backend_never_chosen_even_when_fastest():
     choice = explain((8, 8, 8))
     assert choice.backend.name != "wrong-fake"
-    versions = verdict_versions(registry_module.get_registry().get("wrong-fake"))
+    versions = verdict_versions(current().registry.get("wrong-fake"))
     verdict = state.store().conformance(device_fingerprint("cpu"), versions, "wrong-fake", "float32")
     assert verdict is not None and not verdict.passed and verdict.failures > 0
 
@@ -118,10 +117,15 @@ def test_repeat_calls_come_from_memory(monkeypatch):
     assert per_call < 20e-6, f"{per_call * 1e6:.2f} us per cached call"
 
 
-def test_a_changed_environment_is_a_new_question(monkeypatch):
+def test_another_configuration_is_a_new_question(monkeypatch):
     assert gemmzoo.best_backend((20, 30, 40)).name == FAST
-    monkeypatch.setenv("GEMMZOO_BACKENDS", SLOW)
-    assert gemmzoo.best_backend((20, 30, 40)).name == SLOW
+    monkeypatch.setenv("GEMMZOO_BACKENDS", SLOW)  # read by sessions made from now on, not this one
+    assert gemmzoo.best_backend((20, 30, 40)).name == FAST
+    with gemmzoo.Session() as narrowed:
+        assert gemmzoo.best_backend((20, 30, 40)).name == SLOW
+    assert narrowed.best_backend((20, 30, 40)).name == SLOW
+    assert gemmzoo.Session(backends=(FAST,)).best_backend((20, 30, 40)).name == FAST
+    assert gemmzoo.best_backend((20, 30, 40)).name == FAST  # the outer session's answer stands
 
 
 def test_nearest_measured_shape_answers_when_measuring_is_off(monkeypatch):
@@ -137,8 +141,10 @@ def test_nearest_measured_shape_answers_when_measuring_is_off(monkeypatch):
     # (128, 128, 128) is 3·ln 8 from one and 3·ln 8 from the other in log space: the smaller wins
     assert log_distance((128,) * 3, small) == pytest.approx(log_distance((128,) * 3, large))
     assert explain((128, 128, 128), measure=False).basis == small
-    monkeypatch.setenv("GEMMZOO_TUNE", "0")  # the environment switch does the same
-    assert gemmzoo.best_backend((700, 2000, 900)).name == SLOW
+    monkeypatch.setenv("GEMMZOO_TUNE", "0")  # the environment switch does the same, in a new session
+    with gemmzoo.Session():
+        assert gemmzoo.best_backend((700, 2000, 900)).name == SLOW
+    assert gemmzoo.Session(tune=False).best_backend((700, 2000, 900)).name == SLOW  # as does the keyword
 
 
 def test_nothing_measured_and_measuring_off_gives_the_default(monkeypatch):
@@ -166,6 +172,7 @@ def test_ties_within_noise_go_to_the_first_name(monkeypatch, fast_median, slow_m
     state.store().add([row(FAST, shape, fast_median, spreads[0]), row(SLOW, shape, slow_median, spreads[1])])
     forbid_measuring(monkeypatch)
     monkeypatch.setenv("GEMMZOO_BACKENDS", f"{SLOW},{FAST}")  # the wrong one would be measured
+    reconfigure()
     choice = explain(shape)
     assert choice.backend.name == expected and choice.tie is tie and choice.source == "database"
     assert choice.ranking[0].median_s == min(fast_median, slow_median)
@@ -179,6 +186,7 @@ def test_latest_row_wins_for_a_backend(monkeypatch):
     store.add([row(FAST, shape, 1e-3)])  # re-tuned later: now faster
     forbid_measuring(monkeypatch)
     monkeypatch.setenv("GEMMZOO_BACKENDS", f"{FAST},{SLOW}")
+    reconfigure()
     assert explain(shape).backend.name == FAST
 
 
@@ -192,6 +200,7 @@ def test_other_devices_and_stale_versions_are_ignored(monkeypatch):
     store.add([row(SLOW, shape, 1e-9, device=other_cpu), row(SLOW, shape, 1e-9, versions=stale),
                row(FAST, shape, 1.0, device=other_device), row(FAST, shape, 1.0, versions=stale)])
     monkeypatch.setenv("GEMMZOO_BACKENDS", f"{FAST},{SLOW}")
+    reconfigure()
     with monkeypatch.context() as patched:
         forbid_measuring(patched)
         assert explain(shape, measure=False).source == "default"  # none of those rows counts
@@ -203,12 +212,14 @@ def test_other_devices_and_stale_versions_are_ignored(monkeypatch):
 
 def test_gemmzoo_backends_restricts_the_candidates(monkeypatch):
     monkeypatch.setenv("GEMMZOO_BACKENDS", SLOW)
+    reconfigure()
     choice = explain((10, 10, 10))
     assert choice.backend.name == SLOW and [t.backend for t in choice.ranking] == [SLOW]
 
 
 def test_no_candidate_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("GEMMZOO_BACKENDS", "missing-fake")
+    reconfigure()
     with pytest.raises(BackendUnavailableError, match="missing-fake: unavailable: not installed here"):
         gemmzoo.best_backend((4, 4, 4))
     with pytest.raises(BackendUnavailableError, match="bfloat16 on cpu"):
@@ -246,9 +257,7 @@ def test_the_api_names_load_lazily(tmp_path):
 
 def test_ties_prefer_the_default_order_before_names(monkeypatch):
     # fakes named like bundled backends: "torch" comes before "numpy" in DEFAULT_ORDER, not by name
-    monkeypatch.setattr(registry_module, "_registry", registry_with(DelayedBackend("numpy"),
-                                                                      DelayedBackend("torch")))
-    state.reset()
+    restart(registry=registry_with(DelayedBackend("numpy"), DelayedBackend("torch")))
     shape = (128, 128, 128)
     state.store().add([row("numpy", shape, 1.000e-3, 1e-6), row("torch", shape, 1.005e-3, 1e-6)])
     passed_here("numpy", "torch")

@@ -12,6 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from sessions import reconfigure  # noqa: E402
+
 import gemmzoo  # noqa: E402
 from gemmzoo import dispatch, native  # noqa: E402
 from gemmzoo.backend import Switched, declare_torch_mm, self_checking, torch_mm_form  # noqa: E402
@@ -96,6 +98,7 @@ def test_a_changed_environment_empties_the_table(compiled, monkeypatch):
     gemmzoo.matmul(a.double(), b.double())
     assert compiled.planned() >= 2
     monkeypatch.setenv("GEMMZOO_BACKENDS", "torch-cpu")
+    reconfigure()
     c = gemmzoo.matmul(a, b)
     assert compiled.planned() == 1
     assert dispatch.backend_for(a, b).name == "torch-cpu" and torch.equal(c, torch.mm(a, b))
@@ -327,12 +330,14 @@ def test_other_threads_run_python_while_a_product_computes(compiled):
 
 def test_switched_off_it_is_neither_loaded_nor_reported(compiled, monkeypatch):
     monkeypatch.setenv(native.ENV_SWITCH, "0")
+    reconfigure()
     assert native.load() is None
     assert not native.status().built and native.ENV_SWITCH in native.status().reason
 
 
 def test_it_is_loaded_only_where_it_was_built(compiled, tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "elsewhere"))
+    reconfigure()
     assert native.load() is None  # never builds
     found = native.status()
     assert not found.built and "--build-dispatch" in found.reason

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sessions import scoped
 from tuning_fakes import DelayedBackend, registry_with
 
-from gemmzoo import registry as registry_module
 from gemmzoo.grids import GridPoint
 from gemmzoo.tuning import explain, state, tune
 from gemmzoo.tuning import select as select_module
@@ -36,10 +36,8 @@ def compiled(tmp_path, monkeypatch):
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
     backend = CompilingBackend(COMPILED)
-    monkeypatch.setattr(registry_module, "_registry", registry_with(DelayedBackend(FAST, 0.002), backend))
-    state.reset()
-    yield backend
-    state.reset()
+    with scoped(registry=registry_with(DelayedBackend(FAST, 0.002), backend)):
+        yield backend
 
 
 def test_a_first_answer_neither_checks_nor_measures_a_compiling_backend(compiled):

@@ -8,10 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from sessions import scoped  # noqa: E402
+
 import gemmzoo  # noqa: E402
 from gemmzoo.conformance.bounds import error_bound  # noqa: E402
 from gemmzoo.errors import GemmInputError  # noqa: E402
-from gemmzoo.tuning import state  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("dispatch_route")]
 
@@ -25,9 +26,8 @@ def fresh(tmp_path, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "cache"))
-    state.reset()
-    yield
-    state.reset()
+    with scoped():
+        yield
 
 
 def _usable(name):

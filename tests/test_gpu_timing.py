@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sessions import restart
 
 #: Shapes in none of the named grids: squares above 4096, projections of other LLMs (Qwen2-7B,
 #: Gemma-7B, Phi-3-mini, Mixtral's experts), misaligned sizes, skinny and tall-thin problems.
@@ -203,13 +204,13 @@ def best_backend_rows(shapes: list[tuple[int, int, int]], rounds: int = 7) -> li
     """``best_backend``'s pick (measured now, in a fresh database) against every candidate's caller
     time measured afresh (:func:`caller_loop_times`)."""
     from gemmzoo.grids import GridPoint
-    from gemmzoo.tuning import explain, state
+    from gemmzoo.tuning import explain
 
     rows = []
     with tempfile.TemporaryDirectory() as cache:
         old = os.environ.get("GEMMZOO_CACHE_DIR")
         os.environ["GEMMZOO_CACHE_DIR"] = cache
-        state.reset()
+        restart()
         try:
             for shape in shapes:
                 started = time.perf_counter()
@@ -234,7 +235,7 @@ def best_backend_rows(shapes: list[tuple[int, int, int]], rounds: int = 7) -> li
                 os.environ.pop("GEMMZOO_CACHE_DIR", None)
             else:
                 os.environ["GEMMZOO_CACHE_DIR"] = old
-            state.reset()
+            restart()
     return rows
 
 

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from sessions import restart
 from test_best_backend import (  # noqa: F401  (fresh: autouse fixture)
     FAST,
     SLOW,
@@ -22,7 +23,6 @@ from test_best_backend import (  # noqa: F401  (fresh: autouse fixture)
 )
 from tuning_fakes import DelayedBackend, registry_with
 
-from gemmzoo import registry as registry_module
 from gemmzoo.grids import GridPoint
 from gemmzoo.tuning import explain, state
 from gemmzoo.tuning.db import open_store
@@ -120,8 +120,7 @@ def test_a_miss_times_the_contenders_loops_and_ranks_by_them(monkeypatch):
     monkeypatch.setattr(tune_module, "LOOP_LIMIT_S", 0.05)
     warm = WarmBackend("warm-fake", 0.003, 0.001)
     steady = DelayedBackend("steady-fake", 0.003)
-    monkeypatch.setattr(registry_module, "_registry", registry_with(warm, steady))
-    state.reset()
+    restart(registry=registry_with(warm, steady))
     point = GridPoint(*SHAPE)
     records = measure_records([warm, steady], point, 0.05, verify=True)
     assert [r.status for r in records] == ["ok", "ok"]

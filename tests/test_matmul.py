@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sessions import reconfigure
 
 import gemmzoo
 from gemmzoo.cli import main
@@ -120,6 +121,7 @@ def test_a_new_shape_is_answered_unmeasured_recorded_and_tuned_offline(capsys, w
     # Two fast backends: the flow is under test, not a compiling peer's conformance time (under
     # load torch-compile's first compile can pass the suite's time limit, and tune exits 1)
     monkeypatch.setenv("GEMMZOO_BACKENDS", "numpy,torch-cpu")
+    reconfigure()
     a, b = (x.astype(np.float32) for x in operands(16, 24, 8, 5))
     for _ in range(3):
         assert_close(gemmzoo.matmul(a, b), a, b, "float32")
@@ -141,6 +143,7 @@ def test_a_new_shape_is_answered_unmeasured_recorded_and_tuned_offline(capsys, w
 
 def test_recording_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("GEMMZOO_RECORD", "0")
+    reconfigure()
     a, b = (x.astype(np.float32) for x in operands(5, 7, 9, 8))
     assert_close(gemmzoo.matmul(a, b), a, b, "float32")
     assert recorded() == [] and state.store().count() == 0

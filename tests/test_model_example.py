@@ -13,6 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from sessions import restart  # noqa: E402
+
 from gemmzoo.cli import main  # noqa: E402
 from gemmzoo.grids import GridPoint  # noqa: E402
 from gemmzoo.tuning import state  # noqa: E402
@@ -104,7 +106,7 @@ def test_every_product_of_a_step_backward_ones_included_is_recorded_tuned_then_a
         choice = explain((point.m, point.n, point.k), "float32", "cpu", measure=False, layout=point.layout)
         assert choice.source == "database" and choice.backend.name in ("numpy", "torch-cpu"), point
 
-    state.reset()  # a new process: the step answers every product from its own measurements
+    restart()  # a new process: the step answers every product from its own measurements
     loss, _ = run_step(config, torch.float32, gemmzoo.matmul)
     assert recorded() == set()
     stock_loss, _ = run_step(config, torch.float32, torch.matmul)

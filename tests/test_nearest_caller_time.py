@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from sessions import restart
 from test_best_backend import (  # noqa: F401  (fresh: autouse fixture)
     FAST,
     SLOW,
@@ -16,6 +17,7 @@ from test_best_backend import (  # noqa: F401  (fresh: autouse fixture)
     row,
 )
 
+from gemmzoo.session import current
 from gemmzoo.tuning import explain, state
 from gemmzoo.tuning.select import plan_choice, work_ratio
 
@@ -109,13 +111,10 @@ def test_gemmzoo_matmul_never_picks_a_backend_its_arrays_reach_only_through_the_
     from tuning_fakes import ForeignBackend, registry_with
 
     import gemmzoo
-    from gemmzoo import registry as registry_module
     from gemmzoo.dispatch import backend_for  # a submodule gemmzoo's namespace loads lazily
 
     foreign = ForeignBackend()
-    monkeypatch.setattr(registry_module, "_registry",
-                        registry_with(foreign, *registry_module.get_registry().select(None)))
-    state.reset()
+    restart(registry=registry_with(foreign, *current().registry.select(None)))
     shape = (24, 40, 32)
     state.store().add([row(foreign.name, shape, 1e-6, 1e-8), row(FAST, shape, 5e-5, 1e-7),
                        row(SLOW, shape, 9e-5, 1e-7)])
@@ -200,9 +199,7 @@ def test_a_tied_backend_whose_search_timed_another_is_ranked_before_it(monkeypat
     passed_here(FAST, SLOW)
     preferred = explain(shape, measure=False, by=by).backend.name
     other = SLOW if preferred == FAST else FAST
-    from gemmzoo.registry import get_registry
-
-    monkeypatch.setattr(get_registry().get(other), "searches_over", (preferred,), raising=False)
+    monkeypatch.setattr(current().registry.get(other), "searches_over", (preferred,), raising=False)
     state.forget_answers()  # answers are kept in memory: rank again
     assert explain(shape, measure=False, by=by).backend.name == other
     # a shape answered from this one's rows: the search timed another problem, so the order stands

@@ -23,15 +23,14 @@ import misbehaving_plugins as corpus
 import numpy as np
 import pytest
 from fake_distributions import subprocess_env
+from sessions import reconfigure, scoped
 
 import gemmzoo
-from gemmzoo import registry as registry_module
 from gemmzoo import watchdog
 from gemmzoo.bench import ERROR, OK, TIMEOUT, run_bench
 from gemmzoo.conformance import check_backend
 from gemmzoo.grids import GridPoint
 from gemmzoo.registry import PluginInfo, Registry, unavailable_reason
-from gemmzoo.tuning import state
 from gemmzoo_numpy import NumpyBackend
 
 LIMIT_S = 1.0
@@ -49,9 +48,8 @@ def fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMZOO_TIMEOUT", str(LIMIT_S))
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
-    state.reset()
-    yield
-    state.reset()
+    with scoped():
+        yield
 
 
 def registry_of(case: str) -> Registry:
@@ -158,7 +156,7 @@ def test_bench_reports_the_backend_and_times_numpy(case):
 
 @pytest.mark.parametrize("case", LIVE)
 def test_matmul_and_best_backend_answer_with_a_working_backend(case, monkeypatch):
-    monkeypatch.setattr(registry_module, "_registry", registry_of(case))
+    reconfigure(registry=registry_of(case))
     rng = np.random.default_rng(5)
     a = rng.standard_normal((8, 8)).astype(np.float32)
     b = rng.standard_normal((8, 8)).astype(np.float32)
@@ -249,6 +247,7 @@ def test_a_run_of_tasks_leaves_no_idle_worker_behind(empty_cache, monkeypatch, r
 
     monkeypatch.setattr(watchdog, "IDLE_S", 3600.0)
     monkeypatch.setenv("GEMMZOO_BACKENDS", "numpy,torch-cpu")
+    reconfigure()
     point = GridPoint(21, 13, 8)
 
     def block() -> None:
@@ -279,22 +278,29 @@ def test_timeouts_parse(text, seconds):
     assert watchdog.parse_timeout(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["-1", "soon", "nan", ""])
+@pytest.mark.parametrize("text", ["-1", "soon", "nan", "", "inf", "1e10", "86401"])
 def test_bad_timeouts_are_refused(text):
     with pytest.raises(ValueError, match="timeout must be a number of seconds"):
         watchdog.parse_timeout(text)
 
 
-def test_the_default_limit_comes_from_the_environment(monkeypatch):
-    monkeypatch.setenv("GEMMZOO_TIMEOUT", "7")
-    assert watchdog.default_timeout() == 7.0
-    monkeypatch.setenv("GEMMZOO_TIMEOUT", "0")
-    assert watchdog.default_timeout() is None
+def test_the_default_limit_comes_from_the_session_configuration(monkeypatch):
+    from gemmzoo import Session
+    from gemmzoo.config import ConfigError
+
+    for text, limit in (("7", 7.0), ("0", None), ("off", None)):
+        monkeypatch.setenv("GEMMZOO_TIMEOUT", text)
+        with Session():
+            assert watchdog.default_timeout() == limit
     monkeypatch.delenv("GEMMZOO_TIMEOUT")
-    assert watchdog.default_timeout() == watchdog.DEFAULT_TIMEOUT_S
-    monkeypatch.setenv("GEMMZOO_TIMEOUT", "whenever")
-    with pytest.warns(UserWarning, match="GEMMZOO_TIMEOUT"):
+    with Session():
         assert watchdog.default_timeout() == watchdog.DEFAULT_TIMEOUT_S
+    with Session(timeout=3):  # a keyword overrides the environment
+        assert watchdog.default_timeout() == 3.0
+    for text in ("whenever", "1e10", "inf"):
+        monkeypatch.setenv("GEMMZOO_TIMEOUT", text)
+        with pytest.raises(ConfigError, match=f"GEMMZOO_TIMEOUT: timeout must be .* got '{text}'"):
+            Session()
 
 
 # Installed for real, all at once ------------------------------------------------------------------

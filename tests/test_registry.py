@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fake_distributions import run_gemmzoo, write_distribution
+from sessions import reconfigure
 
 import gemmzoo
 from gemmzoo.registry import Registry
@@ -75,9 +76,11 @@ def test_unknown_backend_lists_known_names():
 def test_selection_from_environment(monkeypatch):
     registry = gemmzoo.get_registry()
     monkeypatch.setenv("GEMMZOO_BACKENDS", "torch-cpu, numpy")
+    reconfigure()
     assert [b.name for b in registry.select()] == ["torch-cpu", "numpy"]
     assert [b.name for b in registry.select(["numpy"])] == ["numpy"]
     monkeypatch.setenv("GEMMZOO_BACKENDS", "numpy,nope")
+    reconfigure()
     with pytest.raises(gemmzoo.UnknownBackendError, match="nope"):
         registry.select()
 

@@ -4,11 +4,11 @@ once per device and kept in the tuning database."""
 from __future__ import annotations
 
 import pytest
+from sessions import reconfigure, restart
 
 from gemmzoo import roofline as roofline_module
 from gemmzoo.grids import GridPoint
 from gemmzoo.roofline import bytes_moved, roofline
-from gemmzoo.tuning import state
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -37,6 +37,7 @@ def test_no_roofline_where_the_device_is_unknown():
 
 def test_bandwidth_is_measured_once_per_device_and_stored(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path))
+    reconfigure()
     monkeypatch.setattr("gemmzoo.tuning.fingerprint.device_fingerprint", lambda device: "fake-gpu")
     measured = []
 
@@ -45,12 +46,12 @@ def test_bandwidth_is_measured_once_per_device_and_stored(tmp_path, monkeypatch)
         return 2.9e12
 
     monkeypatch.setattr(roofline_module, "measure_copy_bandwidth", copy_bandwidth)
-    state.reset()
+    restart()
     roofline_module.bandwidth.cache_clear()
     try:
         assert roofline_module.bandwidth("cuda") == 2.9e12
         roofline_module.bandwidth.cache_clear()  # as a new process would
-        state.reset()
+        restart()
         assert roofline_module.bandwidth("cuda") == 2.9e12 and len(measured) == 1  # from the database
         assert roofline_module.bandwidth("cpu") is None
         point = GridPoint(16, 4096, 4096, "float16")
@@ -58,4 +59,4 @@ def test_bandwidth_is_measured_once_per_device_and_stored(tmp_path, monkeypatch)
         assert roof.bandwidth_gbps == pytest.approx(2900) and roof.percent == pytest.approx(100)
     finally:
         roofline_module.bandwidth.cache_clear()
-        state.reset()
+        restart()

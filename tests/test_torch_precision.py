@@ -15,9 +15,10 @@ import pytest
 
 import gemmzoo
 from gemmzoo.conformance.bounds import error_bound
-from gemmzoo.tuning import state
 
 torch = pytest.importorskip("torch")
+
+from sessions import restart  # noqa: E402
 
 from gemmzoo_torch import precision  # noqa: E402 - needs torch, skipped above without it
 
@@ -131,7 +132,7 @@ def test_concurrent_products_of_three_dtypes_on_the_gpu(tmp_path, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path))
-    state.reset()
+    restart()
     rng = np.random.default_rng(11)
     host = {d: (rng.standard_normal((96, 512)), rng.standard_normal((512, 80))) for d in ("a", "b", "c")}
     cases = {

@@ -196,7 +196,7 @@ def test_the_tf32_route_keeps_its_copies_too(monkeypatch):
     backend = tma_backend()
     if backend.device == "cuda":
         pytest.skip("the route is forced here; test_triton_tma covers the GPU's own")
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "tf32")
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True, policy=None: "tf32")
     monkeypatch.setattr(hopper, "tma_device", lambda device: True)
     spies = Spies(monkeypatch)
     m, n, k = 24, 36, 20

@@ -6,6 +6,8 @@ host-side tensor descriptors work there), or on a CUDA GPU with TMA (Hopper on).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from test_triton import ACTIVATIONS, available, reference
@@ -17,6 +19,7 @@ from gemmzoo_triton.grouped.backend import TritonGroupedBackend
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
+ANY_SIZE = grouped_plan.RoutePolicy(tma_min_work=0)  # the layout and dtype rules decide alone
 LAYOUTS = ("NN", "TN", "NT", "TT")  # A then B: N as stored, T a column-major view of a stored transpose
 TMA = "tma_matmul_kernel"
 
@@ -44,22 +47,23 @@ def forget_plans():
 
 @pytest.fixture
 def tma_gpu(monkeypatch):
-    """Pretend every device is a GPU with TMA and every problem large enough for it, so that the
-    layout and dtype rules decide alone."""
+    """Pretend every device is a GPU with TMA (:func:`eligible` takes every size by default), so
+    that the layout and dtype rules decide alone."""
     monkeypatch.setattr(hopper, "tma_device", lambda device: True)
-    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 0)
 
 
 def test_problems_up_to_the_minimum_work_stay_on_the_pointer_kernel(monkeypatch):
     monkeypatch.setattr(hopper, "tma_device", lambda device: True)
-    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 64 * 128 * 256)
-    assert not eligible(64, 128, 256)
-    assert eligible(64, 128, 264)
+    policy = grouped_plan.RoutePolicy(tma_min_work=64 * 128 * 256)
+    assert not eligible(64, 128, 256, policy=policy)
+    assert eligible(64, 128, 264, policy=policy)
+    assert grouped_plan.MEASURED_ROUTES.tma_min_work == hopper.TMA_MIN_WORK
 
 
-def eligible(m: int, n: int, k: int, dtype=torch.float16, layout="NN", precision="tf32") -> bool:
+def eligible(m: int, n: int, k: int, dtype=torch.float16, layout="NN", precision="tf32",
+             policy=ANY_SIZE) -> bool:
     x, y = operand(m, k, layout[0] == "T", dtype), operand(k, n, layout[1] == "T", dtype)
-    return grouped_plan.tma_eligible(x, y, torch.empty(m, n, dtype=dtype), precision)
+    return grouped_plan.tma_eligible(x, y, torch.empty(m, n, dtype=dtype), precision, policy)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -89,17 +93,19 @@ def test_views_neither_row_nor_column_major_are_not_eligible(tma_gpu):
     b = torch.randn(64, 128, dtype=torch.float16)
     c = torch.empty(64, 64, dtype=torch.float16)
     every_other_column = torch.randn(64, 128, dtype=torch.float16)[:, ::2]
-    assert not grouped_plan.tma_eligible(every_other_column, b[:, :64], c, "tf32")
-    assert grouped_plan.tma_eligible(b[:, :64], b[:, :64], c, "tf32")  # a slice with aligned rows is fine
+    assert not grouped_plan.tma_eligible(every_other_column, b[:, :64], c, "tf32", ANY_SIZE)
+    # a slice with aligned rows is fine
+    assert grouped_plan.tma_eligible(b[:, :64], b[:, :64], c, "tf32", ANY_SIZE)
 
 
 def test_broadcast_views_are_not_eligible(tma_gpu):
     row = torch.randn(1, 64, dtype=torch.float16)
     b = torch.randn(64, 64, dtype=torch.float16)
     c = torch.empty(64, 64, dtype=torch.float16)
-    assert not grouped_plan.tma_eligible(row.expand(64, 64), b, c, "tf32")  # every row the same: stride 0
-    assert not grouped_plan.tma_eligible(b, row.T.expand(64, 64), c, "tf32")  # column-major, stride 0
-    assert grouped_plan.tma_eligible(row.expand(64, 64).contiguous(), b, c, "tf32")
+    # every row the same (stride 0), row- then column-major
+    assert not grouped_plan.tma_eligible(row.expand(64, 64), b, c, "tf32", ANY_SIZE)
+    assert not grouped_plan.tma_eligible(b, row.T.expand(64, 64), c, "tf32", ANY_SIZE)
+    assert grouped_plan.tma_eligible(row.expand(64, 64).contiguous(), b, c, "tf32", ANY_SIZE)
 
 
 def test_misaligned_start_is_not_eligible(tma_gpu):
@@ -107,9 +113,9 @@ def test_misaligned_start_is_not_eligible(tma_gpu):
     shifted = storage[1:].view(64, 64)  # starts 2 bytes into a 16-byte aligned allocation
     aligned = storage[:-1].view(64, 64)
     c = torch.empty(64, 64, dtype=torch.float16)
-    assert grouped_plan.tma_eligible(aligned, aligned, c, "tf32")
-    assert not grouped_plan.tma_eligible(shifted, aligned, c, "tf32")
-    assert not grouped_plan.tma_eligible(aligned, shifted, c, "tf32")
+    assert grouped_plan.tma_eligible(aligned, aligned, c, "tf32", ANY_SIZE)
+    assert not grouped_plan.tma_eligible(shifted, aligned, c, "tf32", ANY_SIZE)
+    assert not grouped_plan.tma_eligible(aligned, shifted, c, "tf32", ANY_SIZE)
 
 
 def test_cpu_tensors_and_the_interpreter_never_take_the_tma_path(monkeypatch):
@@ -141,7 +147,7 @@ def force_route(monkeypatch, name: str):
     """Every problem on triton-grouped's route ``name``, every device taken for one with TMA (the
     interpreter runs the TMA kernels on CPU tensors); the backend, from :func:`tma_backend`."""
     backend = tma_backend()
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: name)
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True, policy=None: name)
     if backend.device == "cpu":
         monkeypatch.setattr(hopper, "tma_device", lambda device: True)
     return backend
@@ -177,14 +183,13 @@ def test_tma_kernel_matches_float64_reference(monkeypatch, layout, activation):
     the float64 bound."""
     backend = tma_backend()
     monkeypatch.setattr(hopper, "tma_device", lambda device: True)  # for the CPU tensors' eligibility
-    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 0)  # and for their small size
     m = 37 if layout[0] == "N" else 40  # a column-major A's transpose has rows of M elements
     n, k = 72, 56
     for seed, (name, dtype) in enumerate(kernel_dtypes(backend)):
         x = operand(m, k, layout[0] == "T", dtype, backend.device, seed)
         y = operand(k, n, layout[1] == "T", dtype, backend.device, seed + 100)
         if dtype != torch.float32:  # the backend sends only 16-bit types; the kernels take tf32 too
-            assert grouped_plan.tma_eligible(x, y, torch.empty(m, n, dtype=dtype), "tf32")
+            assert grouped_plan.tma_eligible(x, y, torch.empty(m, n, dtype=dtype), "tf32", ANY_SIZE)
         c, _ = run_tma(x, y, activation)
         check_product(c, x, y, name, activation)
 
@@ -216,7 +221,7 @@ def test_backend_launches_the_tma_kernel_on_the_tma_route(monkeypatch, gluon):
     tma_backend()
     from gemmzoo_triton.core import autotune
 
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "tma")
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True, policy=None: "tma")
     dtype = "tf32" if "tf32" in backend.dtypes else "float16"
     rng = np.random.default_rng(8)
     a = backend.from_numpy(rng.standard_normal((24, 32)), dtype)
@@ -232,7 +237,7 @@ def test_backend_uses_the_pointer_kernel_on_the_pointer_route(monkeypatch):
     backend = tma_backend()
     from gemmzoo_triton.core import autotune
 
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "pointer")
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True, policy=None: "pointer")
     rng = np.random.default_rng(9)
     a = backend.from_numpy(rng.standard_normal((24, 32)), "float16")
     b = backend.from_numpy(rng.standard_normal((32, 40)), "float16")
@@ -269,9 +274,9 @@ def test_backend_picks_tma_only_for_eligible_problems_on_gpu(monkeypatch):
     tma_backend()
     # a fresh instance, no plans made before the patch below, with the Triton TMA kernel taking
     # what the Gluon kernels would on Hopper (those: test_gluon_kernels)
-    backend = TritonGroupedBackend(gluon=False)
-    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 0)  # small problems here, to test the other rules
-    monkeypatch.setattr(grouped_plan, "COPIED_MIN_WORK", 2**62)  # that route's tests: test_copied_route
+    # small problems here, to test the other rules; the copied route's tests: test_copied_route
+    backend = TritonGroupedBackend(gluon=False, routes=grouped_plan.RoutePolicy(tma_min_work=0,
+                                                                                copied_min_work=2**62))
     from gemmzoo_triton.core import autotune
 
     tma = TMA
@@ -313,13 +318,11 @@ def test_backend_takes_tma_only_above_the_minimum_work_on_gpu(monkeypatch):
 def test_routes_by_layout_dtype_and_size(monkeypatch):
 
     monkeypatch.setattr(hopper, "tma_device", lambda device: True)
-    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 1000)
-    monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_WORK", 2000)
-    monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_SIDE", 8)
+    policy = grouped_plan.RoutePolicy(tma_min_work=1000, aligned_min_work=2000, aligned_min_side=8)
 
     def route(m: int, n: int, k: int, dtype=torch.float16, layout="NN") -> str:
         x, y = operand(m, k, layout[0] == "T", dtype), operand(k, n, layout[1] == "T", dtype)
-        return grouped_plan.route(x, y, "tf32")
+        return grouped_plan.route(x, y, "tf32", policy=policy)
 
     assert route(16, 16, 16) == "tma"
     assert route(16, 16, 16, torch.bfloat16, "TT") == "tma"
@@ -330,15 +333,15 @@ def test_routes_by_layout_dtype_and_size(monkeypatch):
     assert route(16, 17, 16, layout="NT") == "aligned"  # B^T's rows aligned, C's are not
     assert route(7, 17, 17) == "pointer"  # M under ALIGNED_MIN_SIDE
     assert route(9, 9, 9) == "pointer"  # under ALIGNED_MIN_WORK
-    monkeypatch.setattr(grouped_plan, "COPIED_MIN_WORK", 600)
+    policy = dataclasses.replace(policy, copied_min_work=600)
     assert route(7, 17, 17) == "copied"  # unaligned rows, under the aligned route's thresholds
     assert route(9, 9, 9) == "copied"
     assert route(8, 8, 8) == "pointer"  # not over COPIED_MIN_WORK
     assert route(7, 17, 17, torch.float32) == "pointer"
-    monkeypatch.setattr(grouped_plan, "COPIED_MIN_WORK", 10**6)
+    policy = dataclasses.replace(policy, copied_min_work=10**6)
     x, y = operand(16, 16, False, torch.float32), operand(16, 16, False, torch.float32)
-    assert grouped_plan.route(x, y, "tf32") == "tf32"
-    assert grouped_plan.route(x, y, "ieee") == "pointer"
+    assert grouped_plan.route(x, y, "tf32", policy=policy) == "tf32"
+    assert grouped_plan.route(x, y, "ieee", policy=policy) == "pointer"
     monkeypatch.setattr(hopper, "tma_device", lambda device: False)
     assert route(17, 17, 17) == "pointer"
 
@@ -350,15 +353,13 @@ def test_tf32_on_the_gluon_kernel_copies_a_column_major_a_and_nothing_else(monke
     pytest.importorskip("gemmzoo_triton.core.gluon_parts")  # Triton 3.6 or later
 
     monkeypatch.setattr(hopper, "tma_device", lambda device: True)
-    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 1000)
-    monkeypatch.setattr(grouped_plan, "GLUON_MIN_WORK", 1000)
-    monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_SIDE", 8)
+    policy = grouped_plan.RoutePolicy(tma_min_work=1000, gluon_min_work=1000, aligned_min_side=8)
     monkeypatch.setattr(hopper, "gluon_shared_memory", lambda device: 232448)  # the H100's
 
     def plan(layout: str, activation: str | None = None) -> grouped_plan.GroupedPlan:
         x = operand(16, 16, layout[0] == "T", torch.float32)
         y = operand(16, 16, layout[1] == "T", torch.float32)
-        made = grouped_plan.GroupedPlan(x, y, "tf32", activation, wrap=True)
+        made = grouped_plan.GroupedPlan(x, y, "tf32", activation, wrap=True, routes=policy)
         assert made.route == "tf32"
         return made
 
@@ -380,32 +381,29 @@ def test_the_gluon_tf32_kernel_takes_problems_down_to_the_gluon_minimum(monkeypa
     pytest.importorskip("gemmzoo_triton.core.gluon_parts")
 
     monkeypatch.setattr(hopper, "tma_device", lambda device: True)
-    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 20**3)
-    monkeypatch.setattr(grouped_plan, "GLUON_MIN_WORK", 12**3)
-    monkeypatch.setattr(grouped_plan, "ALIGNED_MIN_SIDE", 8)
+    policy = grouped_plan.RoutePolicy(tma_min_work=20**3, gluon_min_work=12**3, aligned_min_side=8)
     x, y = operand(16, 16, False, torch.float32), operand(16, 16, False, torch.float32)
     monkeypatch.setattr(hopper, "gluon_shared_memory", lambda device: 232448)
-    assert grouped_plan.route(x, y, "tf32") == "tf32"
-    assert grouped_plan.route(x, y, "ieee") == "pointer"
+    assert grouped_plan.route(x, y, "tf32", policy=policy) == "tf32"
+    assert grouped_plan.route(x, y, "ieee", policy=policy) == "pointer"
     monkeypatch.setattr(hopper, "gluon_shared_memory", lambda device: None)
-    assert grouped_plan.route(x, y, "tf32") == "pointer"  # 16^3 is under TMA_MIN_WORK
+    assert grouped_plan.route(x, y, "tf32", policy=policy) == "pointer"  # 16^3 is under tma_min_work
 
 
 def test_the_gluon_kernel_takes_smaller_problems_it_has_a_schedule_for(monkeypatch):
 
     monkeypatch.setattr(hopper, "tma_device", lambda device: True)
-    monkeypatch.setattr(hopper, "TMA_MIN_WORK", 32**3)
-    monkeypatch.setattr(grouped_plan, "GLUON_MIN_WORK", 16**3)
+    policy = grouped_plan.RoutePolicy(tma_min_work=32**3, gluon_min_work=16**3)
     schedules = {}
     monkeypatch.setattr(grouped_plan, "gluon_schedule", lambda x, m, n, k: schedules.get((m, n, k)))
     x, y = operand(24, 24, False, torch.float16), operand(24, 24, False, torch.float16)
-    assert grouped_plan.route(x, y, "tf32") == "pointer"  # over GLUON_MIN_WORK, but no schedule
+    assert grouped_plan.route(x, y, "tf32", policy=policy) == "pointer"  # over gluon_min_work, no schedule
     schedules[24, 24, 24] = object()
-    assert grouped_plan.route(x, y, "tf32") == "tma"
-    assert grouped_plan.route(x, y, "tf32", gluon=False) == "pointer"
+    assert grouped_plan.route(x, y, "tf32", policy=policy) == "tma"
+    assert grouped_plan.route(x, y, "tf32", gluon=False, policy=policy) == "pointer"
     schedules[8, 8, 8] = object()
     small = operand(8, 8, False, torch.float16)
-    assert grouped_plan.route(small, small, "tf32") == "pointer"  # not over GLUON_MIN_WORK
+    assert grouped_plan.route(small, small, "tf32", policy=policy) == "pointer"  # not over gluon_min_work
 
 
 @pytest.mark.parametrize("layout", ["row", "column", "strided"])
@@ -432,7 +430,7 @@ def test_aligned_route_matches_float64_reference(monkeypatch, layout, n, contigu
     tma_backend()
     backend = TritonGroupedBackend(contiguous_c=contiguous_c)
 
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "aligned")
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True, policy=None: "aligned")
     monkeypatch.setattr(hopper, "tma_device", lambda device: True)
     m, k = 37, 53
     for seed, (name, dtype) in enumerate(kernel_dtypes(backend)[:-1]):  # the 16-bit types
@@ -478,7 +476,7 @@ def test_tf32_route_reads_a_row_major_and_b_column_major(monkeypatch, layout):
     tma_backend()  # skips where the TMA kernels cannot run
     from gemmzoo_triton.core import autotune
 
-    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True: "tf32")
+    monkeypatch.setattr(grouped_plan, "route", lambda x, y, precision, gluon=True, policy=None: "tf32")
     m, n, k = 24, 36, 20
     x = strided_operand(m, k, layout[0], torch.float32, backend.device, 1)
     y = strided_operand(k, n, layout[1], torch.float32, backend.device, 2)

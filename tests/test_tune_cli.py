@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from sessions import restart
 
 from gemmzoo.cli import main
-from gemmzoo.tuning import state
 
 pytestmark = pytest.mark.usefixtures("empty_cache")
 
@@ -16,7 +16,7 @@ def test_tune_stores_and_best_explains(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "24x16x8 float64 cpu" in out and "32x32x32 float64 cpu" in out and "numpy" in out
     assert f"stored 2 measurements in {tmp_path}" in out
-    state.reset()
+    restart()
     assert main(["best", "24", "16", "8", "--dtype", "float64", "--no-measure"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("numpy for 24x16x8 float64 on cpu") and "source: database" in out

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from sessions import reconfigure, scoped
 
 from gemmzoo.tuning import Record, TuningCacheWarning, open_store, state
 from gemmzoo.tuning.db import DB_NAME, SCHEMA_VERSION
@@ -20,9 +21,8 @@ from gemmzoo.tuning.db import DB_NAME, SCHEMA_VERSION
 
 @pytest.fixture(autouse=True)
 def fresh_state():
-    state.reset()
-    yield
-    state.reset()
+    with scoped():
+        yield
 
 
 def record(i: int, backend: str = "numpy") -> Record:
@@ -115,6 +115,7 @@ def test_an_unusable_directory_degrades_to_memory_with_one_warning(tmp_path, mon
     directory = _unusable_dirs(tmp_path)[which]
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(directory))
     monkeypatch.setenv("GEMMZOO_BACKENDS", "numpy")
+    reconfigure()
     import gemmzoo
 
     with warnings.catch_warnings(record=True) as caught:
@@ -166,6 +167,7 @@ def test_eight_processes_tuning_at_once_lose_nothing(tmp_path):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_a_forked_child_opens_its_own_connection(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path))
+    reconfigure()
     parent = state.store()
     parent.add([record(0)])
     read, write = os.pipe()

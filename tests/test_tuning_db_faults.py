@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sessions import reconfigure, restart
 
 import gemmzoo
 from gemmzoo.cli import main
@@ -44,7 +45,7 @@ def _made(cache: Path) -> Path:
     """A healthy database in ``cache`` holding one verdict, closed again."""
     state.store()
     _product_works((5, 6, 7), seed=9)
-    state.reset()
+    restart()
     return cache / DB_NAME
 
 
@@ -69,13 +70,14 @@ def _read_only(path: Path) -> Iterator[None]:
 
 def test_a_read_only_database_file_falls_back_to_memory_with_one_warning(empty_cache, capsys, monkeypatch):
     monkeypatch.setenv("GEMMZOO_BACKENDS", "numpy")
+    reconfigure()
     path = _made(empty_cache)
     before = path.read_bytes()
     with _read_only(path):
         found = _warnings_of(lambda: (_product_works(), _product_works((31, 7, 3), seed=1)))
         assert len(found) == 1 and "read-only" in found[0] and "in memory" in found[0]
         assert not state.store().persistent
-        state.reset()
+        restart()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TuningCacheWarning)
             assert main(["tune", "--shape", "8x8x8", "--backend", "numpy", "--budget", "0.005"]) == 0

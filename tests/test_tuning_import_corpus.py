@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sessions import restart
 
 import gemmzoo
 from gemmzoo.cli import main
@@ -173,7 +174,7 @@ def seeded(empty_cache, tmp_path, capsys):
     good.write_text(json.dumps(_document(_row(8, 8, 8))))
     assert main(["tune", "--import", str(good)]) == 0
     capsys.readouterr()
-    state.reset()
+    restart()
     before = _database(empty_cache)
     assert len(before[0]) == 1 and len(before[1]) == 1
     return before
@@ -204,7 +205,7 @@ def test_a_malformed_file_is_rejected_whole(seeded, empty_cache, tmp_path, capsy
     assert len(lines) == 1, lines
     assert str(bad) in lines[0] and expected in lines[0], lines[0]
     assert len(lines[0]) < 600  # no 200 MB detail copied into the message
-    state.reset()
+    restart()
     assert _database(empty_cache) == seeded
 
 
@@ -255,7 +256,7 @@ def _insert_raw(cache: Path, **changes: Any) -> None:
                          ids=["text-time", "text-size", "zero-time", "unknown-dtype", "nan-time"])
 def test_a_bad_row_in_the_database_is_skipped_with_one_warning(empty_cache, tmp_path, capsys, changes):
     state.store()  # the database exists
-    state.reset()
+    restart()
     _insert_raw(empty_cache, **changes)
     _insert_raw(empty_cache, m=32, n=32, k=32, median_s=5e-6)  # a good row nearby
     assert conformance_passes("numpy", "float64")
@@ -280,7 +281,7 @@ def conformance_passes(name: str, dtype: str) -> bool:
 
 def test_a_huge_detail_in_the_database_is_cut_when_shown(empty_cache, capsys):
     state.store()
-    state.reset()
+    restart()
     _insert_raw(empty_cache, status="failed", median_s=None, detail="E" * 1_000_000)
     assert conformance_passes("numpy", "float64")
     assert main(["best", "24", "16", "8", "--dtype", "float64", "--device", "cpu", "--no-measure"]) == 0

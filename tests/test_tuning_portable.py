@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from sessions import restart, scoped
 
 from gemmzoo.cli import main
 from gemmzoo.tuning import state
@@ -16,14 +17,13 @@ def fresh(tmp_path, monkeypatch, wide_tables):
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "machine-a"))
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
-    state.reset()
-    yield
-    state.reset()
+    with scoped():
+        yield
 
 
 def _use_cache(monkeypatch, path):
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(path))
-    state.reset()
+    restart()
 
 
 def _tune_and_export(capsys, path, *shapes):
@@ -52,7 +52,7 @@ def test_export_then_import_answers_best_without_measuring(tmp_path, capsys, mon
     assert "imported 1 measurements" in out and "1 conformance verdicts not taken in" in out
     assert "conformance suite passed here: numpy float64" in out  # the verdict is earned here
     assert state.store().count() == 1
-    state.reset()
+    restart()
     assert main(["best", "24", "16", "8", "--dtype", "float64", "--device", "cpu", "--no-measure"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("numpy for 24x16x8 float64 on cpu") and "source: database" in out
@@ -83,7 +83,7 @@ def test_files_from_several_machines_merge(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "imported 2 measurements" in out and "imported 0 measurements" in out  # the older row lost
     for shape, median in (("24 16 8", newer["median_s"]), ("40 8 16", None)):
-        state.reset()
+        restart()
         assert main(["best", *shape.split(), "--dtype", "float64", "--device", "cpu", "--no-measure"]) == 0
         out = capsys.readouterr().out
         assert "source: database" in out

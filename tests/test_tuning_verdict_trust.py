@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sessions import reconfigure, scoped
 from tuning_fakes import DelayedBackend, registry_with
 
 import gemmzoo
-from gemmzoo import registry as registry_module
 from gemmzoo.cli import main
+from gemmzoo.session import current
 from gemmzoo.tuning import ConformanceRecord, explain, portable, state
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
 from gemmzoo.tuning.tune import conformance_verdict, verdict_versions
@@ -46,16 +47,14 @@ class MutatesA(NumpyBackend):
 def backends(empty_cache, monkeypatch):
     """numpy, a correct fake, and two wrong ones in the registry; the cache is empty."""
     liars = [NumpyBackend(), DelayedBackend("honest-fake"), TallResult(), MutatesA()]
-    monkeypatch.setattr(registry_module, "_registry", registry_with(*liars))
-    state.reset()
-    yield {b.name: b for b in liars}
-    state.reset()
+    with scoped(registry=registry_with(*liars)):
+        yield {b.name: b for b in liars}
 
 
 def _row(backend: str, shape: tuple[int, int, int], median: float) -> dict[str, Any]:
     m, n, k = shape
     return {"device": json.loads(device_fingerprint("cpu")),
-            "versions": json.loads(library_versions(backend, registry_module.get_registry())),
+            "versions": json.loads(library_versions(backend, current().registry)),
             "backend": backend, "m": m, "n": n, "k": k, "dtype": "float32", "layout": "NN", "status": "ok",
             "median_s": median, "spread_s": 0.0, "error_ratio": None, "samples": 10, "detail": "",
             "created": time.time() - 10}
@@ -123,6 +122,7 @@ def test_gemmzoo_check_replaces_a_stored_verdict(backends, capsys):
     state.store().add_conformance(stale)
     with pytest.MonkeyPatch.context() as patched:
         patched.setenv("GEMMZOO_BACKENDS", "honest-fake")
+        reconfigure()
         with pytest.raises(gemmzoo.errors.BackendUnavailableError, match="gemmzoo check honest-fake"):
             explain((8, 8, 8), measure=False)
         assert main(["check", "honest-fake"]) == 0
@@ -138,6 +138,7 @@ def test_gemmzoo_check_replaces_a_stored_verdict(backends, capsys):
 
 def test_the_default_pick_passes_the_suite_before_it_is_used(backends, monkeypatch):
     monkeypatch.setenv("GEMMZOO_BACKENDS", "tall-result,mutates-a")
+    reconfigure()
     with pytest.raises(gemmzoo.errors.BackendUnavailableError, match="passed conformance on this machine"):
         explain((8, 8, 8), measure=False)  # the suite ran on both (nothing measured) and refused both
     for name in ("tall-result", "mutates-a"):

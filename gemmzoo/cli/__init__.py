@@ -10,7 +10,9 @@ from collections.abc import Sequence
 
 from gemmzoo.cli.console import errors
 from gemmzoo.cli.options import join_dashed_values
+from gemmzoo.config import Config
 from gemmzoo.errors import GemmError
+from gemmzoo.session import Session, current
 
 # Each subcommand lives in gemmzoo/cli/cmd_<name>.py with add_arguments(parser) and run(args).
 COMMANDS = {
@@ -47,6 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _session(args: argparse.Namespace) -> Session:
+    """The session a command runs in: the current one where the environment read now, with the
+    options that override it (``--timeout``), configures it alike; else a new one of that
+    configuration. Raises :class:`~gemmzoo.config.ConfigError` for a bad value."""
+    config = Config.from_environ()
+    if hasattr(args, "timeout"):
+        config = config.replace(timeout=args.timeout)
+    found = current()
+    return found if found.config == config else Session(config)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status: 0 all good; 1 a failure, WRONG, ERROR,
     TIMEOUT or confident regression; 2 bad usage or input (gemmzoo's own errors included); 130
@@ -56,7 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:  # bad usage (2), or --help / --version (0): returned, as every status is
         return done.code if isinstance(done.code, int) else 2
     try:
-        return int(args.handler(args) or 0)
+        session = _session(args)
+    except GemmError as error:  # a bad environment variable or option value: bad input
+        errors.print(f"gemmzoo {args.command}: {error}", markup=False, style="red")
+        return 2
+    try:
+        with session:
+            return int(args.handler(args) or 0)
     except KeyboardInterrupt:
         errors.print(f"gemmzoo {args.command}: interrupted", style="yellow", markup=False)
         return 130

@@ -17,7 +17,6 @@ from gemmzoo.cli.console import errors, messages
 from gemmzoo.cli.options import (
     COUNT,
     add_point_arguments,
-    apply_timeout,
     default_selection,
     executor_settings,
     points_from_arguments,
@@ -28,7 +27,8 @@ from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import UnknownBackendError
 from gemmzoo.grids import GridError, GridPoint, default_grid_name, grids
 from gemmzoo.measure import TIMERS
-from gemmzoo.registry import get_registry, unavailable_reason
+from gemmzoo.registry import unavailable_reason
+from gemmzoo.session import current
 
 #: Interleaved rounds by default: drift of the machine during a run (seen between identical runs
 #: on a shared 2-core machine, docs/results/2026-11-25-cpu-repeatability.md) lands in each
@@ -137,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
         from gemmzoo.cli.merge import run_merge
 
         return run_merge(args)
-    apply_timeout(args)
     say = messages(args.format)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         errors.print("--plot needs matplotlib, which is not installed: pip install 'gemmzoo[plot]' "
@@ -168,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, say: Any, noise_target: float, settings: Any = None) -> int:
     """The run itself, after the options were checked: points, backends, timing, output."""
-    registry = get_registry()
+    registry = current().registry
     try:
         points = points_from_arguments(args)
         chosen = registry.select(args.backend)

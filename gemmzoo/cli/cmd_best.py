@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from gemmzoo.accuracy import ACCURACY_CLASSES, COMPONENTWISE, accuracy_of
 from gemmzoo.cli.console import console, errors
-from gemmzoo.cli.options import SIZE, add_timeout_argument, apply_timeout, timeout_lines
+from gemmzoo.cli.options import SIZE, add_timeout_argument, timeout_lines
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import GemmError
@@ -65,9 +65,9 @@ def _too_large(args: argparse.Namespace) -> str | None:
     """Why measuring this shape cannot fit here (see :mod:`gemmzoo.cli.sizes`), or ``None``."""
     from gemmzoo.cli.sizes import too_large
     from gemmzoo.grids import GridPoint
-    from gemmzoo.registry import get_registry
+    from gemmzoo.session import current
 
-    candidates = [b for b in get_registry().select(None)
+    candidates = [b for b in current().registry.select(None)
                   if args.dtype in b.dtypes and (args.device is None or b.device == args.device)]
     return too_large([GridPoint(args.M, args.N, args.K, args.dtype)], candidates)
 
@@ -80,7 +80,6 @@ def run(args: argparse.Namespace) -> int:
     from gemmzoo.measure.ties import TIE_MAX_RATIO
     from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, WARM_SPEEDUP_MAX, explain
 
-    apply_timeout(args)
     shape = (args.M, args.N, args.K)
     if not args.no_measure and min(shape) > 0:  # a new shape is measured now: seconds to minutes
         problem = _too_large(args)

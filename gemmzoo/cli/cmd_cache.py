@@ -49,7 +49,7 @@ def _size(size: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gemmzoo.tuning import state
+    from gemmzoo.session import current
     from gemmzoo.tuning.db import DB_NAME, default_cache_dir
 
     database = default_cache_dir() / DB_NAME
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.build_dispatch and not _build_dispatch(say):
         return 1
     if args.clear:
-        state.reset()  # closes this process's connection before the file goes
+        current().close()  # closes this session's connection before the file goes
         removed = _files(database)
         for path in removed:
             path.unlink()
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     size, measurements, verdicts = sum(p.stat().st_size for p in _files(database)), 0, 0
     if database.exists():  # opening creates a database: only look at one that is there
-        store = state.store()
+        store = current().store()
         measurements, verdicts = store.count(), len(store.all_conformance())
     row = {"path": str(database), "bytes": _size(size), "measurements": str(measurements),
            "verdicts": str(verdicts)}
@@ -90,11 +90,11 @@ def _build_dispatch(say: Console) -> bool:
     """Build the compiled dispatch (or find it built), saying how long it took or why it failed."""
     import time
 
-    from gemmzoo import native
+    from gemmzoo import dispatch, native
 
     started = time.perf_counter()
     try:
-        native.build()
+        dispatch.use_compiled(native.build())
     except native.CompiledDispatchError as error:
         say.print(f"gemmzoo cache: {error}", markup=False, soft_wrap=True)
         return False

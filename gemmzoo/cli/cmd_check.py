@@ -11,7 +11,6 @@ from gemmzoo.cli.console import errors, messages
 from gemmzoo.cli.options import (
     SIZE,
     add_timeout_argument,
-    apply_timeout,
     default_selection,
     number,
     timeout_lines,
@@ -21,7 +20,8 @@ from gemmzoo.conformance import check_backend, conformance_cases, input_checks
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import UnknownBackendError
-from gemmzoo.registry import get_registry, unavailable_reason
+from gemmzoo.registry import unavailable_reason
+from gemmzoo.session import current
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,8 +64,7 @@ def _store_verdicts(backend: object, report: object, dtypes: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     say = messages(args.format)
-    apply_timeout(args)
-    registry = get_registry()
+    registry = current().registry
     try:
         chosen = registry.select(args.names)
     except UnknownBackendError as error:

@@ -10,7 +10,8 @@ from gemmzoo.accuracy import accuracy_of
 from gemmzoo.cli.console import console
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
-from gemmzoo.registry import get_registry, unavailable_reason
+from gemmzoo.registry import unavailable_reason
+from gemmzoo.session import current
 
 # The plain format's column order is the one scripts have read since the first release; after the
 # header and the rows come FAILED and DISABLED lines, in three fields.
@@ -55,7 +56,7 @@ def _short(reason: str, shared: dict[str, str], room: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    registry = get_registry()
+    registry = current().registry
     rows, records = [], []
     for backend in registry.backends():
         reason = unavailable_reason(backend)  # guarded: a broken plugin is a reason, not a crash

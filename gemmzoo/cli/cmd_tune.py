@@ -13,7 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from gemmzoo.cli.console import console, errors, messages
 from gemmzoo.cli.options import (
     add_point_arguments,
-    apply_timeout,
     default_selection,
     executor_settings,
     points_from_arguments,
@@ -24,7 +23,6 @@ from gemmzoo.cli.recorded import Outcome, narrowed, recorded_points
 from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import GemmError
 from gemmzoo.grids import GridPoint
-from gemmzoo.registry import env_list
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,10 +130,9 @@ def _portable(args: argparse.Namespace, before_tuning: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gemmzoo.registry import get_registry
+    from gemmzoo.session import current
     from gemmzoo.tuning import state
 
-    apply_timeout(args)
     if args.import_files or args.export:
         if _portable(args, before_tuning=True):
             return 2
@@ -145,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     say = messages(args.format)
     try:
         settings = executor_settings(args)
-        chosen = get_registry().select(args.backend)
+        chosen = current().registry.select(args.backend)
         chosen = default_selection(chosen, bool(args.backend),
                                    lambda line: errors.print(line, style="yellow", markup=False))
         if args.recorded:  # each device's problems, with that device's backends
@@ -214,7 +211,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _named(args: argparse.Namespace) -> bool:
     """Whether the backends were named (``--backend`` or ``GEMMZOO_BACKENDS``)."""
-    return bool(args.backend) or bool(env_list("GEMMZOO_BACKENDS"))
+    from gemmzoo.session import current
+
+    return bool(args.backend) or bool(current().config.backends)
 
 
 def _tune_recorded(args: argparse.Namespace, plan: list[Any], chosen: list[Any],

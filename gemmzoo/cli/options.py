@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.grids import LAYOUTS, GridPoint, default_grid_name, resolve_points
+from gemmzoo.session import current
 
 
 def number(kind: type, low: float, inclusive: bool = True) -> Callable[[str], Any]:
@@ -62,7 +62,7 @@ def interpreted(backend: Any) -> bool:
     """Whether ``backend`` would run under Triton's CPU interpreter here: ``TRITON_INTERPRET=1``
     is set, torch sees no CUDA device, and the backend is a Triton one (a bundled Triton backend,
     or one whose name says ``triton``) that is available."""
-    if os.environ.get("TRITON_INTERPRET", "0") != "1":
+    if not current().config.triton_interpret:
         return False
     module = type(backend).__module__.split(".")[0]
     if module != "gemmzoo_triton" and "triton" not in str(getattr(backend, "name", "")):
@@ -85,7 +85,7 @@ def default_selection(backends: Sequence[Any], named: bool, say: Callable[[str],
     interpreter takes about a second per 512³ call, so a default grid would run for many minutes
     with nothing shown. Backends named in ``GEMMZOO_BACKENDS`` count as named. ``say`` hears one
     line naming those left out."""
-    if named or os.environ.get("GEMMZOO_BACKENDS", "").strip():
+    if named or current().config.backends:
         return list(backends)
     slow = [b for b in backends if interpreted(b)]
     if slow:
@@ -205,8 +205,10 @@ def shard_meta(args: argparse.Namespace) -> dict[str, object] | None:
 
 
 def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
-    """``--timeout SECONDS``: the time limit of each backend task (see :mod:`gemmzoo.watchdog`)."""
-    from gemmzoo.watchdog import DEFAULT_TIMEOUT_S, parse_timeout
+    """``--timeout SECONDS``: the time limit of each backend task (see :mod:`gemmzoo.watchdog`); the
+    command runs in a session whose ``timeout`` it is (:func:`gemmzoo.cli.main`), and worker
+    processes inherit it."""
+    from gemmzoo.config import DEFAULT_TIMEOUT_S, parse_timeout
 
     def seconds(text: str) -> float | None:
         try:
@@ -219,18 +221,6 @@ def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
                              "one conformance check); one that overruns is TIMEOUT, its backend is set aside "
                              "and the run goes on (exit 1). Default: GEMMZOO_TIMEOUT, else "
                              f"{DEFAULT_TIMEOUT_S:g}; 0 for none")
-
-
-def apply_timeout(args: argparse.Namespace) -> None:
-    """Make ``--timeout`` the limit of this process and of the workers it starts
-    (through ``GEMMZOO_TIMEOUT``)."""
-    import os
-
-    from gemmzoo.watchdog import ENV
-
-    value = getattr(args, "timeout", "unset")
-    if value != "unset":
-        os.environ[ENV] = "0" if value is None else repr(value)
 
 
 def timeout_lines() -> list[str]:

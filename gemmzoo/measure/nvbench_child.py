@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from typing import Any
 
+from gemmzoo.config import process_environment
 from gemmzoo.errors import GemmError
 from gemmzoo.measure.stats import Timing
 
@@ -38,7 +38,7 @@ def timing_in_child(backend_name: str, point: Any, budget_s: float, target: floa
     try:
         done = subprocess.run([sys.executable, "-m", "gemmzoo.measure.nvbench_child"], input=asked,
                               capture_output=True, text=True, timeout=budget_s * 4 + START_ALLOWANCE_S,
-                              env=dict(os.environ), check=False)
+                              env=dict(process_environment()), check=False)
     except subprocess.TimeoutExpired:
         raise GemmError(f"nvbench: the child timing {backend_name} on {point.id} did not finish") from None
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

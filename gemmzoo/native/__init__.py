@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import os
 import platform
 import sys
 import threading
@@ -28,11 +27,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
+from gemmzoo.config import COMPILED_DISPATCH
 from gemmzoo.errors import GemmError
 
 SOURCE = Path(__file__).with_name("dispatch.cpp")
-ENV_SWITCH = "GEMMZOO_COMPILED_DISPATCH"
-_OFF_WORDS = frozenset({"0", "false", "no", "off"})
+ENV_SWITCH = COMPILED_DISPATCH
 
 _lock = threading.Lock()
 _loaded: dict[Path, ModuleType] = {}
@@ -52,8 +51,11 @@ class Status(NamedTuple):
 
 
 def enabled() -> bool:
-    """False when ``GEMMZOO_COMPILED_DISPATCH`` is 0/false/no/off."""
-    return os.environ.get(ENV_SWITCH, "").strip().lower() not in _OFF_WORDS
+    """The current session's ``compiled_dispatch`` (false when ``GEMMZOO_COMPILED_DISPATCH`` is
+    0/false/no/off)."""
+    from gemmzoo.session import current
+
+    return current().config.compiled_dispatch
 
 
 def _torch_version() -> str | None:
@@ -83,7 +85,7 @@ def _library(name: str, directory: Path) -> Path:
 def status() -> Status:
     """Whether the compiled dispatch is built for this torch and Python, and where."""
     if not enabled():
-        return Status(False, None, f"turned off ({ENV_SWITCH}={os.environ.get(ENV_SWITCH)})")
+        return Status(False, None, f"turned off ({ENV_SWITCH} or the session's compiled_dispatch=False)")
     version = _torch_version()
     if version is None:
         return Status(False, None, "torch is not installed")
@@ -125,9 +127,10 @@ def load() -> ModuleType | None:
 
 
 def build(verbose: bool = False) -> ModuleType:
-    """Build (or find built) and import the compiled dispatch for this torch and Python, and make
-    ``gemmzoo.matmul`` use it in this process. Raises :class:`CompiledDispatchError` saying why it
-    cannot be built here."""
+    """Build (or find built) and import the compiled dispatch for this torch and Python (the caller
+    hands it to :func:`gemmzoo.dispatch.use_compiled` to use it in this process: this module
+    imports no dispatch). Raises :class:`CompiledDispatchError` saying why it cannot be built
+    here."""
     version = _torch_version()
     if version is None:
         raise CompiledDispatchError("the compiled dispatch needs torch, which is not installed")
@@ -149,8 +152,4 @@ def build(verbose: bool = False) -> ModuleType:
                 said = [line.strip() for line in lines if "error" in line.lower()][:4] or lines[-6:]
                 raise CompiledDispatchError(f"building the compiled dispatch in {directory} failed: "
                                             + " | ".join(said)) from error
-        module = _loaded[library]
-    from gemmzoo import dispatch
-
-    dispatch.use_compiled(module)
-    return module
+        return _loaded[library]

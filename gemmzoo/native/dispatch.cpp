@@ -5,8 +5,8 @@
 // goes to its plan_of(), which makes and keeps the plan; this table only remembers, per problem,
 // which plan that was. Its key holds everything the Python key holds (and a little more: both
 // operands' types, dtypes, devices and exact strides), so it never finds a plan made for other
-// operands. It is emptied when the Python plan cache is replaced (the answers were dropped) or
-// when one of the environment variables that change a choice changes.
+// operands. It is emptied when the current session's plan cache is another one than it was filled
+// from (the answers were dropped, or another gemmzoo.Session is current).
 #include <Python.h>
 
 #include <ATen/PythonTorchFunctionTLS.h>
@@ -23,7 +23,6 @@
 
 namespace {
 
-constexpr int kEnvVars = 3;
 constexpr size_t kMaxPlans = 4096;  // as gemmzoo.plan_cache.PlanCache.MAX_PLANS
 
 // What a problem is, as far as a plan is concerned.
@@ -99,18 +98,17 @@ struct Config {
   PyObject* fallback = nullptr;  // the Python dispatch: (a, b, backend, accuracy, by) -> C
   PyObject* plan_of = nullptr;   // (a, b, backend, accuracy, by) -> (plan, form), or None: not kept
   PyObject* on_error = nullptr;  // (a, b, backend, accuracy, by) -> None, or raises what is wrong
-  PyObject* state = nullptr;        // the namespace (a dict) whose "plan_cache" is the current cache
-  PyObject* plan_cache_name = nullptr;
-  PyObject* env_read = nullptr;     // a dict of the environment, or read(key) -> a variable's value
+  PyObject* session_var = nullptr;      // the ContextVar holding the current gemmzoo.Session
+  PyObject* default_holder = nullptr;   // a list holding the default session once it is made
+  PyObject* default_session = nullptr;  // () -> the default session, where neither holds one yet
+  PyObject* plan_cache_name = nullptr;  // "plan_cache", the session's attribute
   PyTypeObject* tf32_type = nullptr;  // gemmzoo.TF32Array
   PyObject* data_name = nullptr;      // "data", its attribute
-  std::array<PyObject*, kEnvVars> env_keys{};
 } config;
 
 // The table and what it was filled under.
 std::unordered_map<Key, Entry, KeyHash> plans;
 PyObject* filled_for_cache = nullptr;  // strong
-std::array<PyObject*, kEnvVars> filled_for_env{};  // strong (None when unset)
 
 void clear_plans() {
   // Emptied before the references go: letting go of a plan can run Python code (a finalizer)
@@ -120,49 +118,28 @@ void clear_plans() {
   for (auto& item : old) item.second.drop();
 }
 
-// Empties the table when the plan cache or an environment variable changed. -1 on error.
+// Empties the table when the current session's plan cache is not the one it was filled from
+// (another session is current, or its answers were dropped). -1 on error.
 int check_generation() {
-  PyObject* cache = PyDict_GetItemWithError(config.state, config.plan_cache_name);
-  if (cache == nullptr) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "gemmzoo's plan cache is missing");
-    return -1;
+  PyObject* session = nullptr;
+  if (PyContextVar_Get(config.session_var, nullptr, &session) < 0) return -1;
+  if (session == nullptr && PyList_GET_SIZE(config.default_holder) > 0) {
+    session = PyList_GET_ITEM(config.default_holder, 0);
+    Py_INCREF(session);
   }
-  Py_INCREF(cache);
-  bool stale = cache != filled_for_cache;
-  std::array<PyObject*, kEnvVars> env{};
-  const bool env_dict = PyDict_CheckExact(config.env_read);
-  for (int i = 0; i < kEnvVars; ++i) {
-    PyObject* key = config.env_keys[i];
-    if (env_dict) {
-      env[i] = PyDict_GetItemWithError(config.env_read, key);
-      if (env[i] == nullptr && !PyErr_Occurred()) env[i] = Py_None;
-      Py_XINCREF(env[i]);
-    } else {
-      env[i] = PyObject_Vectorcall(config.env_read, &key, 1, nullptr);
-    }
-    if (env[i] == nullptr) {
-      for (int j = 0; j < i; ++j) Py_DECREF(env[j]);
-      Py_DECREF(cache);
-      return -1;
-    }
-    if (!stale && env[i] != filled_for_env[i]) {
-      int same = PyObject_RichCompareBool(env[i], filled_for_env[i], Py_EQ);
-      if (same < 0) {
-        for (int j = 0; j <= i; ++j) Py_DECREF(env[j]);
-        Py_DECREF(cache);
-        return -1;
-      }
-      stale = same == 0;
-    }
+  if (session == nullptr) {
+    session = PyObject_CallNoArgs(config.default_session);
+    if (session == nullptr) return -1;
   }
-  if (!stale) {
+  PyObject* cache = PyObject_GetAttr(session, config.plan_cache_name);
+  Py_DECREF(session);
+  if (cache == nullptr) return -1;
+  if (cache == filled_for_cache) {
     Py_DECREF(cache);
-    for (auto* value : env) Py_DECREF(value);
     return 0;
   }
   clear_plans();
   Py_XSETREF(filled_for_cache, cache);
-  for (int i = 0; i < kEnvVars; ++i) Py_XSETREF(filled_for_env[i], env[i]);
   return 0;
 }
 
@@ -453,15 +430,14 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
 }
 
 PyObject* configure(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 7 || !PyDict_Check(args[3]) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != kEnvVars ||
+  if (nargs != 7 || !PyContextVar_CheckExact(args[3]) || !PyList_CheckExact(args[4]) || !PyCallable_Check(args[5]) ||
       !PyType_Check(args[6])) {
     PyErr_SetString(PyExc_TypeError,
-                    "configure takes (fallback, plan_of, on_error, state, env_read, env_keys, tf32_type): "
-                    "state the dict of the module that holds plan_cache, env_keys a 3-tuple, "
-                    "tf32_type gemmzoo.TF32Array");
+                    "configure takes (fallback, plan_of, on_error, session_var, default_holder, default_session, "
+                    "tf32_type): session_var the ContextVar of the current session, default_holder the list "
+                    "holding the default session, default_session a callable, tf32_type gemmzoo.TF32Array");
     return nullptr;
   }
-  PyObject* keys = args[5];
   PyObject* name = PyUnicode_InternFromString("plan_cache");
   PyObject* data_name = name ? PyUnicode_InternFromString("data") : nullptr;
   if (data_name == nullptr) {
@@ -473,17 +449,12 @@ PyObject* configure(PyObject* /*module*/, PyObject* const* args, Py_ssize_t narg
   Py_XSETREF(config.tf32_type, reinterpret_cast<PyTypeObject*>(args[6]));
   clear_plans();
   Py_CLEAR(filled_for_cache);
-  for (auto& value : filled_for_env) Py_CLEAR(value);
   Py_XSETREF(config.plan_cache_name, name);
-  PyObject** slots[] = {&config.fallback, &config.plan_of, &config.on_error, &config.state, &config.env_read};
-  for (int i = 0; i < 5; ++i) {
+  PyObject** slots[] = {&config.fallback, &config.plan_of, &config.on_error, &config.session_var,
+                        &config.default_holder, &config.default_session};
+  for (int i = 0; i < 6; ++i) {
     Py_INCREF(args[i]);
     Py_XSETREF(*slots[i], args[i]);
-  }
-  for (int i = 0; i < kEnvVars; ++i) {
-    PyObject* key = PyTuple_GET_ITEM(keys, i);
-    Py_INCREF(key);
-    Py_XSETREF(config.env_keys[i], key);
   }
   Py_RETURN_NONE;
 }
@@ -501,7 +472,7 @@ PyMethodDef methods[] = {
     {"dispatch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch)), METH_FASTCALL,
      "dispatch(a, b, backend, accuracy, by): gemmzoo.matmul's call on torch tensors."},
     {"configure", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(configure)), METH_FASTCALL,
-     "configure(fallback, plan_of, on_error, state, env_read, env_keys, tf32_type)."},
+     "configure(fallback, plan_of, on_error, session_var, default_holder, default_session, tf32_type)."},
     {"planned", planned, METH_NOARGS, "How many problems the table holds."},
     {"forget", forget, METH_NOARGS, "Empty the table."},
     {nullptr, nullptr, 0, nullptr}};

@@ -6,7 +6,6 @@ asked.
 
 from gemmzoo.tuning.db import ConformanceRecord, Record, TuningCacheWarning, TuningStore, open_store
 from gemmzoo.tuning.select import Choice, Timed, best_backend, explain, log_distance, rank
-from gemmzoo.tuning.state import reset
 from gemmzoo.tuning.tune import conformance_verdict, tune
 
 __all__ = [
@@ -22,6 +21,5 @@ __all__ = [
     "log_distance",
     "open_store",
     "rank",
-    "reset",
     "tune",
 ]

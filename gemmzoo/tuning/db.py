@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import sys
 import threading
 import time
 import warnings
@@ -235,35 +234,26 @@ class ConformanceRecord:
 
 _RECORD_COLUMNS = ", ".join(f.name for f in fields(Record))
 _CONFORMANCE_COLUMNS = ", ".join(f.name for f in fields(ConformanceRecord))
-_warned: set[tuple[str, str]] = set()
 T = TypeVar("T")
 Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 
 
 def _warn_once(kind: str, where: str, message: str) -> None:
-    if (kind, where) in _warned:
+    from gemmzoo.session import current
+
+    warned = current().warned
+    if (kind, where) in warned:
         return
-    _warned.add((kind, where))
+    warned.add((kind, where))
     warnings.warn(message, TuningCacheWarning, stacklevel=4)
 
 
 def default_cache_dir() -> Path:
-    """``GEMMZOO_CACHE_DIR`` if set, else the user cache directory (see the module docstring)."""
-    chosen = os.environ.get("GEMMZOO_CACHE_DIR", "").strip()
-    if chosen:
-        return Path(chosen).expanduser()
-    try:
-        import platformdirs
-    except ImportError:
-        pass
-    else:
-        return Path(platformdirs.user_cache_dir("gemmzoo", appauthor=False))
-    home = Path.home()
-    if sys.platform == "win32":
-        return Path(os.environ.get("LOCALAPPDATA", home / "AppData" / "Local")) / "gemmzoo" / "Cache"
-    if sys.platform == "darwin":
-        return home / "Library" / "Caches" / "gemmzoo"
-    return Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "gemmzoo"
+    """The current session's cache directory: ``GEMMZOO_CACHE_DIR`` if set, else the user cache
+    directory (see the module docstring and :class:`gemmzoo.config.Config`)."""
+    from gemmzoo.session import current
+
+    return current().config.cache_dir
 
 
 def _is_busy(error: sqlite3.Error) -> bool:

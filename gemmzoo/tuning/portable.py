@@ -193,9 +193,9 @@ class _Here:
     """This machine's device fingerprints and each backend's library versions, asked once."""
 
     def __init__(self) -> None:
-        from gemmzoo.registry import get_registry
+        from gemmzoo.session import current
 
-        self.registry = get_registry()
+        self.registry = current().registry
         self.names = {b.name: b for b in self.registry.backends()}
         self._devices: dict[str, str | None] = {}
         self._versions: dict[str, str] = {}

@@ -70,21 +70,24 @@ when ``GEMMZOO_BACKENDS`` names them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gemmzoo import watchdog
 from gemmzoo.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
-from gemmzoo.adapters.os_environ import reader as environ_reader
+from gemmzoo.arrays import native_kind
+from gemmzoo.backend import declared
 from gemmzoo.dtypes import DTYPES, dtype_name
 from gemmzoo.errors import BackendUnavailableError, GemmError
 from gemmzoo.grids import GridPoint
 from gemmzoo.measure import ties
-from gemmzoo.registry import env_list, get_registry
-from gemmzoo.tuning import state
+from gemmzoo.registry import unavailable_reason
+from gemmzoo.session import current
+from gemmzoo.tuning import choose as choosing
 from gemmzoo.tuning.db import Record, TuningStore, TuningStoreBusyError, patience
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
 from gemmzoo.tuning.tune import conformance_verdict, contenders, measure_records
@@ -97,17 +100,14 @@ NEAR_RADII: tuple[float | None, ...] = (0.1, 0.25, 1.0, 4.0, 16.0, None)
 measured shape (None: everywhere)."""
 VERIFY_LIMIT = 2**28
 TIE_FLOOR = ties.TIE_FLOOR
-WARM_SPEEDUP_MAX = 3.0
-"""How much faster than its L2-flushed device time a GEMM may run in a loop whose operands stay
-in L2 (an H100 ran 8x8192x2048 bf16 at 0.39 of its flushed time): where the least host time of
-the tied backends is below their device time divided by this, no loop of calls is bound by host
-time, and the host-time rule of :func:`_tie_order` does not apply."""
-DEFAULT_ORDER = ("torch", "cupy", "numpy", "torch-cpu")
-_PREFERENCE = {name: i for i, name in enumerate(DEFAULT_ORDER)}
-_OFF_WORDS = {"0", "false", "no", "off"}
+# How much faster than its L2-flushed device time a GEMM may run in a loop whose operands stay in
+# L2, and the default order: constants of the rule, as RankPolicy's defaults (gemmzoo.tuning.choose).
+WARM_SPEEDUP_MAX = choosing.WARM_SPEEDUP_MAX
+DEFAULT_ORDER = choosing.DEFAULT_ORDER
 
 
 RANK_BY = ("caller", "device")
+_POLICY = choosing.RankPolicy()
 
 
 @dataclass(frozen=True)
@@ -164,27 +164,12 @@ class Choice:
         return len(self.tied) > 1
 
 
-_ENV_NAMES = ("GEMMZOO_BACKENDS", "GEMMZOO_CACHE_DIR", "GEMMZOO_TUNE")
-# Read on every gemmzoo.matmul call: through the adapter's cheaper reader where it may be used.
-_READ, _READ_NAMES = environ_reader(_ENV_NAMES)
-
-
-def environment_reader() -> tuple[Callable[[Any], Any], tuple[Any, ...]]:
-    """``(read, names)``: ``read(name)`` for each of ``names`` gives the values that make up
-    :func:`environment_key`, for callers that put them in a key of their own without a call."""
-    return _READ, _READ_NAMES
-
-
-def environment_key() -> tuple[Any, ...]:
-    """The values of the variables that change an answer (a key part, read cheaply)."""
-    return _READ(_READ_NAMES[0]), _READ(_READ_NAMES[1]), _READ(_READ_NAMES[2])
-
-
 def measuring_enabled(measure: bool | None) -> bool:
-    """``measure`` when given, else false only when ``GEMMZOO_TUNE`` is 0/false/no/off."""
+    """``measure`` when given, else the current session's ``tune`` (false when ``GEMMZOO_TUNE``
+    is 0/false/no/off)."""
     if measure is not None:
         return bool(measure)
-    return os.environ.get("GEMMZOO_TUNE", "").strip().lower() not in _OFF_WORDS
+    return current().config.tune
 
 
 def rank(timings: list[Timed], order: Callable[[str], Any] | None = None
@@ -192,15 +177,12 @@ def rank(timings: list[Timed], order: Callable[[str], Any] | None = None
     """The winner under the tie rule (:func:`gemmzoo.measure.ties.rank`), the timings fastest
     first, and the names tied with the fastest; ``order`` (default :func:`preference`) orders
     the tied ones."""
-    ranking = ties.rank([t.estimate() for t in timings], order or preference)
-    ordered = tuple(sorted(timings, key=lambda t: (t.median_s, t.backend)))
-    assert ranking.winner is not None, "rank needs at least one timing"
-    return ranking.winner, ordered, ranking.tied
+    return choosing.rank(timings, order or preference)
 
 
 def preference(name: str) -> tuple[int, str]:
     """The tie-break and default order: position in :data:`DEFAULT_ORDER`, then the name."""
-    return _PREFERENCE.get(name, len(_PREFERENCE)), name
+    return _POLICY.preference(name)
 
 
 def log_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
@@ -220,7 +202,7 @@ def _shape(shape: Any) -> tuple[int, int, int]:
 
 def default_device(selected: list[Any]) -> str:
     """``"cuda"`` when any of ``selected`` is an available CUDA backend, else ``"cpu"``."""
-    cuda = any(b.device == "cuda" and state.unavailable_reason(b) is None for b in selected)
+    cuda = any(b.device == "cuda" and unavailable_reason(b) is None for b in selected)
     return "cuda" if cuda else "cpu"
 
 
@@ -228,15 +210,16 @@ def _compiles(backend: Any) -> bool:
     """Whether ``backend`` compiles each new problem (:attr:`gemmzoo.Backend.compiles_per_problem`);
     a plugin whose attribute cannot be read counts as one that does not."""
     try:
-        return getattr(backend, "compiles_per_problem", False) is True
+        return declared(backend, "compiles_per_problem") is True
     except Exception:
         return False
 
 
 def _candidates(dtype: str, device: str | None,
                 accuracy: str = COMPONENTWISE) -> tuple[list[Any], str, dict[str, str]]:
-    named = set(env_list("GEMMZOO_BACKENDS"))
-    selected = get_registry().select(None)
+    session = current()
+    named = set(session.config.backends)
+    selected = session.registry.select(session.config.backends or None)
     device = device or default_device(selected)
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu', 'cuda' or None; got {device!r}")
@@ -245,13 +228,13 @@ def _candidates(dtype: str, device: str | None,
     for backend in selected:
         if backend.device != device or dtype not in backend.dtypes:
             continue
-        if not getattr(backend, "selectable", True) and backend.name not in named:
+        if not declared(backend, "selectable") and backend.name not in named:
             excluded[backend.name] = "a baseline for comparison: a candidate only when named"
             continue
         if not accepts(accuracy, accuracy_of(backend)):
             excluded[backend.name] = f"{accuracy_of(backend)} accuracy, not accepted (accuracy={accuracy!r})"
             continue
-        reason = state.unavailable_reason(backend)
+        reason = unavailable_reason(backend)
         if reason is None:
             candidates.append(backend)
         else:
@@ -385,9 +368,10 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
     measuring = measuring_enabled(measure) and min(shape) > 0  # an empty product has nothing to time
     # the caller's own work comes next: no idle worker thread is kept past the answer (see watchdog)
-    with state.lock, watchdog.idle_workers_ended():
+    session = current()
+    with session.lock, watchdog.idle_workers_ended():
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
-        store = state.store() if store is None else store
+        store = session.store() if store is None else store
         conforming, unchecked = [], []
         for backend in candidates:
             verdict = conformance_verdict(store, backend, dtype, run=measuring and not _compiles(backend))
@@ -409,7 +393,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 excluded[backend.name] = (f"conformance for {dtype} not yet run on this machine: its stored "
                                           f"rows rank nothing until it passes (gemmzoo check {backend.name})")
         by_name = {b.name: b for b in conforming}
-        registry = get_registry()
+        registry = session.registry
         versions = {name: library_versions(name, registry) for name in by_name}
         fingerprint = device_fingerprint(device)
         latest = _latest(store.records(fingerprint, dtype, layout, shape), versions)
@@ -444,55 +428,33 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                         f"{'x'.join(map(str, basis))} (device times scaled, host times as measured)")
         if timings and reachable is not None:
             timings = _reachable_only(timings, by_name, reachable, excluded)
+        problem, policy = choosing.Problem(shape, dtype, device), choosing.RankPolicy(by=by)
         if not timings:
             broke = {r.backend for r in latest.values() if r.status != "ok"}
-            pick = _default(store, conforming + unchecked, dtype, native, excluded, broke, reachable)
+            everyone = {b.name: b for b in conforming + unchecked}
+            mine = None if native is None else frozenset(n for n, b in everyone.items() if native(b))
+            unmeasured = choosing.Measurements(native=mine, broke=broke)
+            decision = choosing.choose(problem, list(everyone), unmeasured, session.prior, policy)
+            pick = _default(store, [everyone[n] for n in decision.order], dtype, excluded, broke, reachable)
             if pick is None:
                 raise BackendUnavailableError(
                     f"no backend computing {dtype} on {device} passed conformance on this machine "
                     f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
             note = "nothing measured on this device; unmeasured default (passed conformance here)"
             return Choice(pick, shape, dtype, device, "default", None, (), (pick.name,), note, excluded)
-        winner, ranking, tied = rank(timings, _tie_order(timings, latest if basis == shape else {}, by,
-                                                         native, by_name))
-        return Choice(by_name[winner], shape, dtype, device, source, basis, ranking, tied, note, excluded)
+        measured = choosing.Measurements(tuple(timings), latest if basis == shape else {},
+                                         {n: declared(b, "searches_over") for n, b in by_name.items()})
+        if native is not None:  # asked of the tied backends only: it may load their library
+            tied = choosing.tied_names(measured, policy)
+            measured = dataclasses.replace(measured, native=frozenset(n for n in tied if native(by_name[n])))
+        decision = choosing.choose(problem, list(by_name), measured, session.prior, policy)
+        assert decision.winner is not None
+        return Choice(by_name[decision.winner], shape, dtype, device, source, basis, decision.ranking,
+                      decision.tied, note, excluded)
 
 
 UNREACHABLE = ("computes on arrays gemmzoo.matmul cannot hand it without copying both ways through "
                "the host: used only when named (backend=...)")
-
-
-def _tie_order(timings: list[Timed], latest: dict[str, Record], by: str, native: Callable[[Any], bool] | None,
-               by_name: dict[str, Any]) -> Callable[[str], Any]:
-    """How backends tied in the ranking are ordered: ranked by caller time, those whose host time
-    also ties with the least host time among them first, where that host time can bound a loop
-    of calls whose operands stay in L2 (:data:`WARM_SPEEDUP_MAX`: in such a loop the lighter host
-    is the shorter wait; far below the device time, a lighter host shortens nothing and the
-    device-time tie is left to the rules after); then, with ``native``, those computing on
-    the caller's own arrays (the others' times leave out the exchange each call adds); then, at
-    a measured shape, those no tied backend searches over (:attr:`gemmzoo.Backend.searches_over`:
-    its own search timed them on this very problem and kept its answer); then
-    :func:`preference`. ``latest``: the rows measured at the problem's own shape (empty when the
-    timings come from a nearest shape)."""
-    light: set[str] | None = None
-    tied_names = rank(timings)[2]
-    searched = {name for tied in tied_names for name in getattr(by_name.get(tied), "searches_over", ())
-                if name != tied} if latest else set()
-    if by == "caller":
-        hosts = [latest[name] for name in tied_names if name in latest]
-        if len(tied_names) > 1 and len(hosts) == len(tied_names) and all(r.host_s is not None for r in hosts):
-            estimates = [ties.Estimate(r.backend, float(r.host_s), float(r.host_spread_s or 0.0) / 2)  # type: ignore[arg-type]
-                         for r in hosts]
-            least = min(estimates, key=lambda e: e.median_s)
-            device = min(float(r.median_s) for r in hosts)  # type: ignore[arg-type]
-            if least.median_s * WARM_SPEEDUP_MAX >= device:  # host time can bound a warm loop
-                light = {e.name for e in estimates if ties.tied(least, e)}
-
-    def order(name: str) -> tuple[bool, bool, bool, tuple[int, str]]:
-        return (light is not None and name not in light, native is not None and not native(by_name[name]),
-                name in searched, preference(name))
-
-    return order
 
 
 def _reachable_only(timings: list[Timed], by_name: dict[str, Any], reachable: Callable[[Any], bool],
@@ -513,16 +475,12 @@ def _failed(name: str, dtype: str) -> str:
     return f"failed conformance for {dtype} on this machine (gemmzoo check {name} runs the suite again)"
 
 
-def _default(store: Any, backends: list[Any], dtype: str, native: Callable[[Any], bool] | None,
-             excluded: dict[str, str], broke: set[str],
+def _default(store: Any, order: list[Any], dtype: str, excluded: dict[str, str], broke: set[str],
              reachable: Callable[[Any], bool] | None = None) -> Any:
-    """The first of ``backends`` in the default order (the caller's own array library first, those
-    whose newest row at this very shape is a failure last) that passed conformance here, running
-    the suite on those not checked yet; ``None`` if none."""
-    def order(b: Any) -> tuple[bool, bool, tuple[int, str]]:
-        return b.name in broke, native is not None and not native(b), preference(b.name)
-
-    for backend in sorted(backends, key=order):
+    """The first of ``order`` (:attr:`gemmzoo.tuning.choose.Decision.order`) that the caller's
+    arrays reach and that passed conformance here, running the suite on those not checked yet;
+    ``None`` if none."""
+    for backend in order:
         if reachable is not None and not reachable(backend):
             excluded[backend.name] = UNREACHABLE
             continue
@@ -549,28 +507,38 @@ def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, 
     of device and host time per call), or by device time alone with ``by="device"``.
     """
     dtype = dtype_name(dtype)
-    key = (shape, dtype, device, measure, layout, accuracy, by, *environment_key())
+    answers = current().answers
+    key = (shape, dtype, device, measure, layout, accuracy, by)
     try:
-        return state.answers[key].backend
+        return answers[key].backend
     except KeyError:
         pass
     except TypeError:  # an unhashable shape such as a list
         return best_backend(tuple(shape), dtype, device, measure=measure, layout=layout, accuracy=accuracy,
                             by=by)
     choice = explain(shape, dtype, device, measure=measure, layout=layout, accuracy=accuracy, by=by)
-    state.answers[key] = choice
+    answers[key] = choice
     return choice.backend
 
 
 def recording_enabled() -> bool:
-    """False only when ``GEMMZOO_RECORD`` is 0/false/no/off."""
-    return os.environ.get("GEMMZOO_RECORD", "").strip().lower() not in _OFF_WORDS
+    """The current session's ``record`` (false when ``GEMMZOO_RECORD`` is 0/false/no/off)."""
+    return current().config.record
+
+
+def _computes_on(library: str, dtype: str, backend: Any) -> bool:
+    """Whether ``backend`` computes ``dtype`` on arrays of ``library``."""
+    return native_kind(backend, dtype) == library
+
+
+def _reaches(dtype: str, backend: Any) -> bool:
+    """Whether a caller's arrays reach ``backend`` without host copies (it computes ``dtype`` on
+    arrays of a library gemmzoo exchanges with)."""
+    return native_kind(backend, dtype) is not None
 
 
 def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN",
-                library: str | None = None, native: Callable[[Any], bool] | None = None,
-                accuracy: str = COMPONENTWISE, by: str = "caller",
-                reachable: Callable[[Any], bool] | None = None) -> Any:
+                library: str | None = None, accuracy: str = COMPONENTWISE, by: str = "caller") -> Any:
     """The backend ``gemmzoo.matmul`` uses for a problem: ``best_backend``'s answer, never measured.
 
     A dispatch layer must not stall a program the first time it meets a shape, so this answers
@@ -579,29 +547,35 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
     own is recorded in the tuning database (unless ``GEMMZOO_RECORD=0``), and
     ``gemmzoo tune --recorded`` measures the recorded problems ahead of the next run — the
     record-then-tune-offline model of PyTorch's TunableOp. ``library`` names the caller's array
-    library, ``native(backend)`` says whether a backend computes on it and ``reachable(backend)``
-    whether the caller's arrays reach it without host copies (see :func:`explain`); ``by`` is
-    what candidates are ranked by, as in :func:`best_backend`.
+    library (``"numpy"``, ``"torch"``, ``"cupy"``): backends computing on it come first where
+    nothing else decides, and one its arrays reach only through host copies is never the answer
+    (:func:`gemmzoo.arrays.native_kind`; see :func:`explain`); ``by`` is what candidates are ranked
+    by, as in :func:`best_backend`.
     """
-    key = ("plan", shape, dtype, device, layout, library, accuracy, by, *environment_key())
+    native = reachable = None
+    if library is not None:
+        native = functools.partial(_computes_on, library, dtype)
+        reachable = functools.partial(_reaches, dtype)
+    session = current()
+    key = ("plan", shape, dtype, device, layout, library, accuracy, by)
     try:
-        return state.answers[key].backend
+        return session.answers[key].backend
     except KeyError:
         pass
-    with state.lock:
+    with session.lock:
         try:
             with patience(LOCK_PATIENCE_S):
                 choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
                                  accuracy=accuracy, by=by, reachable=reachable)
         except TuningStoreBusyError as error:
-            state.warn_busy(str(error))
+            session.warn_busy(str(error))
             choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
-                             accuracy=accuracy, store=state.scratch(), by=by, reachable=reachable)
+                             accuracy=accuracy, store=session.scratch(), by=by, reachable=reachable)
         else:
             if choice.source != "database" and min(shape) > 0 and recording_enabled():
                 # a hint for `gemmzoo tune --recorded`: dropped rather than waited for
                 with contextlib.suppress(TuningStoreBusyError), patience(RECORD_PATIENCE_S):
-                    state.store().record_problem(device_fingerprint(choice.device),
+                    session.store().record_problem(device_fingerprint(choice.device),
                                                  GridPoint(*shape, dtype, layout))
-    state.answers[key] = choice
+    session.answers[key] = choice
     return choice.backend

@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gemmzoo.accuracy import accuracy_of
+from gemmzoo.backend import declared
 from gemmzoo.grids import GridPoint
-from gemmzoo.registry import get_registry
+from gemmzoo.session import current
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import ConformanceRecord, Record, TuningStore
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
@@ -40,7 +41,7 @@ def verdict_versions(backend: Any) -> str:
     """What a conformance verdict depends on besides the device: the versions of
     :func:`library_versions`, the suite's revision (:data:`SUITE_REVISION`) and the accuracy
     class the backend declares (whose bound the suite checked)."""
-    versions = json.loads(library_versions(backend.name, get_registry()))
+    versions = json.loads(library_versions(backend.name, current().registry))
     versions.update(suite=SUITE_REVISION, accuracy=str(accuracy_of(backend)))
     return canonical(versions)
 
@@ -95,7 +96,7 @@ def measure_record(backend: Any, point: GridPoint, budget_s: float, verify: bool
         ratio = result.error_ratio if verify else None
     return Record(
         device=device_fingerprint(backend.device),
-        versions=library_versions(backend.name, get_registry()),
+        versions=library_versions(backend.name, current().registry),
         backend=backend.name, m=point.m, n=point.n, k=point.k, dtype=point.dtype, layout=point.layout,
         status=status, median_s=median, spread_s=spread, error_ratio=ratio, samples=samples,
         detail=detail, created=time.time(), host_s=host, host_spread_s=host_spread,
@@ -176,7 +177,7 @@ def tune(
     or ``"skipped"`` (unavailable, or failed conformance; record None) for each backend and point.
     """
     store = state.store()
-    chosen = [getattr(b, "for_tuning", lambda b=b: b)() for b in get_registry().select(backends)]
+    chosen = [declared(b, "for_tuning") for b in current().registry.select(backends)]
     made: list[Record] = []
     with state.lock:
         for point in points:

@@ -31,7 +31,9 @@ def autotune_mode(requested: str | None = None) -> str:
     """The autotuning mode: ``requested``, else :data:`AUTOTUNE_ENV`'s value, else ``"quick"``."""
     mode = requested
     if mode is None:
-        mode = os.environ.get(AUTOTUNE_ENV, "").strip().lower() or "quick"
+        from gemmzoo.session import current
+
+        mode = current().config.variable(AUTOTUNE_ENV).strip().lower() or "quick"
     if mode not in AUTOTUNE_MODES:
         where = "autotune=" if requested is not None else f"{AUTOTUNE_ENV}="
         raise ValueError(f"gemmzoo_triton: {where}{mode!r}: the autotuning mode is one of "

@@ -65,14 +65,17 @@ class TritonGroupedBackend(TritonBackend):
     activations = ACTIVATIONS
 
     def __init__(self, *, gluon: bool = True, contiguous_c: bool = False,
-                 autotune: str | None = None) -> None:
+                 autotune: str | None = None, routes: Any = None) -> None:
         super().__init__(autotune=autotune)
         self.gluon = gluon
         self.contiguous_c = contiguous_c
+        #: The thresholds its plans route by (:class:`~gemmzoo_triton.grouped.plan.RoutePolicy`;
+        #: ``None``: the measured ones).
+        self.routes = routes
 
     def prepare(self, a: Any, b: Any, activation: str | None = None) -> Callable[[Any, Any], Any]:
         """The plan for ``activation(a @ b)``; see :class:`~gemmzoo_triton.grouped.plan.GroupedPlan`."""
-        from gemmzoo_triton.grouped.plan import GroupedPlan
+        from gemmzoo_triton.grouped.plan import MEASURED_ROUTES, GroupedPlan
 
         M, N, K = self.check_operands(a, b)
         if activation is not None and activation not in ACTIVATIONS:
@@ -85,7 +88,8 @@ class TritonGroupedBackend(TritonBackend):
         if M * N == 0 or K == 0:  # every activation offered maps 0 to 0
             return self.empty_plan(a, x, y)
         return GroupedPlan(x, y, precision, activation, isinstance(a, TF32Array),
-                           gluon=self.gluon, contiguous_c=self.contiguous_c, autotune=self.autotune)
+                           gluon=self.gluon, contiguous_c=self.contiguous_c, autotune=self.autotune,
+                           routes=self.routes or MEASURED_ROUTES)
 
     def matmul(self, a: Any, b: Any, activation: str | None = None) -> Any:
         if activation is None:

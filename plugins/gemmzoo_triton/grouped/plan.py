@@ -39,6 +39,7 @@ and launch the compiled kernel.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gemmzoo import TF32Array
@@ -100,10 +101,31 @@ def gluon_run(x: Any, y: Any, c: Any, activation: str | None) -> Callable[[Any, 
 GLUON_MIN_WORK = 1024**3
 
 
-def _gluon_takes(x: Any, M: int, N: int, K: int) -> bool:
-    """Whether the Gluon kernel takes an M x N x K problem under
-    :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK` (see :data:`GLUON_MIN_WORK`)."""
-    return M * N * K > GLUON_MIN_WORK and gluon_schedule(x, M, N, K) is not None
+@dataclass(frozen=True)
+class RoutePolicy:
+    """The size thresholds :func:`route` decides by, in multiply-adds (M·N·K) or elements of a
+    side: ``tma_min_work`` (:data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK`), ``gluon_min_work``
+    (:data:`GLUON_MIN_WORK`), ``aligned_min_work`` and ``aligned_min_side``
+    (:data:`ALIGNED_MIN_WORK`, :data:`ALIGNED_MIN_SIDE`), ``copied_min_work``
+    (:data:`COPIED_MIN_WORK`). The defaults are the measured ones; a study (or a test) makes a
+    backend with other values (``TritonGroupedBackend(routes=RoutePolicy(...))``) rather than
+    changing the constants."""
+
+    tma_min_work: int = hopper.TMA_MIN_WORK
+    gluon_min_work: int = GLUON_MIN_WORK
+    aligned_min_work: int = ALIGNED_MIN_WORK
+    aligned_min_side: int = ALIGNED_MIN_SIDE
+    copied_min_work: int = COPIED_MIN_WORK
+
+
+#: The measured thresholds.
+MEASURED_ROUTES = RoutePolicy()
+
+
+def _gluon_takes(x: Any, M: int, N: int, K: int, policy: RoutePolicy = MEASURED_ROUTES) -> bool:
+    """Whether the Gluon kernel takes an M x N x K problem under the policy's ``tma_min_work``
+    (see :data:`GLUON_MIN_WORK`)."""
+    return M * N * K > policy.gluon_min_work and gluon_schedule(x, M, N, K) is not None
 
 
 def tf32_gluon_takes(x: Any, activation: str | None) -> bool:
@@ -119,9 +141,10 @@ def tf32_gluon_takes(x: Any, activation: str | None) -> bool:
     return grouped_tf32_kernel.CONFIG.shared_bytes() <= shared
 
 
-def route(x: Any, y: Any, precision: str, gluon: bool = True) -> str:
+def route(x: Any, y: Any, precision: str, gluon: bool = True, policy: RoutePolicy = MEASURED_ROUTES) -> str:
     """``"pointer"``, ``"tma"``, ``"aligned"``, ``"copied"`` or ``"tf32"``: the route for ``x @ y``
-    (layouts and sizes only); ``gluon=False`` leaves the Gluon kernels out of the decision."""
+    (layouts and sizes only, by ``policy``'s thresholds); ``gluon=False`` leaves the Gluon kernels
+    out of the decision."""
     import torch
 
     M, K = x.shape
@@ -131,17 +154,17 @@ def route(x: Any, y: Any, precision: str, gluon: bool = True) -> str:
     if x.dtype == torch.float32:
         # the Gluon tf32 kernel takes smaller problems too: there it keeps up with cuBLAS where the
         # pointer kernel is far behind (docs/results/2026-11-23-tf32-gluon.md)
-        least = GLUON_MIN_WORK if gluon and tf32_gluon_takes(x, None) else hopper.TMA_MIN_WORK
-        large = min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > least
+        least = policy.gluon_min_work if gluon and tf32_gluon_takes(x, None) else policy.tma_min_work
+        large = min(M, N) >= policy.aligned_min_side and M * N * K > least
         return "tf32" if precision == "tf32" and large else "pointer"
     if x.dtype not in (torch.float16, torch.bfloat16):
         return "pointer"
     if hopper.tma_layout(x) and hopper.tma_layout(y) and (N * x.element_size()) % 16 == 0:
-        takes = M * N * K > hopper.TMA_MIN_WORK or (gluon and _gluon_takes(x, M, N, K))
+        takes = M * N * K > policy.tma_min_work or (gluon and _gluon_takes(x, M, N, K, policy))
         return "tma" if takes else "pointer"
-    if min(M, N) >= ALIGNED_MIN_SIDE and M * N * K > ALIGNED_MIN_WORK:
+    if min(M, N) >= policy.aligned_min_side and M * N * K > policy.aligned_min_work:
         return "aligned"
-    return "copied" if M * N * K > COPIED_MIN_WORK else "pointer"
+    return "copied" if M * N * K > policy.copied_min_work else "pointer"
 
 
 def padded_k(tensor: Any) -> int:
@@ -164,12 +187,13 @@ class GroupedPlan:
     they would). ``contiguous_c``: whether a C whose rows are not 16-byte aligned comes back
     contiguous (stored through masked pointers) rather than as a view of a padded buffer.
     ``autotune``: how the pointer and TMA kernels tune a problem not tuned before, ``"quick"`` or
-    ``"full"`` (:mod:`~gemmzoo_triton.core.autotune`).
+    ``"full"`` (:mod:`~gemmzoo_triton.core.autotune`). ``routes``: the thresholds of :func:`route`.
     """
 
     def __init__(self, x: Any, y: Any, precision: str, activation: str | None, wrap: bool,
-                 gluon: bool = True, contiguous_c: bool = False, autotune: str = "quick") -> None:
-        self.route = route(x, y, precision, gluon)
+                 gluon: bool = True, contiguous_c: bool = False, autotune: str = "quick",
+                 routes: RoutePolicy = MEASURED_ROUTES) -> None:
+        self.route = route(x, y, precision, gluon, routes)
         if self.route == "copied" and activation:  # the one-launch kernel fuses no activation
             self.route = "pointer"
         self._autotune = autotune
@@ -341,7 +365,7 @@ def c_view_allocator(rows: int, cols: int, dtype: Any, device: Any) -> Callable[
     return functools.partial(torch.empty_strided, (rows, cols), (stride, 1), dtype=dtype, device=device)
 
 
-def tma_eligible(x: Any, y: Any, c: Any, precision: str) -> bool:
+def tma_eligible(x: Any, y: Any, c: Any, precision: str, policy: RoutePolicy = MEASURED_ROUTES) -> bool:
     """Whether triton-grouped's TMA kernels read ``x`` and ``y`` as they are, with no copy.
 
     Needs a :func:`~gemmzoo_triton.core.hopper.tma_device`; a problem of more than
@@ -356,7 +380,7 @@ def tma_eligible(x: Any, y: Any, c: Any, precision: str) -> bool:
     """
     import torch
 
-    if x.shape[0] * x.shape[1] * y.shape[1] <= hopper.TMA_MIN_WORK or not hopper.tma_device(x.device):
+    if x.shape[0] * x.shape[1] * y.shape[1] <= policy.tma_min_work or not hopper.tma_device(x.device):
         return False
     if x.dtype not in (torch.float16, torch.bfloat16):
         return False

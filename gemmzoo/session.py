@@ -1,0 +1,212 @@
+"""``gemmzoo.Session``: the configuration, tuning store, verdicts and caches of one user of gemmzoo.
+
+Everything gemmzoo remembers between calls lives on a session: its :class:`~gemmzoo.config.Config`
+(read once), the tuning database it opened, the conformance verdicts and ``best_backend``
+answers it has seen, ``gemmzoo.matmul``'s plans, and the in-memory store used while the database
+is locked. The module functions (``gemmzoo.matmul``, ``best_backend``, the CLI) use the *current*
+session: the one a ``with Session(...):`` block scopes (a context variable, so threads and asyncio
+tasks each see their own), else a default session made on first use from the environment.
+
+What stays per process, by nature: the registry of loaded plugins (imported modules are the
+process's) and what it remembers of each backend's availability, and the watchdog's threads and
+quarantines (an abandoned thread runs on whatever session started it).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import threading
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gemmzoo.config import Config
+from gemmzoo.plan_cache import PlanCache
+
+if TYPE_CHECKING:
+    from gemmzoo.registry import Registry
+    from gemmzoo.tuning.db import TuningStore
+
+Prior = Callable[[tuple[int, int, int], str, str], str | None]
+"""``prior(shape, dtype, device)``: a backend name for a problem nothing measured ranks, or ``None``."""
+
+_current: contextvars.ContextVar[Session] = contextvars.ContextVar("gemmzoo_session")
+# The default session, made on first use: a one-slot list so that making it needs no `global`.
+_default: list[Session] = []
+_default_lock = threading.Lock()
+
+
+class Session:
+    """One user's gemmzoo: configuration, store, verdicts and caches.
+
+    ``Session()`` reads the environment now (:meth:`Config.from_environ`); ``Session(config)``
+    takes a config made elsewhere; keywords override its fields (``Session(tune=False,
+    cache_dir=path)``) and are validated (:class:`~gemmzoo.config.ConfigError`). ``registry``
+    gives a registry of its own (default: that of the session current where it is made, else the
+    process's, loaded from the entry points).
+
+    ``prior`` answers an unmeasured problem: a callable ``prior(shape, dtype, device)`` giving a
+    backend name (or ``None``), tried first among the default candidates when nothing measured
+    ranks them (default: no prior, the default order alone). It must be pure and cheap: no I/O.
+
+    ``with session:`` makes it the current session inside the block (nested blocks stack);
+    ``session.matmul``, ``best_backend``, ``backends`` and ``get_backend`` do the same for one
+    call. :meth:`close` closes the databases it opened.
+    """
+
+    def __init__(self, config: Config | None = None, *, registry: Registry | None = None,
+                 prior: Prior | None = None, **overrides: Any) -> None:
+        base = Config.from_environ() if config is None else config
+        self.config: Config = base.replace(**overrides) if overrides else base
+        if registry is None:  # made inside another session's block: the same backends
+            outer = _current.get(None)
+            registry = outer._registry if outer is not None else None
+        self._registry = registry
+        self.prior = prior
+        self.lock = threading.RLock()
+        """Held while a question is answered the slow way, so one session never measures twice at once."""
+        self.answers: dict[tuple[Any, ...], Any] = {}
+        """``best_backend`` answers by (shape, dtype, device, measure, layout, accuracy, by)."""
+        self.plan_cache = PlanCache()
+        """``gemmzoo.matmul``'s plans; they embed answers, so :meth:`forget_answers` replaces it."""
+        self.verdicts: dict[tuple[str, str, str, str], bool] = {}
+        """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
+        # By process id: a child made by fork() must not use its parent's SQLite connection.
+        self._stores: dict[int, TuningStore] = {}
+        self._scratch: dict[int, TuningStore] = {}
+        self._busy_warned = False
+        self.warned: set[tuple[str, str]] = set()
+        """The (kind, place) of the tuning database warnings already given (each once a session)."""
+        self._tokens: list[contextvars.Token[Session]] = []
+
+    def __repr__(self) -> str:
+        return f"gemmzoo.Session(cache_dir={str(self.config.cache_dir)!r})"
+
+    # Scope -----------------------------------------------------------------------------------
+
+    def __enter__(self) -> Session:
+        self._tokens.append(_current.set(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _current.reset(self._tokens.pop())
+
+    # What it owns ----------------------------------------------------------------------------
+
+    @property
+    def registry(self) -> Registry:
+        """The backends this session sees: its own registry, else the process's."""
+        if self._registry is not None:
+            return self._registry
+        from gemmzoo.registry import get_registry
+
+        return get_registry()
+
+    def store(self) -> TuningStore:
+        """The tuning database in ``config.cache_dir``, opened on first use in each process."""
+        pid = os.getpid()
+        with self.lock:
+            found = self._stores.get(pid)
+            if found is None:
+                from gemmzoo.tuning.db import open_store
+
+                found = self._stores[pid] = open_store(self.config.cache_dir)
+            return found
+
+    def scratch(self) -> TuningStore:
+        """An in-memory store of this process, for answers given while the database is locked."""
+        pid = os.getpid()
+        with self.lock:
+            found = self._scratch.get(pid)
+            if found is None:
+                from gemmzoo.tuning.db import TuningStore
+
+                found = self._scratch[pid] = TuningStore(None)
+            return found
+
+    def warn_busy(self, why: str) -> None:
+        """One :class:`~gemmzoo.tuning.db.TuningCacheWarning` per session: answering without the
+        database."""
+        if self._busy_warned:
+            return
+        self._busy_warned = True
+        from gemmzoo.tuning.db import TuningCacheWarning
+
+        warnings.warn(f"{why}; gemmzoo.matmul answered without it rather than wait (the answer is kept "
+                      "for this process)", TuningCacheWarning, stacklevel=4)
+
+    def forget_answers(self) -> None:
+        """Drop cached answers and the plans built on them (new measurements were stored)."""
+        self.answers.clear()
+        # After the answers: a plan made from an old answer goes to the old cache, read by nobody.
+        self.plan_cache = PlanCache()
+
+    def close(self) -> None:
+        """Close the databases this session opened in this process, and forget its answers and
+        verdicts (it can be used again: they reopen on demand)."""
+        with self.lock:
+            self.forget_answers()
+            self.verdicts.clear()
+            pid = os.getpid()
+            for opened in (self._stores.pop(pid, None), self._scratch.pop(pid, None)):
+                if opened is not None:
+                    opened.close()
+            self._stores.clear()
+            self._scratch.clear()
+            self._busy_warned = False
+
+    # The public functions, in this session ---------------------------------------------------
+
+    def matmul(self, a: Any, b: Any, backend: Any = None, **options: Any) -> Any:
+        """:func:`gemmzoo.matmul` in this session."""
+        from gemmzoo.dispatch import matmul
+
+        with self:
+            return matmul(a, b, backend, **options)
+
+    def best_backend(self, shape: Any, dtype: str = "float32", device: str | None = None,
+                     **options: Any) -> Any:
+        """:func:`gemmzoo.best_backend` in this session."""
+        from gemmzoo.tuning.select import best_backend
+
+        with self:
+            return best_backend(shape, dtype, device, **options)
+
+    def backends(self) -> list[Any]:
+        """Every backend this session sees, available or not, in a stable order."""
+        return self.registry.backends()
+
+    def get_backend(self, name: str) -> Any:
+        """The backend called ``name`` (an unknown name raises an error listing the known ones)."""
+        return self.registry.get(name)
+
+
+def current() -> Session:
+    """The current session: the innermost ``with Session(...)`` block's, else the default one."""
+    try:
+        return _current.get()
+    except LookupError:
+        return default()
+
+
+def default() -> Session:
+    """The default session, made from the environment on first use."""
+    if not _default:
+        with _default_lock:
+            if not _default:
+                _default.append(Session())
+    return _default[0]
+
+
+def replace_default(session: Session | None = None) -> Session:
+    """Make ``session`` (default: a new one read from the environment now) the default session,
+    closing the one it replaces; returns it."""
+    fresh = Session() if session is None else session
+    with _default_lock:
+        old = _default[:]
+        _default[:] = [fresh]
+    for session_before in old:
+        if session_before is not fresh:
+            session_before.close()
+    return fresh

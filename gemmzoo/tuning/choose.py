@@ -1,0 +1,150 @@
+"""Choosing a backend, as a pure function: :func:`choose`.
+
+``choose(problem, measurements, prior, policy)`` takes everything it decides on as values, in
+memory: the problem, the timings that rank the candidates (each candidate's stored row at the
+problem's shape, or rows carried from the nearest measured shape), the shipped prior's advice
+for a problem nothing ranks, and a :class:`RankPolicy` holding the rule's constants. It reads no
+database, imports no framework, runs no conformance suite and measures nothing: gathering the
+measurements, checking verdicts and probing backends is the first-answer step of
+:func:`gemmzoo.tuning.select.explain`, which hands the results in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemmzoo.measure import ties
+
+DEFAULT_ORDER = ("torch", "cupy", "numpy", "torch-cpu")
+WARM_SPEEDUP_MAX = 3.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is asked: ``shape = (M, N, K)``, the gemmzoo dtype and the device."""
+
+    shape: tuple[int, int, int]
+    dtype: str
+    device: str
+
+
+@dataclass(frozen=True)
+class RankPolicy:
+    """The constants of the ranking rule (see :mod:`gemmzoo.tuning.select`): what candidates are
+    ranked ``by`` (``"caller"`` or ``"device"`` time), the ``default_order`` that breaks ties and
+    orders unmeasured candidates, and ``warm_speedup_max``, how much faster than its L2-flushed
+    device time a GEMM may run in a loop whose operands stay in L2 (below the device time divided
+    by it, a host time bounds no loop)."""
+
+    by: str = "caller"
+    default_order: tuple[str, ...] = DEFAULT_ORDER
+    warm_speedup_max: float = WARM_SPEEDUP_MAX
+
+    def preference(self, name: str) -> tuple[int, str]:
+        """Position in :attr:`default_order`, then the name."""
+        order = self.default_order
+        return (order.index(name) if name in order else len(order)), name
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """What ranks the candidates: ``timings`` (one per measured candidate; a
+    :class:`gemmzoo.tuning.select.Timed`), ``rows`` the stored rows at the problem's own shape by
+    backend (empty where the timings come from another shape: the host-time rule reads them),
+    ``searches_over`` each candidate's declared :attr:`gemmzoo.Backend.searches_over`, ``native``
+    the candidates that compute on the caller's own arrays (``None``: no caller's arrays), and
+    ``broke`` those whose newest row at this shape is a failure."""
+
+    timings: tuple[Any, ...] = ()
+    rows: Mapping[str, Any] = field(default_factory=dict)
+    searches_over: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    native: Collection[str] | None = None
+    broke: Collection[str] = frozenset()
+
+
+Prior = Callable[[tuple[int, int, int], str, str], "str | None"]
+"""``prior(shape, dtype, device)``: the shipped prior's backend name for an unmeasured problem."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The choice: ``winner`` (``None`` when nothing measured ranks the candidates), the timings
+    fastest first, the names tied with the fastest, and ``order``: without a winner, the
+    candidates in the order to try them (the first that passed conformance is the answer)."""
+
+    winner: str | None
+    ranking: tuple[Any, ...] = ()
+    tied: tuple[str, ...] = ()
+    order: tuple[str, ...] = ()
+
+
+def rank(timings: Sequence[Any], order: Callable[[str], Any]) -> tuple[str, tuple[Any, ...], tuple[str, ...]]:
+    """The winner under the tie rule (:func:`gemmzoo.measure.ties.rank`), the timings fastest
+    first, and the names tied with the fastest; ``order`` orders the tied ones."""
+    ranking = ties.rank([t.estimate() for t in timings], order)
+    ordered = tuple(sorted(timings, key=lambda t: (t.median_s, t.backend)))
+    assert ranking.winner is not None, "rank needs at least one timing"
+    return ranking.winner, ordered, ranking.tied
+
+
+def tied_names(measurements: Measurements, policy: RankPolicy) -> tuple[str, ...]:
+    """The candidates tied with the fastest, before any tie order (those whose ``native`` the
+    caller must know to order them)."""
+    return rank(measurements.timings, policy.preference)[2]
+
+
+def tie_order(measurements: Measurements, policy: RankPolicy) -> Callable[[str], Any]:
+    """How backends tied in the ranking are ordered: ranked by caller time, those whose host time
+    also ties with the least host time among them first, where that host time can bound a loop of
+    calls whose operands stay in L2 (``policy.warm_speedup_max``); then those computing on the
+    caller's own arrays; then, at a measured shape, those no tied backend searches over; then the
+    policy's preference."""
+    rows, native = measurements.rows, measurements.native
+    light: set[str] | None = None
+    tied = tied_names(measurements, policy)
+    searched = {name for one in tied for name in measurements.searches_over.get(one, ()) if name != one} \
+        if rows else set()
+    if policy.by == "caller":
+        hosts = [rows[name] for name in tied if name in rows]
+        if len(tied) > 1 and len(hosts) == len(tied) and all(r.host_s is not None for r in hosts):
+            estimates = [ties.Estimate(r.backend, float(r.host_s), float(r.host_spread_s or 0.0) / 2)
+                         for r in hosts]
+            least = min(estimates, key=lambda e: e.median_s)
+            device = min(float(r.median_s) for r in hosts)
+            if least.median_s * policy.warm_speedup_max >= device:  # host time can bound a warm loop
+                light = {e.name for e in estimates if ties.tied(least, e)}
+
+    def order(name: str) -> tuple[bool, bool, bool, tuple[int, str]]:
+        return (light is not None and name not in light, native is not None and name not in native,
+                name in searched, policy.preference(name))
+
+    return order
+
+
+def choose(problem: Problem, candidates: Sequence[str], measurements: Measurements,
+           prior: Prior | None = None, policy: RankPolicy = RankPolicy()) -> Decision:
+    """The backend for ``problem`` among ``candidates`` (names), from ``measurements`` alone.
+
+    With timings, the fastest under the tie rule wins (:func:`tie_order` orders the tied). With
+    none, there is no winner and :attr:`Decision.order` lists ``candidates`` to try: those whose
+    newest row here is a failure last, those computing on the caller's own arrays first, then
+    ``prior``'s pick (``prior(shape, dtype, device)``; none by default; a prior that raises or
+    names no candidate counts as none), then the policy's preference.
+    """
+    if measurements.timings:
+        winner, ranking, tied = rank(measurements.timings, tie_order(measurements, policy))
+        return Decision(winner, ranking, tied)
+    pick = None
+    if prior is not None:
+        try:
+            pick = prior(problem.shape, problem.dtype, problem.device)
+        except Exception:  # a prior is advice: a broken one must not stop an answer
+            pick = None
+    native, broke = measurements.native, measurements.broke
+
+    def order(name: str) -> tuple[bool, bool, bool, tuple[int, str]]:
+        return name in broke, native is not None and name not in native, name != pick, policy.preference(name)
+
+    return Decision(None, order=tuple(sorted(candidates, key=order)))
