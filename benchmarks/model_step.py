@@ -303,9 +303,17 @@ def _dispatch(wanted: str) -> str:
 
 def _run(args: argparse.Namespace, config: Config, dtype_name: str, threads: str) -> int:
     import gemmzoo
-    from gemmzoo.tuning import state
 
     dispatch = _dispatch(args.dispatch)
+    # a session read from the environment set above (cache directory, dispatch switch): gemmzoo
+    # reads its configuration once per session, so one made earlier would not see them
+    with gemmzoo.Session() as session:
+        return _measure(args, config, dtype_name, threads, dispatch, session)
+
+
+def _measure(args: argparse.Namespace, config: Config, dtype_name: str, threads: str, dispatch: str,
+             session: Any) -> int:
+    import gemmzoo
 
     clock = Clock(args.device)
     model = build(config, device=args.device, dtype=DTYPES[dtype_name])
@@ -326,7 +334,7 @@ def _run(args: argparse.Namespace, config: Config, dtype_name: str, threads: str
         "first_step_s": first_s, "untuned": phase("untuned", model, tokens, targets, clock, args)}
     if not args.no_tune:
         results["tune"] = run_tune(args.tune_arg)
-        state.forget_answers()  # the stored choices are read afresh, as by a new process
+        session.forget_answers()  # the stored choices are read afresh, as by a new process
         results["tuned"] = phase("after gemmzoo tune --recorded", model, tokens, targets, clock, args)
 
     last = results.get("tuned", results["untuned"])
