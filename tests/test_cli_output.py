@@ -51,7 +51,7 @@ def runs(tmp_path_factory):
 
 
 COMMANDS = {
-    "list": (("list",), {}),
+    "list": (("list", "-v"), {}),
     "check": (("check", "numpy", "--dtype", "float32"), LIGHT),
     "bench": (("bench", "--shape", "24x16x8", "--shape", "9x7x5", "--budget", "0.01"), LIGHT),
     "grids": (("bench", "--list-grids"), LIGHT),

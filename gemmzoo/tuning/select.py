@@ -133,8 +133,9 @@ class Timed:
 
 @dataclass(frozen=True)
 class Choice:
-    """An answer and why: ``source`` is ``"database"``, ``"measured now"``, ``"nearest shape"``
-    or ``"default"``; ``basis`` the shape whose measurements decided; ``ranking`` fastest first;
+    """An answer and why: ``source`` is ``"database"``, ``"measured now"``, ``"nearest shape"``,
+    ``"prior"`` (:mod:`gemmzoo.tuning.prior`) or ``"default"``;
+    ``basis`` the shape whose measurements decided; ``ranking`` fastest first;
     ``tied`` the backends within noise of the fastest (the chosen one among them)."""
 
     backend: Any
@@ -367,7 +368,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             measure: bool | None = None, layout: str = "NN",
             native: Callable[[Any], bool] | None = None, accuracy: str = COMPONENTWISE,
             by: str = "caller", store: TuningStore | None = None,
-            reachable: Callable[[Any], bool] | None = None) -> Choice:
+            reachable: Callable[[Any], bool] | None = None, library: str | None = None) -> Choice:
     """Answer ``best_backend``'s question the slow way, and say why (no in-memory cache).
 
     ``native(backend)`` says whether a backend computes on the caller's own arrays; when nothing
@@ -376,6 +377,8 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
     database to answer from (default: this process's, :func:`gemmzoo.tuning.state.store`).
     ``reachable(backend)`` says whether the caller's arrays reach a backend without host copies:
     one that they do not is never the answer (asked of the winner only, then of the next).
+    ``library`` names the caller's array library, for the shipped prior (:mod:`gemmzoo.tuning.prior`),
+    which answers a problem with nothing measured on this device before any other backend is probed.
     """
     m, n, k = shape = _shape(shape)
     dtype = dtype_name(dtype)
@@ -386,6 +389,10 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
     measuring = measuring_enabled(measure) and min(shape) > 0  # an empty product has nothing to time
     # the caller's own work comes next: no idle worker thread is kept past the answer (see watchdog)
     with state.lock, watchdog.idle_workers_ended():
+        routed = None if measuring or device is None else _prior_choice(
+            shape, dtype, device, layout, library, accuracy, store, native, reachable)
+        if routed is not None:
+            return routed
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
         store = state.store() if store is None else store
         conforming, unchecked = [], []
@@ -456,6 +463,54 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         winner, ranking, tied = rank(timings, _tie_order(timings, latest if basis == shape else {}, by,
                                                          native, by_name))
         return Choice(by_name[winner], shape, dtype, device, source, basis, ranking, tied, note, excluded)
+
+
+def _prior_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str,
+                  library: str | None, accuracy: str, store: TuningStore | None,
+                  native: Callable[[Any], bool] | None,
+                  reachable: Callable[[Any], bool] | None) -> Choice | None:
+    """The shipped prior's answer when nothing is measured at or near this problem on this device,
+    checked for availability and conformance (its suite runs first if it has no verdict here); else
+    ``None``. Only the routed backend is probed: a caller pays for no other framework."""
+    from gemmzoo.tuning import prior
+
+    named = set(env_list("GEMMZOO_BACKENDS"))
+    registry = get_registry()
+    declared = {b.name: b for b in registry.select(None)
+                if b.device == device and dtype in b.dtypes and accepts(accuracy, accuracy_of(b))
+                and (getattr(b, "selectable", True) or b.name in named)}
+    routes = {name: getattr(b, "prior_routes", ()) or () for name, b in declared.items()}
+    name = prior.route(shape, dtype, layout, device, device_arch(device), library, routes)
+    if name is None:
+        return None
+    store = state.store() if store is None else store
+    versions = {name: library_versions(name, registry) for name in declared}
+    fingerprint = device_fingerprint(device)
+    if _latest(store.records(fingerprint, dtype, layout, shape), versions) or _nearest(
+            store, fingerprint, dtype, layout, versions, shape, "caller", device) is not None:
+        return None  # a measured answer replaces the prior
+    backend = declared[name]
+    if state.unavailable_reason(backend) is not None:
+        return None
+    if (native is not None and not native(backend)) or (reachable is not None and not reachable(backend)):
+        return None
+    if not conformance_verdict(store, backend, dtype, run=True):
+        return None
+    return Choice(backend, shape, dtype, device, "prior", None, (), (name,),
+                  "nothing measured on this device; the shipped prior's route (passed conformance here)")
+
+
+def device_arch(device: str) -> str:
+    """The architecture the prior's routes are keyed by: ``sm_XY`` for a CUDA device, else the
+    host's machine name (``x86_64``, ``aarch64``)."""
+    if device == "cuda":
+        from gemmzoo.device import cuda_properties
+
+        capability = str(cuda_properties().get("capability", ""))
+        return "sm_" + capability.replace(".", "") if capability else "sm_unknown"
+    import platform
+
+    return platform.machine()
 
 
 UNREACHABLE = ("computes on arrays gemmzoo.matmul cannot hand it without copying both ways through "
@@ -592,7 +647,7 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
         try:
             with patience(LOCK_PATIENCE_S):
                 choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
-                                 accuracy=accuracy, by=by, reachable=reachable)
+                                 accuracy=accuracy, by=by, reachable=reachable, library=library)
         except TuningStoreBusyError as error:
             state.warn_busy(str(error))
             choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
