@@ -72,6 +72,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -396,6 +397,11 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
         store = state.store() if store is None else store
         conforming, unchecked = [], []
+        pending = [b.name for b in candidates if measuring and not _compiles(b)
+                   and conformance_verdict(store, b, dtype, run=False) is None]
+        if pending:
+            announce(f"measuring {m}x{n}x{k} {dtype} on {device}: the conformance suite of "
+                     f"{', '.join(pending)} first (once on this machine), then timings")
         for backend in candidates:
             verdict = conformance_verdict(store, backend, dtype, run=measuring and not _compiles(backend))
             if verdict is False:
@@ -427,6 +433,9 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             excluded[backend.name] = (f"compiles each new problem: not measured for a first answer "
                                       f"(gemmzoo tune --shape {m}x{n}x{k} measures it)")
         if measuring and missing:
+            if not pending:
+                announce(f"measuring {m}x{n}x{k} {dtype} on {device}: "
+                         f"{', '.join(b.name for b in missing)} (stored for next time)")
             point = GridPoint(m, n, k, dtype, layout)
             budget = MISS_BUDGET_S / len(missing)
             fresh = measure_records(missing, point, budget, verify=m * n * k <= VERIFY_LIMIT)
@@ -494,10 +503,24 @@ def _prior_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: 
         return None
     if (native is not None and not native(backend)) or (reachable is not None and not reachable(backend)):
         return None
-    if not conformance_verdict(store, backend, dtype, run=True):
+    if not _checked_before_use(store, backend, dtype):
         return None
     return Choice(backend, shape, dtype, device, "prior", None, (), (name,),
                   "nothing measured on this device; the shipped prior's route (passed conformance here)")
+
+
+def announce(what: str) -> None:
+    """One line on stderr as gemmzoo starts to measure or check something a caller waits for."""
+    print(f"gemmzoo: {what}", file=sys.stderr, flush=True)
+
+
+def _checked_before_use(store: TuningStore, backend: Any, dtype: str) -> bool:
+    """Whether ``backend`` passed conformance for ``dtype`` here, running its suite first (said on
+    stderr) when it has no verdict yet."""
+    if conformance_verdict(store, backend, dtype, run=False) is None:
+        announce(f"running the conformance suite of {backend.name} for {dtype} before its first use "
+                 "(once on this machine)")
+    return bool(conformance_verdict(store, backend, dtype, run=True))
 
 
 def device_arch(device: str) -> str:
@@ -581,7 +604,7 @@ def _default(store: Any, backends: list[Any], dtype: str, native: Callable[[Any]
         if reachable is not None and not reachable(backend):
             excluded[backend.name] = UNREACHABLE
             continue
-        if conformance_verdict(store, backend, dtype, run=True):
+        if _checked_before_use(store, backend, dtype):
             if backend.name not in broke:
                 excluded.pop(backend.name, None)
             return backend
