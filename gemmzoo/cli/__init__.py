@@ -60,13 +60,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     if argv is not None:
         return _main(argv)
+    import signal
+
+    pressed: list[bool] = []
+
+    def on_interrupt(_signum: int, _frame: object) -> None:
+        # remembered as well as raised: a KeyboardInterrupt that lands in a finalizer or a
+        # callback is printed and dropped by Python, and the command would finish as if not asked
+        pressed.append(True)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_interrupt)
     code = INTERRUPTED
     try:
         code = _main(None)
     except KeyboardInterrupt:
         code = INTERRUPTED
     finally:
-        if code == INTERRUPTED:
+        if code == INTERRUPTED or pressed:
             _end_interrupted()
     return code
 
