@@ -27,9 +27,8 @@ def _interrupted(tmp_path, args: list[str], after_s: float) -> tuple[subprocess.
     return subprocess.CompletedProcess(args, process.returncode, out, err), running
 
 
-@pytest.mark.parametrize("after_s", [4.0, 8.0])
-def test_ctrl_c_during_check_of_jax_exits_130(tmp_path, after_s):
-    done, running = _interrupted(tmp_path, ["check", "jax"], after_s)
+def test_ctrl_c_during_check_of_jax_exits_130(tmp_path):
+    done, running = _interrupted(tmp_path, ["check", "jax"], 6.0)
     if not running:
         pytest.skip("the check ended before it was interrupted")
     assert done.returncode == 130, done.stderr
