@@ -166,3 +166,20 @@ def test_the_torch_backend_is_the_callers_torch_matmul_bit_for_bit(dtype, allowe
         assert getattr(settings, name) is allowed
     finally:
         setattr(settings, name, saved)
+
+
+def test_list_at_80_columns_shows_availability(tmp_path):
+    """A long dtypes list (torch declares fp8 until it is loaded) gives way to the available column."""
+    from fake_distributions import run_gemmzoo
+
+    result = run_gemmzoo(tmp_path, "list", COLUMNS="80", TTY_COMPATIBLE="1", NO_COLOR="1",
+                         GEMMZOO_CACHE_DIR=str(tmp_path / "cache"))
+    assert result.returncode == 0, result.stderr
+    import re
+
+    lines = [line.rstrip() for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", result.stdout).splitlines()]
+    header = next(line for line in lines if line.split()[:2] == ["backend", "device"])
+    assert "available" in header.split()
+    numpy_row = next(line for line in lines if line.startswith("numpy "))
+    assert numpy_row.split()[-1] == "yes"
+    assert all(len(line) <= 80 for line in lines)

@@ -18,7 +18,7 @@ from gemmzoo.registry import get_registry, unavailable_reason
 COLUMNS = (
     Column("backend", "backend"),
     Column("device", "device"),
-    Column("dtypes", "dtypes"),
+    Column("dtypes", "dtypes", drop=1),  # left out first where a long list leaves no room for the rest
     Column("available", "available", text=True),
     Column("plugin", "plugin (distribution)", compact=False),
     Column("accuracy", "accuracy", compact=False),
@@ -36,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-NOT_PROBED = "installed (gemmzoo list -v asks whether it runs here)"
+NOT_PROBED = "installed"
+NOT_PROBED_NOTE = ("installed: its framework is installed and was not imported to ask whether the backend "
+                   "runs here; gemmzoo list -v asks every backend")
 
 
 def _availability(backend: Any, probe: bool) -> tuple[bool | None, str | None]:
@@ -115,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             row["available"] = _short(row["available"], shared, room)
         listing.notes += [f"{mark} {reason}" for reason, mark in shared.items()]
+    if any(row["available"] == NOT_PROBED for row in rows):
+        listing.notes.append(NOT_PROBED_NOTE)
     listing.styles["available"] = lambda cell: ("green" if cell == "yes" else
                                                 "dim" if cell == NOT_PROBED else "yellow")
     emit(listing, "table", args.wide)
