@@ -2,6 +2,9 @@
 
 import sys
 
-from gemmzoo.cli import main
+try:
+    from gemmzoo.cli import main
+except KeyboardInterrupt:  # Ctrl-C while gemmzoo loads: interrupted, as during a command
+    sys.exit(130)
 
 sys.exit(main())

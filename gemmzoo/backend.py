@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -185,6 +185,15 @@ class Backend:
         """The backend ``gemmzoo tune`` measures in this one's place: itself, unless measuring
         it should first search harder than a call does (an autotuned kernel's ``full`` mode)."""
         return self
+    #: Top-level modules this backend imports to run (``("torch",)``): ``gemmzoo list`` says a
+    #: backend whose module is not installed is unavailable without importing anything, and leaves
+    #: asking a backend whose modules are installed but not yet imported to ``gemmzoo list -v``.
+    requires: tuple[str, ...] = ()
+    #: The shipped prior's routes to this backend (:mod:`gemmzoo.tuning.prior`): mappings of
+    #: problem traits (device, the caller's array library, dtypes, architecture, misaligned rows)
+    #: under which it answers a problem that nothing is measured for yet. Never a verdict: the
+    #: backend's suite still runs before its first use, and measurements replace the route.
+    prior_routes: tuple[Mapping[str, Any], ...] = ()
 
     def unavailable_reason(self) -> str | None:
         """``None`` when usable here; otherwise one line saying why not."""
@@ -284,6 +293,8 @@ OPTIONAL_MEMBERS: dict[str, Any] = {
     "stream_ordered": Backend.stream_ordered,
     "accuracy": Backend.accuracy,
     "classes": Backend.classes,
+    "requires": Backend.requires,
+    "prior_routes": Backend.prior_routes,
     "for_tuning": None,
 }
 

@@ -24,7 +24,7 @@ Every benchmark's ``extra_info`` has device, host and caller time per call (see
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -49,6 +49,12 @@ DEVICE_CLOCK = DeviceClock()
 """The process's device clock; every CUDA benchmark param names it as its timer."""
 
 MAX_ROUNDS = 100_000
+#: Wall-clock benchmarks (the CPU): a round lasts at least this long, and there are at most
+#: :data:`MAX_CPU_ROUNDS` of them, so that a result file stays small.
+CPU_ROUND_S = 0.002
+MAX_CPU_ROUNDS = 500
+#: Calls made to size a wall-clock benchmark's rounds, at most.
+MAX_CALIBRATION_CALLS = 10_000
 #: Rounds before the timed ones: at least this many, and at least ``WARMUP_S`` of GEMMs.
 WARMUP_ROUNDS = 2
 #: ... and at most this many (a GEMM whose device time reads 0 would never warm up otherwise).
@@ -176,8 +182,10 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
             backend.synchronize()
             return result
 
-        benchmark(target)
-        timing = "wall clock around each call (pytest-benchmark's timer)"
+        iterations, rounds = _cpu_rounds(target)
+        benchmark.pedantic(target, rounds=rounds, iterations=iterations, warmup_rounds=1)
+        timing = (f"wall clock around rounds of {iterations} calls (pytest-benchmark's timer), "
+                  "per call")
         median = _median(benchmark)
     info = extra_info(backend, point, checked.error_ratio, checked.rel_error, median, timing, host)
     info.update(extra)
@@ -187,6 +195,22 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
         info["gpu"] = gpu_state()
     benchmark.extra_info.update(info)
     return info
+
+
+def _cpu_rounds(target: Callable[[], Any]) -> tuple[int, int]:
+    """(iterations per round, rounds) for a benchmark timed by the wall clock: rounds of at least
+    :data:`CPU_ROUND_S`, as many as ``--benchmark-max-time`` allows up to :data:`MAX_CPU_ROUNDS`
+    (pytest-benchmark keeps every round's time in its JSON file: a fast GEMM calibrated call by
+    call would leave hundreds of thousands of them)."""
+    start = time.perf_counter()
+    calls = 0
+    while calls < 3 or (time.perf_counter() - start < CPU_ROUND_S and calls < MAX_CALIBRATION_CALLS):
+        target()
+        calls += 1
+    per_call = max((time.perf_counter() - start) / calls, 1e-9)
+    iterations = max(1, int(CPU_ROUND_S / per_call))
+    rounds = int(SETTINGS["max_time"] / (per_call * iterations))
+    return iterations, max(int(SETTINGS["min_rounds"]), min(MAX_CPU_ROUNDS, rounds))
 
 
 def _median(benchmark: Any) -> float | None:

@@ -16,7 +16,7 @@ def nowhere(tmp_path):
 
 
 def test_list_shows_cpu_backends_available_and_cuda_torch_with_a_reason(nowhere):
-    result = run_gemmzoo(nowhere, "list", "--plain")
+    result = run_gemmzoo(nowhere, "list", "--plain", "-v")
     assert result.returncode == 0, result.stderr
     rows = {line.split("\t")[0]: line.split("\t") for line in result.stdout.splitlines()}
     assert rows["numpy"][1:4] == ["cpu", "float16,float32,float64,float8_e4m3fn", "yes"]

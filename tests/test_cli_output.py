@@ -51,7 +51,7 @@ def runs(tmp_path_factory):
 
 
 COMMANDS = {
-    "list": (("list",), {}),
+    "list": (("list", "-v"), {}),
     "check": (("check", "numpy", "--dtype", "float32"), LIGHT),
     "bench": (("bench", "--shape", "24x16x8", "--shape", "9x7x5", "--budget", "0.01"), LIGHT),
     "grids": (("bench", "--list-grids"), LIGHT),
@@ -239,3 +239,28 @@ def test_gpu_bench_rows_fit_and_say_what_was_left_out(columns, wide):
         assert "TFLOPS" in header and "left out" not in lines[0]  # the compact table loses nothing
     if wide:
         assert "device us" in header or "left out to fit" in "".join(lines[:2])
+
+
+def test_compare_at_80_columns_cuts_no_shape_name_or_verdict(site, tmp_path):
+    """Long shapes, and cells with flags: every shape, backend and verdict whole, the shared
+    dtype and layout said once in the title."""
+    files = []
+    for number in range(2):
+        path = tmp_path / f"wide{number}.json"
+        result = run_gemmzoo(tmp_path, "bench", "--shape", "1280x1024x16", "--shape", "9x7x5", "--budget",
+                             "0.01", "--json", str(path), **LIGHT)
+        assert result.returncode == 0, result.stdout + result.stderr
+        files.append(str(path))
+    result, lines = terminal(site, 80, "compare", *files, "--all", **LIGHT)
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    boxed = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert boxed and all(len(line) <= 80 for line in boxed), lines
+    text = "\n".join(lines)
+    assert "…" not in text
+    assert "(float32, NN)" in text
+    table = [line for line in lines if line.startswith("│")]
+    for shape in ("1280x1024x16", "9x7x5"):
+        assert any(f"│ {shape} " in line for line in table), text
+    assert sum("│ numpy " in line for line in table) == 2
+    verdicts = re.findall(r"x[0-9.]+ (SAME|FASTER|SLOWER|AMBIGUOUS)", text)
+    assert len(verdicts) == 2, text

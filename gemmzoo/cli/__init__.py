@@ -60,10 +60,56 @@ def _session(args: argparse.Namespace) -> Session:
     return found if found.config == config else Session(config)
 
 
+INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status: 0 all good; 1 a failure, WRONG, ERROR,
     TIMEOUT or confident regression; 2 bad usage or input (gemmzoo's own errors included); 130
-    interrupted (commands that measure write their results so far first)."""
+    interrupted (commands that measure write their results so far first).
+
+    Run as the program (``argv`` None), an interrupted command ends the process at once with 130
+    after its output is flushed: the interpreter's teardown would run the C++ destructors of
+    frameworks whose worker threads may still be inside them (JAX's), which aborts the process.
+    """
+    if argv is not None:
+        return _main(argv)
+    import signal
+
+    pressed: list[bool] = []
+
+    def on_interrupt(_signum: int, _frame: object) -> None:
+        # remembered as well as raised: a KeyboardInterrupt that lands in a finalizer or a
+        # callback is printed and dropped by Python, and the command would finish as if not asked
+        pressed.append(True)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    code = INTERRUPTED
+    try:
+        code = _main(None)
+    except KeyboardInterrupt:
+        code = INTERRUPTED
+    finally:
+        if code == INTERRUPTED or pressed:
+            _end_interrupted()
+    return code
+
+
+def _end_interrupted() -> None:
+    """Flush what was written and end the process with 130, a second Ctrl-C ignored meanwhile."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed pipe: nothing more can be said to it
+            pass
+    os._exit(INTERRUPTED)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(join_dashed_values(sys.argv[1:] if argv is None else argv))
     except SystemExit as done:  # bad usage (2), or --help / --version (0): returned, as every status is
@@ -78,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.handler(args) or 0)
     except KeyboardInterrupt:
         errors.print(f"gemmzoo {args.command}: interrupted", style="yellow", markup=False)
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:  # the reader stopped reading (| head): nothing more to say to it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
         return 0

@@ -103,19 +103,46 @@ def _plain(rows: list[Row], count: int) -> str:
 
 
 def _table(rows: list[Row], count: int, threshold: float) -> Table:
-    table = Table(title="gemmzoo compare: median time ±half its IQR; xR = speed relative to the baseline",
+    """The table: a dtype or layout that every row shares is said once in the title, and each run's
+    cell holds its time on one line and its ratio and verdict on the next, so that at 80 columns
+    no shape, name or verdict is cut (the name columns never shrink below their longest value)."""
+    said = {key: values.pop() for key in ("dtype", "layout")
+            if len(values := {getattr(row.point, key) for row in rows}) == 1}
+    title = "gemmzoo compare: median time ±half its IQR; xR = speed relative to the baseline"
+    if said:
+        title += f" ({', '.join(said.values())})"
+    table = Table(title=title,
                   caption=f"SAME: within {threshold:g}% or within both runs' noise; SLOWER/FASTER: beyond "
                           f"{threshold:g}% even between the IQR bands' nearest edges; AMBIGUOUS: the "
                           "runs' noise cannot tell")
-    for column in ("MxNxK", "dtype", "layout", "backend"):
-        table.add_column(column, no_wrap=True)
+    names = [f"{row.point.m}x{row.point.n}x{row.point.k}" for row in rows]
+    keys = [key for key in ("dtype", "layout") if key not in said]
+    columns = [("MxNxK", names), *((key, [getattr(row.point, key) for row in rows]) for key in keys),
+               ("backend", [row.backend for row in rows])]
+    for head, values in columns:
+        table.add_column(head, no_wrap=True, min_width=max(len(head), *map(len, values)))
+    cells = [[_cell(row, n) for n in range(count)] for row in rows]
     for number in range(count):
-        table.add_column("baseline" if number == 0 else f"run {number}", justify="right", no_wrap=True)
-    for row in rows:
-        p = row.point
-        cells = [Text(*_cell(row, n)) for n in range(count)]
-        table.add_row(f"{p.m}x{p.n}x{p.k}", p.dtype, p.layout, Text(row.backend), *cells)
+        texts = [cell[number][0] for cell in cells]
+        lines = [line for text in _two_lines(texts, number) for line in text.split("\n")]
+        table.add_column("baseline" if number == 0 else f"run {number}", justify="right",
+                         min_width=max(len(word) for line in lines for word in line.split()))
+    for row, name, row_cells in zip(rows, names, cells, strict=True):
+        texts = [Text(text, style) for text, style in
+                 zip(_two_lines([text for text, _ in row_cells], None), (st for _, st in row_cells),
+                     strict=True)]
+        table.add_row(name, *(getattr(row.point, key) for key in keys), Text(row.backend), *texts)
     return table
+
+
+def _two_lines(texts: list[str], number: int | None) -> list[str]:
+    """Run cells with the ratio and verdict on a line of their own (the baseline's stay one line)."""
+    out = []
+    for index, text in enumerate(texts):
+        first = number == 0 if number is not None else index == 0
+        head, sep, tail = text.partition(" x")
+        out.append(text if first or not sep else f"{head}\nx{tail}")
+    return out
 
 
 def _examples(missing: list[Row], runs: list) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from typing import Any
 
 from gemmzoo.accuracy import accuracy_of
+from gemmzoo.backend import declared
 from gemmzoo.cli.console import console
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.dtypes import DTYPES
@@ -18,7 +20,7 @@ from gemmzoo.session import current
 COLUMNS = (
     Column("backend", "backend"),
     Column("device", "device"),
-    Column("dtypes", "dtypes"),
+    Column("dtypes", "dtypes", drop=1),  # left out first where a long list leaves no room for the rest
     Column("available", "available", text=True),
     Column("plugin", "plugin (distribution)", compact=False),
     Column("accuracy", "accuracy", compact=False),
@@ -30,8 +32,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format_arguments(parser)
     parser.add_argument(
         "-v", "--verbose", action="store_true",
-        help="also print the traceback of each plugin that raised (to stderr unless --format table)",
+        help="ask every backend whether it runs here, importing its framework (without -v a backend "
+             "whose framework is installed but not imported yet is listed as installed), and print the "
+             "traceback of each plugin that raised (to stderr unless --format table)",
     )
+
+
+NOT_PROBED = "installed"
+NOT_PROBED_NOTE = ("installed: its framework is installed and was not imported to ask whether the backend "
+                   "runs here; gemmzoo list -v asks every backend")
+
+
+def _availability(backend: Any, probe: bool) -> tuple[bool | None, str | None]:
+    """(available, reason): asked of the backend when ``probe`` is on or asking is cheap (a module
+    it requires is missing, or all of them are imported already); else ``(None, NOT_PROBED)``."""
+    try:
+        required = tuple(declared(backend, "requires") or ())
+        cheap = probe or not required or any(importlib.util.find_spec(m) is None for m in required) \
+            or all(m in sys.modules for m in required)
+    except Exception:  # a malformed declaration: ask the backend, which says what is wrong
+        cheap = True
+    if not cheap:
+        return None, NOT_PROBED
+    reason = unavailable_reason(backend)  # guarded: a broken plugin is a reason, not a crash
+    return reason is None, None if reason is None else " ".join(reason.split())  # one line, no tabs
 
 
 def _print_tracebacks(registry: Any, plain: bool) -> None:
@@ -59,16 +83,15 @@ def run(args: argparse.Namespace) -> int:
     registry = current().registry
     rows, records = [], []
     for backend in registry.backends():
-        reason = unavailable_reason(backend)  # guarded: a broken plugin is a reason, not a crash
+        available, reason = _availability(backend, args.verbose)
         provider = registry.provider(backend.name)
         dist = f"{provider.distribution} {provider.version}" if provider.distribution else "-"
         dtypes = [d for d in DTYPES if d in backend.dtypes]
-        available = "yes" if reason is None else "no: " + " ".join(reason.split())  # one line, no tabs
+        shown = "yes" if available else (reason if available is None else f"no: {reason}")
         rows.append({"backend": backend.name, "device": backend.device, "dtypes": ",".join(dtypes),
-                     "available": available, "plugin": f"{provider.name} ({dist})",
+                     "available": shown, "plugin": f"{provider.name} ({dist})",
                      "accuracy": str(accuracy_of(backend))})
-        records.append({**rows[-1], "dtypes": dtypes, "available": reason is None,
-                        "reason": None if reason is None else " ".join(reason.split())})
+        records.append({**rows[-1], "dtypes": dtypes, "available": available, "reason": reason})
     failures = [(f.plugin.describe(), f.error) for f in registry.failures]
     listing = Listing("gemmzoo backends", COLUMNS, rows, records)
     if args.format == "json":
@@ -96,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             row["available"] = _short(row["available"], shared, room)
         listing.notes += [f"{mark} {reason}" for reason, mark in shared.items()]
-    listing.styles["available"] = lambda cell: "green" if cell == "yes" else "yellow"
+    if any(row["available"] == NOT_PROBED for row in rows):
+        listing.notes.append(NOT_PROBED_NOTE)
+    listing.styles["available"] = lambda cell: ("green" if cell == "yes" else
+                                                "dim" if cell == NOT_PROBED else "yellow")
     emit(listing, "table", args.wide)
     if failures:
         emit(Listing("plugins that failed to load", (Column("plugin", "plugin"),

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gemmzoo.backend import declared
 from gemmzoo.grids import GridPoint
 
 #: Results with more elements than this (M·N) are not judged one by one while timing, unless
@@ -44,7 +45,7 @@ BASELINES = {"cuda": ("torch", "cupy"), "cpu": ("torch-cpu", "numpy")}
 def compiles(backend: Any) -> bool:
     """Whether ``backend`` compiles each new problem; one whose attribute cannot be read does not."""
     try:
-        return getattr(backend, "compiles_per_problem", False) is True
+        return declared(backend, "compiles_per_problem") is True
     except Exception:
         return False
 
@@ -82,7 +83,7 @@ def narrowed(backends: Sequence[Any], include_compiling: bool, named: bool,
 
     available = [b for b in backends if state.unavailable_reason(b) is None]
     compiling = [] if include_compiling else [b for b in available if compiles(b)]
-    baselines = [b for b in available if getattr(b, "selectable", True) is False and b not in compiling]
+    baselines = [b for b in available if declared(b, "selectable") is False and b not in compiling]
     far = [b for b in available if b not in compiling and b not in baselines
            and native_kind(b, min(b.dtypes)) is None]
     for group, why in ((compiling, "they compile each new problem, seconds each; --include-compiling or "

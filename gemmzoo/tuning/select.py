@@ -73,6 +73,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,8 +134,9 @@ class Timed:
 
 @dataclass(frozen=True)
 class Choice:
-    """An answer and why: ``source`` is ``"database"``, ``"measured now"``, ``"nearest shape"``
-    or ``"default"``; ``basis`` the shape whose measurements decided; ``ranking`` fastest first;
+    """An answer and why: ``source`` is ``"database"``, ``"measured now"``, ``"nearest shape"``,
+    ``"prior"`` (:mod:`gemmzoo.tuning.prior`) or ``"default"``;
+    ``basis`` the shape whose measurements decided; ``ranking`` fastest first;
     ``tied`` the backends within noise of the fastest (the chosen one among them)."""
 
     backend: Any
@@ -350,7 +352,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             measure: bool | None = None, layout: str = "NN",
             native: Callable[[Any], bool] | None = None, accuracy: str = COMPONENTWISE,
             by: str = "caller", store: TuningStore | None = None,
-            reachable: Callable[[Any], bool] | None = None) -> Choice:
+            reachable: Callable[[Any], bool] | None = None, library: str | None = None) -> Choice:
     """Answer ``best_backend``'s question the slow way, and say why (no in-memory cache).
 
     ``native(backend)`` says whether a backend computes on the caller's own arrays; when nothing
@@ -359,6 +361,8 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
     database to answer from (default: this process's, :func:`gemmzoo.tuning.state.store`).
     ``reachable(backend)`` says whether the caller's arrays reach a backend without host copies:
     one that they do not is never the answer (asked of the winner only, then of the next).
+    ``library`` names the caller's array library, for the shipped prior (:mod:`gemmzoo.tuning.prior`),
+    which answers a problem with nothing measured on this device before any other backend is probed.
     """
     m, n, k = shape = _shape(shape)
     dtype = dtype_name(dtype)
@@ -370,9 +374,18 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
     # the caller's own work comes next: no idle worker thread is kept past the answer (see watchdog)
     session = current()
     with session.lock, watchdog.idle_workers_ended():
+        routed = None if measuring or device is None else _prior_choice(
+            shape, dtype, device, layout, library, accuracy, store, native, reachable)
+        if routed is not None:
+            return routed
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
         store = session.store() if store is None else store
         conforming, unchecked = [], []
+        pending = [b.name for b in candidates if measuring and not _compiles(b)
+                   and conformance_verdict(store, b, dtype, run=False) is None]
+        if pending:
+            announce(f"measuring {m}x{n}x{k} {dtype} on {device}: the conformance suite of "
+                     f"{', '.join(pending)} first (once on this machine), then timings")
         for backend in candidates:
             verdict = conformance_verdict(store, backend, dtype, run=measuring and not _compiles(backend))
             if verdict is False:
@@ -404,6 +417,9 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             excluded[backend.name] = (f"compiles each new problem: not measured for a first answer "
                                       f"(gemmzoo tune --shape {m}x{n}x{k} measures it)")
         if measuring and missing:
+            if not pending:
+                announce(f"measuring {m}x{n}x{k} {dtype} on {device}: "
+                         f"{', '.join(b.name for b in missing)} (stored for next time)")
             point = GridPoint(m, n, k, dtype, layout)
             budget = MISS_BUDGET_S / len(missing)
             fresh = measure_records(missing, point, budget, verify=m * n * k <= VERIFY_LIMIT)
@@ -453,6 +469,69 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                       decision.tied, note, excluded)
 
 
+def _prior_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str,
+                  library: str | None, accuracy: str, store: TuningStore | None,
+                  native: Callable[[Any], bool] | None,
+                  reachable: Callable[[Any], bool] | None) -> Choice | None:
+    """The shipped prior's answer when nothing is measured at or near this problem on this device,
+    checked for availability and conformance (its suite runs first if it has no verdict here); else
+    ``None``. Only the routed backend is probed: a caller pays for no other framework."""
+    from gemmzoo.tuning import prior
+
+    session = current()
+    named = set(session.config.backends)
+    registry = session.registry
+    offered = {b.name: b for b in registry.select(None)
+               if b.device == device and dtype in b.dtypes and accepts(accuracy, accuracy_of(b))
+               and (declared(b, "selectable") or b.name in named)}
+    routes = {name: declared(b, "prior_routes") or () for name, b in offered.items()}
+    name = prior.route(shape, dtype, layout, device, device_arch(device), library, routes)
+    if name is None:
+        return None
+    store = session.store() if store is None else store
+    versions = {name: library_versions(name, registry) for name in offered}
+    fingerprint = device_fingerprint(device)
+    if _latest(store.records(fingerprint, dtype, layout, shape), versions) or _nearest(
+            store, fingerprint, dtype, layout, versions, shape, "caller", device) is not None:
+        return None  # a measured answer replaces the prior
+    backend = offered[name]
+    if unavailable_reason(backend) is not None:
+        return None
+    if (native is not None and not native(backend)) or (reachable is not None and not reachable(backend)):
+        return None
+    if not _checked_before_use(store, backend, dtype):
+        return None
+    return Choice(backend, shape, dtype, device, "prior", None, (), (name,),
+                  "nothing measured on this device; the shipped prior's route (passed conformance here)")
+
+
+def announce(what: str) -> None:
+    """One line on stderr as gemmzoo starts to measure or check something a caller waits for."""
+    print(f"gemmzoo: {what}", file=sys.stderr, flush=True)
+
+
+def _checked_before_use(store: TuningStore, backend: Any, dtype: str) -> bool:
+    """Whether ``backend`` passed conformance for ``dtype`` here, running its suite first (said on
+    stderr) when it has no verdict yet."""
+    if conformance_verdict(store, backend, dtype, run=False) is None:
+        announce(f"running the conformance suite of {backend.name} for {dtype} before its first use "
+                 "(once on this machine)")
+    return bool(conformance_verdict(store, backend, dtype, run=True))
+
+
+def device_arch(device: str) -> str:
+    """The architecture the prior's routes are keyed by: ``sm_XY`` for a CUDA device, else the
+    host's machine name (``x86_64``, ``aarch64``)."""
+    if device == "cuda":
+        from gemmzoo.device import cuda_properties
+
+        capability = str(cuda_properties().get("capability", ""))
+        return "sm_" + capability.replace(".", "") if capability else "sm_unknown"
+    import platform
+
+    return platform.machine()
+
+
 UNREACHABLE = ("computes on arrays gemmzoo.matmul cannot hand it without copying both ways through "
                "the host: used only when named (backend=...)")
 
@@ -484,7 +563,7 @@ def _default(store: Any, order: list[Any], dtype: str, excluded: dict[str, str],
         if reachable is not None and not reachable(backend):
             excluded[backend.name] = UNREACHABLE
             continue
-        if conformance_verdict(store, backend, dtype, run=True):
+        if _checked_before_use(store, backend, dtype):
             if backend.name not in broke:
                 excluded.pop(backend.name, None)
             return backend
@@ -566,7 +645,7 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
         try:
             with patience(LOCK_PATIENCE_S):
                 choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
-                                 accuracy=accuracy, by=by, reachable=reachable)
+                                 accuracy=accuracy, by=by, reachable=reachable, library=library)
         except TuningStoreBusyError as error:
             session.warn_busy(str(error))
             choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,

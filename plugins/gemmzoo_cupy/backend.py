@@ -85,6 +85,8 @@ class CupyBackend(Backend):
     """CuPy arrays on the current CUDA device."""
 
     name = "cupy"
+    requires = ("cupy",)
+    prior_routes = ({"device": "cuda", "library": "cupy"},)
     device = "cuda"
 
     def __init__(self) -> None:

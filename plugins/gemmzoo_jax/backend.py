@@ -89,6 +89,7 @@ class JaxBackend(Backend):
     """``jax.lax.dot`` compiled by XLA, on JAX's CPU device."""
 
     name = "jax"
+    requires = ("jax",)
     device = "cpu"
     dtypes = frozenset({"float16", "bfloat16", "float32", "float64"})
     #: JAX's platform name for :attr:`device`.

@@ -25,6 +25,8 @@ class NumpyBackend(Backend):
     """
 
     name = "numpy"
+    requires = ("numpy",)
+    prior_routes = ({"device": "cpu", "library": "numpy"},)
     device = "cpu"
     dtypes = frozenset({*_NUMPY_DTYPES, "float8_e4m3fn"})
 

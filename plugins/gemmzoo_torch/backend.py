@@ -18,17 +18,21 @@ from gemmzoo.torch_tensors import TorchTensors
 from gemmzoo_torch import fp8
 from gemmzoo_torch.precision import needless_switches, runner
 
+CPU_TORCH_HINT = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+CUDA_TORCH_HINT = "pip install 'gemmzoo[torch]'"
 
-def torch_missing_reason() -> str | None:
-    """Why torch cannot be imported here, or ``None``."""
+
+def torch_missing_reason(cuda: bool = False) -> str | None:
+    """Why torch cannot be imported here, or ``None``; the hint installs the CPU build (a few
+    hundred MB) for a CPU backend and PyPI's CUDA build (several GB) only for a CUDA one."""
     if importlib.util.find_spec("torch") is None:
-        return "torch is not installed (pip install 'gemmzoo[torch]')"
+        return f"torch is not installed ({CUDA_TORCH_HINT if cuda else CPU_TORCH_HINT})"
     return None
 
 
 def cuda_missing_reason() -> str | None:
     """Why torch cannot compute on a CUDA GPU here (not installed, or no device visible), or ``None``."""
-    missing = torch_missing_reason()
+    missing = torch_missing_reason(cuda=True)
     if missing:
         return missing
     import torch
@@ -43,6 +47,8 @@ class TorchCpuBackend(TorchTensors, Backend):
     """``torch.mm`` on CPU tensors."""
 
     name = "torch-cpu"
+    requires = ("torch",)
+    prior_routes = ({"device": "cpu", "library": "torch"},)
     device = "cpu"
     dtypes = frozenset({"float16", "bfloat16", "float32", "float64"})
 
@@ -89,6 +95,7 @@ class TorchBackend(TorchCpuBackend):
     """
 
     name = "torch"
+    prior_routes = ({"device": "cuda", "library": "torch"},)
     device = "cuda"
 
     @property  # type: ignore[override]

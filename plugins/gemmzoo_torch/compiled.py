@@ -63,6 +63,8 @@ class TorchCompileBackend(TorchTensors, Backend):
     compiles_per_problem = True
 
     name = "torch-compile"
+    requires = ("torch",)
+    prior_routes = ()
     device = "cpu"
     #: The backend that runs ATen's ``mm`` on this device.
     aten_backend = "torch-cpu"
@@ -125,6 +127,7 @@ class TorchCompileCudaBackend(TorchCompileBackend):
     tensors, compiled and autotuned once per problem, cuBLAS's switches held at gemmzoo's values."""
 
     name = "torch-compile-cuda"
+    requires = ("torch", "triton")
     device = "cuda"
     aten_backend = "torch"
     dtypes = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})

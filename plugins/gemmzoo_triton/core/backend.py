@@ -29,6 +29,8 @@ class TritonBackend(TorchTensors, Backend):
     ``GEMMZOO_TRITON_AUTOTUNE`` now, else ``"quick"``. Backends without autotuned kernels ignore it.
     """
 
+    requires = ("torch", "triton")
+
     def __init__(self, *, autotune: str | None = None) -> None:
         # Decided once: triton.jit reads TRITON_INTERPRET when it decorates the kernels, so the
         # mode cannot change for a process's backends after they are first used anyway.

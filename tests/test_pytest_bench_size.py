@@ -1,0 +1,32 @@
+"""pytest-benchmark's result file of gemmzoo's benchmarks stays small, and ``gemmzoo compare`` reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from gemmzoo.pytest_bench import MAX_CPU_ROUNDS
+
+
+def test_benchmark_json_of_fast_cpu_products_is_small_and_compare_reads_it(tmp_path):
+    out = tmp_path / "out.json"
+    env = {**os.environ, "GEMMZOO_CACHE_DIR": str(tmp_path / "cache"),
+           "GEMMZOO_DISABLE_PLUGINS": "torch,triton,cupy,jax"}  # numpy only: a quick subprocess
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "gemmzoo.benchmarks", "--benchmark-only", "-q",
+         "-p", "no:cacheprovider", "--gemmzoo-backend", "numpy", "--gemmzoo-shape", "16x16x16",
+         "--gemmzoo-shape", "48x32x24", "--gemmzoo-dtype", "float32", "--benchmark-max-time", "0.2",
+         f"--benchmark-json={out}"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(out.read_text())
+    assert len(data["benchmarks"]) == 2
+    for bench in data["benchmarks"]:
+        assert 0 < len(bench["stats"]["data"]) <= MAX_CPU_ROUNDS
+        assert bench["stats"]["median"] > 0
+    assert out.stat().st_size < 200_000
+    compared = subprocess.run([sys.executable, "-m", "gemmzoo", "compare", str(out), str(out), "--all",
+                               "--format", "json"], capture_output=True, text=True, env=env, timeout=300)
+    assert compared.returncode == 0, compared.stderr
+    assert len(json.loads(compared.stdout)["rows"]) == 2
