@@ -37,9 +37,11 @@ __all__ = [
     "backends",
     "best_backend",
     "get_backend",
+    "grouped_mm",
     "hookimpl",
     "hookspec",
     "matmul",
+    "scaled_mm",
 ]
 
 
@@ -54,11 +56,15 @@ def get_backend(name: str) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    # best_backend and matmul load on first use, so `import gemmzoo` opens no database.
+    # best_backend, matmul, scaled_mm and grouped_mm load on first use, so `import gemmzoo` opens no database.
     if name == "best_backend":
         from gemmzoo.tuning.select import best_backend as found
     elif name == "matmul":
         from gemmzoo.dispatch import matmul as found
+    elif name == "scaled_mm":
+        from gemmzoo.class_api import scaled_mm as found
+    elif name == "grouped_mm":
+        from gemmzoo.class_api import grouped_mm as found
     else:
         raise AttributeError(f"module 'gemmzoo' has no attribute {name!r}")
     globals()[name] = found
