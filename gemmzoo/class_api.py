@@ -194,10 +194,14 @@ def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = "b
         host = _small_host(x, kind, np.float32)
         return host.reshape(()) if scaling == "tensorwise" and host.size == 1 and host.ndim else host
 
+    if target is not None:
+        try:
+            native_a, native_b = _convert(a, kind, target), _convert(b, kind, target)
+        except Exception:  # no zero-copy route for fp8 between these libraries: host copies instead
+            target = None
     sa, sb = scale(scale_a), scale(scale_b)
     if target is not None:
-        c = chosen.scaled_mm(_convert(a, kind, target), _convert(b, kind, target), sa, sb, out)
-        return _convert(c, target, kind)
+        return _convert(chosen.scaled_mm(native_a, native_b, sa, sb, out), target, kind)
     native_a = chosen.from_numpy(_fp8_values(_host_side(a, kind)), "float8_e4m3fn")
     native_b = chosen.from_numpy(_fp8_values(_host_side(b, kind)), "float8_e4m3fn")
     c = chosen.to_numpy(chosen.scaled_mm(native_a, native_b, sa, sb, out))
@@ -259,6 +263,8 @@ def grouped_mm(a: Any, b: Any, offsets: Any, *, backend: Any = None) -> Any:
     else:
         chosen = _named(backend, "grouped", dtype, "grouped_mm", shapes)
     target = _native_route(chosen, dtype, kind, device)
+    if target is not None and dtype == "float8_e4m3fn" and target != kind:
+        target = None  # fp8 has no zero-copy route between libraries: host copies instead
     if target is not None:
         offs = _convert(offsets, kind, target) if array_kind(type(offsets)) == kind \
             else _small_host(offsets, kind, np.int32)

@@ -228,3 +228,65 @@ def test_fp8_grouped_mm_returns_bfloat16():
     wide_a, wide_b = e4m3_to_float32(a), e4m3_to_float32(b)
     ref = np.concatenate([wide_a[:2] @ wide_b[0], wide_a[2:] @ wide_b[1]])
     np.testing.assert_allclose(c.astype(np.float32), ref, rtol=2**-7, atol=1e-2)
+
+
+# torch --------------------------------------------------------------------------------------
+
+
+def test_torch_cpu_passes_its_class_cases():
+    pytest.importorskip("torch")
+    report = check_backend(gemmzoo.get_backend("torch-cpu"), dtypes=["bfloat16", "float32"])
+    assert {r.check.split("-")[0] for r in report.results} >= {"batched", "grouped"}
+    assert report.passed, [f.detail for f in report.failures]
+
+
+def test_torch_grouped_and_batched_calls_return_tensors():
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(7)
+    a = torch.randn(12, 16, generator=gen, dtype=torch.bfloat16)
+    b = torch.randn(3, 16, 8, generator=gen, dtype=torch.bfloat16)
+    offs = torch.tensor([4, 4, 12], dtype=torch.int32)
+    c = gemmzoo.grouped_mm(a, b, offs)
+    assert isinstance(c, torch.Tensor) and c.dtype == torch.bfloat16 and c.shape == (12, 8)
+    expected = torch.cat([a[:4].float() @ b[0].float(), a[4:].float() @ b[2].float()])
+    torch.testing.assert_close(c.float(), expected, rtol=2**-7, atol=0.05)
+    x = torch.randn(2, 1, 5, 6, generator=gen)
+    y = torch.randn(3, 6, 4, generator=gen)
+    torch.testing.assert_close(gemmzoo.matmul(x, y), torch.matmul(x, y))
+
+
+def test_batched_matmul_on_tensors_that_require_grad_is_differentiable():
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(3, 5, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(6, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    c = gemmzoo.matmul(x, y)
+    assert c.requires_grad
+    c.sum().backward()
+    gx, gy = x.grad.clone(), y.grad.clone()
+    x.grad = y.grad = None
+    torch.matmul(x, y).sum().backward()
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gy, y.grad)
+
+
+def test_scaled_mm_takes_torch_fp8_tensors_on_the_cpu_through_the_reference():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    a8, b8 = _fp8(rng, (6, 32)), _fp8(rng, (32, 5))
+    a = torch.from_numpy(a8.view(np.uint8)).view(torch.float8_e4m3fn)
+    b = torch.from_numpy(np.ascontiguousarray(b8.T).view(np.uint8)).view(torch.float8_e4m3fn).t()
+    sa = torch.rand(6, 1) + 0.5
+    sb = torch.rand(1, 5) + 0.5
+    c = gemmzoo.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    assert isinstance(c, torch.Tensor) and c.dtype == torch.float32
+    ref = dequantized(e4m3_to_float32(a8), sa.numpy(), "rowwise", "A") @ dequantized(
+        e4m3_to_float32(b8), sb.numpy(), "rowwise", "B")
+    np.testing.assert_allclose(c.numpy(), ref, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_torch_cuda_passes_its_class_cases():
+    report = check_backend(gemmzoo.get_backend("torch"), dtypes=["bfloat16", "float32", "float8_e4m3fn"])
+    assert {r.check.split("-")[0] for r in report.results} >= {"batched", "scaled", "grouped"}
+    assert report.passed, [f.detail for f in report.failures]

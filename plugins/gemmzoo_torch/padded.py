@@ -246,6 +246,7 @@ class TorchPaddedBackend(TorchBackend):
     those of ``torch`` (:mod:`gemmzoo_torch.precision`).
     """
 
+    classes = frozenset({"gemm"})  # the padded route is for 2-D products; torch has the classes
     name = "torch-padded"
     dtypes = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})
 
