@@ -151,7 +151,8 @@ def test_recording_can_be_switched_off(monkeypatch):
     [
         (np.ones((3, 4), np.float32), np.ones((5, 6), np.float32), r"A \(3, 4\), B \(5, 6\).*inner"),
         (np.ones((4,), np.float32), np.ones((4, 5), np.float32), r"A \(4,\), B \(4, 5\).*2-D"),
-        (np.ones((2, 3, 4), np.float32), np.ones((3, 4, 5), np.float32), r"A \(2, 3, 4\), B \(3, 4, 5\).*broadcast"),
+        (np.ones((2, 3, 4), np.float32), np.ones((3, 4, 5), np.float32),
+         r"A \(2, 3, 4\), B \(3, 4, 5\).*broadcast"),
         (np.ones((3, 4), np.int32), np.ones((4, 5), np.int32), r"A \(3, 4\), B \(4, 5\).*int32"),
         (np.ones((3, 4), np.float32), np.ones((4, 5), np.float64), r"float32 and B is float64"),
         (np.ones((3, 4), np.float32), [[1.0]], r"A is ndarray and B is list"),

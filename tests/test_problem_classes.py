@@ -290,3 +290,28 @@ def test_torch_cuda_passes_its_class_cases():
     report = check_backend(gemmzoo.get_backend("torch"), dtypes=["bfloat16", "float32", "float8_e4m3fn"])
     assert {r.check.split("-")[0] for r in report.results} >= {"batched", "scaled", "grouped"}
     assert report.passed, [f.detail for f in report.failures]
+
+
+# Model grids -------------------------------------------------------------------------------
+
+
+def test_model_grids_count_each_product_of_a_forward_pass():
+    from gemmzoo.model_grids import MODELS, model_grid, weighted_summary
+
+    llama = {p.role: p for p in model_grid("llama3-8b", tokens=16)}
+    assert llama["qkv"].problem.shape == (16, 6144, 4096) and llama["qkv"].count == 32
+    assert llama["attn-scores"].problem.text() == "bmm:32x16x16x128"
+    mixtral = {p.role: p for p in model_grid("mixtral-8x7b", tokens=16)}
+    assert mixtral["moe-down"].problem.groups == (4,) * 8
+    deepseek = {p.role: p for p in model_grid("deepseek-v3", tokens=64)}
+    assert deepseek["q-down"].problem.scaling == "blockwise"
+    assert len(deepseek["moe-gate-up"].problem.groups) == 256
+    for name in MODELS:
+        assert all(parse_problem(p.problem.text(), dtype=p.problem.dtype) == p.problem
+                   for p in model_grid(name, tokens=8))
+    points = model_grid("qwen2.5-7b", tokens=8)[:2]
+    times = {points[0].problem.text(): {"base": 2.0, "fast": 1.0}, points[1].problem.text(): {"base": 1.0}}
+    summary = weighted_summary(points, times, "base")
+    assert summary.ratio == pytest.approx((2.0 * 28 + 1.0 * 28) / (1.0 * 28 + 1.0 * 28))
+    with pytest.raises(ValueError, match="known"):
+        model_grid("gpt-5")

@@ -51,7 +51,8 @@ class TorchClasses:
         scaling, problem = scaled_problem(tuple(a.shape), tuple(b.shape), tuple(sa.shape), tuple(sb.shape))
 
         def fail(why: str) -> Exception:
-            return self.input_error("scaled_mm", why, A=a.shape, B=b.shape, scale_a=sa.shape, scale_b=sb.shape)
+            return self.input_error("scaled_mm", why, A=a.shape, B=b.shape, scale_a=sa.shape,
+                                    scale_b=sb.shape)
 
         if scaling is None:
             raise fail(problem)
@@ -80,8 +81,8 @@ class TorchClasses:
             raise self.input_error("grouped_mm", f"inner dimensions differ (A has K={a.shape[1]}, "
                                    f"B has K={b.shape[1]})", **shapes)
         if a.dtype != b.dtype or a.device != b.device:
-            raise self.input_error("grouped_mm", f"A is {a.dtype} on {a.device}, B is {b.dtype} on {b.device}",
-                                   **shapes)
+            raise self.input_error("grouped_mm", f"A is {a.dtype} on {a.device}, B is {b.dtype} on "
+                                   f"{b.device}", **shapes)
         if offs.dim() != 1 or offs.shape[0] != b.shape[0] or offs.dtype != torch.int32:
             raise self.input_error("grouped_mm", f"offsets must be int32 with one end row per group "
                                    f"({b.shape[0]}), not {offs.dtype}", **shapes)
