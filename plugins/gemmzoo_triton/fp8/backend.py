@@ -87,7 +87,9 @@ class TritonFp8Backend(TritonBackend):
     the conformance bound.
 
     On a GPU, operands that are not K-major (A row-major, B column-major) are copied first (see
-    :func:`k_major`: a row-major B costs a transpose per call). Problems that
+    :func:`k_major`: a row-major B costs a transpose per call). Sizes that keep a large problem
+    off the TMA kernels (K not a multiple of 16, N not of 8) are copied into zero-padded buffers
+    first (:func:`padding_reaches_tma`). Problems that
     :func:`tma_fp8_eligible` allows (Hopper, large, aligned) go to
     :mod:`~gemmzoo_triton.fp8.gluon_kernel` (warp-specialized Gluon) where
     :func:`gluon_fp8_config` allows, else to :mod:`~gemmzoo_triton.fp8.tma_kernel` (TMA loads and
@@ -143,6 +145,8 @@ class TritonFp8Backend(TritonBackend):
             x, y = k_major(x, y)
         c = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
         tma = gpu and self.tma and tma_fp8_eligible(x, y, c)
+        if gpu and self.tma and not tma and padding_reaches_tma(M, N, K, x.device):
+            return _padded_plan(self, M, N, K)
         compute, allocate = self.compute, output_allocator(M, N, torch.bfloat16, x.device)
         if tma and self.gluon and promote == 0:
             config = gluon_fp8_config(x, y)
@@ -216,6 +220,44 @@ class TritonFp8Backend(TritonBackend):
                 return c
         fp8_kernel.launch(x, y, c, promote, self.autotune)
         return c
+
+
+def padding_reaches_tma(m: int, n: int, k: int, device: Any) -> bool:
+    """Whether only the sizes keep a problem off the TMA kernels: K not a multiple of 16 (fp8
+    rows of A and Bᵀ) or N not of 8 (bf16 rows of C), on a TMA device, with work enough.
+
+    Such problems used to fall to the pointer kernel, whose loads of rows that are not 16-byte
+    aligned cannot be vectorised: tens of times slower than the aligned neighbour. Copying A and
+    B into zero-padded buffers moves (M + N)·K bytes, small against 2·M·N·K operations.
+    """
+    return (k % 16 != 0 or n % 8 != 0) and m * n * k > TMA_MIN_WORK and tma_device(device)
+
+
+def _padded_plan(backend: Any, m: int, n: int, k: int) -> Callable[[Any, Any], Any]:
+    """``plan(a, b)``: A copied into an M×K16 buffer and Bᵀ into an N8×K16 one (zeros in the
+    padding, which add nothing to the sums), the aligned problem's own plan (TMA or Gluon) run on
+    them, and C returned as the M×N view of the M×N8 product."""
+    import torch
+
+    M, N, K = m, n, k
+    k16, n8 = -(-K // 16) * 16, -(-N // 8) * 8
+    inner: list[Callable[[Any, Any], Any]] = []
+
+    def plan(a: Any, b: Any) -> Any:
+        x = torch.empty((M, k16), dtype=a.dtype, device=a.device)
+        x.view(torch.uint8)[:, K:].zero_()  # zeroed as bytes: fp8 fills are not everywhere
+        x[:, :K].copy_(a)
+        yt = torch.empty((n8, k16), dtype=b.dtype, device=b.device)
+        raw = yt.view(torch.uint8)
+        raw[:, K:].zero_()
+        raw[N:, :].zero_()
+        yt[:N, :K].copy_(b.t())
+        if not inner:
+            inner.append(backend.prepare(x, yt.t()))
+        c = inner[0](x, yt.t())
+        return c if n8 == N else c[:, :N]
+
+    return plan
 
 
 class _FirstCall:
