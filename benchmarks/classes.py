@@ -74,8 +74,8 @@ def operands(problem: Any, device: str, dtype: Any) -> dict[str, Any]:
     if problem.kind == "scaled":
         sa_shape, sb_shape = scale_shapes(problem.scaling, m, n, k)
         return {"a": rand(m, k, fp8=True), "b": rand(n, k, fp8=True).t(),
-                "scale_a": (torch.rand(*sa_shape, generator=gen) + 0.5).to(device),
-                "scale_b": (torch.rand(*sb_shape, generator=gen) + 0.5).to(device)}
+                "scale_a": (torch.rand(sa_shape, generator=gen) + 0.5).to(device),
+                "scale_b": (torch.rand(sb_shape, generator=gen) + 0.5).to(device)}
     offs = torch.tensor(problem.offsets(), dtype=torch.int32, device=device)
     return {"a": rand(m, k), "b": rand(len(problem.groups), k, n), "offsets": offs}
 

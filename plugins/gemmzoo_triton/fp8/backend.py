@@ -108,6 +108,7 @@ class TritonFp8Backend(TritonBackend):
     """
 
     name = "triton-fp8"
+    classes = frozenset({"gemm", "scaled"})
 
     def __init__(self, *, promote: int | None = None, tma: bool = True, gluon: bool = True,
                  autotune: str | None = None) -> None:
@@ -186,6 +187,40 @@ class TritonFp8Backend(TritonBackend):
 
     def matmul(self, a: Any, b: Any) -> Any:
         return self.remembered_plan(a, b)(a, b)
+
+    def scaled_mm(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: str) -> Any:
+        """The ``scaled`` class: :mod:`~gemmzoo_triton.fp8.scaled_kernel` (block-wise scales in the
+        accumulator loop, row-wise and tensor-wise in the epilogue), operands made K-major on a GPU."""
+        import torch
+
+        from gemmzoo.class_math import scaled_problem
+        from gemmzoo.problems import SCALED_OUT_DTYPES
+        from gemmzoo_triton.fp8 import scaled_kernel
+
+        sa = torch.as_tensor(scale_a, dtype=torch.float32, device=a.device)
+        sb = torch.as_tensor(scale_b, dtype=torch.float32, device=a.device)
+        scaling, problem = scaled_problem(tuple(a.shape), tuple(b.shape), tuple(sa.shape), tuple(sb.shape))
+
+        def fail(why: str) -> Exception:
+            return self.input_error("scaled_mm", why, A=a.shape, B=b.shape, scale_a=sa.shape,
+                                    scale_b=sb.shape)
+
+        if scaling is None:
+            raise fail(problem)
+        if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn or a.device != b.device:
+            raise fail(f"A is {a.dtype} on {a.device} and B {b.dtype} on {b.device}; both must be "
+                       "float8_e4m3fn on one device")
+        if out_dtype not in SCALED_OUT_DTYPES:
+            raise fail(f"out_dtype must be one of {', '.join(SCALED_OUT_DTYPES)}, not {out_dtype!r}")
+        (M, K), N = a.shape, b.shape[1]
+        out = getattr(torch, out_dtype)
+        if M * N == 0 or K == 0:
+            return torch.zeros((M, N), dtype=out, device=a.device)
+        x, y = k_major(a, b) if self.device == "cuda" else (a, b)
+        interpreted = interpreter_mode()
+        c = torch.empty((M, N), dtype=torch.float32 if interpreted else out, device=a.device)
+        scaled_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c)
+        return c.to(out) if interpreted else c
 
     def compute(self, a: Any, b: Any) -> Any:
         """``a @ b`` with every decision taken on this call (the plans' fallback)."""
