@@ -108,7 +108,7 @@ class TritonFp8Backend(TritonBackend):
     """
 
     name = "triton-fp8"
-    classes = frozenset({"gemm", "scaled"})
+    classes = frozenset({"gemm", "scaled", "grouped"})
 
     def __init__(self, *, promote: int | None = None, tma: bool = True, gluon: bool = True,
                  autotune: str | None = None) -> None:
@@ -187,6 +187,13 @@ class TritonFp8Backend(TritonBackend):
 
     def matmul(self, a: Any, b: Any) -> Any:
         return self.remembered_plan(a, b)(a, b)
+
+    def grouped_mm(self, a: Any, b: Any, offsets: Any) -> Any:
+        """The ``grouped`` class on fp8 operands, C in bfloat16: one persistent launch over every
+        group (:mod:`~gemmzoo_triton.grouped.grouped_mm_kernel`)."""
+        from gemmzoo_triton.grouped import grouped_mm_kernel
+
+        return grouped_mm_kernel.grouped_mm(self, a, b, offsets)
 
     def scaled_mm(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: str) -> Any:
         """The ``scaled`` class: :mod:`~gemmzoo_triton.fp8.scaled_kernel` (block-wise scales in the
