@@ -17,6 +17,8 @@ from gemmzoo.fp8 import BFLOAT16, E4M3, e4m3_to_float32, to_e4m3
 from gemmzoo.problems import Problem, parse_problem, scale_shapes
 from gemmzoo_numpy import NumpyBackend
 
+pytestmark = pytest.mark.usefixtures("empty_cache")
+
 
 @pytest.mark.parametrize("text", ["128x256x64", "bmm:8x1024x1024x64", "bmm:4x8x16x16x8",
                                   "scaled:rowwise:8192x8192x8192", "scaled:blockwise:300x200x100",

@@ -158,6 +158,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, say: Any, noise_target: float) -> int:
     """The run itself, after the options were checked: points, backends, timing, output."""
+    from gemmzoo.cli.class_shapes import run_class_shapes, split_shapes
+
+    args.shape, class_texts = split_shapes(args.shape)
+    if class_texts:  # problems of the batched, scaled and grouped classes: checked and timed apart
+        code = run_class_shapes(args, class_texts, "bench")
+        if not (args.shape or args.grid or args.file):
+            return code
+        args.json = args.csv = args.plot = None  # the class results went to --json already
     registry = get_registry()
     try:
         points = points_from_arguments(args)

@@ -130,6 +130,13 @@ def run(args: argparse.Namespace) -> int:
         if not (args.grid or args.shape or args.file or args.recorded):
             return _portable(args, before_tuning=False)
 
+    from gemmzoo.cli.class_shapes import run_class_shapes, split_shapes
+
+    args.shape, class_texts = split_shapes(args.shape)
+    if class_texts:  # problems of the batched, scaled and grouped classes: measured and stored apart
+        code = run_class_shapes(args, class_texts, "tune")
+        if not (args.shape or args.grid or args.file or args.recorded):
+            return code
     say = messages(args.format)
     try:
         chosen = get_registry().select(args.backend)

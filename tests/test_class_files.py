@@ -1,0 +1,79 @@
+"""Problems of the classes beyond gemm in result files, the tuning store and the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gemmzoo.cli import main
+from gemmzoo.problems import parse_problem
+from gemmzoo.result_schema import FieldError, check_result, load_document, result_class
+from gemmzoo.runs import load_run
+
+pytestmark = pytest.mark.usefixtures("empty_cache")
+
+
+def _record(**fields):
+    row = {"backend": "numpy", "m": 24, "n": 32, "k": 16, "dtype": "float32", "status": "ok",
+           "median_s": 1e-5}
+    row.update(fields)
+    return row
+
+
+def test_a_result_without_a_class_is_a_gemm_one():
+    assert result_class(check_result(_record())) == "gemm"
+
+
+def test_a_class_result_names_a_problem_that_agrees_with_its_sizes():
+    row = check_result(_record(**{"class": "grouped", "problem": "grouped:32x16:m=4,0,20"}))
+    assert result_class(row) == "grouped"
+    with pytest.raises(FieldError, match="names its problem"):
+        check_result(_record(**{"class": "batched"}))
+    with pytest.raises(FieldError, match="is not the grouped problem"):
+        check_result(_record(**{"class": "grouped", "problem": "grouped:32x16:m=4,0,21"}))
+    with pytest.raises(FieldError, match="must be one of"):
+        check_result(_record(**{"class": "sparse", "problem": "24x32x16"}))
+
+
+def test_bench_and_tune_take_class_problems_and_tune_stores_the_winner(tmp_path, capsys):
+    out = tmp_path / "classes.json"
+    shapes = ["--shape", "bmm:2x3x8x8x4", "--shape", "grouped:g3:8x12:m=5",
+              "--shape", "scaled:rowwise:8x16x32"]
+    assert main(["bench", *shapes, "--backend", "numpy", "--format", "plain", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "grouped:g3:8x12:m=5" in printed and "scaled:rowwise:8x16x32" in printed
+    document = load_document(out)
+    assert {r["class"] for r in document["results"]} == {"batched", "grouped", "scaled"}
+    assert all(r["status"] == "ok" and r["median_s"] > 0 for r in document["results"])
+    run = load_run(out)
+    assert {r.backend for r in run.results} >= {"numpy [grouped:g3:8x12:m=5]"}
+
+    assert main(["tune", "--shape", "grouped:g3:8x12:m=5", "--backend", "numpy", "--format", "plain"]) == 0
+    from gemmzoo.tuning.class_store import stored_winner
+
+    assert stored_winner("grouped:g3:8x12:m=5", "float32", "cpu") == "numpy"
+    import gemmzoo
+
+    a, b = np.ones((15, 12), np.float32), np.ones((3, 12, 8), np.float32)
+    assert gemmzoo.grouped_mm(a, b, np.array([5, 10, 15], np.int32)).shape == (15, 8)
+
+
+def test_a_wrong_backend_is_reported_and_not_timed(tmp_path, capsys):
+    out = tmp_path / "wrong.json"
+    code = main(["bench", "--shape", "grouped:g3:8x12:m=5", "--backend", "numpy", "--format", "plain",
+                 "--json", str(out)])
+    assert code == 0
+    from test_problem_classes import DropsLastGroup
+
+    from gemmzoo.class_bench import run_class_bench
+
+    rows = run_class_bench([parse_problem("grouped:g3:8x12:m=5")], [DropsLastGroup()])
+    assert rows[0]["status"] == "wrong" and rows[0]["median_s"] is None and "group" in rows[0]["detail"]
+    assert json.loads(out.read_text())["results"][0]["backend"] == "numpy"
+
+
+def test_bad_class_text_is_bad_usage(capsys):
+    assert main(["bench", "--shape", "grouped:g2:8x12:m=1,2,3", "--backend", "numpy"]) == 2
+    assert "g2 but 3 values" in capsys.readouterr().err
