@@ -77,3 +77,20 @@ def test_a_wrong_backend_is_reported_and_not_timed(tmp_path, capsys):
 def test_bad_class_text_is_bad_usage(capsys):
     assert main(["bench", "--shape", "grouped:g2:8x12:m=1,2,3", "--backend", "numpy"]) == 2
     assert "g2 but 3 values" in capsys.readouterr().err
+
+
+def test_pytest_runs_the_class_cases_with_readable_ids(tmp_path):
+    import subprocess
+    import sys
+
+    from fake_distributions import subprocess_env
+
+    module = "from gemmzoo.testing import test_class_conformance  # noqa: F401\n"
+    (tmp_path / "test_mine.py").write_text(module)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gemmzoo-backend", "numpy",
+               "-rA"]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=subprocess_env(tmp_path),
+                         timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "test_class_conformance[numpy-scaled-blockwise-70x260x300-bfloat16-N]" in run.stdout
+    assert "test_class_conformance[numpy-grouped-float32-one-row-16x40-m=1,1,1]" in run.stdout
