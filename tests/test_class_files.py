@@ -94,3 +94,28 @@ def test_pytest_runs_the_class_cases_with_readable_ids(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "test_class_conformance[numpy-scaled-blockwise-70x260x300-bfloat16-N]" in run.stdout
     assert "test_class_conformance[numpy-grouped-float32-one-row-16x40-m=1,1,1]" in run.stdout
+
+
+def test_class_grids_run_by_name(capsys):
+    assert main(["bench", "--grid", "classes-smoke", "--backend", "numpy", "--format", "plain"]) == 0
+    printed = capsys.readouterr().out
+    from gemmzoo.grids import CLASS_GRIDS
+
+    assert all(text in printed for text in CLASS_GRIDS["classes-smoke"])
+
+
+def test_a_model_grid_splits_into_gemm_shapes_and_class_problems():
+    import argparse
+
+    from gemmzoo.cli.class_shapes import expand_grid, model_summary_line
+
+    args = argparse.Namespace(grid="model:mixtral-8x7b@16", shape=[], dtype=None)
+    points = expand_grid(args)
+    assert args.grid is None and args.dtype == ["bfloat16"]
+    assert "16x6144x4096" in args.shape and "grouped:g8:28672x4096:m=4" in args.class_shapes
+    rows = [{"problem": p.problem.text(), "backend": b, "status": "ok", "median_s": s}
+            for p in points if p.problem.kind != "gemm" for b, s in (("base", 2.0), ("fast", 1.0))]
+    line = model_summary_line(points, [], rows, "base", "mixtral")
+    assert "2.000x" in line and f"of {len(points)} points" in line
+    with pytest.raises(ValueError, match="known"):
+        expand_grid(argparse.Namespace(grid="model:nope", shape=[], dtype=None))

@@ -19,6 +19,62 @@ def split_shapes(shapes: list[str]) -> tuple[list[str], list[str]]:
     return gemm, [s for s in shapes if ":" in s]
 
 
+def expand_grid(args: argparse.Namespace) -> list[Any]:
+    """Take a class grid (``--grid attention``, see :data:`gemmzoo.grids.CLASS_GRIDS`) or a model's
+    (``--grid model:NAME[@TOKENS]``) apart: its gemm problems join ``args.shape``, its class
+    problems are returned as text in ``args.class_shapes``, ``args.grid`` is cleared. Returns the
+    model's points (with their counts) for a model grid, else ``[]``; ``ValueError`` for an unknown
+    model or token count."""
+    from gemmzoo.grids import CLASS_GRIDS
+
+    name = getattr(args, "grid", None) or ""
+    args.class_shapes = []
+    if name in CLASS_GRIDS:
+        args.grid = None
+        args.class_shapes = list(CLASS_GRIDS[name])
+        return []
+    if not name.startswith("model:"):
+        return []
+    from gemmzoo.model_grids import model_grid
+
+    model, _, tokens = name[len("model:"):].partition("@")
+    if tokens and not tokens.isdigit():
+        raise ValueError(f"--grid {name}: the token count after @ must be a whole number")
+    if not args.dtype:
+        args.dtype = ["bfloat16"]
+    points = model_grid(model, int(tokens) if tokens else 4096, args.dtype[0])
+    args.model_name = name
+    args.grid = None
+    for point in points:
+        if point.problem.kind == "gemm":
+            args.shape.append(point.problem.text())
+        else:
+            args.class_shapes.append(point.problem.text())
+    return points
+
+
+def model_summary_line(points: list[Any], gemm_results: list[Any], class_results: list[dict[str, Any]],
+                       baseline: str | None, name: str) -> str:
+    """One line: the model's GEMM time per forward pass with the fastest backend of each point,
+    against ``baseline``'s, each point weighted by its count
+    (:func:`gemmzoo.model_grids.weighted_summary`)."""
+    from gemmzoo.model_grids import weighted_summary
+
+    times: dict[str, dict[str, float]] = {}
+    for result in gemm_results:
+        timing = result.measurement.timing if result.measurement is not None else None
+        if result.status == "ok" and timing is not None:
+            p = result.point
+            times.setdefault(f"{p.m}x{p.n}x{p.k}", {})[result.backend] = timing.median_s
+    for row in class_results:
+        if row["status"] == "ok" and row.get("median_s"):
+            times.setdefault(row["problem"], {})[row["backend"]] = row["median_s"]
+    summary = weighted_summary(points, times, baseline or "")
+    return (f"{name}: GEMM time per forward pass {summary.best_s * 1e3:.3f} ms with the best backend of "
+            f"each point, {summary.baseline_s * 1e3:.3f} ms with {baseline}: {summary.ratio:.3f}x over "
+            f"{summary.points} of {len(points)} points ({len(summary.missing)} without a {baseline} time)")
+
+
 def problems_of(texts: list[str], dtypes: list[str] | None) -> list[Problem]:
     """The class problems of ``texts`` in each dtype of ``dtypes`` (bfloat16 with a GPU, else
     float32, when none; scaled problems are float8_e4m3fn whatever it says); ``ValueError`` for a
@@ -47,10 +103,11 @@ def _table(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def run_class_shapes(args: argparse.Namespace, texts: list[str], verb: str) -> int:
+def run_class_shapes(args: argparse.Namespace, texts: list[str], verb: str,
+                     kept: list[dict[str, Any]] | None = None) -> int:
     """Check and time the class problems of ``texts`` (``verb`` "bench" or "tune": tune stores
-    each problem's measurements); the exit status (1 when a backend was WRONG or ERROR, 2 for bad
-    input)."""
+    each problem's measurements; ``kept`` receives the results); the exit status (1 when a
+    backend was WRONG or ERROR, 2 for bad input)."""
     from gemmzoo.class_bench import run_class_bench
     from gemmzoo.errors import UnknownBackendError
     from gemmzoo.registry import get_registry
@@ -63,6 +120,8 @@ def run_class_shapes(args: argparse.Namespace, texts: list[str], verb: str) -> i
         errors.print(f"gemmzoo {verb}: {error}", style="red", markup=False)
         return 2
     results = run_class_bench(problems, backends)
+    if kept is not None:
+        kept.extend(results)
     if not results:
         errors.print(f"gemmzoo {verb}: no available backend computes these problems", style="red",
                      markup=False)
