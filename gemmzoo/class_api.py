@@ -79,6 +79,22 @@ def choose(cls: str, dtype: str, device: str, kind: str, problem_text: str = "")
     return candidates[0]
 
 
+def best_class_backend(problem: str, dtype: str | None = None, device: str | None = None,
+                       library: str = "torch") -> Any:
+    """The backend ``gemmzoo.matmul`` (batched), ``gemmzoo.scaled_mm`` or ``gemmzoo.grouped_mm``
+    computes a class problem with (its text form, :mod:`gemmzoo.problems`), without measuring:
+    the stored winner when ``gemmzoo tune`` measured it, else the first available candidate
+    computing on ``library``'s arrays. ``device``: cuda where a candidate is there, else cpu."""
+    from gemmzoo.problems import parse_problem
+
+    parsed = parse_problem(problem, dtype=dtype or "float32")
+    devices = [device] if device else ["cuda", "cpu"]
+    for where in devices[:-1]:
+        if _candidates(parsed.kind, parsed.dtype, where):
+            return choose(parsed.kind, parsed.dtype, where, library, parsed.text())
+    return choose(parsed.kind, parsed.dtype, devices[-1], library, parsed.text())
+
+
 def _stored_winner(problem_text: str, dtype: str, device: str) -> str | None:
     """The backend stored as fastest for a class problem, or ``None`` (none stored, or no store)."""
     from gemmzoo.tuning.class_store import stored_winner

@@ -119,3 +119,12 @@ def test_a_model_grid_splits_into_gemm_shapes_and_class_problems():
     assert "2.000x" in line and f"of {len(points)} points" in line
     with pytest.raises(ValueError, match="known"):
         expand_grid(argparse.Namespace(grid="model:nope", shape=[], dtype=None))
+
+
+def test_best_class_backend_answers_without_measuring():
+    from gemmzoo.class_api import best_class_backend
+
+    assert best_class_backend("grouped:g3:8x12:m=5", device="cpu", library="numpy").name == "numpy"
+    assert best_class_backend("scaled:rowwise:8x16x32", device="cpu", library="numpy").name == "numpy"
+    with pytest.raises(ValueError, match="problem"):
+        best_class_backend("grouped:8x12")
