@@ -317,3 +317,18 @@ def test_model_grids_count_each_product_of_a_forward_pass():
     assert summary.ratio == pytest.approx((2.0 * 28 + 1.0 * 28) / (1.0 * 28 + 1.0 * 28))
     with pytest.raises(ValueError, match="known"):
         model_grid("gpt-5")
+
+
+def test_a_backend_declaring_a_class_without_its_method_is_refused():
+    from gemmzoo.validation import backend_problem
+
+    class Claims(NumpyBackend):
+        name = "claims-classes"
+
+    Claims.bmm = gemmzoo.Backend.bmm
+    assert "does not implement bmm" in backend_problem(Claims())
+    Claims.classes = frozenset({"gemm", "sparse"})
+    assert "'sparse' unknown" in backend_problem(Claims())
+    Claims.classes = "batched"
+    assert "must be a set" in backend_problem(Claims())
+    assert backend_problem(NumpyBackend()) is None
