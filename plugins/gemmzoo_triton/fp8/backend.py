@@ -226,7 +226,7 @@ class TritonFp8Backend(TritonBackend):
         x, y = k_major(a, b) if self.device == "cuda" else (a, b)
         interpreted = interpreter_mode()
         c = torch.empty((M, N), dtype=torch.float32 if interpreted else out, device=a.device)
-        scaled_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c)
+        scaled_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, self.autotune)
         return c.to(out) if interpreted else c
 
     def compute(self, a: Any, b: Any) -> Any:

@@ -30,6 +30,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from gemmzoo_triton.core.autotune import autotuned, launch_tuned, make_config
 from gemmzoo_triton.core.env import interpreter_mode
 from gemmzoo_triton.core.tile_order import tile_position
 from gemmzoo_triton.fp8.pointer_kernel import e4m3_to_f16_keeping_nan
@@ -41,12 +42,19 @@ _CODES = {"tensorwise": TENSORWISE, "rowwise": ROWWISE, "blockwise": BLOCKWISE}
 #: The side of a scale block, and the K tile of the block-wise kernel.
 SCALE_BLOCK = 128
 
-#: Tile configs (BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, stages, warps) on a GPU and under the
-#: interpreter; block-wise problems take K tiles of SCALE_BLOCK.
-GPU_CONFIG = (128, 128, 128, 4, 8)
-INTERPRETER_CONFIG = (32, 32, 32, 1, 4)
+#: Tile configs on a GPU, autotuned once per problem: every K tile is SCALE_BLOCK deep, so each
+#: meets one column of A's block scales and one row of B's (and Hopper's fp8 MMA its 128-byte rows).
+GPU_CONFIGS = [
+    make_config(128, 256, 128, 3, 8),
+    make_config(256, 128, 128, 3, 8),
+    make_config(128, 128, 128, 4, 8),
+    make_config(64, 128, 128, 4, 4),
+]
+#: Under the interpreter: one config, nothing to time.
+INTERPRETER_CONFIGS = [make_config(32, 32, 128, 1, 4)]
 
 
+@autotuned(configs=INTERPRETER_CONFIGS if interpreter_mode() else GPU_CONFIGS, key=["M", "N", "K", "SCALING"])
 @triton.jit
 def scaled_matmul_kernel(
     a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr,
@@ -109,24 +117,25 @@ def scaled_matmul_kernel(
     tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
-def launch(x: Any, y: Any, scale_a: Any, scale_b: Any, scaling: str, c: Any) -> None:
+def launch(x: Any, y: Any, scale_a: Any, scale_b: Any, scaling: str, c: Any, mode: str = "quick") -> None:
     """``c = (x·scale_a)(y·scale_b)``: ``x`` M×K and ``y`` K×N (fp8, or float16/float32 for
     tests), float32 scales of the shapes :func:`gemmzoo.problems.scale_shapes` gives (a
     tensorwise scale as a one-element tensor), ``c`` M×N of the output dtype (float32 under the
-    interpreter: see the module docstring)."""
+    interpreter: see the module docstring); tuned in ``mode`` on a problem's first call
+    (:mod:`~gemmzoo_triton.core.autotune`)."""
     import torch
 
     M, K = x.shape
     N = y.shape[1]
-    block_m, block_n, block_k, stages, warps = INTERPRETER_CONFIG if interpreter_mode() else GPU_CONFIG
     code = _CODES[scaling]
-    if code == BLOCKWISE:
-        block_k = SCALE_BLOCK
     sa = scale_a.reshape(M, -1) if code != TENSORWISE else scale_a.reshape(1, 1)
     sb = scale_b.reshape(-1, N if code == ROWWISE else scale_b.shape[-1]) if code != TENSORWISE \
         else scale_b.reshape(1, 1)
-    grid = (triton.cdiv(M, block_m) * triton.cdiv(N, block_n),)
-    scaled_matmul_kernel[grid](
+
+    def grid(meta: dict[str, Any]) -> tuple[int]:
+        return (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
+
+    args = (
         x, y, c, sa, sb,
         M, N, K,
         x.stride(0), x.stride(1),
@@ -134,9 +143,11 @@ def launch(x: Any, y: Any, scale_a: Any, scale_b: Any, scaling: str, c: Any) -> 
         c.stride(0), c.stride(1),
         sa.stride(0), sa.stride(1),
         sb.stride(0), sb.stride(1),
-        SCALING=code,
-        WIDEN=interpreter_mode() and x.dtype == getattr(torch, "float8_e4m3fn", None),
-        PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # "tf32": the default, for 8/16-bit
-        BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=8,
-        num_stages=stages, num_warps=warps,
     )
+    options = {
+        "SCALING": code,
+        "WIDEN": interpreter_mode() and x.dtype == getattr(torch, "float8_e4m3fn", None),
+        "PRECISION": "ieee" if x.dtype == torch.float32 else "tf32",  # "tf32": the default, for 8/16-bit
+    }
+    key = (M, N, K, code, str(x.dtype), str(c.dtype), x.stride(0) == 1, y.stride(0) == 1)
+    launch_tuned(scaled_matmul_kernel, grid, args, options, key, mode)
