@@ -332,3 +332,26 @@ def test_a_backend_declaring_a_class_without_its_method_is_refused():
     Claims.classes = "batched"
     assert "must be a set" in backend_problem(Claims())
     assert backend_problem(NumpyBackend()) is None
+
+
+def test_jax_passes_its_batched_cases():
+    pytest.importorskip("jax")
+    backend = gemmzoo.get_backend("jax")
+    if backend.unavailable_reason() is not None:
+        pytest.skip(backend.unavailable_reason())
+    cases = [c for c in class_cases(backend, {"float32", "bfloat16"}) if c.kind == "batched"]
+    assert cases
+    for case in cases:
+        run_class_case(backend, case)
+
+
+@pytest.mark.gpu
+def test_every_cuda_backend_passes_the_cases_of_its_classes():
+    checked = []
+    for backend in gemmzoo.backends():
+        if backend.device != "cuda" or backend.unavailable_reason() is not None:
+            continue
+        for case in class_cases(backend):
+            run_class_case(backend, case)
+            checked.append((backend.name, case.kind))
+    assert {kind for _, kind in checked} >= {"batched", "scaled", "grouped"}
