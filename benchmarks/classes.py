@@ -11,7 +11,8 @@ baselines are ``torch.matmul`` (batched), ``torch._scaled_mm`` row-wise or tenso
 block-wise problems have none in torch, their baseline is the ``torch`` backend's dequantized
 product) and the loop of one ``torch.mm`` per group (grouped); ``torch._grouped_mm`` is timed
 beside them where the installed torch has it. Each backend is timed only after it passed its
-class's conformance cases in this run. On CUDA every time is ``triton.testing.do_bench``'s median
+class's conformance cases in this run, calling its own method on operands it made
+(:func:`gemmzoo.class_bench.call_of`). On CUDA every time is ``triton.testing.do_bench``'s median
 (L2 flushed); on the CPU the median of loops of calls. Each row prints the time, TFLOPS and the
 ratio baseline/time (above 1: faster than torch). ``--model`` runs a model's grid
 (:mod:`gemmzoo.model_grids`) and prints its GEMM time per forward pass, best backend against the
@@ -113,32 +114,23 @@ def baselines(problem: Any, ops: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def contenders(problem: Any, ops: dict[str, Any], device: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """Each available backend declaring the class, as a call, once it passed its class's cases."""
+def contenders(problem: Any, device: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each available backend declaring the class, as a call of its own method on operands it made,
+    once it passed its class's cases (:mod:`gemmzoo.class_bench`)."""
     import gemmzoo
-    from gemmzoo.class_math import declared_classes
-    from gemmzoo.conformance.class_cases import class_cases, run_class_case
+    from gemmzoo.class_bench import call_of, verdict
+    from gemmzoo.class_bench import contenders as declaring
 
     calls, refused = {}, {}
-    for backend in gemmzoo.backends():
-        try:
-            if backend.device != device or problem.kind not in declared_classes(backend) \
-                    or problem.dtype not in backend.dtypes or backend.unavailable_reason() is not None:
-                continue
-            for case in class_cases(backend, {problem.dtype}):
-                if case.kind == problem.kind:
-                    run_class_case(backend, case)
-        except Exception as error:  # not conforming (or broken): not timed
-            refused[backend.name] = str(error).splitlines()[0][:160]
+    for backend in declaring(problem, [b for b in gemmzoo.backends() if b.device == device]):
+        status, detail = verdict(backend, problem.kind, problem.dtype)
+        if status != "ok":
+            refused[backend.name] = f"{status.upper()}: {detail.splitlines()[0][:160]}"
             continue
-        name = backend.name
-        if problem.kind == "batched":
-            calls[name] = lambda b=backend: gemmzoo.matmul(ops["a"], ops["b"], backend=b)
-        elif problem.kind == "scaled":
-            calls[name] = lambda b=backend: gemmzoo.scaled_mm(
-                ops["a"], ops["b"], ops["scale_a"], ops["scale_b"], backend=b)
-        else:
-            calls[name] = lambda b=backend: gemmzoo.grouped_mm(ops["a"], ops["b"], ops["offsets"], backend=b)
+        try:
+            calls[backend.name] = call_of(backend, problem)
+        except Exception as error:  # operands this backend refuses: said, not timed
+            refused[backend.name] = str(error).splitlines()[0][:160]
     return calls, refused
 
 
@@ -150,7 +142,7 @@ def run_problem(text: str, device: str, dtype_name: str) -> dict[str, Any]:
     problem = parse_problem(text, dtype=dtype_name)
     ops = operands(problem, device, getattr(torch, dtype_name))
     base = baselines(problem, ops)
-    calls, refused = contenders(problem, ops, device)
+    calls, refused = contenders(problem, device)
     rows = {}
     for label, call in {**base, **calls}.items():
         try:

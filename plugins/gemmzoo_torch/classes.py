@@ -29,6 +29,14 @@ class TorchClasses:
     def bmm(self, a: Any, b: Any) -> Any:
         import torch
 
+        # Operands of one declared dtype on this backend's device go straight to torch.matmul, which
+        # rejects shapes that do not broadcast (said again below, naming the shapes).
+        try:
+            if type(a) is type(b) and a.dtype == b.dtype and a.dtype in self._torch_dtypes \
+                    and a.is_cuda == (self.device == "cuda") and a.dim() >= 2 and b.dim() >= 2:
+                return torch.matmul(a, b)
+        except Exception:
+            pass
         batch, problem = batched_problem(tuple(a.shape), tuple(b.shape))
         if batch is None or a.dtype != b.dtype or self.device not in str(a.device):
             why = problem or f"A is {a.dtype} on {a.device}, B is {b.dtype} on {b.device}; one dtype " \
