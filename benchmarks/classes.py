@@ -14,7 +14,9 @@ beside them where the installed torch has it. Each backend is timed only after i
 class's conformance cases in this run, calling its own method on operands it made
 (:func:`gemmzoo.class_bench.call_of`). On CUDA every time is ``triton.testing.do_bench``'s median
 (L2 flushed); on the CPU the median of loops of calls. Each row prints the time, TFLOPS and the
-ratio baseline/time (above 1: faster than torch). ``--model`` runs a model's grid
+ratio baseline/time (above 1: faster than torch). ``--model`` runs a model's grid, its dense
+projections against ``torch.mm`` with the backend ``gemmzoo.best_backend`` picks (which measures
+a shape it has not met; ``gemmzoo tune`` first makes that quick)
 (:mod:`gemmzoo.model_grids`) and prints its GEMM time per forward pass, best backend against the
 baseline, each point weighted by its count.
 """
@@ -70,6 +72,8 @@ def operands(problem: Any, device: str, dtype: Any) -> dict[str, Any]:
         return x.to(device=device, dtype=torch.float8_e4m3fn if fp8 else dtype)
 
     m, n, k = problem.shape
+    if problem.kind == "gemm":
+        return {"a": rand(m, k), "b": rand(k, n)}
     if problem.kind == "batched":
         return {"a": rand(*problem.batch, m, k), "b": rand(*problem.batch, k, n)}
     if problem.kind == "scaled":
@@ -86,7 +90,9 @@ def baselines(problem: Any, ops: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     found: dict[str, Any] = {}
-    if problem.kind == "batched":
+    if problem.kind == "gemm":
+        found["torch.mm"] = lambda: torch.mm(ops["a"], ops["b"])
+    elif problem.kind == "batched":
         found["torch.matmul"] = lambda: torch.matmul(ops["a"], ops["b"])
     elif problem.kind == "scaled" and problem.scaling != "blockwise" and ops["a"].is_cuda:
         m, n, k = problem.shape
@@ -142,7 +148,15 @@ def run_problem(text: str, device: str, dtype_name: str) -> dict[str, Any]:
     problem = parse_problem(text, dtype=dtype_name)
     ops = operands(problem, device, getattr(torch, dtype_name))
     base = baselines(problem, ops)
-    calls, refused = contenders(problem, device)
+    if problem.kind == "gemm":  # a model's dense projections: the backend gemmzoo.matmul picks
+        import gemmzoo
+
+        chosen = gemmzoo.best_backend(problem.shape, problem.dtype, device)
+        label = f"gemmzoo.matmul ({chosen.name})"
+        calls = {label: lambda: gemmzoo.matmul(ops["a"], ops["b"], backend=chosen)}
+        refused: dict[str, str] = {}
+    else:
+        calls, refused = contenders(problem, device)
     rows = {}
     for label, call in {**base, **calls}.items():
         try:
