@@ -394,11 +394,11 @@ def check_backend(
         for d in chosen
         for case in conformance_cases(d, backend.device)
     ]
+    checks += [(case.id, lambda case=case: _class_check(backend, case))
+               for case in class_cases(backend, set(chosen))]
     if random and chosen:
         checks += [(case.id, lambda case=case: run_case(backend, case))
                    for case in random_cases(chosen, random, seed, max_work)]
-    checks += [(case.id, lambda case=case: _class_check(backend, case))
-               for case in class_cases(backend, set(chosen))]
     for label, check in checks:
         try:
             result = watched(backend, label, check, timeout=timeout)
