@@ -54,6 +54,10 @@ GROUPED_SHAPES: tuple[tuple[str, int, int, tuple[int, ...]], ...] = (
     ("one-row", 16, 40, (1, 1, 1)),
     ("one-group", 20, 18, (23,)),
     ("empty-first-last", 12, 16, (0, 6, 0)),
+    # K and N multiples of 16, so the grouped library kernels (torch._grouped_mm,
+    # torch._scaled_grouped_mm) take them: groups of whole tiles, then ragged ones
+    ("aligned", 32, 64, (16, 0, 48, 16)),
+    ("aligned-ragged", 32, 64, (5, 0, 27, 9)),
 )
 
 

@@ -8,8 +8,10 @@
   not multiples of 16 (zeros in the padding, scale 1 for padded columns); blockwise scales, and
   any scale where ``torch._scaled_mm`` is missing, through the dequantized operands in fp32.
 - ``grouped_mm``: ``torch._grouped_mm`` where the installed torch has it and the operands meet
-  its alignment (16-byte rows); otherwise one ``matmul`` per non-empty group (which reads the
-  offsets on the host), the baseline every backend can run.
+  its alignment (16-byte rows); fp8 on CUDA through ``torch._scaled_grouped_mm`` with unit
+  row-wise scales where it is there (K and N multiples of 16); otherwise, or where those refuse
+  the operands, one ``matmul`` per non-empty group (which reads the offsets on the host), the
+  baseline every backend can run.
 """
 
 from __future__ import annotations
@@ -96,7 +98,16 @@ class TorchClasses:
                                    f"({b.shape[0]}), not {offs.dtype}", **shapes)
         op = torch_internals.grouped_mm_op()
         if op is not None and _grouped_ready(a, b):
-            return op(a, b, offs=offs.to(a.device))
+            try:
+                return op(a, b, offs=offs.to(a.device))
+            except RuntimeError:  # a layout or device this torch's grouped kernels refuse: the loop
+                pass
+        scaled_op = torch_internals.scaled_grouped_mm_op()
+        if scaled_op is not None and _scaled_grouped_ready(a, b):
+            try:
+                return _fp8_grouped(scaled_op, a, b, offs.to(a.device))
+            except RuntimeError:  # sizes or a GPU the fp8 grouped kernels refuse: the loop
+                pass
         ends = offs.tolist()
         problem = offsets_problem(ends, b.shape[0], a.shape[0])
         if problem is not None:
@@ -131,6 +142,26 @@ def _grouped_ready(a: Any, b: Any) -> bool:
     size = a.element_size()
     rows_aligned = (a.shape[1] * size) % ALIGN_BYTES == 0 and (b.shape[2] * size) % ALIGN_BYTES == 0
     return rows_aligned and a.is_contiguous() and b.is_contiguous()
+
+
+def _scaled_grouped_ready(a: Any, b: Any) -> bool:
+    """Whether ``torch._scaled_grouped_mm`` may take fp8 operands: on CUDA, K and N multiples of 16."""
+    import torch
+
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    return a.is_cuda and a.dtype == fp8 and a.shape[0] > 0 and a.shape[1] % 16 == 0 and b.shape[2] % 16 == 0
+
+
+def _fp8_grouped(op: Any, a: Any, b: Any, offs: Any) -> Any:
+    """fp8 groups through ``torch._scaled_grouped_mm`` with unit row-wise scales (the class's
+    unscaled product), A row-major and each B[g] column-major as it wants them, C in bfloat16."""
+    import torch
+
+    x = a.contiguous()
+    y = b.transpose(1, 2).contiguous().transpose(1, 2)
+    scale_a = torch.ones(a.shape[0], dtype=torch.float32, device=a.device)
+    scale_b = torch.ones((b.shape[0], b.shape[2]), dtype=torch.float32, device=a.device)
+    return op(x, y, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=False)
 
 
 def _float32(x: Any, device: Any) -> Any:
