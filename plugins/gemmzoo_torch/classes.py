@@ -1,7 +1,8 @@
 """The problem classes beyond gemm on torch tensors (:mod:`gemmzoo.problems`), shared by the
 ``torch-cpu`` and ``torch`` backends.
 
-- ``bmm``: ``torch.matmul``'s broadcasting product (float8_e4m3fn: each matrix of the broadcast
+- ``bmm``: ``torch.matmul``'s broadcasting product, on CUDA with the dtype's cuBLAS switches
+  held for the launch as the 2-D product holds them (float8_e4m3fn: each matrix of the broadcast
   batch through the backend's own ``matmul``, as ``torch.matmul`` has no fp8 product).
 - ``scaled_mm``: on CUDA, ``torch._scaled_mm`` for tensorwise and rowwise scales (cuBLASLt, fp32
   promotion of partial sums), on operands copied into 16-aligned buffers when their sizes are
@@ -35,8 +36,9 @@ class TorchClasses:
         # rejects shapes that do not broadcast (said again below, naming the shapes).
         try:
             if type(a) is type(b) and a.dtype == b.dtype and a.dtype in self._torch_dtypes \
+                    and a.dtype != getattr(torch, "float8_e4m3fn", None) \
                     and a.is_cuda == (self.device == "cuda") and a.dim() >= 2 and b.dim() >= 2:
-                return torch.matmul(a, b)
+                return self._batched_launch(a.dtype)(a, b) if a.is_cuda else torch.matmul(a, b)
         except Exception:
             pass
         batch, problem = batched_problem(tuple(a.shape), tuple(b.shape))
@@ -52,7 +54,20 @@ class TorchClasses:
                 return torch.empty((*batch, m, n), dtype=torch.bfloat16, device=a.device)
             return torch.stack([self.matmul(x, y) for x, y in zip(flat_a, flat_b, strict=True)]).reshape(
                 *batch, m, n)
-        return torch.matmul(a, b)
+        return self._batched_launch(a.dtype)(a, b) if a.is_cuda else torch.matmul(a, b)
+
+    def _batched_launch(self, dtype: Any) -> Any:
+        """``torch.matmul`` with the dtype's cuBLAS switches held for the launch (fp32 accumulation
+        for the 16-bit types, IEEE fp32), as the 2-D product holds them; made once per dtype."""
+        launches = self.__dict__.setdefault("_batched_launches", {})
+        found = launches.get(dtype)
+        if found is None:
+            import torch
+
+            from gemmzoo_torch.precision import held
+
+            found = launches[dtype] = held(str(dtype).removeprefix("torch."), torch.matmul)
+        return found
 
     def scaled_mm(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: str) -> Any:
         import torch
