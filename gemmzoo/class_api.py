@@ -44,8 +44,12 @@ def _library(operation: str, arrays: dict[str, Any]) -> str:
     return first
 
 
-def _candidates(cls: str, dtype: str, device: str) -> list[Any]:
+def _declaring(cls: str, dtype: str, device: str) -> list[Any]:
+    """The selected backends that declare ``cls`` and ``dtype`` on ``device``, in the default
+    order of :func:`gemmzoo.tuning.select.preference` (read from attributes alone: nothing is
+    imported or probed)."""
     from gemmzoo.registry import get_registry
+    from gemmzoo.tuning.select import preference
 
     found = []
     for backend in get_registry().select():
@@ -54,29 +58,39 @@ def _candidates(cls: str, dtype: str, device: str) -> list[Any]:
                 continue
         except Exception:  # a backend whose members fail is unavailable, never chosen
             continue
-        if cls in declared_classes(backend) and _state.unavailable_reason(backend) is None:
+        if cls in declared_classes(backend):
             found.append(backend)
-    return found
+    return sorted(found, key=lambda b: preference(b.name))
+
+
+def _candidates(cls: str, dtype: str, device: str) -> list[Any]:
+    """The available backends of :func:`_declaring` (each one's availability probed)."""
+    return [b for b in _declaring(cls, dtype, device) if _state.unavailable_reason(b) is None]
 
 
 def choose(cls: str, dtype: str, device: str, kind: str, problem_text: str = "") -> Any:
     """The backend a class's entry point computes with when none is named: the stored best
     backend of ``problem_text`` (:func:`gemmzoo.tuning.class_store.stored_winner`) when one was
-    tuned and is a candidate, else the first candidate computing on ``kind``'s own arrays, else
-    the first candidate."""
-    candidates = _candidates(cls, dtype, device)
-    if not candidates:
-        raise BackendUnavailableError(
-            f"gemmzoo: no available backend computes the {cls} class for {dtype} on {device}")
-    if problem_text:
+    tuned and is available, else, in the default order, the first available backend computing
+    on ``kind``'s own arrays, else the first available one. Backends are probed one at a time in
+    that order, so a NumPy caller never loads a framework it does not need."""
+    declaring = _declaring(cls, dtype, device)
+    if problem_text and declaring:
         stored = _stored_winner(problem_text, dtype, device)
-        for backend in candidates:
-            if backend.name == stored:
+        for backend in declaring:
+            if backend.name == stored and _state.unavailable_reason(backend) is None:
                 return backend
-    for backend in candidates:
+    first = None
+    for backend in declaring:
+        if _state.unavailable_reason(backend) is not None:
+            continue
         if native_kind(backend, dtype) == kind:
             return backend
-    return candidates[0]
+        first = first or backend
+    if first is None:
+        raise BackendUnavailableError(
+            f"gemmzoo: no available backend computes the {cls} class for {dtype} on {device}")
+    return first
 
 
 def best_class_backend(problem: str, dtype: str | None = None, device: str | None = None,

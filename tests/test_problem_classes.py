@@ -355,3 +355,17 @@ def test_every_cuda_backend_passes_the_cases_of_its_classes():
             run_class_case(backend, case)
             checked.append((backend.name, case.kind))
     assert {kind for _, kind in checked} >= {"batched", "scaled", "grouped"}
+
+
+def test_a_numpy_batched_call_loads_no_framework():
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np, gemmzoo\n"
+            "c = gemmzoo.matmul(np.ones((2, 3, 4), np.float32), np.ones((4, 5), np.float32))\n"
+            "assert c.shape == (2, 3, 5)\n"
+            "print(sorted(m for m in ('torch', 'jax', 'cupy', 'triton') if m in sys.modules))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]"
