@@ -74,3 +74,15 @@ def test_triton_class_cases_on_the_gpu(name):
     backend = _available(name)
     for case in class_cases(backend):
         run_class_case(backend, case)
+
+
+def test_grouped_fp8_operands_are_padded_to_aligned_rows():
+    from gemmzoo_triton.grouped.grouped_mm_kernel import _k_major_padded
+
+    gen = torch.Generator().manual_seed(13)
+    a = (torch.randn(6, 20, generator=gen) * 4).to(torch.float8_e4m3fn)
+    b = (torch.randn(2, 20, 7, generator=gen) * 4).to(torch.float8_e4m3fn)
+    x, y = _k_major_padded(a, b)
+    assert tuple(x.shape) == (6, 32) and tuple(y.shape) == (2, 32, 7) and y.stride() == (224, 1, 32)
+    for g in range(2):
+        torch.testing.assert_close(x.float() @ y[g].float(), a.float() @ b[g].float())

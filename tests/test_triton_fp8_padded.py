@@ -48,3 +48,14 @@ def test_padded_operands_give_the_product_of_the_unpadded_ones():
 
 def test_padding_is_only_for_tma_devices():
     assert not padding_reaches_tma(3000, 5000, 7000, torch.device("cpu"))
+
+
+def test_k_padded_operands_keep_the_product_and_align_the_rows():
+    from gemmzoo_triton.fp8.backend import k_padded
+
+    rng = np.random.default_rng(4)
+    a_np, b_np = rng.standard_normal((3, 21)) * 4, rng.standard_normal((21, 5)) * 4
+    x, y = k_padded(_fp8(a_np), _fp8(np.ascontiguousarray(b_np.T)).t())
+    assert tuple(x.shape) == (3, 32) and tuple(y.shape) == (32, 5) and y.stride() == (1, 32)
+    expected = e4m3_to_float32(to_e4m3(a_np)) @ e4m3_to_float32(to_e4m3(b_np))
+    np.testing.assert_allclose((x.float() @ y.float()).numpy(), expected, rtol=1e-6, atol=1e-6)

@@ -224,6 +224,8 @@ class TritonFp8Backend(TritonBackend):
         if M * N == 0 or K == 0:
             return torch.zeros((M, N), dtype=out, device=a.device)
         x, y = k_major(a, b) if self.device == "cuda" else (a, b)
+        if self.device == "cuda" and K % 16:
+            x, y = k_padded(x, y)
         interpreted = interpreter_mode()
         c = torch.empty((M, N), dtype=torch.float32 if interpreted else out, device=a.device)
         scaled_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, self.autotune)
@@ -300,6 +302,24 @@ def _padded_plan(backend: Any, m: int, n: int, k: int) -> Callable[[Any, Any], A
         return c if n8 == N else c[:, :N]
 
     return plan
+
+
+def k_padded(x: Any, y: Any) -> tuple[Any, Any]:
+    """A (M×K) and B (K×N, column-major) copied with K zero-padded to a multiple of 16, so that
+    every row the kernel loads starts 16-byte aligned (rows of 7000 fp8 bytes cannot be loaded in
+    vectors: the slow route of sizes that are not multiples of 16). The padding never starts a new
+    128-block (128 is a multiple of 16), so block-wise scales stay as they are."""
+    import torch
+
+    (M, K), N = x.shape, y.shape[1]
+    k16 = -(-K // 16) * 16
+    xp = torch.empty((M, k16), dtype=x.dtype, device=x.device)
+    xp.view(torch.uint8)[:, K:].zero_()  # zeroed as bytes: fp8 fills are not everywhere
+    xp[:, :K].copy_(x)
+    yt = torch.empty((N, k16), dtype=y.dtype, device=y.device)
+    yt.view(torch.uint8)[:, K:].zero_()
+    yt[:, :K].copy_(y.t())
+    return xp, yt.t()
 
 
 class _FirstCall:

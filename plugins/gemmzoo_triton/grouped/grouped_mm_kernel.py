@@ -149,9 +149,8 @@ def grouped_mm(backend: Any, a: Any, b: Any, offsets: Any) -> Any:
                     device=a.device)
     if b.shape[0] == 0 or c.numel() == 0:
         return c.to(out)
-    if a.is_cuda and fp8:  # Hopper's fp8 MMA takes both operands K-major
-        a = a.contiguous()
-        b = b.transpose(1, 2).contiguous().transpose(1, 2)
+    if a.is_cuda and fp8:  # Hopper's fp8 MMA takes both operands K-major, rows 16-byte aligned
+        a, b = _k_major_padded(a, b)
     programs = 1
     if a.is_cuda:
         from gemmzoo_triton.core.hopper import num_sms
@@ -159,3 +158,21 @@ def grouped_mm(backend: Any, a: Any, b: Any, offsets: Any) -> Any:
         programs = num_sms(a.device)
     launch(a, b, offs.to(device=a.device, dtype=torch.int32), c, programs)
     return c.to(out) if c.dtype != out else c
+
+
+def _k_major_padded(a: Any, b: Any) -> tuple[Any, Any]:
+    """fp8 A (M×K) row-major and each B[g] column-major, K zero-padded to a multiple of 16 where
+    it is not (rows that do not start 16-byte aligned cannot be loaded in vectors)."""
+    import torch
+
+    K = a.shape[1]
+    k16 = -(-K // 16) * 16
+    if k16 == K:
+        return a.contiguous(), b.transpose(1, 2).contiguous().transpose(1, 2)
+    x = torch.empty((a.shape[0], k16), dtype=a.dtype, device=a.device)
+    x.view(torch.uint8)[:, K:].zero_()  # zeroed as bytes: fp8 fills are not everywhere
+    x[:, :K].copy_(a)
+    yt = torch.empty((b.shape[0], b.shape[2], k16), dtype=b.dtype, device=b.device)
+    yt.view(torch.uint8)[:, :, K:].zero_()
+    yt[:, :, :K].copy_(b.transpose(1, 2))
+    return x, yt.transpose(1, 2)
