@@ -147,7 +147,7 @@ def launch(x: Any, y: Any, scale_a: Any, scale_b: Any, scaling: str, c: Any, mod
     options = {
         "SCALING": code,
         "WIDEN": interpreter_mode() and x.dtype == getattr(torch, "float8_e4m3fn", None),
-        "PRECISION": "ieee" if x.dtype == torch.float32 else "tf32",  # "tf32": the default, for 8/16-bit
+        "PRECISION": "ieee" if x.dtype == torch.float32 else None,  # None: the dot's default
     }
     key = (M, N, K, code, str(x.dtype), str(c.dtype), x.stride(0) == 1, y.stride(0) == 1)
     launch_tuned(scaled_matmul_kernel, grid, args, options, key, mode)

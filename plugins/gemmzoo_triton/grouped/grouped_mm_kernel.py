@@ -47,6 +47,7 @@ def grouped_mm_kernel(
     NUM_PROGRAMS: tl.constexpr,
     WIDEN: tl.constexpr,
     PRECISION: tl.constexpr,
+    IMPRECISE: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
@@ -79,7 +80,7 @@ def grouped_mm_kernel(
                 if WIDEN:
                     a = e4m3_to_f16_keeping_nan(a)
                     b = e4m3_to_f16_keeping_nan(b)
-                accumulator = tl.dot(a, b, accumulator, max_num_imprecise_acc=BLOCK_SIZE_K,
+                accumulator = tl.dot(a, b, accumulator, max_num_imprecise_acc=IMPRECISE,
                                      input_precision=PRECISION)
                 a_ptrs += BLOCK_SIZE_K * stride_ak
                 b_ptrs += BLOCK_SIZE_K * stride_bk
@@ -109,7 +110,9 @@ def launch(a: Any, b: Any, offsets: Any, c: Any, programs: int) -> None:
         c.stride(0), c.stride(1),
         NUM_PROGRAMS=INTERPRETER_PROGRAMS if interpreted else programs,
         WIDEN=interpreted and a.dtype == getattr(torch, "float8_e4m3fn", None),
-        PRECISION="ieee" if a.dtype == torch.float32 else "tf32",  # "tf32": the default, for 8/16-bit
+        PRECISION="ieee" if a.dtype == torch.float32 else None,  # None: the dot's default
+        # fp8: partial sums promoted to fp32 once per K tile; other dtypes: the dot's default
+        IMPRECISE=block_k if a.dtype == getattr(torch, "float8_e4m3fn", None) else None,
         BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k,
         num_stages=stages, num_warps=warps,
     )
