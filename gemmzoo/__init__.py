@@ -39,9 +39,11 @@ __all__ = [
     "backends",
     "best_backend",
     "get_backend",
+    "grouped_mm",
     "hookimpl",
     "hookspec",
     "matmul",
+    "scaled_mm",
 ]
 
 
@@ -61,7 +63,8 @@ def get_backend(name: str) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    # best_backend, matmul and Session load on first use, so `import gemmzoo` opens no database.
+    # best_backend, matmul, scaled_mm, grouped_mm and Session load on first use, so `import gemmzoo`
+    # opens no database.
     if name == "Session":
         from gemmzoo import session
 
@@ -70,6 +73,10 @@ def __getattr__(name: str) -> Any:
         from gemmzoo.tuning.select import best_backend as found
     elif name == "matmul":
         from gemmzoo.dispatch import matmul as found
+    elif name == "scaled_mm":
+        from gemmzoo.class_api import scaled_mm as found
+    elif name == "grouped_mm":
+        from gemmzoo.class_api import grouped_mm as found
     else:
         raise AttributeError(f"module 'gemmzoo' has no attribute {name!r}")
     globals()[name] = found

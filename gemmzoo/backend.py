@@ -176,15 +176,18 @@ class Backend:
     #: algorithms). The conformance suite checks the declared class's bound, and ``best_backend``
     #: and ``gemmzoo.matmul`` pick a normwise backend only for a caller who accepts that class.
     accuracy: str = "componentwise"
-    #: The problem classes this backend computes: ``"gemm"`` (2-D products, the contract's),
-    #: ``"batched"``, ``"scaled"``, ``"grouped"`` (see the contract). Selection offers a backend
-    #: only problems of a class it declares.
+    #: The problem classes this backend computes (:mod:`gemmzoo.problems`): ``"gemm"`` (``matmul``,
+    #: every backend), ``"batched"`` (:meth:`bmm`), ``"scaled"`` (:meth:`scaled_mm`) and
+    #: ``"grouped"`` (:meth:`grouped_mm`). A backend declares a class only when it implements its
+    #: method; the conformance suite checks each declared class, and ``gemmzoo.matmul``,
+    #: ``gemmzoo.scaled_mm`` and ``gemmzoo.grouped_mm`` pick only among backends declaring it.
     classes: frozenset[str] = frozenset({"gemm"})
 
     def for_tuning(self) -> Backend:
         """The backend ``gemmzoo tune`` measures in this one's place: itself, unless measuring
         it should first search harder than a call does (an autotuned kernel's ``full`` mode)."""
         return self
+
     #: Top-level modules this backend imports to run (``("torch",)``): ``gemmzoo list`` says a
     #: backend whose module is not installed is unavailable without importing anything, and leaves
     #: asking a backend whose modules are installed but not yet imported to ``gemmzoo list -v``.
@@ -214,6 +217,31 @@ class Backend:
     def synchronize(self) -> None:
         """Return when this backend's queued work is done."""
         return None
+
+    # Optional members, one per problem class beyond "gemm" (declared in ``classes``) -------------
+
+    def bmm(self, a: Any, b: Any) -> Any:
+        """The ``"batched"`` class: native arrays A (…×M×K) and B (…×K×N) of one dtype whose batch
+        dimensions broadcast as ``torch.matmul``'s do → a new native array C (…×M×N), each
+        matrix ``A[i] @ B[i]`` as :meth:`matmul` computes it (bfloat16 for float8_e4m3fn)."""
+        raise NotImplementedError
+
+    def scaled_mm(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: str) -> Any:
+        """The ``"scaled"`` class: float8_e4m3fn native arrays A (M×K) and B (K×N), float32
+        scales (native arrays or NumPy arrays) of the shapes
+        :func:`gemmzoo.problems.scale_shapes` gives for tensorwise, rowwise or blockwise scaling
+        → a new native array C (M×N) of ``out_dtype`` (``"bfloat16"``, ``"float16"`` or
+        ``"float32"``) holding ``(A·scale_a)(B·scale_b)``, each scale multiplying the elements of
+        its row or block, as ``torch._scaled_mm`` does."""
+        raise NotImplementedError
+
+    def grouped_mm(self, a: Any, b: Any, offsets: Any) -> Any:
+        """The ``"grouped"`` class: a native array A (total M×K), native B (G×K×N) of A's dtype,
+        and ``offsets``, G cumulative end rows (int32, non-decreasing, the last at most M; a
+        native array or a NumPy array) → a new native array C (total M×N) whose rows
+        ``offsets[g-1]:offsets[g]`` are those rows of A times ``B[g]``, as ``torch._grouped_mm``
+        takes them; rows past the last offset are unspecified. bfloat16 for float8_e4m3fn."""
+        raise NotImplementedError
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """Decide once what every product of operands like ``a`` and ``b`` needs; return ``run``.

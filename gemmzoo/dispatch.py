@@ -212,7 +212,9 @@ def _is_plain_tensor_type(array_type: type) -> bool:
 
 def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwise",
            by: str = "caller") -> Any:
-    """``C = A·B`` for 2-D NumPy, CuPy or torch arrays of one type, device and dtype.
+    """``C = A·B`` for NumPy, CuPy or torch arrays of one type, device and dtype: 2-D, or batched
+    (…×M×K and …×K×N, batch dimensions broadcast as ``torch.matmul`` does; see
+    :func:`gemmzoo.class_api.batched_plan`).
 
     ``backend`` is a backend name, a :class:`~gemmzoo.Backend`, or ``None`` for the backend
     ``best_backend`` stores for this problem on this machine (without measuring: see
@@ -352,6 +354,10 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
     Raises :class:`~gemmzoo.GemmInputError` for operands ``gemmzoo.matmul`` cannot take, naming
     the shapes and what is wrong, and ``ValueError`` for an unknown ``by``.
     """
+    if len(getattr(a, "shape", ())) > 2 or len(getattr(b, "shape", ())) > 2:  # the batched class
+        from gemmzoo.class_api import batched_plan
+
+        return batched_plan(a, b, backend, accuracy, by)
     a, b, kind, dtype, tf32, (m, n, k), device = _checked(a, b, by)
     if kind == "torch" and (a.requires_grad or b.requires_grad):
         return _differentiable_plan(a, b, backend, accuracy, by, dtype, tf32)

@@ -11,6 +11,11 @@ A grid is a list of (M, N, K) shapes; :func:`get_grid` crosses it with dtypes an
   counts M from 1 (decode) to 4096 (prefill);
 - ``odd``: misaligned and prime sizes (1, 3, 1000, 4097, ...).
 
+Grids of the problem classes beyond gemm (:mod:`gemmzoo.problems`) are lists of their text forms,
+in :data:`CLASS_GRIDS` (``attention``, ``fp8-scaled``, ``moe``, ``classes-smoke``); ``bench`` and
+``tune`` take them as ``--grid NAME``, and a model's forward pass as ``--grid model:NAME[@TOKENS]``
+(:mod:`gemmzoo.model_grids`).
+
 Plugins may add grids through the ``gemmzoo_register_grids(register)`` hook. Custom points come
 from text (``512x512x512``, optionally ``-float16-NT`` as in :attr:`GridPoint.id`) or from a CSV or
 JSON file (:func:`load_points`).
@@ -174,6 +179,22 @@ def _plugin_grids() -> list[Grid]:
             continue
         found += pending
     return found
+
+
+#: Named grids of the classes beyond gemm: problems in their text forms (:mod:`gemmzoo.problems`).
+CLASS_GRIDS: dict[str, tuple[str, ...]] = {
+    "classes-smoke": ("bmm:4x32x32x16", "bmm:2x1x24x40x16", "scaled:rowwise:32x48x64",
+                      "scaled:blockwise:32x256x256", "grouped:g4:32x48:m=8", "grouped:32x48:m=5,0,1,20"),
+    "attention": ("bmm:32x2048x2048x128", "bmm:32x2048x128x2048", "bmm:256x512x512x64",
+                  "bmm:64x4096x4096x128", "bmm:8x4096x4096x4096", "bmm:128x1x4096x128"),
+    "fp8-scaled": ("scaled:rowwise:8192x8192x8192", "scaled:rowwise:4096x7168x16384",
+                   "scaled:rowwise:3000x5000x7000", "scaled:rowwise:16x14336x4096",
+                   "scaled:blockwise:4096x7168x16384", "scaled:blockwise:4096x2112x7168",
+                   "scaled:blockwise:4096x24576x1536", "scaled:blockwise:4096x7168x2048"),
+    "moe": ("grouped:g8:4096x7168:m=512", "grouped:4096x7168:m=128,900,64,1024,333,0,700,1024",
+            "grouped:g8:28672x4096:m=1024", "grouped:g8:4096x14336:m=1024", "grouped:g256:4096x7168:m=128",
+            "grouped:g256:7168x2048:m=128"),
+}
 
 
 def grids() -> dict[str, Grid]:

@@ -9,6 +9,9 @@ that ask for one of these fixtures, which it parametrizes:
 
 - ``conformance_case``: a ``(backend, Case)`` pair for every case of every selected backend;
 - ``input_check``: a ``(backend, check_name)`` pair for every bad-input check;
+- ``class_case``: a ``(backend, ClassCase)`` pair for every case of the problem classes beyond
+  gemm that a selected backend declares (:mod:`gemmzoo.conformance.class_cases`), with ids such
+  as ``numpy-scaled-rowwise-33x47x64-bfloat16-N``;
 - ``gemm_backend`` and ``gemm_point``: a backend name and a grid point id for every selected
   backend x point of the grid (:mod:`gemmzoo.benchmarks`).
 
@@ -181,7 +184,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if set(_BENCH_FIXTURES) <= set(metafunc.fixturenames):
         _benchmark_params(metafunc)
         return
-    wanted = [f for f in ("conformance_case", "input_check") if f in metafunc.fixturenames]
+    wanted = [f for f in ("conformance_case", "input_check", "class_case") if f in metafunc.fixturenames]
     if not wanted:
         return
     fixture = wanted[0]
@@ -198,6 +201,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             cases = [case for dtype in dtypes for case in conformance_cases(dtype, backend.device)]
             cases += _random_cases(metafunc.config, dtypes)
             params += [pytest.param((backend, case), id=f"{backend.name}-{case.id}") for case in cases]
+        elif fixture == "class_case":
+            from gemmzoo.conformance.class_cases import class_cases
+
+            params += [pytest.param((backend, case), id=f"{backend.name}-{case.id}")
+                       for case in class_cases(backend)]
         else:
             params += [pytest.param((backend, check), id=f"{backend.name}-{check}")
                        for check in input_checks(backend)]

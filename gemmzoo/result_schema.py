@@ -12,10 +12,13 @@ output, every JSON file in ``docs/results/``) is one JSON object::
      "results": [result, ...], "summary": [...]}
 
 Each result is one backend on one problem; :data:`RESULT_FIELDS` declares every field, its type
-and its bounds. Fields a file has that are not declared are kept (and written back on merge) if
-they are plain, bounded JSON values; declared fields must have their declared type. Files written
-before the format was versioned (no ``format`` key, the same layout) are read as version 1; a
-newer version is refused with a message that says so.
+and its bounds. A result of a problem class beyond gemm (:mod:`gemmzoo.problems`) says so in
+``class`` and names its problem in ``problem`` (its text form, which must agree with ``class``,
+``m``, ``n``, ``k`` and ``dtype``); a result without ``class`` is a ``gemm`` one, so files written
+before the classes existed read as they always did. Fields a file has that are not declared
+are kept (and written back on merge) if they are plain, bounded JSON values; declared fields must
+have their declared type. Files written before the format was versioned (no ``format`` key, the
+same layout) are read as version 1; a newer version is refused with a message that says so.
 
 :func:`parse_document` reads the text (no ``NaN``/``Infinity``, bounded size, numbers and
 nesting), :func:`check_document` checks it whole. A failure is a :class:`ResultFileError` whose
@@ -33,6 +36,7 @@ from typing import Any
 
 from gemmzoo.dtypes import DTYPES
 from gemmzoo.errors import GemmError
+from gemmzoo.problems import CLASSES
 
 FORMAT = "gemmzoo-results"
 VERSION = 1
@@ -220,6 +224,8 @@ _RATE = number()
 #: Every declared field of a result: its check. ``None`` in a file reads as "not measured".
 RESULT_FIELDS: dict[str, Check] = {
     "backend": text(nullable=False),
+    "class": choice(CLASSES, nullable=True),  # absent or null: "gemm"
+    "problem": text(),  # a class problem's text form (gemmzoo.problems)
     "device": choice(DEVICES),
     "point": text(),
     "m": integer(1, MAX_SIZE, nullable=False),
@@ -351,6 +357,7 @@ def check_result(record: Any) -> dict[str, Any]:
                 _check_free(value)
         except FieldError as error:
             raise FieldError(error.message, (f"field {shown(name)}",)) from None
+    _check_class(record)
     if record["status"] == "ok" and record.get("median_s") is None:
         raise FieldError("missing: a result with status ok needs a time", ("field 'median_s'",))
     median, q1, q3 = record.get("median_s"), record.get("q1_s"), record.get("q3_s")
@@ -364,6 +371,29 @@ def check_result(record: Any) -> dict[str, Any]:
             raise FieldError(f"median {median:g} outside its quartiles [{q1:g}, {q3:g}]",
                              ("field 'median_s'",))
     return record
+
+
+def result_class(record: Mapping[str, Any]) -> str:
+    """The problem class of a checked result: its ``class``, or ``"gemm"`` when it has none."""
+    return record.get("class") or "gemm"
+
+
+def _check_class(record: dict[str, Any]) -> None:
+    """A class result's ``problem`` must parse and agree with its class, sizes and dtype."""
+    kind, text_form = result_class(record), record.get("problem")
+    if text_form is None:
+        if kind != "gemm":
+            raise FieldError(f"missing: a {kind} result names its problem", ("field 'problem'",))
+        return
+    from gemmzoo.problems import parse_problem
+
+    try:
+        problem = parse_problem(text_form, dtype=record["dtype"])
+    except ValueError as error:
+        raise FieldError(str(error), ("field 'problem'",)) from None
+    if problem.kind != kind or problem.shape != (record["m"], record["n"], record["k"]):
+        raise FieldError(f"problem {text_form!r} is not the {kind} problem of M, N, K "
+                         f"{record['m']}x{record['n']}x{record['k']}", ("field 'problem'",))
 
 
 def check_document(data: Any, path: str | Path) -> dict[str, Any]:

@@ -60,10 +60,15 @@ def _float(value: Any) -> float:
 
 
 def result_from_dict(record: dict[str, Any]) -> BenchResult:
-    """The :class:`BenchResult` that ``BenchResult.as_dict`` wrote (``null`` read back as NaN).
+    """The :class:`BenchResult` that ``BenchResult.as_dict`` wrote (``null`` read back as NaN); a
+    result of a problem class beyond gemm is the backend's name followed by ``[problem]``, so
+    that runs side by side pair it only with the same problem.
     ``record`` must have passed :func:`gemmzoo.result_schema.check_result`."""
     point = GridPoint(int(record["m"]), int(record["n"]), int(record["k"]), record["dtype"],
                       record.get("layout") or "NN")
+    backend = record["backend"]
+    if record.get("class") not in (None, "gemm"):  # a class problem: its rows never meet a gemm point's
+        backend = f"{backend} [{record.get('problem')}]"
     measurement = None
     if record.get("median_s") is not None:
         median = float(record["median_s"])
@@ -77,9 +82,9 @@ def result_from_dict(record: dict[str, Any]) -> BenchResult:
             host = Timing(host_median, host_median if low is None else float(low),
                           host_median if high is None else float(high), int(record.get("samples") or 0),
                           str(record.get("method") or ""))
-        measurement = Measurement(record["backend"], point, timing, _float(record.get("error_ratio")),
+        measurement = Measurement(backend, point, timing, _float(record.get("error_ratio")),
                                   _float(record.get("rel_error")), host=host)
-    return BenchResult(record["backend"], record.get("device") or "cpu", point, record["status"], measurement,
+    return BenchResult(backend, record.get("device") or "cpu", point, record["status"], measurement,
                        record.get("detail") or "", record.get("peak_tflops"),
                        accuracy=record.get("accuracy") or "componentwise")
 

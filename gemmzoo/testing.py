@@ -5,6 +5,9 @@ Import them into a test module and pytest runs them over the backends that ``--g
 
     from gemmzoo.testing import test_bad_input_is_a_clear_error, test_conformance  # noqa: F401
 
+``test_class_conformance`` runs the cases of the problem classes beyond gemm (batched, scaled,
+grouped) that each backend declares.
+
 The ``conformance_case`` and ``input_check`` fixtures come from gemmzoo's pytest plugin, which
 pytest loads by itself once gemmzoo is installed.
 """
@@ -15,7 +18,7 @@ from typing import Any
 
 from gemmzoo.conformance import run_case, run_input_check
 
-__all__ = ["test_bad_input_is_a_clear_error", "test_conformance"]
+__all__ = ["test_bad_input_is_a_clear_error", "test_class_conformance", "test_conformance"]
 
 
 def test_conformance(conformance_case: tuple[Any, Any]) -> None:
@@ -30,3 +33,11 @@ def test_bad_input_is_a_clear_error(input_check: tuple[Any, str]) -> None:
     backend, check = input_check
     result = run_input_check(backend, check)
     assert result.passed, f"{backend.name} {check}: {result.detail}"
+
+
+def test_class_conformance(class_case: tuple[Any, Any]) -> None:
+    """One case of a problem class beyond gemm on one backend (raises with what is wrong)."""
+    from gemmzoo.conformance.class_cases import run_class_case
+
+    backend, case = class_case
+    run_class_case(backend, case)

@@ -54,6 +54,31 @@ def _dtypes_problem(dtypes: Any) -> str | None:
     return None
 
 
+#: The method each problem class beyond gemm needs (:attr:`gemmzoo.Backend.classes`).
+_CLASS_METHODS = {"batched": "bmm", "scaled": "scaled_mm", "grouped": "grouped_mm"}
+
+
+def _classes_problem(backend: Any) -> str | None:
+    """What is wrong with ``backend.classes``: not a set of known class names, or a class declared
+    without its method."""
+    from gemmzoo.backend import Backend
+    from gemmzoo.problems import CLASSES
+
+    classes = declared(backend, "classes")
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, (Set, tuple, list)) or not all(
+            isinstance(name, str) for name in classes):
+        return (f"classes must be a set of problem class names, not "
+                f"{type(classes).__name__} {_one_line(repr(classes))[:80]}")
+    unknown = sorted(set(classes) - set(CLASSES))
+    if unknown:
+        return f"classes {', '.join(map(repr, unknown))} unknown; known: {', '.join(CLASSES)}"
+    for name, method in _CLASS_METHODS.items():
+        found = getattr(type(backend), method, None)
+        if name in classes and (not callable(found) or found is getattr(Backend, method)):
+            return f"declares the {name} class but does not implement {method}"
+    return None
+
+
 def backend_problem(backend: Any) -> str | None:
     """What is wrong with ``backend``, in one line; ``None`` when it may be registered."""
     try:
@@ -86,6 +111,9 @@ def backend_problem(backend: Any) -> str | None:
         if not isinstance(accuracy, str) or accuracy not in ACCURACY_CLASSES:
             return (f"accuracy {_one_line(repr(accuracy))[:80]} is not one of "
                     f"{', '.join(ACCURACY_CLASSES)}")
+        problem = _classes_problem(backend)
+        if problem:
+            return problem
     except Exception as error:  # a property that raises is a malformed backend, not a crash
         try:
             text = _one_line(str(error))

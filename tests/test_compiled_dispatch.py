@@ -107,7 +107,8 @@ def test_a_changed_environment_empties_the_table(compiled, monkeypatch):
 @pytest.mark.parametrize(("a_shape", "b_shape", "b_dtype", "message"), [
     ((4, 5), (4, 3), torch.float32, "inner dimensions differ"),
     ((4, 5), (5, 3), torch.float64, "both must have one floating dtype"),
-    ((4, 5, 1), (5, 3), torch.float32, "must be 2-D"),
+    ((4,), (4, 3), torch.float32, "must be 2-D"),
+    ((4, 5, 1), (5, 3), torch.float32, r"inner dimensions differ \(A has K=1"),  # batched: K is A's last
 ])
 def test_bad_input_is_the_same_clear_error(compiled, a_shape, b_shape, b_dtype, message):
     good_a, good_b = random_operands(4, 3, 5, torch.float32, "NN", 5)

@@ -153,7 +153,9 @@ def test_recording_can_be_switched_off(monkeypatch):
     ("a", "b", "message"),
     [
         (np.ones((3, 4), np.float32), np.ones((5, 6), np.float32), r"A \(3, 4\), B \(5, 6\).*inner"),
-        (np.ones((2, 3, 4), np.float32), np.ones((4, 5), np.float32), r"A \(2, 3, 4\), B \(4, 5\).*2-D"),
+        (np.ones((4,), np.float32), np.ones((4, 5), np.float32), r"A \(4,\), B \(4, 5\).*2-D"),
+        (np.ones((2, 3, 4), np.float32), np.ones((3, 4, 5), np.float32),
+         r"A \(2, 3, 4\), B \(3, 4, 5\).*broadcast"),
         (np.ones((3, 4), np.int32), np.ones((4, 5), np.int32), r"A \(3, 4\), B \(4, 5\).*int32"),
         (np.ones((3, 4), np.float32), np.ones((4, 5), np.float64), r"float32 and B is float64"),
         (np.ones((3, 4), np.float32), [[1.0]], r"A is ndarray and B is list"),
@@ -209,8 +211,8 @@ def test_bad_input_after_a_plan_is_still_a_clear_error():
             gemmzoo.matmul(good[0], np.ones((5, 5), np.float32), backend)
         with pytest.raises(GemmInputError, match=r"float32 and B is float64"):
             gemmzoo.matmul(good[0], good[1].astype(np.float64), backend)
-        with pytest.raises(GemmInputError, match=r"A \(1, 3, 4\), B \(4, 5\).*2-D"):
-            gemmzoo.matmul(good[0][None], good[1], backend)
+        with pytest.raises(GemmInputError, match=r"A \(12,\), B \(4, 5\).*2-D"):
+            gemmzoo.matmul(good[0].reshape(-1), good[1], backend)
         with pytest.raises(GemmInputError, match="A is ndarray and B is Tensor"):
             gemmzoo.matmul(good[0], torch.from_numpy(good[1]), backend)
     ta, tb = torch.ones(3, 4), torch.ones(4, 5)

@@ -167,6 +167,30 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, say: Any, noise_target: float, settings: Any = None) -> int:
     """The run itself, after the options were checked: points, backends, timing, output."""
+    from gemmzoo.cli.class_shapes import expand_grid, run_class_shapes, split_shapes
+
+    try:
+        model_points = expand_grid(args)
+    except ValueError as error:
+        errors.print(f"gemmzoo bench: {error}", style="red", markup=False)
+        return 2
+    args.shape, class_texts = split_shapes(args.shape)
+    class_texts += args.class_shapes
+    class_results: list[dict[str, Any]] = []
+    if class_texts:  # problems of the batched, scaled and grouped classes: checked and timed apart
+        code = run_class_shapes(args, class_texts, "bench", class_results)
+        if not (args.shape or args.grid or args.file):
+            return code
+        args.json = args.csv = args.plot = None  # the class results went to --json already
+    code = _run_gemm(args, say, noise_target, model_points, class_results, settings)
+    return code
+
+
+def _run_gemm(args: argparse.Namespace, say: Any, noise_target: float, model_points: list[Any],
+              class_results: list[dict[str, Any]], settings: Any = None) -> int:
+    """The gemm problems of the run; a model grid's weighted summary at the end."""
+    from gemmzoo.cli.class_shapes import model_summary_line
+
     registry = current().registry
     try:
         points = points_from_arguments(args)
@@ -257,4 +281,7 @@ def _run(args: argparse.Namespace, say: Any, noise_target: float, settings: Any 
     from gemmzoo.cli.merge import write_outputs
 
     code = write_outputs(args, results, environment, command, baseline, run_meta, extras)
+    if model_points:
+        say.print(model_summary_line(model_points, results, class_results, baseline,
+                                     f"--grid {args.model_name}"), markup=False)
     return 130 if interrupted else code

@@ -139,6 +139,19 @@ def run(args: argparse.Namespace) -> int:
         if not (args.grid or args.shape or args.file or args.recorded):
             return _portable(args, before_tuning=False)
 
+    from gemmzoo.cli.class_shapes import expand_grid, run_class_shapes, split_shapes
+
+    try:
+        expand_grid(args)
+    except ValueError as error:
+        console.print(str(error), style="red", markup=False)
+        return 2
+    args.shape, class_texts = split_shapes(args.shape)
+    class_texts += args.class_shapes
+    if class_texts:  # problems of the batched, scaled and grouped classes: measured and stored apart
+        code = run_class_shapes(args, class_texts, "tune")
+        if not (args.shape or args.grid or args.file or args.recorded):
+            return code
     say = messages(args.format)
     try:
         settings = executor_settings(args)

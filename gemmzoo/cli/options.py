@@ -101,7 +101,9 @@ def add_point_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument("--grid", metavar="NAME",
                         help=f"named grid (default here: {default_grid_name()}; see bench --list-grids)")
     parser.add_argument("--shape", action="append", default=[], metavar="MxNxK",
-                        help="add a shape: MxNxK, or MxNxK-DTYPE-LAYOUT (repeatable)")
+                        help="add a shape: MxNxK, or MxNxK-DTYPE-LAYOUT, or a problem of another class: "
+                             "bmm:BxMxNxK, scaled:rowwise|blockwise|tensorwise:MxNxK, grouped:gG:NxK:m=M or "
+                             "grouped:NxK:m=M1,M2,... (repeatable)")
     parser.add_argument("--file", action="append", default=[], metavar="FILE",
                         help="add the points of a CSV (m,n,k[,dtype][,layout]) or JSON file (repeatable)")
     parser.add_argument("--dtype", action="append", choices=DTYPES,

@@ -119,3 +119,23 @@ def class_bound(accuracy: str, dtype: str, a: np.ndarray, b: HostOperand, ref: n
     if accuracy == NORMWISE:
         magnitude = np.full_like(magnitude, NORMWISE_FACTOR * normwise_magnitude(a, host_values(b)))
     return error_bound(dtype, a.shape[1], ref, magnitude)
+
+
+def scaled_error_bound(out_dtype: str, k: int, reference: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
+    """The per-element bound of a scaled FP8 product (the ``scaled`` class) whose C is stored in
+    ``out_dtype``, against ``reference``, the float64 product of the dequantized operands (E4M3
+    values times their scales), and ``magnitude``, the product of their absolute values.
+
+    It is :func:`error_bound`'s with the accumulation of float8_e4m3fn (fp32, with the fp8 MMA's
+    block allowance) and the final rounding of ``out_dtype``, plus ``4·u_fp32`` per unit of
+    magnitude for the scales: applied to the operands before the products (a dequantizing
+    reference rounds each operand and each product once in fp32), or to partial sums in the
+    accumulator loop (block-wise) or the epilogue (row-wise), each a rounding or two of fp32.
+    """
+    fp8, out = dtype_info("float8_e4m3fn"), dtype_info(out_dtype)
+    root_k = math.sqrt(max(k, 1))
+    per_magnitude = 4 * fp8.accumulate_roundoff + fp8.block_sum_roundoff
+    per_magnitude += 4 * root_k * fp8.accumulate_roundoff
+    size = np.abs(reference)
+    accumulation = per_magnitude * magnitude + max(k, 1) * fp8.accumulate_roundoff * size
+    return out.unit_roundoff * size + (1 + out.unit_roundoff) * accumulation + out.smallest_subnormal

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from gemmzoo.conformance.cases import Case, conformance_cases, scale_decades
+from gemmzoo.conformance.class_cases import ClassCase, class_cases, run_class_case
 from gemmzoo.conformance.judge import CheckFailedError, judge_result
 from gemmzoo.conformance.long_sums import same_sign_operands
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
@@ -149,6 +150,17 @@ def run_case(backend: Any, case: Case) -> CheckResult:
     """Run one conformance case; the result says what failed and where."""
     try:
         detail = _run_case(backend, case)
+    except CheckFailedError as failure:
+        return CheckResult(backend.name, case.id, False, str(failure))
+    except Exception as error:  # the backend broke, or is malformed: a failed check either way
+        return CheckResult(backend.name, case.id, False, "raised " + _exception_text(error))
+    return CheckResult(backend.name, case.id, True, detail)
+
+
+def _class_check(backend: Any, case: ClassCase) -> CheckResult:
+    """Run one case of a problem class beyond gemm (:mod:`gemmzoo.conformance.class_cases`)."""
+    try:
+        detail = run_class_case(backend, case)
     except CheckFailedError as failure:
         return CheckResult(backend.name, case.id, False, str(failure))
     except Exception as error:  # the backend broke, or is malformed: a failed check either way
@@ -382,6 +394,8 @@ def check_backend(
         for d in chosen
         for case in conformance_cases(d, backend.device)
     ]
+    checks += [(case.id, lambda case=case: _class_check(backend, case))
+               for case in class_cases(backend, set(chosen))]
     if random and chosen:
         checks += [(case.id, lambda case=case: run_case(backend, case))
                    for case in random_cases(chosen, random, seed, max_work)]

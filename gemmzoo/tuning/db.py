@@ -93,6 +93,8 @@ _TABLE_COLUMNS = {
                     "created"),
     "recorded": ("device", "m", "n", "k", "dtype", "layout", "seen", "first", "last"),
     "bandwidth": ("device", "bytes_per_s", "created"),
+    "class_measurements": ("device", "versions", "backend", "problem_class", "problem", "dtype", "status",
+                           "median_s", "created"),
 }
 
 # Added beside schema version 1 without a version change (older releases ignore it): the nearest
@@ -108,6 +110,24 @@ CREATE INDEX IF NOT EXISTS measurements_near ON measurements
 _BANDWIDTH_TABLE = """
 CREATE TABLE IF NOT EXISTS bandwidth (device TEXT NOT NULL, bytes_per_s REAL NOT NULL, created REAL NOT NULL)
 """
+# Added beside schema version 1 without a version change (older releases ignore it): measurements of
+# the problem classes beyond gemm (:mod:`gemmzoo.problems`), one row per backend and problem, the
+# problem named by its class and its text form; gemm rows stay in ``measurements``.
+_CLASS_TABLE = """
+CREATE TABLE IF NOT EXISTS class_measurements (
+    device TEXT NOT NULL,
+    versions TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    problem_class TEXT NOT NULL DEFAULT 'gemm',
+    problem TEXT NOT NULL,
+    dtype TEXT NOT NULL,
+    status TEXT NOT NULL,
+    median_s REAL,
+    created REAL NOT NULL
+)
+"""
+_CLASS_COLUMNS = "device, versions, backend, problem_class, problem, dtype, status, median_s, created"
+
 #: Columns added to ``measurements`` beside schema version 1 without a version change (older
 #: releases name the columns they read and write): host time, then the time of loops of calls.
 _ADDED_COLUMNS = ("host_s", "host_spread_s", "loop_s", "loop_spread_s")
@@ -427,6 +447,7 @@ class TuningStore:
             (version,) = self._db.execute("PRAGMA user_version").fetchone()
             if version == SCHEMA_VERSION:
                 self._db.execute(_RECORDED_TABLE)
+                self._db.execute(_CLASS_TABLE)
                 self._add_host_time()
                 self._db.execute(_NEAR_INDEX)
                 return
@@ -440,6 +461,7 @@ class TuningStore:
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 self._db.execute(statement)
             self._db.execute(_RECORDED_TABLE)
+            self._db.execute(_CLASS_TABLE)
             self._add_host_time()
             self._db.execute(_NEAR_INDEX)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -626,6 +648,24 @@ class TuningStore:
                         "AND dtype = ? AND layout = ?", rows)
 
     # Memory bandwidth -----------------------------------------------------------------------
+
+    def add_class_measurements(self, rows: Iterable[tuple[object, ...]]) -> None:
+        """Store measurements of class problems: ``(device, versions, backend, problem_class,
+        problem, dtype, status, median_s, created)`` each, all in one transaction."""
+        rows = list(rows)
+        if rows:
+            marks = ", ".join("?" * 9)
+            self._write(f"INSERT INTO class_measurements ({_CLASS_COLUMNS}) VALUES ({marks})", rows)
+
+    def class_measurements(self, device: str, problem: str, dtype: str) -> list[tuple[object, ...]]:
+        """The stored rows of one class problem on ``device`` (``(backend, versions, status,
+        median_s, created)`` each, oldest first); ``[]`` from a database without the table."""
+        try:
+            return self._read("SELECT backend, versions, status, median_s, created FROM class_measurements "
+                              "WHERE device = ? AND problem = ? AND dtype = ? ORDER BY created",
+                              (device, problem, dtype))
+        except sqlite3.OperationalError:  # a read-only database of an older release lacks the table
+            return []
 
     def add_bandwidth(self, device: str, bytes_per_s: float) -> None:
         """Store a device's measured copy bandwidth."""

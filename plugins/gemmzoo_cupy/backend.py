@@ -49,9 +49,9 @@ def _host_dtype(dtype: str) -> Any:
     return {"float16": np.float16, "float32": np.float32, "tf32": np.float32, "float64": np.float64}[dtype]
 
 
-def _runner(mode: int, tf32: bool) -> Callable[[Any, Any], Any]:
-    """``run(a, b)``: ``cupy.dot`` of two matrices with this thread's cuBLAS handle in ``mode`` for
-    the call.
+def _runner(mode: int, tf32: bool, batched: bool = False) -> Callable[[Any, Any], Any]:
+    """``run(a, b)``: ``cupy.dot`` of two matrices (``cupy.matmul``'s broadcasting product when
+    ``batched``) with this thread's cuBLAS handle in ``mode`` for the call.
 
     The handle is per thread, so no lock is needed; it is written only when its mode differs, and
     the caller's mode is restored after the launch.
@@ -65,7 +65,7 @@ def _runner(mode: int, tf32: bool) -> Callable[[Any, Any], Any]:
     def launch_tf32(a: Any, b: Any) -> Any:
         return TF32Array(dot(a.data, b.data))
 
-    launch = launch_tf32 if tf32 else dot
+    launch = launch_tf32 if tf32 else (cupy.matmul if batched else dot)
 
     def run(a: Any, b: Any) -> Any:
         handle = get_handle()
@@ -82,12 +82,14 @@ def _runner(mode: int, tf32: bool) -> Callable[[Any, Any], Any]:
 
 
 class CupyBackend(Backend):
-    """CuPy arrays on the current CUDA device."""
+    """CuPy arrays on the current CUDA device; batched products through ``cupy.matmul`` with the
+    same cuBLAS math mode per dtype (the ``batched`` class)."""
 
     name = "cupy"
     requires = ("cupy",)
     prior_routes = ({"device": "cuda", "library": "cupy"},)
     device = "cuda"
+    classes = frozenset({"gemm", "batched"})
 
     def __init__(self) -> None:
         self._runs: dict[Any, Callable[[Any, Any], Any]] = {}
@@ -156,6 +158,25 @@ class CupyBackend(Backend):
             raise
         self.check_operands(a, b)
         return self._run(dtype_name(a))(a, b)
+
+    def bmm(self, a: Any, b: Any) -> Any:
+        """The batched class: ``cupy.matmul`` (batch dimensions broadcast) in the dtype's math mode."""
+        from gemmzoo.class_math import batched_problem
+
+        batch, problem = batched_problem(tuple(a.shape), tuple(b.shape))
+        dtype = dtype_name(a)
+        if batch is None or type(a) is not type(b) or dtype != dtype_name(b) or dtype not in self.dtypes \
+                or dtype == "tf32":
+            why = problem or f"A is {dtype} and B is {dtype_name(b)}; both must have one declared dtype " \
+                "(not tf32)"
+            raise self.input_error("bmm", why, A=tuple(a.shape), B=tuple(b.shape))
+        key = ("batched", dtype)
+        run = self._runs.get(key)
+        if run is None:
+            half = dtype in ("float16", "bfloat16")
+            mode = _DISALLOW_REDUCED_PRECISION_REDUCTION if half else _DEFAULT_MATH
+            run = self._runs[key] = _runner(mode, False, batched=True)
+        return run(a, b)
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """The dtype's launcher: the math mode is checked per call and set only when it differs."""

@@ -85,13 +85,32 @@ def _product(dtype: str) -> Callable[[Any, Any], Any]:
     return exact
 
 
+def _batched_product(dtype: str) -> Callable[[Any, Any], Any]:
+    """The traced function of a batched ``C = A·B`` (``jnp.matmul``'s broadcasting), with the
+    precision of :func:`_product`: fp32 accumulation for 16-bit operands, IEEE fp32 otherwise."""
+    jax = _jax()
+    jnp = jax.numpy
+
+    if dtype in ("float16", "bfloat16"):
+        def product(a: Any, b: Any) -> Any:
+            return jnp.matmul(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+        return product
+
+    def exact(a: Any, b: Any) -> Any:
+        return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
+
+    return exact
+
+
 class JaxBackend(Backend):
-    """``jax.lax.dot`` compiled by XLA, on JAX's CPU device."""
+    """``jax.lax.dot`` compiled by XLA, on JAX's CPU device; batched products through
+    ``jnp.matmul`` (the ``batched`` class)."""
 
     name = "jax"
     requires = ("jax",)
     device = "cpu"
     dtypes = frozenset({"float16", "bfloat16", "float32", "float64"})
+    classes = frozenset({"gemm", "batched"})
     #: JAX's platform name for :attr:`device`.
     platform = "cpu"
 
@@ -161,6 +180,27 @@ class JaxBackend(Backend):
                 c = self._last = self._jit(dtype)(a, b)
             return c
         c = self._last = self._jit(dtype)(a, b)
+        return c
+
+    def bmm(self, a: Any, b: Any) -> Any:
+        """The batched class: ``jnp.matmul``, batch dimensions broadcast, jitted per dtype."""
+        from gemmzoo.class_math import batched_problem
+
+        batch, problem = batched_problem(tuple(a.shape), tuple(b.shape))
+        dtype = dtype_name(a)
+        if batch is None or dtype != dtype_name(b) or dtype not in self.dtypes or dtype == "tf32":
+            why = problem or f"A is {dtype} and B is {dtype_name(b)}; both must have one declared dtype " \
+                "(not tf32)"
+            raise self.input_error("bmm", why, A=tuple(a.shape), B=tuple(b.shape))
+        key = "batched-" + dtype
+        jitted = self._jitted.get(key)
+        if jitted is None:
+            jitted = self._jitted[key] = _jax().jit(_batched_product(dtype))
+        if dtype == "float64":
+            with _x64():
+                c = self._last = jitted(a, b)
+            return c
+        c = self._last = jitted(a, b)
         return c
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:

@@ -16,6 +16,7 @@ from gemmzoo import Backend
 from gemmzoo.backend import declare_torch_mm, dtype_name, self_checking
 from gemmzoo.torch_tensors import TorchTensors
 from gemmzoo_torch import fp8
+from gemmzoo_torch.classes import TorchClasses
 from gemmzoo_torch.precision import needless_switches, runner
 
 CPU_TORCH_HINT = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
@@ -43,14 +44,16 @@ def cuda_missing_reason() -> str | None:
     return None
 
 
-class TorchCpuBackend(TorchTensors, Backend):
-    """``torch.mm`` on CPU tensors."""
+class TorchCpuBackend(TorchClasses, TorchTensors, Backend):
+    """``torch.mm`` on CPU tensors; ``torch.matmul`` for batched products and
+    ``torch._grouped_mm`` (or a loop of products) for grouped ones (:mod:`gemmzoo_torch.classes`)."""
 
     name = "torch-cpu"
     requires = ("torch",)
     prior_routes = ({"device": "cpu", "library": "torch"},)
     device = "cpu"
     dtypes = frozenset({"float16", "bfloat16", "float32", "float64"})
+    classes = frozenset({"gemm", "batched", "grouped"})
 
     def unavailable_reason(self) -> str | None:
         return torch_missing_reason()
@@ -92,11 +95,15 @@ class TorchBackend(TorchCpuBackend):
 
     ``float8_e4m3fn`` (on GPUs of capability 8.9 and later) goes through ``torch._scaled_mm`` with
     fp32 promotion of partial sums, C in bfloat16: see :mod:`gemmzoo_torch.fp8`.
+
+    Batched, scaled (``torch._scaled_mm`` tensorwise and rowwise) and grouped
+    (``torch._grouped_mm``) products: see :mod:`gemmzoo_torch.classes`.
     """
 
     name = "torch"
     prior_routes = ({"device": "cuda", "library": "torch"},)
     device = "cuda"
+    classes = frozenset({"gemm", "batched", "scaled", "grouped"})
 
     @property  # type: ignore[override]
     def dtypes(self) -> frozenset[str]:

@@ -246,6 +246,7 @@ class TorchPaddedBackend(TorchBackend):
     those of ``torch`` (:mod:`gemmzoo_torch.precision`).
     """
 
+    classes = frozenset({"gemm"})  # the padded route is for 2-D products; torch has the classes
     name = "torch-padded"
     # cuBLAS leaves its fast kernels when a 16-bit operand's rows are not 16-byte aligned
     prior_routes = ({"device": "cuda", "library": "torch", "dtypes": ("float16", "bfloat16"),

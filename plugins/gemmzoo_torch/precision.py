@@ -171,6 +171,21 @@ def runner(dtype: str, without: Collection[str] = ()) -> Callable[[Any, Any], An
     return run
 
 
+def held(dtype: str, launch: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``run(a, b)``: ``launch(a, b)`` — any product, such as ``torch.matmul``'s batched one — with
+    ``dtype``'s switches held for the launch under :data:`lock`, as :func:`runner` holds them for
+    ``torch.mm``; ``launch`` itself where ``dtype`` needs none."""
+    switches = _switches(dtype)
+    if not switches:
+        return launch
+
+    def run(a: Any, b: Any) -> Any:
+        with lock:
+            return _launch_held(launch, a, b, switches)
+
+    return run
+
+
 #: The switch that allows a 16-bit product to add split-K pieces in 16 bits, per dtype.
 REDUCED_PRECISION = {
     "float16": "allow_fp16_reduced_precision_reduction",

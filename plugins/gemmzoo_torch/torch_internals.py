@@ -52,3 +52,25 @@ def cublas_accessors(switch: str) -> tuple[Callable[[], Any], Callable[..., Any]
     except Exception:  # accessors whose signatures changed: the caller uses the public attribute
         pass
     return None
+
+
+def grouped_mm_op() -> Callable[..., Any] | None:
+    """``torch._grouped_mm`` (A 2-D, B 3-D, ``offs=`` cumulative int32 end rows) where the
+    installed torch has it (2.8 and later), else ``None``: callers then loop over the groups."""
+    import torch
+
+    return getattr(torch, "_grouped_mm", None)
+
+
+def scaled_grouped_mm_op() -> Callable[..., Any] | None:
+    """``torch._scaled_grouped_mm`` where the installed torch has it, else ``None``."""
+    import torch
+
+    return getattr(torch, "_scaled_grouped_mm", None)
+
+
+def scaled_mm_op() -> Callable[..., Any] | None:
+    """``torch._scaled_mm`` where the installed torch has it (2.1 and later), else ``None``."""
+    import torch
+
+    return getattr(torch, "_scaled_mm", None)

@@ -87,7 +87,9 @@ class TritonFp8Backend(TritonBackend):
     the conformance bound.
 
     On a GPU, operands that are not K-major (A row-major, B column-major) are copied first (see
-    :func:`k_major`: a row-major B costs a transpose per call). Problems that
+    :func:`k_major`: a row-major B costs a transpose per call). Sizes that keep a large problem
+    off the TMA kernels (K not a multiple of 16, N not of 8) are copied into zero-padded buffers
+    first (:func:`padding_reaches_tma`). Problems that
     :func:`tma_fp8_eligible` allows (Hopper, large, aligned) go to
     :mod:`~gemmzoo_triton.fp8.gluon_kernel` (warp-specialized Gluon) where
     :func:`gluon_fp8_config` allows, else to :mod:`~gemmzoo_triton.fp8.tma_kernel` (TMA loads and
@@ -106,6 +108,7 @@ class TritonFp8Backend(TritonBackend):
     """
 
     name = "triton-fp8"
+    classes = frozenset({"gemm", "scaled", "grouped"})
 
     def __init__(self, *, promote: int | None = None, tma: bool = True, gluon: bool = True,
                  autotune: str | None = None) -> None:
@@ -143,6 +146,8 @@ class TritonFp8Backend(TritonBackend):
             x, y = k_major(x, y)
         c = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
         tma = gpu and self.tma and tma_fp8_eligible(x, y, c)
+        if gpu and self.tma and not tma and padding_reaches_tma(M, N, K, x.device):
+            return _padded_plan(self, M, N, K)
         compute, allocate = self.compute, output_allocator(M, N, torch.bfloat16, x.device)
         if tma and self.gluon and promote == 0:
             config = gluon_fp8_config(x, y)
@@ -183,6 +188,49 @@ class TritonFp8Backend(TritonBackend):
     def matmul(self, a: Any, b: Any) -> Any:
         return self.remembered_plan(a, b)(a, b)
 
+    def grouped_mm(self, a: Any, b: Any, offsets: Any) -> Any:
+        """The ``grouped`` class on fp8 operands, C in bfloat16: one persistent launch over every
+        group (:mod:`~gemmzoo_triton.grouped.grouped_mm_kernel`)."""
+        from gemmzoo_triton.grouped import grouped_mm_kernel
+
+        return grouped_mm_kernel.grouped_mm(self, a, b, offsets)
+
+    def scaled_mm(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: str) -> Any:
+        """The ``scaled`` class: :mod:`~gemmzoo_triton.fp8.scaled_kernel` (block-wise scales in the
+        accumulator loop, row-wise and tensor-wise in the epilogue), operands made K-major on a GPU."""
+        import torch
+
+        from gemmzoo.class_math import scaled_problem
+        from gemmzoo.problems import SCALED_OUT_DTYPES
+        from gemmzoo_triton.fp8 import scaled_kernel
+
+        sa = torch.as_tensor(scale_a, dtype=torch.float32, device=a.device)
+        sb = torch.as_tensor(scale_b, dtype=torch.float32, device=a.device)
+        scaling, problem = scaled_problem(tuple(a.shape), tuple(b.shape), tuple(sa.shape), tuple(sb.shape))
+
+        def fail(why: str) -> Exception:
+            return self.input_error("scaled_mm", why, A=a.shape, B=b.shape, scale_a=sa.shape,
+                                    scale_b=sb.shape)
+
+        if scaling is None:
+            raise fail(problem)
+        if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn or a.device != b.device:
+            raise fail(f"A is {a.dtype} on {a.device} and B {b.dtype} on {b.device}; both must be "
+                       "float8_e4m3fn on one device")
+        if out_dtype not in SCALED_OUT_DTYPES:
+            raise fail(f"out_dtype must be one of {', '.join(SCALED_OUT_DTYPES)}, not {out_dtype!r}")
+        (M, K), N = a.shape, b.shape[1]
+        out = getattr(torch, out_dtype)
+        if M * N == 0 or K == 0:
+            return torch.zeros((M, N), dtype=out, device=a.device)
+        x, y = k_major(a, b) if self.device == "cuda" else (a, b)
+        if self.device == "cuda" and K % 16:
+            x, y = k_padded(x, y)
+        interpreted = interpreter_mode()
+        c = torch.empty((M, N), dtype=torch.float32 if interpreted else out, device=a.device)
+        scaled_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, self.autotune)
+        return c.to(out) if interpreted else c
+
     def compute(self, a: Any, b: Any) -> Any:
         """``a @ b`` with every decision taken on this call (the plans' fallback)."""
         import torch
@@ -216,6 +264,62 @@ class TritonFp8Backend(TritonBackend):
                 return c
         fp8_kernel.launch(x, y, c, promote, self.autotune)
         return c
+
+
+def padding_reaches_tma(m: int, n: int, k: int, device: Any) -> bool:
+    """Whether only the sizes keep a problem off the TMA kernels: K not a multiple of 16 (fp8
+    rows of A and Bᵀ) or N not of 8 (bf16 rows of C), on a TMA device, with work enough.
+
+    Such problems used to fall to the pointer kernel, whose loads of rows that are not 16-byte
+    aligned cannot be vectorised: tens of times slower than the aligned neighbour. Copying A and
+    B into zero-padded buffers moves (M + N)·K bytes, small against 2·M·N·K operations.
+    """
+    return (k % 16 != 0 or n % 8 != 0) and m * n * k > TMA_MIN_WORK and tma_device(device)
+
+
+def _padded_plan(backend: Any, m: int, n: int, k: int) -> Callable[[Any, Any], Any]:
+    """``plan(a, b)``: A copied into an M×K16 buffer and Bᵀ into an N8×K16 one (zeros in the
+    padding, which add nothing to the sums), the aligned problem's own plan (TMA or Gluon) run on
+    them, and C returned as the M×N view of the M×N8 product."""
+    import torch
+
+    M, N, K = m, n, k
+    k16, n8 = -(-K // 16) * 16, -(-N // 8) * 8
+    inner: list[Callable[[Any, Any], Any]] = []
+
+    def plan(a: Any, b: Any) -> Any:
+        x = torch.empty((M, k16), dtype=a.dtype, device=a.device)
+        x.view(torch.uint8)[:, K:].zero_()  # zeroed as bytes: fp8 fills are not everywhere
+        x[:, :K].copy_(a)
+        yt = torch.empty((n8, k16), dtype=b.dtype, device=b.device)
+        raw = yt.view(torch.uint8)
+        raw[:, K:].zero_()
+        raw[N:, :].zero_()
+        yt[:N, :K].copy_(b.t())
+        if not inner:
+            inner.append(backend.prepare(x, yt.t()))
+        c = inner[0](x, yt.t())
+        return c if n8 == N else c[:, :N]
+
+    return plan
+
+
+def k_padded(x: Any, y: Any) -> tuple[Any, Any]:
+    """A (M×K) and B (K×N, column-major) copied with K zero-padded to a multiple of 16, so that
+    every row the kernel loads starts 16-byte aligned (rows of 7000 fp8 bytes cannot be loaded in
+    vectors: the slow route of sizes that are not multiples of 16). The padding never starts a new
+    128-block (128 is a multiple of 16), so block-wise scales stay as they are."""
+    import torch
+
+    (M, K), N = x.shape, y.shape[1]
+    k16 = -(-K // 16) * 16
+    xp = torch.empty((M, k16), dtype=x.dtype, device=x.device)
+    xp.view(torch.uint8)[:, K:].zero_()  # zeroed as bytes: fp8 fills are not everywhere
+    xp[:, :K].copy_(x)
+    yt = torch.empty((N, k16), dtype=y.dtype, device=y.device)
+    yt.view(torch.uint8)[:, K:].zero_()
+    yt[:, :K].copy_(y.t())
+    return xp, yt.t()
 
 
 class _FirstCall:

@@ -59,10 +59,20 @@ class TritonGroupedBackend(TritonBackend):
     descriptors' block shapes. A prepared plan binds the picked config's launch after its first
     call and then launches the compiled kernel directly. Under the interpreter there is one
     config and no tuning.
+
+    The ``grouped`` class (mixture-of-experts layers, ``grouped_mm``) runs in one persistent
+    launch over every group: :mod:`~gemmzoo_triton.grouped.grouped_mm_kernel`.
     """
 
     name = "triton-grouped"
     activations = ACTIVATIONS
+    classes = frozenset({"gemm", "grouped"})
+
+    def grouped_mm(self, a: Any, b: Any, offsets: Any) -> Any:
+        """One persistent launch over every group (:mod:`~gemmzoo_triton.grouped.grouped_mm_kernel`)."""
+        from gemmzoo_triton.grouped import grouped_mm_kernel
+
+        return grouped_mm_kernel.grouped_mm(self, a, b, offsets)
 
     def __init__(self, *, gluon: bool = True, contiguous_c: bool = False,
                  autotune: str | None = None, routes: Any = None) -> None:

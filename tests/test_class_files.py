@@ -1,0 +1,130 @@
+"""Problems of the classes beyond gemm in result files, the tuning store and the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gemmzoo.cli import main
+from gemmzoo.problems import parse_problem
+from gemmzoo.result_schema import FieldError, check_result, load_document, result_class
+from gemmzoo.runs import load_run
+
+pytestmark = pytest.mark.usefixtures("empty_cache")
+
+
+def _record(**fields):
+    row = {"backend": "numpy", "m": 24, "n": 32, "k": 16, "dtype": "float32", "status": "ok",
+           "median_s": 1e-5}
+    row.update(fields)
+    return row
+
+
+def test_a_result_without_a_class_is_a_gemm_one():
+    assert result_class(check_result(_record())) == "gemm"
+
+
+def test_a_class_result_names_a_problem_that_agrees_with_its_sizes():
+    row = check_result(_record(**{"class": "grouped", "problem": "grouped:32x16:m=4,0,20"}))
+    assert result_class(row) == "grouped"
+    with pytest.raises(FieldError, match="names its problem"):
+        check_result(_record(**{"class": "batched"}))
+    with pytest.raises(FieldError, match="is not the grouped problem"):
+        check_result(_record(**{"class": "grouped", "problem": "grouped:32x16:m=4,0,21"}))
+    with pytest.raises(FieldError, match="must be one of"):
+        check_result(_record(**{"class": "sparse", "problem": "24x32x16"}))
+
+
+def test_bench_and_tune_take_class_problems_and_tune_stores_the_winner(tmp_path, capsys):
+    out = tmp_path / "classes.json"
+    shapes = ["--shape", "bmm:2x3x8x8x4", "--shape", "grouped:g3:8x12:m=5",
+              "--shape", "scaled:rowwise:8x16x32"]
+    assert main(["bench", *shapes, "--backend", "numpy", "--format", "plain", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "grouped:g3:8x12:m=5" in printed and "scaled:rowwise:8x16x32" in printed
+    document = load_document(out)
+    assert {r["class"] for r in document["results"]} == {"batched", "grouped", "scaled"}
+    assert all(r["status"] == "ok" and r["median_s"] > 0 for r in document["results"])
+    run = load_run(out)
+    assert {r.backend for r in run.results} >= {"numpy [grouped:g3:8x12:m=5]"}
+
+    assert main(["tune", "--shape", "grouped:g3:8x12:m=5", "--backend", "numpy", "--format", "plain"]) == 0
+    from gemmzoo.tuning.class_store import stored_winner
+
+    assert stored_winner("grouped:g3:8x12:m=5", "float32", "cpu") == "numpy"
+    import gemmzoo
+
+    a, b = np.ones((15, 12), np.float32), np.ones((3, 12, 8), np.float32)
+    assert gemmzoo.grouped_mm(a, b, np.array([5, 10, 15], np.int32)).shape == (15, 8)
+
+
+def test_a_wrong_backend_is_reported_and_not_timed(tmp_path, capsys):
+    out = tmp_path / "wrong.json"
+    code = main(["bench", "--shape", "grouped:g3:8x12:m=5", "--backend", "numpy", "--format", "plain",
+                 "--json", str(out)])
+    assert code == 0
+    from test_problem_classes import DropsLastGroup
+
+    from gemmzoo.class_bench import run_class_bench
+
+    rows = run_class_bench([parse_problem("grouped:g3:8x12:m=5")], [DropsLastGroup()])
+    assert rows[0]["status"] == "wrong" and rows[0]["median_s"] is None and "group" in rows[0]["detail"]
+    assert json.loads(out.read_text())["results"][0]["backend"] == "numpy"
+
+
+def test_bad_class_text_is_bad_usage(capsys):
+    assert main(["bench", "--shape", "grouped:g2:8x12:m=1,2,3", "--backend", "numpy"]) == 2
+    assert "g2 but 3 values" in capsys.readouterr().err
+
+
+def test_pytest_runs_the_class_cases_with_readable_ids(tmp_path):
+    import subprocess
+    import sys
+
+    from fake_distributions import subprocess_env
+
+    module = "from gemmzoo.testing import test_class_conformance  # noqa: F401\n"
+    (tmp_path / "test_mine.py").write_text(module)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gemmzoo-backend", "numpy",
+               "-rA"]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=subprocess_env(tmp_path),
+                         timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "test_class_conformance[numpy-scaled-blockwise-70x260x300-bfloat16-N]" in run.stdout
+    assert "test_class_conformance[numpy-grouped-float32-one-row-16x40-m=1,1,1]" in run.stdout
+
+
+def test_class_grids_run_by_name(capsys):
+    assert main(["bench", "--grid", "classes-smoke", "--backend", "numpy", "--format", "plain"]) == 0
+    printed = capsys.readouterr().out
+    from gemmzoo.grids import CLASS_GRIDS
+
+    assert all(text in printed for text in CLASS_GRIDS["classes-smoke"])
+
+
+def test_a_model_grid_splits_into_gemm_shapes_and_class_problems():
+    import argparse
+
+    from gemmzoo.cli.class_shapes import expand_grid, model_summary_line
+
+    args = argparse.Namespace(grid="model:mixtral-8x7b@16", shape=[], dtype=None)
+    points = expand_grid(args)
+    assert args.grid is None and args.dtype == ["bfloat16"]
+    assert "16x6144x4096" in args.shape and "grouped:g8:28672x4096:m=4" in args.class_shapes
+    rows = [{"problem": p.problem.text(), "backend": b, "status": "ok", "median_s": s}
+            for p in points if p.problem.kind != "gemm" for b, s in (("base", 2.0), ("fast", 1.0))]
+    line = model_summary_line(points, [], rows, "base", "mixtral")
+    assert "2.000x" in line and f"of {len(points)} points" in line
+    with pytest.raises(ValueError, match="known"):
+        expand_grid(argparse.Namespace(grid="model:nope", shape=[], dtype=None))
+
+
+def test_best_class_backend_answers_without_measuring():
+    from gemmzoo.class_api import best_class_backend
+
+    assert best_class_backend("grouped:g3:8x12:m=5", device="cpu", library="numpy").name == "numpy"
+    assert best_class_backend("scaled:rowwise:8x16x32", device="cpu", library="numpy").name == "numpy"
+    with pytest.raises(ValueError, match="problem"):
+        best_class_backend("grouped:8x12")

@@ -1,0 +1,61 @@
+"""triton-fp8's route for sizes that keep a problem off the TMA kernels: zero-padded copies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gemmzoo.fp8 import e4m3_to_float32, to_e4m3  # noqa: E402
+from gemmzoo_triton.fp8.backend import _padded_plan, padding_reaches_tma  # noqa: E402
+
+
+class _Recording:
+    """Stands in for the backend: its plan multiplies the padded operands it is given, exactly."""
+
+    def __init__(self):
+        self.seen = []
+
+    def prepare(self, x, y):
+        self.seen.append((tuple(x.shape), tuple(y.shape), y.stride()))
+
+        def run(x, y):
+            return (x.float() @ y.float()).to(torch.bfloat16)
+
+        return run
+
+
+def _fp8(values):
+    return torch.from_numpy(to_e4m3(values).view(np.uint8)).view(torch.float8_e4m3fn)
+
+
+def test_padded_operands_give_the_product_of_the_unpadded_ones():
+    rng = np.random.default_rng(3)
+    m, n, k = 5, 13, 21
+    a_np, b_np = rng.standard_normal((m, k)) * 4, rng.standard_normal((k, n)) * 4
+    a, b = _fp8(a_np), _fp8(b_np)
+    backend = _Recording()
+    plan = _padded_plan(backend, m, n, k)
+    c = plan(a, b)
+    assert backend.seen == [((5, 32), (32, 16), (1, 32))]  # K to 16, N to 8, B column-major
+    assert tuple(c.shape) == (m, n)
+    expected = e4m3_to_float32(to_e4m3(a_np)) @ e4m3_to_float32(to_e4m3(b_np))
+    np.testing.assert_allclose(c.float().numpy(), expected, rtol=2**-8, atol=1e-6)
+    again = plan(a, b)  # the plan is made once and kept
+    assert len(backend.seen) == 1 and torch.equal(again, c)
+
+
+def test_padding_is_only_for_tma_devices():
+    assert not padding_reaches_tma(3000, 5000, 7000, torch.device("cpu"))
+
+
+def test_k_padded_operands_keep_the_product_and_align_the_rows():
+    from gemmzoo_triton.fp8.backend import k_padded
+
+    rng = np.random.default_rng(4)
+    a_np, b_np = rng.standard_normal((3, 21)) * 4, rng.standard_normal((21, 5)) * 4
+    x, y = k_padded(_fp8(a_np), _fp8(np.ascontiguousarray(b_np.T)).t())
+    assert tuple(x.shape) == (3, 32) and tuple(y.shape) == (32, 5) and y.stride() == (1, 32)
+    expected = e4m3_to_float32(to_e4m3(a_np)) @ e4m3_to_float32(to_e4m3(b_np))
+    np.testing.assert_allclose((x.float() @ y.float()).numpy(), expected, rtol=1e-6, atol=1e-6)
