@@ -102,6 +102,7 @@ def _trust_fields(measured: Measurement | None) -> dict[str, Any]:
     timing = measured.timing if measured else None
     threads = measured.threads.as_dict() if measured and measured.threads else {}
     clocks = measured.clocks.as_dict() if measured and measured.clocks else {}
+    shared = measured.contention.as_dict() if measured and measured.contention else {}
     return {
         "noise": timing.noise if timing and math.isfinite(timing.noise) else None,
         "noise_target": timing.target if timing else None,
@@ -111,6 +112,8 @@ def _trust_fields(measured: Measurement | None) -> dict[str, Any]:
         "sm_clock_mhz": clocks.get("sm_clock_mhz"),
         "default_sm_clock_mhz": clocks.get("default_sm_clock_mhz"),
         "throttled": clocks.get("throttled"),
+        "cpu_share": shared.get("cpu_share"), "others_load": shared.get("others_load"),
+        "contended": shared.get("contended"),
     }
 
 
@@ -169,16 +172,21 @@ class BenchInterrupted(KeyboardInterrupt):
 def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float = 0.2,
               on_result: Callable[[BenchResult], None] | None = None, timer: str = "events",
               rounds: int = 1, threads: int | None = None, noise_target: float = NOISE_TARGET,
-              timeout: float | str | None = "default") -> list[BenchResult]:
+              timeout: float | str | None = "default",
+              verdict: Callable[[Any, str], tuple[bool, str]] | None = None) -> list[BenchResult]:
     """Every backend on every point, point by point, in ``rounds`` interleaved rounds of
     ``budget_s / rounds`` each; ``on_result`` hears each result as its last round finishes.
     A backend is checked in the first round only; one that fails there is not timed again.
     Each backend's check and timing at a point has ``timeout`` seconds (see :func:`bench_one`).
-    Ctrl-C raises :class:`BenchInterrupted` with the results so far."""
+    Ctrl-C raises :class:`BenchInterrupted` with the results so far.
+    ``verdict(backend, dtype)`` (``(passed, why_not)``, e.g.
+    :func:`gemmzoo.tuning.verdicts.passing`) is asked before a backend is first timed on a dtype:
+    one without a pass is ``wrong`` at every point of that dtype and never timed."""
     rounds = max(1, rounds)
     final: dict[tuple[str, GridPoint], BenchResult] = {}
     try:
-        _rounds(backends, points, budget_s, on_result, timer, rounds, threads, noise_target, timeout, final)
+        _rounds(backends, points, budget_s, on_result, timer, rounds, threads, noise_target, timeout, final,
+                verdict)
     except KeyboardInterrupt as stop:
         raise BenchInterrupted([final[(backend.name, point)] for point in points for backend in backends
                                 if (backend.name, point) in final]) from stop
@@ -188,19 +196,32 @@ def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: fl
 def _rounds(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float,
             on_result: Callable[[BenchResult], None] | None, timer: str, rounds: int, threads: int | None,
             noise_target: float, timeout: float | str | None,
-            final: dict[tuple[str, GridPoint], BenchResult]) -> None:
+            final: dict[tuple[str, GridPoint], BenchResult],
+            verdict: Callable[[Any, str], tuple[bool, str]] | None = None) -> None:
     """:func:`run_bench`'s rounds, each result (merged over its rounds so far) kept in ``final``."""
+    verdicts: dict[tuple[str, str], tuple[bool, str]] = {}
     for number in range(rounds):
         last = number == rounds - 1
         for point in points:
             shift = number % len(backends) if backends else 0
             for backend in [*backends[shift:], *backends[:shift]]:
-                key = (backend.name, point)
-                earlier = final.get(key)
+                slot = (backend.name, point)
+                earlier = final.get(slot)
                 if earlier is not None and earlier.status != OK:
                     if last and on_result is not None:
                         on_result(earlier)
                     continue
+                if earlier is None and verdict is not None and point.dtype in backend.dtypes:
+                    asked = (backend.name, point.dtype)
+                    if asked not in verdicts:
+                        verdicts[asked] = verdict(backend, point.dtype)
+                    passed, why_not = verdicts[asked]
+                    if not passed:
+                        final[slot] = BenchResult(backend.name, backend.device, point, WRONG, detail=why_not,
+                                                  accuracy=str(accuracy_of(backend)))
+                        if last and on_result is not None:
+                            on_result(final[slot])
+                        continue
                 result = bench_one(backend, point, budget_s / rounds, timer, verify=earlier is None,
                                    threads=threads, noise_target=noise_target, timeout=timeout)
                 if earlier is not None and result.status == OK and earlier.measurement and result.measurement:
@@ -208,7 +229,7 @@ def _rounds(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: floa
                     result = _ok(backend, point, merged)
                 elif earlier is not None and result.status == OK:
                     result = earlier
-                final[key] = result
+                final[slot] = result
                 if last and on_result is not None:
                     on_result(result)
 

@@ -126,8 +126,17 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
     test fails instead of reporting a speed. For a CUDA backend the test must carry
     ``pytest.mark.benchmark(timer=clock)`` (:func:`benchmark_params` puts it there; ``clock``
     defaults to :data:`DEVICE_CLOCK`); without it :class:`TimerNotSetError` is raised rather than
-    a wall-clock figure reported as device time.
+    a wall-clock figure reported as device time. A backend with no passing conformance verdict
+    for the point's dtype on this machine (the suite runs first when there is none,
+    :func:`gemmzoo.tuning.verdicts.passing`) raises :class:`gemmzoo.measure.WrongResultError`
+    before anything is timed.
     """
+    from gemmzoo.measure import WrongResultError
+    from gemmzoo.tuning.verdicts import passing
+
+    passed, why_not = passing(backend, point.dtype)
+    if not passed:
+        raise WrongResultError(f"{backend.name}: {point.id}: not timed: {why_not}")
     problem = make_problem(backend, point, seed)
     checked = judge_problem(problem)
     a, b = problem.a, problem.b

@@ -31,6 +31,7 @@ from typing import Any
 import pluggy
 
 from gemmzoo import hookspecs
+from gemmzoo.code_digest import code_digest
 from gemmzoo.errors import PluginError, PluginWarning, UnknownBackendError
 from gemmzoo.plugin_source import (
     Location,
@@ -134,6 +135,7 @@ class Registry:
         self._backends: dict[str, Any] = {}
         self._providers: dict[str, PluginInfo] = {}
         self._registered_at: dict[str, Location] = {}
+        self._digests: dict[str, str] = {}
         self.plugins: list[PluginInfo] = []
         self.failures: list[PluginFailure] = []
         self.disabled: list[str] = []
@@ -259,6 +261,16 @@ class Registry:
         except KeyError:
             known = ", ".join(self._backends) or "none"
             raise UnknownBackendError(f"unknown backend {name!r}; registered: {known}") from None
+
+    def code_digest(self, name: str) -> str:
+        """The digest of the code backend ``name`` runs (:mod:`gemmzoo.code_digest`), taken on first
+        use in this process: the code imported is the code that runs until the process ends."""
+        found = self._digests.get(name)
+        if found is None:
+            backend = self.get(name)
+            where = self._registered_at.get(name)
+            found = self._digests[name] = code_digest(backend, where[0] if where else None)
+        return found
 
     def plugin_info(self, plugin_name: str) -> PluginInfo:
         """The :class:`PluginInfo` of the plugin registered as ``plugin_name`` (its entry-point

@@ -26,7 +26,7 @@ CSV_FIELDS = (
     "roofline_percent", "verdict", "error_ratio", "rel_error", "method", "detail",
     "noise", "converged", "threads", "throttled",
 )
-BEST, TIE, NOISY = "best", "tie", "noisy"
+BEST, TIE, NOISY, UNDECIDED = "best", "tie", "noisy", "undecided"
 
 
 def _backends(results: Sequence[BenchResult]) -> list[str]:
@@ -52,14 +52,20 @@ def verdicts(row: dict[str, BenchResult]) -> dict[str, str]:
     """``{backend: "best" | "tie" | "noisy"}`` for one point, by caller time: the fastest is
     ``best`` unless others are within measured noise of it (``best_backend``'s rule,
     :func:`gemmzoo.tuning.select.rank`), and then all of those are ``tie``; a measurement that
-    missed its noise target is ``noisy`` and not ranked with the others."""
+    missed its noise target is ``noisy`` and not ranked with the others, and when a noisy one
+    measured faster than the fastest ranked ones, those are ``undecided``: ``best`` never goes to
+    a row slower than another conforming row."""
     timed = [_timed(r) for r in row.values() if r.caller_s is not None]
     if not timed:
         return {}
     noisy = {t.backend: NOISY for t in timed if not t.converged}
-    _winner, _ranking, tied = rank(timed)
     if len(noisy) == len(timed):
         return noisy
+    _winner, _ranking, tied = rank([t for t in timed if t.converged])
+    fastest = min(t.median_s for t in timed)
+    if min(t.median_s for t in timed if t.backend in tied) > fastest:
+        # a row that missed its noise target measured faster: nothing here is known to be best
+        return {**dict.fromkeys(tied, UNDECIDED), **noisy}
     if len(tied) > 1:
         return {**dict.fromkeys(tied, TIE), **noisy}
     return {tied[0]: BEST, **noisy}

@@ -247,6 +247,8 @@ RESULT_FIELDS: dict[str, Check] = {
     "converged": flag(),
     "noise": number(1e6),  # relative spread of the median the stopping rule reached (0.01 = 1%)
     "throttled": flag(),
+    # whether a CPU timing shared its cores (gemmzoo.measure.contention)
+    "cpu_share": number(1.0), "others_load": number(1e6), "contended": flag(),
     "round": integer(0, MAX_SAMPLES),
 }
 

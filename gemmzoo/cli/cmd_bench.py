@@ -215,8 +215,11 @@ def _run(args: argparse.Namespace, say: Any, noise_target: float) -> int:
                     backends, points, args.budget, args.devices, advance, pool, timer=args.timer,
                     threads=args.threads, noise_target=noise_target)
             else:
+                from gemmzoo.tuning.verdicts import passing
+
                 results = run_bench(backends, points, args.budget, on_result=advance_here, timer=args.timer,
-                                    rounds=args.rounds, threads=args.threads, noise_target=noise_target)
+                                    rounds=args.rounds, threads=args.threads, noise_target=noise_target,
+                                    verdict=passing)
     except KeyboardInterrupt as stop:
         interrupted = True
         so_far = getattr(stop, "results", None)  # run_bench's: every round measured so far, merged

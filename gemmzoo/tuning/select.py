@@ -442,11 +442,15 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 source = "nearest shape"
                 note = (f"nothing measured at {m}x{n}x{k}; nearest measured shape "
                         f"{'x'.join(map(str, basis))} (device times scaled, host times as measured)")
+        # A backend stored WRONG at this very shape is never the answer here, whatever else says so.
+        wrong = {r.backend for r in latest.values() if r.status == "wrong"}
+        timings = [t for t in timings if t.backend not in wrong]
         if timings and reachable is not None:
             timings = _reachable_only(timings, by_name, reachable, excluded)
         if not timings:
             broke = {r.backend for r in latest.values() if r.status != "ok"}
-            pick = _default(store, conforming + unchecked, dtype, native, excluded, broke, reachable)
+            pick = _default(store, [b for b in conforming + unchecked if b.name not in wrong], dtype, native,
+                            excluded, broke, reachable)
             if pick is None:
                 raise BackendUnavailableError(
                     f"no backend computing {dtype} on {device} passed conformance on this machine "
