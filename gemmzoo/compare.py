@@ -176,8 +176,8 @@ def compare_runs(runs: Sequence[Run], threshold: float = DEFAULT_THRESHOLD) -> l
             key = (result.point, result.backend)
             if key in table:
                 raise DuplicateRowError(f"{run.path}: {result.backend} at {result.point.id} appears more "
-                                        "than once; a result file holds each backend and point once (merge shards with "
-                                        "gemmzoo bench --merge)")
+                                        "than once; a result file holds each backend and point once "
+                                        "(merge shards with gemmzoo bench --merge)")
             table[key] = (result, flags_of(extra, threshold))
         tables.append(table)
     keys = list(dict.fromkeys(key for table in tables for key in table))
