@@ -136,6 +136,7 @@ class Registry:
         self._providers: dict[str, PluginInfo] = {}
         self._registered_at: dict[str, Location] = {}
         self._digests: dict[str, str] = {}
+        self._frozen: dict[int, tuple[Any, tuple[Any, ...]]] = {}
         self.plugins: list[PluginInfo] = []
         self.failures: list[PluginFailure] = []
         self.disabled: list[str] = []
@@ -227,6 +228,7 @@ class Registry:
         self._backends[name] = backend
         self._providers[name] = info
         self._registered_at[name] = location
+        self._frozen[id(backend)] = (backend, _identity(backend))
         if info.own:
             _trusted[id(backend)] = backend
 
@@ -262,6 +264,22 @@ class Registry:
             known = ", ".join(self._backends) or "none"
             raise UnknownBackendError(f"unknown backend {name!r}; registered: {known}") from None
 
+    def drift(self, backend: Any) -> str | None:
+        """What changed in ``backend``'s identity (name, device, dtypes) since it was registered,
+        or ``None``: its verdicts, timings and reserved-name check were made under those values,
+        so a backend whose identity moves is treated as broken, never as another backend."""
+        entry = self._frozen.get(id(backend))
+        if entry is None or entry[0] is not backend:
+            return None
+        try:
+            now = _identity(backend)
+        except Exception as error:
+            return f"reading its name, device or dtypes raised {_one_line(error)} after registration"
+        if now != entry[1]:
+            return (f"its name, device or dtypes changed after registration (registered as {entry[1]!r}, "
+                    f"now {now!r}); members are frozen at registration")
+        return None
+
     def code_digest(self, name: str) -> str:
         """The digest of the code backend ``name`` runs (:mod:`gemmzoo.code_digest`), taken on first
         use in this process: the code imported is the code that runs until the process ends."""
@@ -289,6 +307,17 @@ class Registry:
         if not chosen:
             return self.backends()
         return [self.get(name) for name in dict.fromkeys(chosen)]
+
+
+def _identity(backend: Any) -> tuple[Any, ...]:
+    """The members that say which backend this is."""
+    return (backend.name, backend.device, frozenset(backend.dtypes))
+
+
+def drift(backend: Any) -> str | None:
+    """:meth:`Registry.drift` of the process-wide registry (``None`` before one is built)."""
+    registry = _registry
+    return registry.drift(backend) if registry is not None else None
 
 
 def warn_at_plugin(message: str, location: Location | None, info: PluginInfo) -> None:
@@ -367,7 +396,7 @@ def unavailable_reason(backend: Any) -> str | None:
 
 
 def _probe(backend: Any) -> tuple[str | None, str | None]:
-    problem = backend_problem(backend)
+    problem = backend_problem(backend) or drift(backend)
     if problem is not None:
         fault = f"malformed backend: {problem}"
         return fault, fault

@@ -24,7 +24,7 @@ from typing import Any
 
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.grids import GridPoint
-from gemmzoo.registry import get_registry
+from gemmzoo.registry import drift, get_registry
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import ConformanceRecord, Record, TuningStore
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
@@ -48,6 +48,8 @@ def verdict_versions(backend: Any) -> str:
 def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bool = True) -> bool | None:
     """Whether ``backend`` passed conformance for ``dtype`` here; runs the suite when no verdict is
     stored and ``run`` is true, else answers ``None`` for "unknown"."""
+    if drift(backend) is not None:  # not the backend that was registered: no verdict of any other
+        return False
     device = device_fingerprint(backend.device)
     versions = verdict_versions(backend)
     key = (device, versions, backend.name, dtype)
