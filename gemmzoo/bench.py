@@ -22,6 +22,7 @@ from typing import Any
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.device import device_info, peak_tflops
 from gemmzoo.grids import GridPoint
+from gemmzoo.inert import inert
 from gemmzoo.measure import NOISE_TARGET, Measurement, WrongResultError, measure
 from gemmzoo.roofline import Roofline, roofline
 from gemmzoo.watchdog import BackendTimeoutError, idle_workers_ended
@@ -135,9 +136,10 @@ def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str 
                          budget_s=budget_s, verify=verify, timer=timer, threads=threads,
                          noise_target=noise_target, timeout=timeout)
     except WrongResultError as error:
-        return BenchResult(backend.name, backend.device, point, WRONG, detail=str(error), accuracy=accuracy)
+        return BenchResult(backend.name, backend.device, point, WRONG, detail=_text(error), accuracy=accuracy)
     except BackendTimeoutError as error:
-        return BenchResult(backend.name, backend.device, point, TIMEOUT, detail=str(error), accuracy=accuracy)
+        return BenchResult(backend.name, backend.device, point, TIMEOUT, detail=_text(error),
+                           accuracy=accuracy)
     except Exception as error:  # a crashing backend must not end the whole run
         detail = f"{type(error).__name__}: {_text(error)}"
         return BenchResult(backend.name, backend.device, point, ERROR, detail=detail, accuracy=accuracy)
@@ -145,8 +147,9 @@ def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str 
 
 
 def _text(error: BaseException) -> str:
+    """The error's message, its control characters written out (:mod:`gemmzoo.inert`)."""
     try:
-        return str(error)
+        return inert(str(error), lines=True)
     except Exception:  # an exception whose own __str__ raises
         return "<unprintable>"
 
@@ -217,7 +220,8 @@ def _rounds(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: floa
                         verdicts[asked] = verdict(backend, point.dtype)
                     passed, why_not = verdicts[asked]
                     if not passed:
-                        final[slot] = BenchResult(backend.name, backend.device, point, WRONG, detail=why_not,
+                        final[slot] = BenchResult(backend.name, backend.device, point, WRONG,
+                                                  detail=inert(why_not, lines=True),
                                                   accuracy=str(accuracy_of(backend)))
                         if last and on_result is not None:
                             on_result(final[slot])

@@ -33,6 +33,7 @@ import pluggy
 from gemmzoo import hookspecs
 from gemmzoo.code_digest import code_digest
 from gemmzoo.errors import PluginError, PluginWarning, UnknownBackendError
+from gemmzoo.inert import inert
 from gemmzoo.plugin_source import (
     Location,
     defined_at,
@@ -101,10 +102,11 @@ def strict_plugins() -> bool:
 
 def _one_line(error: BaseException) -> str:
     try:
-        text = " ".join(str(error).split())
+        text = inert(" ".join(str(error).split()))
     except Exception:  # an exception whose own __str__ raises
         text = "<unprintable>"
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    name = inert(type(error).__name__)
+    return f"{name}: {text}" if text else name
 
 
 def _at(location: Location | None, verb: str = "raised") -> str:
@@ -415,7 +417,7 @@ def _probe(backend: Any) -> tuple[str | None, str | None]:
         fault = (f"unavailable_reason() returned {type(reason).__name__}, not a str or None: "
                  f"{' '.join(_safe_repr(reason).split())[:80]}")
         return fault, fault
-    text = " ".join(reason.split())[:_REASON_LIMIT]
+    text = inert(" ".join(reason.split()))[:_REASON_LIMIT]
     return (text or "unavailable (unavailable_reason() gave an empty reason)"), None
 
 

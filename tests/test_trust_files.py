@@ -75,3 +75,79 @@ def test_a_shared_object_planted_in_the_cache_directory_is_never_loaded(tmp_path
     assert native.load() is None and imported == []
     record.write_text(native._digest(library))  # as build() records it: then, and only then, loaded
     assert native.load() is not None and imported == [library]
+
+
+def test_control_characters_from_a_plugin_leave_the_result_file_readable(tmp_path: Path) -> None:
+    from misbehaving_plugins import Plain
+
+    from gemmzoo.bench import ERROR, bench_one
+    from gemmzoo.compare import compare_runs
+    from gemmzoo.grids import GridPoint
+    from gemmzoo.report import write_json
+    from gemmzoo.runs import load_run
+
+    class Shouting(Plain):
+        name = "shouting"
+
+        def matmul(self, a, b):
+            raise RuntimeError("\x1b[2J\rALL BACKENDS CONFORM \x1b]8;;http://x\x07link\x1b]8;;\x07 \u202eevil")
+
+    result = bench_one(Shouting(), GridPoint(8, 8, 8, "float32"), budget_s=0.01)
+    assert result.status == ERROR
+    assert "\x1b" not in result.detail and "\r" not in result.detail and "\u202e" not in result.detail
+    assert "\\x1b[2J\\rALL BACKENDS CONFORM" in result.detail  # written out, still readable
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path in paths:
+        write_json([result], path)
+    [row] = compare_runs([load_run(p) for p in paths])
+    assert row.cells[0].result.detail == result.detail
+
+
+def test_a_bad_output_path_is_refused_before_the_run(tmp_path: Path) -> None:
+    from fake_distributions import run_gemmzoo
+
+    for option, path in (("--json", tmp_path / "missing" / "r.json"), ("--csv", tmp_path)):
+        done = run_gemmzoo(tmp_path, "bench", "--backend", "numpy", "--shape", "64x64x64", option, str(path),
+                           GEMMZOO_CACHE_DIR=str(tmp_path / "cache"))
+        assert done.returncode == 2 and "nothing was run" in done.stderr, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_results_are_written_atomically(tmp_path: Path, monkeypatch) -> None:
+    from gemmzoo import atomic_file
+
+    target = tmp_path / "r.json"
+    target.write_text("previous, whole\n")
+
+    def broken_fsync(_fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic_file.os, "fsync", broken_fsync)
+    with pytest.raises(OSError):
+        atomic_file.write_atomically(target, "new" * 1000)
+    assert target.read_text() == "previous, whole\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary left behind
+
+
+def test_sigterm_during_bench_writes_the_results_so_far(tmp_path: Path) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fake_distributions import subprocess_env
+
+    out = tmp_path / "r.json"
+    shapes = [f"{96 + 8 * i}x96x96" for i in range(40)]
+    child = subprocess.Popen([sys.executable, "-m", "gemmzoo", "bench", "--backend", "numpy", "--budget", "0.5",
+                              "--rounds", "1", "--json", str(out), "--format", "plain",
+                              *[x for shape in shapes for x in ("--shape", shape)]],
+                             env=subprocess_env(tmp_path, GEMMZOO_CACHE_DIR=str(tmp_path / "cache")),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)
+    child.send_signal(signal.SIGTERM)
+    stdout, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stdout + stderr
+    written = json.loads(out.read_text())
+    assert written.get("interrupted") is True and 0 < len(written["results"]) < len(shapes), stderr

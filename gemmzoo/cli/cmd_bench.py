@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import shlex
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -147,13 +151,41 @@ def run(args: argparse.Namespace) -> int:
         errors.print("--max-noise must be 0 or more (percent)", style="red", markup=False)
         return 2
     noise_target = args.max_noise / 100
-    if args.devices:
-        return _run(args, say, noise_target)
-    from gemmzoo.measure.threads import confined_to_policy
+    from gemmzoo.atomic_file import unwritable
 
-    # XLA's pool, out of threadpoolctl's reach, takes the policy's cores (docs/benchmarks.md)
-    with confined_to_policy(args.threads):
-        return _run(args, say, noise_target)
+    for option in ("json", "csv", "plot"):
+        path = getattr(args, option)
+        problem = unwritable(path) if path is not None else None
+        if problem is not None:  # refused now, not after the whole run
+            errors.print(f"gemmzoo bench: --{option} {path}: {problem}; nothing was run", style="red",
+                         markup=False)
+            return 2
+    with _terminate_as_interrupt():
+        if args.devices:
+            return _run(args, say, noise_target)
+        from gemmzoo.measure.threads import confined_to_policy
+
+        # XLA's pool, out of threadpoolctl's reach, takes the policy's cores (docs/benchmarks.md)
+        with confined_to_policy(args.threads):
+            return _run(args, say, noise_target)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a job scheduler's stop, ``kill``) ends the run as Ctrl-C does: the results so far
+    are shown and written, and the exit status is 130."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(args: argparse.Namespace, say: Any, noise_target: float) -> int:

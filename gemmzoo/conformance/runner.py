@@ -16,6 +16,7 @@ from gemmzoo.conformance.judge import CheckFailedError, judge_result
 from gemmzoo.conformance.long_sums import same_sign_operands
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
 from gemmzoo.dtypes import DTYPES, result_dtype
+from gemmzoo.inert import inert
 from gemmzoo.registry import probe_availability
 from gemmzoo.validation import backend_problem
 from gemmzoo.watchdog import BackendTimeoutError, idle_workers_ended, quarantined
@@ -151,14 +152,19 @@ def run_case(backend: Any, case: Case) -> CheckResult:
     try:
         detail = _run_case(backend, case)
     except CheckFailedError as failure:
-        return CheckResult(backend.name, case.id, False, str(failure))
+        return CheckResult(backend.name, case.id, False, inert(str(failure), lines=True))
     except Exception as error:  # the backend broke, or is malformed: a failed check either way
         return CheckResult(backend.name, case.id, False, "raised " + _exception_text(error))
-    return CheckResult(backend.name, case.id, True, detail)
+    return CheckResult(backend.name, case.id, True, inert(detail, lines=True))
 
 
 def _exception_text(error: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(error), error)).strip()
+    """The exception as one message, its control characters written out (:mod:`gemmzoo.inert`)."""
+    try:
+        text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    except Exception:  # an exception whose own __str__ raises
+        text = f"{type(error).__name__}: <unprintable>"
+    return inert(text, lines=True)
 
 
 def _unchanged(backend: Any, operands: dict[str, tuple[Any, np.ndarray]], after: str) -> None:
