@@ -90,7 +90,8 @@ def test_control_characters_from_a_plugin_leave_the_result_file_readable(tmp_pat
         name = "shouting"
 
         def matmul(self, a, b):
-            raise RuntimeError("\x1b[2J\rALL BACKENDS CONFORM \x1b]8;;http://x\x07link\x1b]8;;\x07 \u202eevil")
+            raise RuntimeError("\x1b[2J\rALL BACKENDS CONFORM "
+                               "\x1b]8;;http://x\x07link\x1b]8;;\x07 \u202eevil")
 
     result = bench_one(Shouting(), GridPoint(8, 8, 8, "float32"), budget_s=0.01)
     assert result.status == ERROR
@@ -140,8 +141,8 @@ def test_sigterm_during_bench_writes_the_results_so_far(tmp_path: Path) -> None:
 
     out = tmp_path / "r.json"
     shapes = [f"{96 + 8 * i}x96x96" for i in range(40)]
-    child = subprocess.Popen([sys.executable, "-m", "gemmzoo", "bench", "--backend", "numpy", "--budget", "0.5",
-                              "--rounds", "1", "--json", str(out), "--format", "plain",
+    child = subprocess.Popen([sys.executable, "-m", "gemmzoo", "bench", "--backend", "numpy",
+                              "--budget", "0.5", "--rounds", "1", "--json", str(out), "--format", "plain",
                               *[x for shape in shapes for x in ("--shape", shape)]],
                              env=subprocess_env(tmp_path, GEMMZOO_CACHE_DIR=str(tmp_path / "cache")),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
