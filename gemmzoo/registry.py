@@ -158,7 +158,11 @@ class Registry:
                 continue
             # A broken plugin must not take the others down; one that calls sys.exit() is broken too.
             try:
-                plugin = entry_point.load()
+                plugin = _bounded(info, f"import of {info.target}", entry_point.load)
+            except BackendTimeoutError as error:
+                self._fail(info, f"import of {info.target} did not finish: {error} (a plugin's import is "
+                                 "bounded by the time limit, GEMMZOO_TIMEOUT)")
+                continue
             except (Exception, SystemExit) as error:
                 location = raised_at(error, module_roots(entry_point.module))
                 self._fail(info, f"failed to import {info.target}: {_one_line(error)}{_at(location)}",
@@ -191,7 +195,12 @@ class Registry:
             if impl.plugin is not plugin:
                 continue
             try:
-                impl.function(**{arg: register for arg in impl.argnames})
+                arguments = {arg: register for arg in impl.argnames}
+                _bounded(info, "gemmzoo_register_backends", impl.function, **arguments)
+            except BackendTimeoutError as error:
+                self._fail(info, f"gemmzoo_register_backends did not finish: {error} (a plugin's hook is "
+                                 "bounded by the time limit, GEMMZOO_TIMEOUT)")
+                return
             except (Exception, SystemExit) as error:
                 location = raised_at(error, plugin_roots(plugin))
                 self._fail(info, f"gemmzoo_register_backends raised {_one_line(error)}{_at(location)}",
@@ -201,13 +210,20 @@ class Registry:
             self._add_backend(backend, info, location)
 
     def _add_backend(self, backend: Any, info: PluginInfo, location: Location) -> None:
-        problem = backend_problem(backend)
-        try:
-            name = backend.name
+        problem: str | None = None
+        name: Any = None
+        described: str | None = None
+        try:  # a member that blocks when read is refused here, not met later by every command
+            problem = _bounded(info, "reading its backend's members", backend_problem, backend)
+            name = _bounded(info, "reading its backend's name", lambda: backend.name)
+        except BackendTimeoutError as error:
+            problem = f"reading its members did not finish: {error}"
+            described = f"class {type(backend).__qualname__}"  # its members are not read again
         except Exception as error:  # checked a moment ago, yet raising now: as malformed
             problem = problem or f"reading its name raised {_one_line(error)}"
         if problem:
-            self._fail(info, f"registered an invalid backend ({describe_backend(backend)}): {problem}"
+            described = described or describe_backend(backend)
+            self._fail(info, f"registered an invalid backend ({described}): {problem}"
                              f"{_at(location, 'registered')}", location)
             return
         first = self._providers.get(name)
@@ -309,6 +325,25 @@ class Registry:
         if not chosen:
             return self.backends()
         return [self.get(name) for name in dict.fromkeys(chosen)]
+
+
+def _bounded(info: PluginInfo, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` for plugin ``info``: inline for gemmzoo's own plugins, within the
+    watchdog's time limit for any other (:class:`BackendTimeoutError` when it overruns; what it
+    raises, ``SystemExit`` included, is raised here as it was)."""
+    if info.own:
+        return fn(*args, **kwargs)
+
+    def boxed() -> tuple[bool, Any]:
+        try:
+            return True, fn(*args, **kwargs)
+        except BaseException as error:  # carried to the caller's thread as it was raised
+            return False, error
+
+    ok, value = watched(None, f"plugin {info.describe()}: {what}", boxed, timeout="default")
+    if ok:
+        return value
+    raise value
 
 
 def _identity(backend: Any) -> tuple[Any, ...]:

@@ -49,7 +49,35 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status: 0 all good; 1 a failure, WRONG, ERROR,
     TIMEOUT or confident regression; 2 bad usage or input (gemmzoo's own errors included); 130
-    interrupted (commands that measure write their results so far first)."""
+    interrupted (commands that measure write their results so far first).
+
+    Run as a command (``argv`` not given), it ends the process once the command is done even
+    when a plugin left a thread running that is not a daemon: nothing a plugin starts keeps a
+    command from exiting."""
+    code = _main(argv)
+    if argv is None:
+        _end_despite_lingering_threads(code)
+    return code
+
+
+def _end_despite_lingering_threads(code: int) -> None:
+    """Exit now with ``code`` when a thread that is not a daemon is still running (Python would
+    otherwise wait for it at exit, forever for a plugin's that never ends)."""
+    import threading
+
+    lingering = [t for t in threading.enumerate()
+                 if t is not threading.current_thread() and not t.daemon and t.is_alive()]
+    if not lingering:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(join_dashed_values(sys.argv[1:] if argv is None else argv))
     except SystemExit as done:  # bad usage (2), or --help / --version (0): returned, as every status is
