@@ -191,9 +191,11 @@ class Registry:
             pending.append((backend, (caller.filename, caller.lineno or 0)))
 
         hook = self.plugin_manager.hook.gemmzoo_register_backends
-        for impl in hook.get_hookimpls():
-            if impl.plugin is not plugin:
-                continue
+        mine = [impl for impl in hook.get_hookimpls() if impl.plugin is plugin]
+        if not mine:
+            self._fail(info, _no_hook(plugin), defined_at(plugin))
+            return
+        for impl in mine:
             try:
                 arguments = {arg: register for arg in impl.argnames}
                 _bounded(info, "gemmzoo_register_backends", impl.function, **arguments)
@@ -206,6 +208,10 @@ class Registry:
                 self._fail(info, f"gemmzoo_register_backends raised {_one_line(error)}{_at(location)}",
                            location, format_traceback(error), error)
                 return
+        if not pending:
+            self._fail(info, "gemmzoo_register_backends registered no backend (it must call "
+                             "register(backend) once per backend)", defined_at(plugin))
+            return
         for backend, location in pending:
             self._add_backend(backend, info, location)
 
@@ -325,6 +331,19 @@ class Registry:
         if not chosen:
             return self.backends()
         return [self.get(name) for name in dict.fromkeys(chosen)]
+
+
+def _no_hook(plugin: Any) -> str:
+    """Why a plugin registered nothing: a hook function not marked ``@gemmzoo.hookimpl``, or none."""
+    try:
+        found = getattr(plugin, "gemmzoo_register_backends", None)
+    except Exception:
+        found = None
+    if callable(found):
+        return ("defines gemmzoo_register_backends without @gemmzoo.hookimpl, so it is never called: "
+                "mark it @gemmzoo.hookimpl")
+    return ("has no gemmzoo_register_backends hook: a plugin registers its backends from a function "
+            "gemmzoo_register_backends(register) marked @gemmzoo.hookimpl")
 
 
 def _bounded(info: PluginInfo, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:

@@ -26,6 +26,8 @@ _LARGEST = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 def check_held(label: str, caller: np.ndarray, held: np.ndarray, dtype: str) -> None:
     """Raise :class:`CheckFailedError` unless ``held`` (``to_numpy`` of ``from_numpy(caller)``)
     is ``caller`` rounded to ``dtype``; float8_e4m3fn has its own conversion check."""
+    if not isinstance(held, np.ndarray):
+        raise CheckFailedError(f"to_numpy({label}) gave a {type(held).__name__}, not a numpy.ndarray")
     if dtype == "float8_e4m3fn":
         return
     caller64 = np.asarray(caller, dtype=np.float64)
