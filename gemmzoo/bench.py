@@ -176,15 +176,15 @@ def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: fl
               on_result: Callable[[BenchResult], None] | None = None, timer: str = "events",
               rounds: int = 1, threads: int | None = None, noise_target: float = NOISE_TARGET,
               timeout: float | str | None = "default",
-              verdict: Callable[[Any, str], tuple[bool, str]] | None = None) -> list[BenchResult]:
+              verdict: Callable[[Any, str], tuple[str, str]] | None = None) -> list[BenchResult]:
     """Every backend on every point, point by point, in ``rounds`` interleaved rounds of
     ``budget_s / rounds`` each; ``on_result`` hears each result as its last round finishes.
     A backend is checked in the first round only; one that fails there is not timed again.
     Each backend's check and timing at a point has ``timeout`` seconds (see :func:`bench_one`).
     Ctrl-C raises :class:`BenchInterrupted` with the results so far.
-    ``verdict(backend, dtype)`` (``(passed, why_not)``, e.g.
-    :func:`gemmzoo.tuning.verdicts.passing`) is asked before a backend is first timed on a dtype:
-    one without a pass is ``wrong`` at every point of that dtype and never timed."""
+    ``verdict(backend, dtype)`` (``(answer, why_not)``: :func:`gemmzoo.tuning.verdicts.passing`)
+    is asked before a backend is first timed on a dtype: one without a pass is ``wrong`` at every
+    point of that dtype (``timeout`` when its suite overran) and never timed."""
     rounds = max(1, rounds)
     final: dict[tuple[str, GridPoint], BenchResult] = {}
     try:
@@ -200,9 +200,9 @@ def _rounds(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: floa
             on_result: Callable[[BenchResult], None] | None, timer: str, rounds: int, threads: int | None,
             noise_target: float, timeout: float | str | None,
             final: dict[tuple[str, GridPoint], BenchResult],
-            verdict: Callable[[Any, str], tuple[bool, str]] | None = None) -> None:
+            verdict: Callable[[Any, str], tuple[str, str]] | None = None) -> None:
     """:func:`run_bench`'s rounds, each result (merged over its rounds so far) kept in ``final``."""
-    verdicts: dict[tuple[str, str], tuple[bool, str]] = {}
+    verdicts: dict[tuple[str, str], tuple[str, str]] = {}
     for number in range(rounds):
         last = number == rounds - 1
         for point in points:
@@ -218,9 +218,10 @@ def _rounds(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: floa
                     asked = (backend.name, point.dtype)
                     if asked not in verdicts:
                         verdicts[asked] = verdict(backend, point.dtype)
-                    passed, why_not = verdicts[asked]
-                    if not passed:
-                        final[slot] = BenchResult(backend.name, backend.device, point, WRONG,
+                    answer, why_not = verdicts[asked]
+                    if answer != "passed":
+                        status = TIMEOUT if answer == "timed out" else WRONG
+                        final[slot] = BenchResult(backend.name, backend.device, point, status,
                                                   detail=inert(why_not, lines=True),
                                                   accuracy=str(accuracy_of(backend)))
                         if last and on_result is not None:

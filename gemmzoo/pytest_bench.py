@@ -132,10 +132,10 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
     before anything is timed.
     """
     from gemmzoo.measure import WrongResultError
-    from gemmzoo.tuning.verdicts import passing
+    from gemmzoo.tuning.verdicts import PASSED, passing
 
-    passed, why_not = passing(backend, point.dtype)
-    if not passed:
+    answer, why_not = passing(backend, point.dtype)
+    if answer != PASSED:
         raise WrongResultError(f"{backend.name}: {point.id}: not timed: {why_not}")
     problem = make_problem(backend, point, seed)
     checked = judge_problem(problem)

@@ -64,7 +64,7 @@ def _store_verdicts(backend: object, report: object, dtypes: list[str], say: obj
     if stored:
         first = stored[0]
         dtypes_earned = ", ".join(r.dtype for r in stored)
-        say.print(f"{backend.name}: verdicts for {dtypes_earned} earned {when(first.created)} "
+        say.print(f"verdicts of {backend.name} for {dtypes_earned} earned {when(first.created)} "
                   f"against {describe_key(first.device, first.versions)}", markup=False, soft_wrap=True)
 
 

@@ -192,7 +192,7 @@ def _run_case(backend: Any, case: Case) -> str:
         c = run(a, b)
         backend.synchronize()
     operands = {"A": (a, a_host), "B": (b, b_host)}
-    _unchanged(backend, operands, "the prepared plan")
+    _unchanged(backend, operands, "matmul (the prepared plan)")
     check_fresh(c, {"A": a, "B": b})
     verdict = judge_result(backend, case.dtype, a, c, a_host, b_host, exact_ieee=case.kind == "nonfinite")
     detail, c_host = verdict.detail, verdict.host

@@ -105,22 +105,31 @@ def verdict_lines(backend: Any, store: Any) -> list[str]:
     return lines
 
 
-def passing(backend: Any, dtype: str) -> tuple[bool, str]:
-    """``(passed, why_not)``: whether ``backend`` holds a passing verdict for ``dtype`` on this
-    machine for its current code and versions, running the suite first when it has none (what
-    ``bench``, pytest-benchmark and ``tune`` ask before they time a backend). ``why_not`` names
-    the failed checks, or the trouble that kept the suite from a verdict."""
+#: What :func:`passing` answers: a pass, a failed or missing verdict, or a suite that overran.
+PASSED, NOT_PASSED, TIMED_OUT = "passed", "not passed", "timed out"
+
+
+def passing(backend: Any, dtype: str) -> tuple[str, str]:
+    """``(answer, why_not)``: :data:`PASSED` when ``backend`` holds a passing verdict for ``dtype``
+    on this machine for its current code and versions, running the suite first when it has none
+    (what ``bench`` and pytest-benchmark ask before they time a backend); :data:`TIMED_OUT` when
+    the suite overran the time limit (the backend is quarantined); else :data:`NOT_PASSED`.
+    ``why_not`` names the failed checks, or the trouble that kept the suite from a verdict."""
     from gemmzoo.tuning.tune import conformance_verdict, verdict_versions
+    from gemmzoo.watchdog import quarantined
 
     try:
         store = state.store()
         passed = conformance_verdict(store, backend, dtype, run=True)
     except Exception as error:  # no verdict can be had: nothing is timed on trust
-        return False, f"no conformance verdict could be had ({type(error).__name__}: {error})"
+        return NOT_PASSED, f"no conformance verdict could be had ({type(error).__name__}: {error})"
     if passed:
-        return True, ""
+        return PASSED, ""
+    held = quarantined(backend)
+    if held is not None:
+        return TIMED_OUT, f"{backend.name}: its conformance suite for {dtype} did not finish: {held}"
     device = device_fingerprint(backend.device)
     found = store.conformance(device, verdict_versions(backend), backend.name, dtype)
     detail = found.detail if found is not None and found.detail else "the suite did not finish"
-    return False, (f"{backend.name} failed the conformance suite for {dtype} on this machine "
+    return NOT_PASSED, (f"{backend.name} failed the conformance suite for {dtype} on this machine "
                    f"(gemmzoo check {backend.name} --dtype {dtype}): {detail}")
