@@ -23,6 +23,7 @@ Every benchmark's ``extra_info`` has device, host and caller time per call (see
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -33,9 +34,12 @@ from gemmzoo.benchmark_info import extra_info
 from gemmzoo.grids import GridPoint, parse_point
 from gemmzoo.measure import (
     MAX_QUEUED_CALLS,
+    NOISE_TARGET,
     WARMUP_S,
     DeviceClock,
     Engine,
+    StoppingRule,
+    ThreadLimit,
     Timing,
     gc_paused,
     host_timing,
@@ -44,6 +48,7 @@ from gemmzoo.measure import (
     planned,
     stream_ordered,
 )
+from gemmzoo.measure.contention import ContentionWatch
 
 DEVICE_CLOCK = DeviceClock()
 """The process's device clock; every CUDA benchmark param names it as its timer."""
@@ -185,9 +190,17 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
             backend.synchronize()
             return result
 
-        benchmark(target)
+        # the thread policy gemmzoo bench times under (oversubscribed BLAS pools on a few cores
+        # are what a benchmark would otherwise time), and whether the cores were shared meanwhile
+        with ThreadLimit(None) as limit:
+            watch = ContentionWatch(limit.threads)
+            watch.start()
+            benchmark(target)
+            shared = watch.stop()
+            threads = limit.report()
         timing = "wall clock around each call (pytest-benchmark's timer)"
         median = _median(benchmark)
+        extra.update(_trust_info(benchmark, threads, shared))
     info = extra_info(backend, point, checked.error_ratio, checked.rel_error, median, timing, host)
     info.update(extra)
     if backend.device == "cuda":  # the GPU that measured it, and its state right after
@@ -195,6 +208,22 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
 
         info["gpu"] = gpu_state()
     benchmark.extra_info.update(info)
+    return info
+
+
+def _trust_info(benchmark: Any, threads: Any, shared: Any) -> dict[str, Any]:
+    """What ``gemmzoo bench`` records of a CPU row, for a pytest-benchmark one: the thread policy
+    and each pool's count, the median's noise judged by bench's stopping rule (its target, its
+    ``converged`` flag) and whether the cores were shared (``contended``)."""
+    info: dict[str, Any] = dict(threads.as_dict())
+    stats = getattr(benchmark, "stats", None)
+    data = list(getattr(getattr(stats, "stats", None), "data", None) or [])
+    if data:
+        timing = StoppingRule(SETTINGS["max_time"], NOISE_TARGET).timing(data, "pytest-benchmark rounds")
+        info.update(noise=timing.noise if math.isfinite(timing.noise) else None, noise_target=timing.target,
+                    converged=timing.converged)
+    if shared is not None:
+        info.update(shared.as_dict())
     return info
 
 

@@ -97,3 +97,37 @@ def test_bench_shows_a_failed_backend_as_wrong_and_exits_1(tmp_path: Path) -> No
     assert "failed the conformance suite" in rows["clever-zeros-strided"]["detail"]
     assert rows["clever-zeros-strided"]["median_s"] is None and rows["numpy"]["status"] == "ok"
     assert rows["clever-zeros-strided"].get("verdict") != "best"
+
+
+class _FakeBenchmark:
+    """The little of pytest-benchmark's fixture the CPU path uses: calls, stats, extra_info."""
+
+    def __init__(self) -> None:
+        import time
+        from types import SimpleNamespace
+
+        self.extra_info: dict[str, object] = {}
+        self.enabled = True
+        self._clock = time.perf_counter
+        self.stats = SimpleNamespace(stats=SimpleNamespace(data=[], median=None))
+
+    def __call__(self, target):
+        import statistics
+
+        data = self.stats.stats.data
+        for _ in range(30):
+            start = self._clock()
+            target()
+            data.append(self._clock() - start)
+        self.stats.stats.median = statistics.median(data)
+
+
+def test_the_pytest_benchmark_path_records_the_thread_policy_and_the_flags(empty_cache: Path) -> None:
+    from gemmzoo.pytest_bench import run_benchmark
+
+    fake = _FakeBenchmark()
+    info = run_benchmark(fake, get_registry().get("numpy"), GridPoint(64, 64, 64, "float32"))
+    assert info["threads"] >= 1 and info["thread_policy"] and isinstance(info["thread_pools"], dict)
+    assert isinstance(info["converged"], bool) and info["noise_target"] == pytest.approx(0.02)
+    assert isinstance(info.get("contended"), bool) and 0 <= info["cpu_share"] <= 1
+    assert fake.extra_info["threads"] == info["threads"]
