@@ -152,3 +152,20 @@ def test_sigterm_during_bench_writes_the_results_so_far(tmp_path: Path) -> None:
     assert child.returncode == 130, stdout + stderr
     written = json.loads(out.read_text())
     assert written.get("interrupted") is True and 0 < len(written["results"]) < len(shapes), stderr
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe[[1, 2, 3]]", ("[" * 100_000 + "]" * 100_000).encode()])
+def test_a_grid_file_not_utf8_or_nested_too_deeply_is_exit_2(tmp_path: Path, content: bytes, capsys) -> None:
+    from gemmzoo.cli import main
+
+    grid = tmp_path / "grid.json"
+    grid.write_bytes(content)
+    assert main(["bench", "--backend", "numpy", "--file", str(grid)]) == 2
+    assert "grid file" in capsys.readouterr().err
+
+
+def test_best_of_a_size_past_any_row_is_exit_2(capsys, empty_cache: Path) -> None:
+    from gemmzoo.cli import main
+
+    assert main(["best", "9223372036854775808", "1", "1", "--no-measure"]) == 2
+    assert "at most 2147483647" in capsys.readouterr().err

@@ -215,7 +215,13 @@ def _shape(shape: Any) -> tuple[int, int, int]:
         raise ValueError(f"shape must be (M, N, K), three non-negative integers; got {shape!r}") from None
     if min(m, n, k) < 0:
         raise ValueError(f"shape must be (M, N, K), three non-negative integers; got {(m, n, k)}")
+    if max(m, n, k) > MAX_DIMENSION:  # past what a database row, or any array library, holds
+        raise ValueError(f"shape {m}x{n}x{k}: each of M, N and K must be at most {MAX_DIMENSION}")
     return m, n, k
+
+
+#: The largest M, N or K a shape may have (a 32-bit signed size, as result files allow).
+MAX_DIMENSION = 2**31 - 1
 
 
 def default_device(selected: list[Any]) -> str:
