@@ -56,6 +56,9 @@ GPU_SHAPES: tuple[tuple[int, int, int], ...] = (
     (1031, 1029, 4097),
     (16, 2048, 8192),
     (2112, 2080, 2064),  # 16-byte aligned rows and over 2048^3: triton-grouped's TMA path, with tails
+    # large enough that autotuned kernels pick their largest tiles and deepest pipelines (where a
+    # config that overflows shared memory would raise at launch)
+    (4544, 4544, 4544),
 )
 
 
