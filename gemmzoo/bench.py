@@ -29,6 +29,9 @@ from gemmzoo.watchdog import BackendTimeoutError, idle_workers_ended
 from gemmzoo.watchdog import call as watched
 
 OK, WRONG, ERROR, UNSUPPORTED, TIMEOUT = "ok", "wrong", "error", "unsupported", "timeout"
+#: How far below the roofline floor a time may read (clock and datasheet rounding) before it is
+#: flagged as impossible.
+ROOFLINE_SLACK = 0.05
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,14 @@ class BenchResult:
     #: The backend's accuracy class (:mod:`gemmzoo.accuracy`), whose bound judged the result.
     accuracy: str = "componentwise"
     roof: Roofline | None = None
+
+    @property
+    def beyond_roofline(self) -> bool:
+        """Whether the time is below the device's roofline floor by more than
+        :data:`ROOFLINE_SLACK`: no GEMM can do that, so the work was not done or not timed."""
+        roof = self.roof
+        return bool(self.status == OK and roof is not None and roof.efficiency is not None
+                    and roof.efficiency > 1 + ROOFLINE_SLACK)
 
     @property
     def caller_s(self) -> float | None:
@@ -92,6 +103,7 @@ class BenchResult:
             "peak_percent": self.peak_percent,
             "error_ratio": self.measurement.error_ratio if self.measurement else None,
             **_trust_fields(self.measurement),
+            "beyond_roofline": self.beyond_roofline,
             "rel_error": self.measurement.rel_error if self.measurement else None,
             "detail": self.detail,
         }

@@ -48,7 +48,7 @@ REGRESSIONS = (SLOWER, BROKEN)
 TIE = SAME  # the name earlier versions used
 #: Flags under which a row is never FASTER or SLOWER, only SAME or AMBIGUOUS: its time did not
 #: cover what varied while it was taken.
-UNTRUSTED = ("throttled", "not converged", "noisy", "contended")
+UNTRUSTED = ("throttled", "not converged", "noisy", "contended", "beyond roofline")
 
 
 class DuplicateRowError(ValueError):
@@ -127,6 +127,8 @@ def flags_of(extra: dict[str, Any] | None, threshold: float = DEFAULT_THRESHOLD)
         found.append("noisy")
     if extra.get("contended") is True:
         found.append("contended")
+    if extra.get("beyond_roofline") is True:
+        found.append("beyond roofline")
     return tuple(found)
 
 

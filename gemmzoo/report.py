@@ -48,7 +48,7 @@ def _timed(result: BenchResult) -> Timed:
     assert measured is not None
     bound = "host" if measured.launch_bound else "device"
     return Timed(result.backend, measured.caller_s, measured.caller_spread_s, bound,
-                 measured.caller_timing.half_width_s, not measured.noisy)
+                 measured.caller_timing.half_width_s, not measured.noisy and not result.beyond_roofline)
 
 
 def verdicts(row: dict[str, BenchResult]) -> dict[str, str]:

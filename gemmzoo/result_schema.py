@@ -249,6 +249,7 @@ RESULT_FIELDS: dict[str, Check] = {
     "throttled": flag(),
     # whether a CPU timing shared its cores (gemmzoo.measure.contention)
     "cpu_share": number(1.0), "others_load": number(1e6), "contended": flag(),
+    "beyond_roofline": flag(),  # faster than the device's roofline floor: not a speed to trust
     "round": integer(0, MAX_SAMPLES),
 }
 

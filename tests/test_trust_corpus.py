@@ -12,7 +12,7 @@ import pytest
 from clever_backends import CLASSES, install
 from fake_distributions import run_gemmzoo
 
-from gemmzoo.bench import OK, WRONG, bench_one, run_bench
+from gemmzoo.bench import OK, WRONG, BenchResult, bench_one, run_bench
 from gemmzoo.conformance import check_backend
 from gemmzoo.conformance.independence import check_fresh, shares_memory
 from gemmzoo.conformance.judge import CheckFailedError
@@ -131,3 +131,21 @@ def test_the_pytest_benchmark_path_records_the_thread_policy_and_the_flags(empty
     assert isinstance(info["converged"], bool) and info["noise_target"] == pytest.approx(0.02)
     assert isinstance(info.get("contended"), bool) and 0 <= info["cpu_share"] <= 1
     assert fake.extra_info["threads"] == info["threads"]
+
+
+def test_a_time_below_the_roofline_is_flagged_and_never_best() -> None:
+    from gemmzoo.measure import Measurement, Timing
+    from gemmzoo.report import verdicts
+    from gemmzoo.roofline import Roofline
+
+    point = GridPoint(4096, 4096, 4096, "float16")
+    timing = Timing(1e-6, 0.99e-6, 1.01e-6, 50, "test", noise=0.001, converged=True, target=0.02)
+    honest_timing = Timing(2e-4, 1.99e-4, 2.01e-4, 50, "test", noise=0.001, converged=True, target=0.02)
+    cheat = BenchResult("cheat", "cuda", point, OK, Measurement("cheat", point, timing, 0.5),
+                        roof=Roofline(None, 989.0, 3350.0, 1.4e-4, "compute", efficiency=140.0))
+    honest = BenchResult("honest", "cuda", point, OK, Measurement("honest", point, honest_timing, 0.5),
+                         roof=Roofline(None, 989.0, 3350.0, 1.4e-4, "compute", efficiency=0.7))
+    assert cheat.beyond_roofline and not honest.beyond_roofline
+    assert cheat.as_dict()["beyond_roofline"] is True
+    marks = verdicts({"cheat": cheat, "honest": honest})
+    assert marks.get("cheat") != "best" and marks.get("honest") != "best"  # faster row unranked: undecided

@@ -125,6 +125,9 @@ def _show(args: argparse.Namespace, results: list[BenchResult], baseline: str | 
     listing.notes = summary_lines(results, baseline)
     listing.notes += [f"{r.status.upper()} {r.backend} {r.point.id}: {r.detail}" for r in results
                       if r.status not in (OK, UNSUPPORTED)]
+    listing.notes += [f"BEYOND ROOFLINE {r.backend} {r.point.id}: faster than the device's floor "
+                      f"({r.roof.percent:.0f}% of it): the work was not done, or not timed; never ranked"
+                      for r in results if r.beyond_roofline and r.roof is not None and r.roof.percent]
     emit(listing, args.format, args.wide)
     if args.format == "plain":
         for note in listing.notes:
