@@ -169,3 +169,25 @@ def test_best_of_a_size_past_any_row_is_exit_2(capsys, empty_cache: Path) -> Non
 
     assert main(["best", "9223372036854775808", "1", "1", "--no-measure"]) == 2
     assert "at most 2147483647" in capsys.readouterr().err
+
+
+def test_cache_clear_during_a_tune_keeps_the_rows_stored_after_it(empty_cache: Path) -> None:
+    import time
+
+    from gemmzoo.cli import main
+    from gemmzoo.tuning import Record
+    from gemmzoo.tuning.db import TuningStore
+
+    def row(m: int) -> Record:
+        return Record("cpu-fp", "{}", "numpy", m, 8, 8, "float32", "NN", "ok", 1e-5, 1e-7, 0.5, 10, "",
+                      time.time())
+
+    empty_cache.mkdir(parents=True, exist_ok=True)
+    tuning = TuningStore(empty_cache / DB_NAME)  # a running tune's own connection
+    tuning.add([row(8)])
+    assert main(["cache", "--clear"]) == 0
+    tuning.add([row(16)])  # stored, as tune reports, after the clear
+    tuning.close()
+    reader = TuningStore(empty_cache / DB_NAME)
+    assert [r.m for r in reader.all_records()] == [16]
+    reader.close()

@@ -616,6 +616,17 @@ class TuningStore:
                 shapes.append((m, n, k))
         return shapes  # type: ignore[return-value]
 
+    def clear(self) -> None:
+        """Delete every row, keeping the file: a process writing to it meanwhile (a running
+        ``gemmzoo tune``) keeps every row it stores after the clear, which a removed file would
+        lose unseen."""
+        def empty() -> None:
+            with self._transaction():
+                for table in _OWN_OBJECTS["table"]:
+                    self._db.execute(f"DELETE FROM {table}")
+
+        self._guarded(empty)
+
     def count(self) -> int:
         """How many measurements the database holds."""
         return int(self._read("SELECT count(*) FROM measurements", ())[0][0])
