@@ -58,3 +58,19 @@ def test_a_name_changed_after_registration_inherits_no_verdict(alone):
     assert conformance_verdict(state.store(), impostor, "float32") is False
     reason = registry_module.unavailable_reason(impostor)
     assert reason is not None and "after registration" in reason
+
+
+def test_a_shape_too_large_for_memory_stores_no_row_that_breaks_it(alone, monkeypatch):
+    import gemmzoo.tuning.select as select
+
+    def out_of_memory(backends, point, budget, verify):
+        versions = library_versions(ONLY, registry_module.get_registry())
+        return [Record(device_fingerprint("cpu"), versions, ONLY, point.m, point.n, point.k, point.dtype, "NN",
+                       "failed", None, None, None, None, "MemoryError: Unable to allocate 75.0 GiB", time.time())]
+
+    monkeypatch.setattr(select, "measure_records", out_of_memory)
+    assert conformance_verdict(state.store(), alone, "float32") is True
+    with pytest.raises(Exception):  # noqa: B017 - whatever this process says, nothing is kept
+        best_backend((100_000, 100_000, 100_000), "float32")
+    shape = (100_000, 100_000, 100_000)
+    assert state.store().records(device_fingerprint("cpu"), "float32", "NN", shape) == []

@@ -429,7 +429,9 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             point = GridPoint(m, n, k, dtype, layout)
             budget = MISS_BUDGET_S / len(missing)
             fresh = measure_records(missing, point, budget, verify=m * n * k <= VERIFY_LIMIT)
-            store.add(fresh)
+            # running out of memory says what this process had free, not what the shape is: such a
+            # row would break the shape for every later process
+            store.add([r for r in fresh if not _out_of_memory(r)])
             latest.update((r.backend, r) for r in fresh)
             source = "measured now"
         for record in latest.values():
@@ -517,6 +519,18 @@ def _reachable_only(timings: list[Timed], by_name: dict[str, Any], reachable: Ca
         excluded[winner.name] = UNREACHABLE
         kept = [t for t in kept if t.backend != winner.name]
     return kept
+
+
+#: Words of an error that says memory ran out (NumPy's MemoryError, torch's and CuPy's
+#: OutOfMemoryError, allocator messages).
+_MEMORY_WORDS = ("memoryerror", "outofmemory", "out of memory", "unable to allocate",
+                 "cannot allocate memory")
+
+
+def _out_of_memory(record: Record) -> bool:
+    """Whether a failed measurement failed because memory ran out."""
+    detail = (record.detail or "").lower()
+    return record.status != "ok" and any(word in detail for word in _MEMORY_WORDS)
 
 
 def _failed(name: str, dtype: str) -> str:
