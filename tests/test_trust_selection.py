@@ -65,8 +65,9 @@ def test_a_shape_too_large_for_memory_stores_no_row_that_breaks_it(alone, monkey
 
     def out_of_memory(backends, point, budget, verify):
         versions = library_versions(ONLY, registry_module.get_registry())
-        return [Record(device_fingerprint("cpu"), versions, ONLY, point.m, point.n, point.k, point.dtype, "NN",
-                       "failed", None, None, None, None, "MemoryError: Unable to allocate 75.0 GiB", time.time())]
+        detail = "MemoryError: Unable to allocate 75.0 GiB"
+        return [Record(device_fingerprint("cpu"), versions, ONLY, point.m, point.n, point.k, point.dtype,
+                       "NN", "failed", None, None, None, None, detail, time.time())]
 
     monkeypatch.setattr(select, "measure_records", out_of_memory)
     assert conformance_verdict(state.store(), alone, "float32") is True
