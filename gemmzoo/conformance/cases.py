@@ -20,7 +20,9 @@ EDGE_SHAPES: tuple[tuple[int, int, int], ...] = (
     (96, 17, 40),
     (17, 96, 40),
     (20, 24, 300),
-    (300, 264, 40),  # M and N past 256: paths that split rows or columns beyond a tile count
+    # M, then N, past 256 (paths that split rows or columns past a tile count); thin, so cheap
+    (300, 5, 8),
+    (5, 300, 8),
     (3, 5, 4099),
     (0, 5, 7),
     (5, 0, 7),
