@@ -140,9 +140,10 @@ def test_sigterm_during_bench_writes_the_results_so_far(tmp_path: Path) -> None:
     from fake_distributions import subprocess_env
 
     out = tmp_path / "r.json"
-    shapes = [f"{96 + 8 * i}x96x96" for i in range(40)]
+    shapes = [f"{512 + 8 * i}x512x512" for i in range(40)]  # each spends its whole 0.5 s
     child = subprocess.Popen([sys.executable, "-m", "gemmzoo", "bench", "--backend", "numpy",
-                              "--budget", "0.5", "--rounds", "1", "--json", str(out), "--format", "plain",
+                              "--budget", "0.5", "--rounds", "1", "--max-noise", "0",  # each spends 0.5 s
+                              "--json", str(out), "--format", "plain",
                               *[x for shape in shapes for x in ("--shape", shape)]],
                              env=subprocess_env(tmp_path, GEMMZOO_CACHE_DIR=str(tmp_path / "cache")),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -65,7 +65,7 @@ def _store_verdicts(backend: object, report: object, dtypes: list[str], say: obj
         first = stored[0]
         dtypes_earned = ", ".join(r.dtype for r in stored)
         say.print(f"verdicts of {backend.name} for {dtypes_earned} earned {when(first.created)} "
-                  f"against {describe_key(first.device, first.versions)}", markup=False, soft_wrap=True)
+                  f"against {describe_key(first.device, first.versions)}", markup=False)
 
 
 def run(args: argparse.Namespace) -> int:
