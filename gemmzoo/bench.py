@@ -22,12 +22,16 @@ from typing import Any
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.device import device_info, peak_tflops
 from gemmzoo.grids import GridPoint
+from gemmzoo.inert import inert
 from gemmzoo.measure import NOISE_TARGET, Measurement, WrongResultError, measure
 from gemmzoo.roofline import Roofline, roofline
 from gemmzoo.watchdog import BackendTimeoutError, idle_workers_ended
 from gemmzoo.watchdog import call as watched
 
 OK, WRONG, ERROR, UNSUPPORTED, TIMEOUT = "ok", "wrong", "error", "unsupported", "timeout"
+#: How far below the roofline floor a time may read (clock and datasheet rounding) before it is
+#: flagged as impossible.
+ROOFLINE_SLACK = 0.05
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,14 @@ class BenchResult:
     #: The backend's accuracy class (:mod:`gemmzoo.accuracy`), whose bound judged the result.
     accuracy: str = "componentwise"
     roof: Roofline | None = None
+
+    @property
+    def beyond_roofline(self) -> bool:
+        """Whether the time is below the device's roofline floor by more than
+        :data:`ROOFLINE_SLACK`: no GEMM can do that, so the work was not done or not timed."""
+        roof = self.roof
+        return bool(self.status == OK and roof is not None and roof.efficiency is not None
+                    and roof.efficiency > 1 + ROOFLINE_SLACK)
 
     @property
     def caller_s(self) -> float | None:
@@ -91,6 +103,7 @@ class BenchResult:
             "peak_percent": self.peak_percent,
             "error_ratio": self.measurement.error_ratio if self.measurement else None,
             **_trust_fields(self.measurement),
+            "beyond_roofline": self.beyond_roofline,
             "rel_error": self.measurement.rel_error if self.measurement else None,
             "detail": self.detail,
         }
@@ -102,6 +115,7 @@ def _trust_fields(measured: Measurement | None) -> dict[str, Any]:
     timing = measured.timing if measured else None
     threads = measured.threads.as_dict() if measured and measured.threads else {}
     clocks = measured.clocks.as_dict() if measured and measured.clocks else {}
+    shared = measured.contention.as_dict() if measured and measured.contention else {}
     return {
         "noise": timing.noise if timing and math.isfinite(timing.noise) else None,
         "noise_target": timing.target if timing else None,
@@ -111,6 +125,8 @@ def _trust_fields(measured: Measurement | None) -> dict[str, Any]:
         "sm_clock_mhz": clocks.get("sm_clock_mhz"),
         "default_sm_clock_mhz": clocks.get("default_sm_clock_mhz"),
         "throttled": clocks.get("throttled"),
+        "cpu_share": shared.get("cpu_share"), "others_load": shared.get("others_load"),
+        "contended": shared.get("contended"),
     }
 
 
@@ -132,9 +148,10 @@ def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str 
                          budget_s=budget_s, verify=verify, timer=timer, threads=threads,
                          noise_target=noise_target, timeout=timeout)
     except WrongResultError as error:
-        return BenchResult(backend.name, backend.device, point, WRONG, detail=str(error), accuracy=accuracy)
+        return BenchResult(backend.name, backend.device, point, WRONG, detail=_text(error), accuracy=accuracy)
     except BackendTimeoutError as error:
-        return BenchResult(backend.name, backend.device, point, TIMEOUT, detail=str(error), accuracy=accuracy)
+        return BenchResult(backend.name, backend.device, point, TIMEOUT, detail=_text(error),
+                           accuracy=accuracy)
     except Exception as error:  # a crashing backend must not end the whole run
         detail = f"{type(error).__name__}: {_text(error)}"
         return BenchResult(backend.name, backend.device, point, ERROR, detail=detail, accuracy=accuracy)
@@ -142,8 +159,9 @@ def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str 
 
 
 def _text(error: BaseException) -> str:
+    """The error's message, its control characters written out (:mod:`gemmzoo.inert`)."""
     try:
-        return str(error)
+        return inert(str(error), lines=True)
     except Exception:  # an exception whose own __str__ raises
         return "<unprintable>"
 
@@ -169,16 +187,21 @@ class BenchInterrupted(KeyboardInterrupt):
 def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float = 0.2,
               on_result: Callable[[BenchResult], None] | None = None, timer: str = "events",
               rounds: int = 1, threads: int | None = None, noise_target: float = NOISE_TARGET,
-              timeout: float | str | None = "default") -> list[BenchResult]:
+              timeout: float | str | None = "default",
+              verdict: Callable[[Any, str], tuple[str, str]] | None = None) -> list[BenchResult]:
     """Every backend on every point, point by point, in ``rounds`` interleaved rounds of
     ``budget_s / rounds`` each; ``on_result`` hears each result as its last round finishes.
     A backend is checked in the first round only; one that fails there is not timed again.
     Each backend's check and timing at a point has ``timeout`` seconds (see :func:`bench_one`).
-    Ctrl-C raises :class:`BenchInterrupted` with the results so far."""
+    Ctrl-C raises :class:`BenchInterrupted` with the results so far.
+    ``verdict(backend, dtype)`` (``(answer, why_not)``: :func:`gemmzoo.tuning.verdicts.passing`)
+    is asked before a backend is first timed on a dtype: one without a pass is ``wrong`` at every
+    point of that dtype (``timeout`` when its suite overran) and never timed."""
     rounds = max(1, rounds)
     final: dict[tuple[str, GridPoint], BenchResult] = {}
     try:
-        _rounds(backends, points, budget_s, on_result, timer, rounds, threads, noise_target, timeout, final)
+        _rounds(backends, points, budget_s, on_result, timer, rounds, threads, noise_target, timeout, final,
+                verdict)
     except KeyboardInterrupt as stop:
         raise BenchInterrupted([final[(backend.name, point)] for point in points for backend in backends
                                 if (backend.name, point) in final]) from stop
@@ -188,19 +211,34 @@ def run_bench(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: fl
 def _rounds(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float,
             on_result: Callable[[BenchResult], None] | None, timer: str, rounds: int, threads: int | None,
             noise_target: float, timeout: float | str | None,
-            final: dict[tuple[str, GridPoint], BenchResult]) -> None:
+            final: dict[tuple[str, GridPoint], BenchResult],
+            verdict: Callable[[Any, str], tuple[str, str]] | None = None) -> None:
     """:func:`run_bench`'s rounds, each result (merged over its rounds so far) kept in ``final``."""
+    verdicts: dict[tuple[str, str], tuple[str, str]] = {}
     for number in range(rounds):
         last = number == rounds - 1
         for point in points:
             shift = number % len(backends) if backends else 0
             for backend in [*backends[shift:], *backends[:shift]]:
-                key = (backend.name, point)
-                earlier = final.get(key)
+                slot = (backend.name, point)
+                earlier = final.get(slot)
                 if earlier is not None and earlier.status != OK:
                     if last and on_result is not None:
                         on_result(earlier)
                     continue
+                if earlier is None and verdict is not None and point.dtype in backend.dtypes:
+                    asked = (backend.name, point.dtype)
+                    if asked not in verdicts:
+                        verdicts[asked] = verdict(backend, point.dtype)
+                    answer, why_not = verdicts[asked]
+                    if answer != "passed":
+                        status = TIMEOUT if answer == "timed out" else WRONG
+                        final[slot] = BenchResult(backend.name, backend.device, point, status,
+                                                  detail=inert(why_not, lines=True),
+                                                  accuracy=str(accuracy_of(backend)))
+                        if last and on_result is not None:
+                            on_result(final[slot])
+                        continue
                 result = bench_one(backend, point, budget_s / rounds, timer, verify=earlier is None,
                                    threads=threads, noise_target=noise_target, timeout=timeout)
                 if earlier is not None and result.status == OK and earlier.measurement and result.measurement:
@@ -208,7 +246,7 @@ def _rounds(backends: Sequence[Any], points: Sequence[GridPoint], budget_s: floa
                     result = _ok(backend, point, merged)
                 elif earlier is not None and result.status == OK:
                     result = earlier
-                final[key] = result
+                final[slot] = result
                 if last and on_result is not None:
                     on_result(result)
 

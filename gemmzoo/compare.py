@@ -13,7 +13,10 @@ row is its interquartile range (IQR) over its median (0.04: the middle half of t
   median (a confident difference beyond the threshold, however the noise fell);
 - **AMBIGUOUS** otherwise: the medians differ by more than the threshold but the runs' noise
   cannot tell whether the difference does (the IQR bands overlap or sit closer than that), a
-  run's noise is unknown (fewer than two samples), or a run measured the row on a throttled GPU.
+  run's noise is unknown (fewer than two samples), or a run's row is flagged: measured on a
+  throttled GPU, on CPU cores it shared with other work (``contended``), without meeting its
+  noise target (``not converged``) or with recorded noise beyond ``threshold`` (``noisy``). A
+  flagged row is never FASTER or SLOWER: its time did not cover what varied while it was taken.
 
 Every rule is symmetric: swapping the two runs swaps FASTER and SLOWER and keeps the others.
 
@@ -43,6 +46,13 @@ VERDICTS = (SAME, FASTER, SLOWER, AMBIGUOUS, BROKEN, FIXED, MISSING)
 #: The verdicts that fail a comparison (exit status 1).
 REGRESSIONS = (SLOWER, BROKEN)
 TIE = SAME  # the name earlier versions used
+#: Flags under which a row is never FASTER or SLOWER, only SAME or AMBIGUOUS: its time did not
+#: cover what varied while it was taken.
+UNTRUSTED = ("throttled", "not converged", "noisy", "contended", "beyond roofline")
+
+
+class DuplicateRowError(ValueError):
+    """A result file holds one (point, backend) twice: which one counts would be a guess."""
 
 
 @dataclass(frozen=True)
@@ -102,14 +112,23 @@ def noise(result: BenchResult | None) -> float | None:
     return spread / median
 
 
-def flags_of(extra: dict[str, Any] | None) -> tuple[str, ...]:
-    """What a result's extra fields say against trusting its time."""
+def flags_of(extra: dict[str, Any] | None, threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
+    """What a result's extra fields say against trusting its time: a throttled GPU, a median
+    that missed its noise target, a median whose recorded noise exceeds ``threshold``, a CPU
+    timing that shared its cores."""
     extra = extra or {}
     found = []
     if extra.get("throttled") is True:
         found.append("throttled")
     if extra.get("converged") is False:
         found.append("not converged")
+    recorded = extra.get("noise")
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and recorded > threshold:
+        found.append("noisy")
+    if extra.get("contended") is True:
+        found.append("contended")
+    if extra.get("beyond_roofline") is True:
+        found.append("beyond roofline")
     return tuple(found)
 
 
@@ -132,7 +151,7 @@ def judge(base: BenchResult | None, other: BenchResult | None, threshold: float,
     elif mine_noise is not None and their_noise is not None \
             and gap <= min(mine_noise * mine, their_noise * theirs):
         verdict = SAME
-    elif mine_noise is None or their_noise is None or "throttled" in base_flags + other_flags \
+    elif mine_noise is None or their_noise is None or any(f in UNTRUSTED for f in base_flags + other_flags) \
             or _separation(base, other) <= threshold * min(mine, theirs):
         verdict = AMBIGUOUS
     else:
@@ -154,8 +173,15 @@ def compare_runs(runs: Sequence[Run], threshold: float = DEFAULT_THRESHOLD) -> l
     tables = []
     for run in runs:
         extras = run.extras if len(run.extras) == len(run.results) else [{}] * len(run.results)
-        pairs = zip(run.results, extras, strict=True)
-        tables.append({(r.point, r.backend): (r, flags_of(e)) for r, e in pairs})
+        table: dict[tuple[GridPoint, str], tuple[BenchResult, tuple[str, ...]]] = {}
+        for result, extra in zip(run.results, extras, strict=True):
+            key = (result.point, result.backend)
+            if key in table:
+                raise DuplicateRowError(f"{run.path}: {result.backend} at {result.point.id} appears more "
+                                        "than once; a result file holds each backend and point once "
+                                        "(merge shards with gemmzoo bench --merge)")
+            table[key] = (result, flags_of(extra, threshold))
+        tables.append(table)
     keys = list(dict.fromkeys(key for table in tables for key in table))
     rows = []
     for key in keys:

@@ -361,14 +361,19 @@ def load_points(path: str | Path, dtypes: Sequence[str] | None = None,
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise GridError(f"grid file {str(path)!r}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise GridError(f"grid file {str(path)!r}: not UTF-8 text (byte {error.start}: "
+                        f"{error.object[error.start:error.start + 1]!r})") from None
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise GridError(f"grid file {str(path)!r}: not valid JSON ({error})") from None
+        except RecursionError:
+            raise GridError(f"grid file {str(path)!r}: JSON nested too deeply to be a grid") from None
         rows = _json_rows(data, f"grid file {str(path)!r}")
     else:
         rows = _csv_rows(text, f"grid file {str(path)!r}")

@@ -23,6 +23,7 @@ Every benchmark's ``extra_info`` has device, host and caller time per call (see
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,9 +34,12 @@ from gemmzoo.benchmark_info import extra_info
 from gemmzoo.grids import GridPoint, parse_point
 from gemmzoo.measure import (
     MAX_QUEUED_CALLS,
+    NOISE_TARGET,
     WARMUP_S,
     DeviceClock,
     Engine,
+    StoppingRule,
+    ThreadLimit,
     Timing,
     gc_paused,
     host_timing,
@@ -44,6 +48,7 @@ from gemmzoo.measure import (
     planned,
     stream_ordered,
 )
+from gemmzoo.measure.contention import ContentionWatch
 
 DEVICE_CLOCK = DeviceClock()
 """The process's device clock; every CUDA benchmark param names it as its timer."""
@@ -132,8 +137,17 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
     test fails instead of reporting a speed. For a CUDA backend the test must carry
     ``pytest.mark.benchmark(timer=clock)`` (:func:`benchmark_params` puts it there; ``clock``
     defaults to :data:`DEVICE_CLOCK`); without it :class:`TimerNotSetError` is raised rather than
-    a wall-clock figure reported as device time.
+    a wall-clock figure reported as device time. A backend with no passing conformance verdict
+    for the point's dtype on this machine (the suite runs first when there is none,
+    :func:`gemmzoo.tuning.verdicts.passing`) raises :class:`gemmzoo.measure.WrongResultError`
+    before anything is timed.
     """
+    from gemmzoo.measure import WrongResultError
+    from gemmzoo.tuning.verdicts import PASSED, passing
+
+    answer, why_not = passing(backend, point.dtype)
+    if answer != PASSED:
+        raise WrongResultError(f"{backend.name}: {point.id}: not timed: {why_not}")
     problem = make_problem(backend, point, seed)
     checked = judge_problem(problem)
     a, b = problem.a, problem.b
@@ -182,11 +196,19 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
             backend.synchronize()
             return result
 
-        iterations, rounds = _cpu_rounds(target)
-        benchmark.pedantic(target, rounds=rounds, iterations=iterations, warmup_rounds=1)
+        # the thread policy gemmzoo bench times under (oversubscribed BLAS pools on a few cores
+        # are what a benchmark would otherwise time), and whether the cores were shared meanwhile
+        with ThreadLimit(None) as limit:
+            watch = ContentionWatch(limit.threads)
+            watch.start()
+            iterations, rounds = _cpu_rounds(target)
+            benchmark.pedantic(target, rounds=rounds, iterations=iterations, warmup_rounds=1)
+            shared = watch.stop()
+            threads = limit.report()
         timing = (f"wall clock around rounds of {iterations} calls (pytest-benchmark's timer), "
                   "per call")
         median = _median(benchmark)
+        extra.update(_trust_info(benchmark, threads, shared))
     info = extra_info(backend, point, checked.error_ratio, checked.rel_error, median, timing, host)
     info.update(extra)
     if backend.device == "cuda":  # the GPU that measured it, and its state right after
@@ -211,6 +233,22 @@ def _cpu_rounds(target: Callable[[], Any]) -> tuple[int, int]:
     iterations = max(1, int(CPU_ROUND_S / per_call))
     rounds = int(SETTINGS["max_time"] / (per_call * iterations))
     return iterations, max(int(SETTINGS["min_rounds"]), min(MAX_CPU_ROUNDS, rounds))
+
+
+def _trust_info(benchmark: Any, threads: Any, shared: Any) -> dict[str, Any]:
+    """What ``gemmzoo bench`` records of a CPU row, for a pytest-benchmark one: the thread policy
+    and each pool's count, the median's noise judged by bench's stopping rule (its target, its
+    ``converged`` flag) and whether the cores were shared (``contended``)."""
+    info: dict[str, Any] = dict(threads.as_dict())
+    stats = getattr(benchmark, "stats", None)
+    data = list(getattr(getattr(stats, "stats", None), "data", None) or [])
+    if data:
+        timing = StoppingRule(SETTINGS["max_time"], NOISE_TARGET).timing(data, "pytest-benchmark rounds")
+        info.update(noise=timing.noise if math.isfinite(timing.noise) else None, noise_target=timing.target,
+                    converged=timing.converged)
+    if shared is not None:
+        info.update(shared.as_dict())
+    return info
 
 
 def _median(benchmark: Any) -> float | None:

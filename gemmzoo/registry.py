@@ -30,7 +30,9 @@ from typing import Any
 import pluggy
 
 from gemmzoo import hookspecs
+from gemmzoo.code_digest import code_digest
 from gemmzoo.errors import PluginError, PluginWarning, UnknownBackendError
+from gemmzoo.inert import inert
 from gemmzoo.plugin_source import (
     Location,
     defined_at,
@@ -100,10 +102,11 @@ def strict_plugins() -> bool:
 
 def _one_line(error: BaseException) -> str:
     try:
-        text = " ".join(str(error).split())
+        text = inert(" ".join(str(error).split()))
     except Exception:  # an exception whose own __str__ raises
         text = "<unprintable>"
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    name = inert(type(error).__name__)
+    return f"{name}: {text}" if text else name
 
 
 def _at(location: Location | None, verb: str = "raised") -> str:
@@ -134,6 +137,8 @@ class Registry:
         self._backends: dict[str, Any] = {}
         self._providers: dict[str, PluginInfo] = {}
         self._registered_at: dict[str, Location] = {}
+        self._digests: dict[str, str] = {}
+        self._frozen: dict[int, tuple[Any, tuple[Any, ...]]] = {}
         self.plugins: list[PluginInfo] = []
         self.failures: list[PluginFailure] = []
         self.disabled: list[str] = []
@@ -153,7 +158,11 @@ class Registry:
                 continue
             # A broken plugin must not take the others down; one that calls sys.exit() is broken too.
             try:
-                plugin = entry_point.load()
+                plugin = _bounded(info, f"import of {info.target}", entry_point.load)
+            except BackendTimeoutError as error:
+                self._fail(info, f"import of {info.target} did not finish: {error} (a plugin's import is "
+                                 "bounded by the time limit, GEMMZOO_TIMEOUT)")
+                continue
             except (Exception, SystemExit) as error:
                 location = raised_at(error, module_roots(entry_point.module))
                 self._fail(info, f"failed to import {info.target}: {_one_line(error)}{_at(location)}",
@@ -182,27 +191,45 @@ class Registry:
             pending.append((backend, (caller.filename, caller.lineno or 0)))
 
         hook = self.plugin_manager.hook.gemmzoo_register_backends
-        for impl in hook.get_hookimpls():
-            if impl.plugin is not plugin:
-                continue
+        mine = [impl for impl in hook.get_hookimpls() if impl.plugin is plugin]
+        if not mine:
+            self._fail(info, _no_hook(plugin), defined_at(plugin))
+            return
+        for impl in mine:
             try:
-                impl.function(**{arg: register for arg in impl.argnames})
+                arguments = {arg: register for arg in impl.argnames}
+                _bounded(info, "gemmzoo_register_backends", impl.function, **arguments)
+            except BackendTimeoutError as error:
+                self._fail(info, f"gemmzoo_register_backends did not finish: {error} (a plugin's hook is "
+                                 "bounded by the time limit, GEMMZOO_TIMEOUT)")
+                return
             except (Exception, SystemExit) as error:
                 location = raised_at(error, plugin_roots(plugin))
                 self._fail(info, f"gemmzoo_register_backends raised {_one_line(error)}{_at(location)}",
                            location, format_traceback(error), error)
                 return
+        if not pending:
+            self._fail(info, "gemmzoo_register_backends registered no backend (it must call "
+                             "register(backend) once per backend)", defined_at(plugin))
+            return
         for backend, location in pending:
             self._add_backend(backend, info, location)
 
     def _add_backend(self, backend: Any, info: PluginInfo, location: Location) -> None:
-        problem = backend_problem(backend)
-        try:
-            name = backend.name
+        problem: str | None = None
+        name: Any = None
+        described: str | None = None
+        try:  # a member that blocks when read is refused here, not met later by every command
+            problem = _bounded(info, "reading its backend's members", backend_problem, backend)
+            name = _bounded(info, "reading its backend's name", lambda: backend.name)
+        except BackendTimeoutError as error:
+            problem = f"reading its members did not finish: {error}"
+            described = f"class {type(backend).__qualname__}"  # its members are not read again
         except Exception as error:  # checked a moment ago, yet raising now: as malformed
             problem = problem or f"reading its name raised {_one_line(error)}"
         if problem:
-            self._fail(info, f"registered an invalid backend ({describe_backend(backend)}): {problem}"
+            described = described or describe_backend(backend)
+            self._fail(info, f"registered an invalid backend ({described}): {problem}"
                              f"{_at(location, 'registered')}", location)
             return
         first = self._providers.get(name)
@@ -225,6 +252,7 @@ class Registry:
         self._backends[name] = backend
         self._providers[name] = info
         self._registered_at[name] = location
+        self._frozen[id(backend)] = (backend, _identity(backend))
         if info.own:
             _trusted[id(backend)] = backend
 
@@ -260,6 +288,32 @@ class Registry:
             known = ", ".join(self._backends) or "none"
             raise UnknownBackendError(f"unknown backend {name!r}; registered: {known}") from None
 
+    def drift(self, backend: Any) -> str | None:
+        """What changed in ``backend``'s identity (name, device, dtypes) since it was registered,
+        or ``None``: its verdicts, timings and reserved-name check were made under those values,
+        so a backend whose identity moves is treated as broken, never as another backend."""
+        entry = self._frozen.get(id(backend))
+        if entry is None or entry[0] is not backend:
+            return None
+        try:
+            now = _identity(backend)
+        except Exception as error:
+            return f"reading its name, device or dtypes raised {_one_line(error)} after registration"
+        if now != entry[1]:
+            return (f"its name, device or dtypes changed after registration (registered as {entry[1]!r}, "
+                    f"now {now!r}); members are frozen at registration")
+        return None
+
+    def code_digest(self, name: str) -> str:
+        """The digest of the code backend ``name`` runs (:mod:`gemmzoo.code_digest`), taken on first
+        use in this process: the code imported is the code that runs until the process ends."""
+        found = self._digests.get(name)
+        if found is None:
+            backend = self.get(name)
+            where = self._registered_at.get(name)
+            found = self._digests[name] = code_digest(backend, where[0] if where else None)
+        return found
+
     def plugin_info(self, plugin_name: str) -> PluginInfo:
         """The :class:`PluginInfo` of the plugin registered as ``plugin_name`` (its entry-point
         name), or a bare one when no such plugin was registered here."""
@@ -278,6 +332,49 @@ class Registry:
         if not chosen:
             return self.backends()
         return [self.get(name) for name in dict.fromkeys(chosen)]
+
+
+def _no_hook(plugin: Any) -> str:
+    """Why a plugin registered nothing: a hook function not marked ``@gemmzoo.hookimpl``, or none."""
+    try:
+        found = getattr(plugin, "gemmzoo_register_backends", None)
+    except Exception:
+        found = None
+    if callable(found):
+        return ("defines gemmzoo_register_backends without @gemmzoo.hookimpl, so it is never called: "
+                "mark it @gemmzoo.hookimpl")
+    return ("has no gemmzoo_register_backends hook: a plugin registers its backends from a function "
+            "gemmzoo_register_backends(register) marked @gemmzoo.hookimpl")
+
+
+def _bounded(info: PluginInfo, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` for plugin ``info``: inline for gemmzoo's own plugins, within the
+    watchdog's time limit for any other (:class:`BackendTimeoutError` when it overruns; what it
+    raises, ``SystemExit`` included, is raised here as it was)."""
+    if info.own:
+        return fn(*args, **kwargs)
+
+    def boxed() -> tuple[bool, Any]:
+        try:
+            return True, fn(*args, **kwargs)
+        except BaseException as error:  # carried to the caller's thread as it was raised
+            return False, error
+
+    ok, value = watched(None, f"plugin {info.describe()}: {what}", boxed, timeout="default")
+    if ok:
+        return value
+    raise value
+
+
+def _identity(backend: Any) -> tuple[Any, ...]:
+    """The members that say which backend this is."""
+    return (backend.name, backend.device, frozenset(backend.dtypes))
+
+
+def drift(backend: Any) -> str | None:
+    """:meth:`Registry.drift` of the process-wide registry (``None`` before one is built)."""
+    registry = _registry
+    return registry.drift(backend) if registry is not None else None
 
 
 def warn_at_plugin(message: str, location: Location | None, info: PluginInfo) -> None:
@@ -356,7 +453,7 @@ def unavailable_reason(backend: Any) -> str | None:
 
 
 def _probe(backend: Any) -> tuple[str | None, str | None]:
-    problem = backend_problem(backend)
+    problem = backend_problem(backend) or drift(backend)
     if problem is not None:
         fault = f"malformed backend: {problem}"
         return fault, fault
@@ -375,7 +472,7 @@ def _probe(backend: Any) -> tuple[str | None, str | None]:
         fault = (f"unavailable_reason() returned {type(reason).__name__}, not a str or None: "
                  f"{' '.join(_safe_repr(reason).split())[:80]}")
         return fault, fault
-    text = " ".join(reason.split())[:_REASON_LIMIT]
+    text = inert(" ".join(reason.split()))[:_REASON_LIMIT]
     return (text or "unavailable (unavailable_reason() gave an empty reason)"), None
 
 

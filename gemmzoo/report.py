@@ -4,6 +4,7 @@ a TFLOPS-against-size plot."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections.abc import Sequence
@@ -14,9 +15,11 @@ from typing import Any, TextIO
 
 from rich.table import Table
 
+from gemmzoo.atomic_file import write_atomically
 from gemmzoo.bench import OK, UNSUPPORTED, WRONG, BenchResult
 from gemmzoo.cli.output import Column, Listing, build_table, plain_text
 from gemmzoo.grids import GridPoint
+from gemmzoo.inert import inert
 from gemmzoo.tuning.select import Timed, preference, rank
 
 CSV_FIELDS = (
@@ -26,7 +29,7 @@ CSV_FIELDS = (
     "roofline_percent", "verdict", "error_ratio", "rel_error", "method", "detail",
     "noise", "converged", "threads", "throttled",
 )
-BEST, TIE, NOISY = "best", "tie", "noisy"
+BEST, TIE, NOISY, UNDECIDED = "best", "tie", "noisy", "undecided"
 
 
 def _backends(results: Sequence[BenchResult]) -> list[str]:
@@ -45,21 +48,27 @@ def _timed(result: BenchResult) -> Timed:
     assert measured is not None
     bound = "host" if measured.launch_bound else "device"
     return Timed(result.backend, measured.caller_s, measured.caller_spread_s, bound,
-                 measured.caller_timing.half_width_s, not measured.noisy)
+                 measured.caller_timing.half_width_s, not measured.noisy and not result.beyond_roofline)
 
 
 def verdicts(row: dict[str, BenchResult]) -> dict[str, str]:
     """``{backend: "best" | "tie" | "noisy"}`` for one point, by caller time: the fastest is
     ``best`` unless others are within measured noise of it (``best_backend``'s rule,
     :func:`gemmzoo.tuning.select.rank`), and then all of those are ``tie``; a measurement that
-    missed its noise target is ``noisy`` and not ranked with the others."""
+    missed its noise target is ``noisy`` and not ranked with the others, and when a noisy one
+    measured faster than the fastest ranked ones, those are ``undecided``: ``best`` never goes to
+    a row slower than another conforming row."""
     timed = [_timed(r) for r in row.values() if r.caller_s is not None]
     if not timed:
         return {}
     noisy = {t.backend: NOISY for t in timed if not t.converged}
-    _winner, _ranking, tied = rank(timed)
     if len(noisy) == len(timed):
         return noisy
+    _winner, _ranking, tied = rank([t for t in timed if t.converged])
+    fastest = min(t.median_s for t in timed)
+    if min(t.median_s for t in timed if t.backend in tied) > fastest:
+        # a row that missed its noise target measured faster: nothing here is known to be best
+        return {**dict.fromkeys(tied, UNDECIDED), **noisy}
     if len(tied) > 1:
         return {**dict.fromkeys(tied, TIE), **noisy}
     return {tied[0]: BEST, **noisy}
@@ -275,6 +284,10 @@ def json_document(results: Sequence[BenchResult], environment: dict[str, Any] | 
     if extras is not None:
         for record, extra in zip(records, finite(list(extras)), strict=True):
             record.update(extra)
+    for record in records:  # a plugin's message with a control character must not spoil the file
+        for key, value in record.items():
+            if isinstance(value, str):
+                record[key] = inert(value, lines=key == "detail")
     data = {
         "format": FORMAT,
         "version": VERSION,
@@ -295,8 +308,9 @@ def write_json(results: Sequence[BenchResult], path: str | Path, environment: di
     [...]}`` (the result format of :mod:`gemmzoo.result_schema`); NaN written as null.
 
     ``meta`` adds top-level keys (``shard``, ``devices``, ``interrupted``: see :mod:`gemmzoo.runs`);
-    ``extras[i]`` adds keys to the i-th result (``gpu``: the GPU that measured it and its state then)."""
-    Path(path).write_text(json_document(results, environment, command, baseline, meta, extras) + "\n")
+    ``extras[i]`` adds keys to the i-th result (``gpu``: the GPU that measured it and its state then).
+    Written atomically: a failed write leaves an earlier file at ``path`` whole."""
+    write_atomically(path, json_document(results, environment, command, baseline, meta, extras) + "\n")
 
 
 def write_csv(results: Sequence[BenchResult], path: str | Path | TextIO) -> None:
@@ -305,8 +319,9 @@ def write_csv(results: Sequence[BenchResult], path: str | Path | TextIO) -> None
     if not isinstance(path, (str, Path)):
         _csv_rows(results, path)
         return
-    with open(path, "w", newline="") as handle:
-        _csv_rows(results, handle)
+    text = io.StringIO(newline="")
+    _csv_rows(results, text)
+    write_atomically(path, text.getvalue())
 
 
 def _csv_rows(results: Sequence[BenchResult], handle: TextIO) -> None:
@@ -367,5 +382,7 @@ def write_plot(results: Sequence[BenchResult], path: str | Path, title: str = "g
     axes.grid(True, alpha=0.3)
     axes.legend(loc="best", fontsize="small")
     figure.tight_layout()
-    figure.savefig(path)
+    image = io.BytesIO()
+    figure.savefig(image, format=Path(path).suffix.lstrip(".").lower() or "png")
     plt.close(figure)
+    write_atomically(path, image.getvalue())

@@ -253,6 +253,9 @@ RESULT_FIELDS: dict[str, Check] = {
     "converged": flag(),
     "noise": number(1e6),  # relative spread of the median the stopping rule reached (0.01 = 1%)
     "throttled": flag(),
+    # whether a CPU timing shared its cores (gemmzoo.measure.contention)
+    "cpu_share": number(1.0), "others_load": number(1e6), "contended": flag(),
+    "beyond_roofline": flag(),  # faster than the device's roofline floor: not a speed to trust
     "round": integer(0, MAX_SAMPLES),
 }
 

@@ -39,7 +39,8 @@ class _Slowed:
         return c
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
-        """No fast path that would skip the extra work."""
+        """No fast path that would skip the extra work (bad operands refused as matmul does)."""
+        self.check_operands(a, b)  # type: ignore[attr-defined]
         return self.matmul
 
 

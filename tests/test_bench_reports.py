@@ -240,3 +240,17 @@ def test_bench_output_keeps_every_column_without_a_terminal(capsys):
     # one backend: best, unless a loaded machine kept its measurement off the noise target
     assert fields[-1] in ("best", "noisy")
     assert any(line.startswith("numpy: geomean") for line in plain)
+
+
+def test_best_never_goes_to_a_row_slower_than_a_noisy_one():
+    from gemmzoo.measure import Measurement, Timing
+
+    point = GridPoint(1, 1024, 1024, "float32")
+    noisy_timing = Timing(81.5e-6, 70e-6, 95e-6, 40, "test", noise=0.2, converged=False, target=0.02)
+    clean_timing = Timing(116e-6, 115e-6, 117e-6, 40, "test", noise=0.005, converged=True, target=0.02)
+    row = {"numpy": BenchResult("numpy", "cpu", point, OK, Measurement("numpy", point, noisy_timing, 0.5)),
+           "jax": BenchResult("jax", "cpu", point, OK, Measurement("jax", point, clean_timing, 0.5))}
+    assert verdicts(row) == {"numpy": "noisy", "jax": "undecided"}
+    faster_clean = Timing(60e-6, 59e-6, 61e-6, 40, "test", noise=0.005, converged=True, target=0.02)
+    row["jax"] = BenchResult("jax", "cpu", point, OK, Measurement("jax", point, faster_clean, 0.5))
+    assert verdicts(row) == {"numpy": "noisy", "jax": "best"}

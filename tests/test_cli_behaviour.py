@@ -223,7 +223,8 @@ def test_cache_shows_and_clears_the_tuning_database(tmp_path):
     assert shown["conformance_verdicts"] == 1
     cleared = run_gemmzoo(tmp_path, "cache", "--clear", **env)
     assert cleared.returncode == 0 and "cleared" in cleared.stdout
-    assert not (cache / "tuning.sqlite3").exists()
+    [after] = json.loads(run_gemmzoo(tmp_path, "cache", "--format", "json", **env).stdout)
+    assert after["measurements"] == 0 and after["conformance_verdicts"] == 0  # emptied in place
 
 
 def test_best_backend_takes_numpy_and_torch_dtype_objects(empty_cache):

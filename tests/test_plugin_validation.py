@@ -133,7 +133,7 @@ class ToNumpyGivesAList(NumpyBackend):
 @pytest.mark.parametrize(("backend", "check", "message"), [
     (RaisesInChecks(), "unavailable-reason",
      "unavailable_reason() raised IndexError: tuple index out of range"),
-    (ToNumpyGivesAList(), "float32-random-1x1x1-NN", "raised AttributeError"),
+    (ToNumpyGivesAList(), "float32-random-1x1x1-NN", "to_numpy(A) gave a list, not a numpy.ndarray"),
 ])
 def test_an_exception_inside_a_check_is_a_failed_check(backend, check, message):
     report = check_backend(backend, dtypes=["float32"])

@@ -71,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Run as the program (``argv`` None), an interrupted command ends the process at once with 130
     after its output is flushed: the interpreter's teardown would run the C++ destructors of
     frameworks whose worker threads may still be inside them (JAX's), which aborts the process.
+    Run so, it also ends the process once the command is done even when a plugin left a thread
+    running that is not a daemon: nothing a plugin starts keeps a command from exiting.
     """
     if argv is not None:
         return _main(argv)
@@ -93,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if code == INTERRUPTED or pressed:
             _end_interrupted()
+    _end_despite_lingering_threads(code)
     return code
 
 
@@ -107,6 +110,23 @@ def _end_interrupted() -> None:
         except Exception:  # a closed pipe: nothing more can be said to it
             pass
     os._exit(INTERRUPTED)
+
+
+def _end_despite_lingering_threads(code: int) -> None:
+    """Exit now with ``code`` when a thread that is not a daemon is still running (Python would
+    otherwise wait for it at exit, forever for a plugin's that never ends)."""
+    import threading
+
+    lingering = [t for t in threading.enumerate()
+                 if t is not threading.current_thread() and not t.daemon and t.is_alive()]
+    if not lingering:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import shlex
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -124,6 +128,9 @@ def _show(args: argparse.Namespace, results: list[BenchResult], baseline: str | 
     listing.notes = summary_lines(results, baseline)
     listing.notes += [f"{r.status.upper()} {r.backend} {r.point.id}: {r.detail}" for r in results
                       if r.status not in (OK, UNSUPPORTED)]
+    listing.notes += [f"BEYOND ROOFLINE {r.backend} {r.point.id}: faster than the device's floor "
+                      f"({r.roof.percent:.0f}% of it): the work was not done, or not timed; never ranked"
+                      for r in results if r.beyond_roofline and r.roof is not None and r.roof.percent]
     emit(listing, args.format, args.wide)
     if args.format == "plain":
         for note in listing.notes:
@@ -149,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         errors.print("--max-noise must be 0 or more (percent)", style="red", markup=False)
         return 2
     noise_target = args.max_noise / 100
+    from gemmzoo.atomic_file import unwritable
     from gemmzoo.scale_executors import ExecutorError
 
     try:
@@ -156,13 +164,40 @@ def run(args: argparse.Namespace) -> int:
     except (ExecutorError, GridError) as error:
         errors.print(str(error), style="red", markup=False)
         return 2
-    if args.devices or settings is not None:
-        return _run(args, say, noise_target, settings)
-    from gemmzoo.measure.threads import confined_to_policy
 
-    # XLA's pool, out of threadpoolctl's reach, takes the policy's cores (docs/benchmarks.md)
-    with confined_to_policy(args.threads):
-        return _run(args, say, noise_target)
+    for option in ("json", "csv", "plot"):
+        path = getattr(args, option)
+        problem = unwritable(path) if path is not None else None
+        if problem is not None:  # refused now, not after the whole run
+            errors.print(f"gemmzoo bench: --{option} {path}: {problem}; nothing was run", style="red",
+                         markup=False)
+            return 2
+    with _terminate_as_interrupt():
+        if args.devices or settings is not None:
+            return _run(args, say, noise_target, settings)
+        from gemmzoo.measure.threads import confined_to_policy
+
+        # XLA's pool, out of threadpoolctl's reach, takes the policy's cores (docs/benchmarks.md)
+        with confined_to_policy(args.threads):
+            return _run(args, say, noise_target)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a job scheduler's stop, ``kill``) ends the run as Ctrl-C does: the results so far
+    are shown and written, and the exit status is 130."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(args: argparse.Namespace, say: Any, noise_target: float, settings: Any = None) -> int:
@@ -257,8 +292,11 @@ def _run_gemm(args: argparse.Namespace, say: Any, noise_target: float, model_poi
                     backends, points, args.budget, args.devices, advance, pool, timer=args.timer,
                     threads=args.threads, noise_target=noise_target)
             else:
+                from gemmzoo.tuning.verdicts import passing
+
                 results = run_bench(backends, points, args.budget, on_result=advance_here, timer=args.timer,
-                                    rounds=args.rounds, threads=args.threads, noise_target=noise_target)
+                                    rounds=args.rounds, threads=args.threads, noise_target=noise_target,
+                                    verdict=passing)
     except KeyboardInterrupt as stop:
         interrupted = True
         so_far = getattr(stop, "results", None)  # run_bench's: every round measured so far, merged

@@ -57,10 +57,18 @@ def run(args: argparse.Namespace) -> int:
     if args.build_dispatch and not _build_dispatch(say):
         return 1
     if args.clear:
-        current().close()  # closes this session's connection before the file goes
         removed = _files(database)
+        if database.exists():
+            # emptied in place, not removed: a tune writing meanwhile keeps the rows it stores next
+            store = current().store()
+            if store.persistent and store.path == database:
+                store.clear()
+                current().close()  # nothing this process remembers of the rows outlives them
+                say.print(f"cleared {database}", markup=False, soft_wrap=True)
+                return 0
+        current().close()  # an unreadable database: this process's connection closed before it goes
         for path in removed:
-            path.unlink()
+            path.unlink(missing_ok=True)
         say.print(f"cleared {database}" if removed else f"nothing to clear: no database at {database}",
                   markup=False, soft_wrap=True)
         return 0

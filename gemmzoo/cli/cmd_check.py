@@ -51,15 +51,21 @@ COLUMNS = (
 _STYLE = {"conforms": "green", "does not conform": "red", "TIMEOUT": "red"}
 
 
-def _store_verdicts(backend: object, report: object, dtypes: list[str]) -> None:
-    """The verdicts replace this machine's stored ones (what selection trusts); a database that
-    fails must not fail the check."""
-    from gemmzoo.tuning.verdicts import store_report
+def _store_verdicts(backend: object, report: object, dtypes: list[str], say: object) -> None:
+    """The verdicts replace this machine's stored ones (what selection trusts), and a line says
+    when and against what they were earned; a database that fails must not fail the check."""
+    from gemmzoo.tuning.verdicts import describe_key, store_report, when
 
     try:
-        store_report(backend, report, dtypes)
+        stored = store_report(backend, report, dtypes)
     except Exception as error:
         errors.print(f"verdicts not stored: {type(error).__name__}: {error}", markup=False, soft_wrap=True)
+        return
+    if stored:
+        first = stored[0]
+        dtypes_earned = ", ".join(r.dtype for r in stored)
+        say.print(f"verdicts of {backend.name} for {dtypes_earned} earned {when(first.created)} "
+                  f"against {describe_key(first.device, first.versions)}", markup=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,7 +119,7 @@ def _check_one(args: argparse.Namespace, backend: object, rows: list[dict[str, s
         report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t),
                                random=args.random, seed=args.seed, max_work=args.max_work)
     if report.timed_out is None:  # an overrun says nothing about conformance: ask again next time
-        _store_verdicts(backend, report, dtypes)
+        _store_verdicts(backend, report, dtypes, say)
     row = {"backend": backend.name, "dtypes": ",".join(dtypes), "accuracy": str(accuracy_of(backend))}
     if report.timed_out is not None:
         say.print(f"TIMEOUT {report.timed_out}", markup=False, soft_wrap=True, style="red")

@@ -168,7 +168,7 @@ def _print_wide(table: Table) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gemmzoo.compare import compare_runs, labels, records, summary, write_plot
+    from gemmzoo.compare import DuplicateRowError, compare_runs, labels, records, summary, write_plot
     from gemmzoo.runs import RunFileError, load_run
 
     try:
@@ -180,7 +180,11 @@ def run(args: argparse.Namespace) -> int:
         errors.print(f"gemmzoo compare needs two result files or more (a baseline and a run to judge); "
                      f"got one: {args.files[0]}", style="red", markup=False, soft_wrap=True)
         return 2
-    rows = compare_runs(runs, args.threshold / 100)
+    try:
+        rows = compare_runs(runs, args.threshold / 100)
+    except DuplicateRowError as error:
+        errors.print(str(error), style="red", markup=False, soft_wrap=True)
+        return 2
     names = labels(runs)
     counts = summary(rows)
     common = [row for row in rows if not row.missing]

@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-v", "--verbose", action="store_true",
         help="ask every backend whether it runs here, importing its framework (without -v a backend "
-             "whose framework is installed but not imported yet is listed as installed), and print the "
+             "whose framework is installed but not imported yet is listed as installed); print each "
+             "available backend's conformance verdicts (when and against what they were earned) and the "
              "traceback of each plugin that raised (to stderr unless --format table)",
     )
 
@@ -67,6 +68,28 @@ def _print_tracebacks(registry: Any, plain: bool) -> None:
             else:
                 console.print(header, style="red", markup=False)
                 console.print(failure.traceback, markup=False)
+
+
+def _print_verdicts(registry: Any, stream: Any) -> None:
+    """Each available backend's verdicts (:func:`gemmzoo.tuning.verdicts.verdict_lines`)."""
+    from gemmzoo.tuning import state
+    from gemmzoo.tuning.verdicts import verdict_lines
+
+    try:
+        store = state.store()
+    except Exception as error:  # no database: say so, list the rest
+        print(f"verdicts: the tuning database cannot be opened ({type(error).__name__})", file=stream)
+        return
+    for backend in registry.backends():
+        if unavailable_reason(backend) is not None:
+            continue
+        try:
+            lines = verdict_lines(backend, store)
+        except Exception as error:
+            lines = [f"verdicts unreadable: {type(error).__name__}"]
+        print(f"verdicts of {backend.name}:", file=stream)
+        for line in lines:
+            print(f"  {line}", file=stream)
 
 
 def _short(reason: str, shared: dict[str, str], room: int) -> str:
@@ -107,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"DISABLED\t{name}\tGEMMZOO_DISABLE_PLUGINS")
         if args.verbose:
             _print_tracebacks(registry, plain=True)
+            _print_verdicts(registry, sys.stdout)
         return 0
     if args.format != "table":
         emit(listing, args.format)
@@ -133,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"disabled by GEMMZOO_DISABLE_PLUGINS: {', '.join(registry.disabled)}", markup=False)
     if args.verbose:
         _print_tracebacks(registry, plain=False)
+        _print_verdicts(registry, sys.stdout)
     elif any(failure.traceback for failure in registry.failures):
         console.print("gemmzoo list -v prints the tracebacks", style="dim")
     return 0

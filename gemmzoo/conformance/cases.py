@@ -20,6 +20,9 @@ EDGE_SHAPES: tuple[tuple[int, int, int], ...] = (
     (96, 17, 40),
     (17, 96, 40),
     (20, 24, 300),
+    # M, then N, past 256 (paths that split rows or columns past a tile count); thin, so cheap
+    (300, 5, 8),
+    (5, 300, 8),
     (3, 5, 4099),
     (0, 5, 7),
     (5, 0, 7),
@@ -38,6 +41,9 @@ SCALED_SHAPES = ((64, 48, 80), (37, 29, 41))
 CANCEL_SHAPE = (48, 40, 64)
 NONFINITE_SHAPE = (12, 10, 9)
 REPEAT_SHAPE = (67, 71, 73)
+#: The shape of the case that calls again with other values: square, so that an operand has C's
+#: shape and a backend that hands an operand back as C is caught.
+FRESH_SHAPE = (40, 40, 40)
 #: Shapes of the cases whose K sums hold terms of one sign, one large and many tiny
 #: (:mod:`gemmzoo.conformance.long_sums`): a matrix product and a row vector times a matrix
 #: (libraries take another route for a single row).
@@ -52,12 +58,15 @@ GPU_SHAPES: tuple[tuple[int, int, int], ...] = (
     (1031, 1029, 4097),
     (16, 2048, 8192),
     (2112, 2080, 2064),  # 16-byte aligned rows and over 2048^3: triton-grouped's TMA path, with tails
+    # large enough that autotuned kernels pick their largest tiles and deepest pipelines (where a
+    # config that overflows shared memory would raise at launch)
+    (4544, 4544, 4544),
 )
 
 
 @dataclass(frozen=True)
 class Case:
-    """One problem: ``kind`` of values ("random", "integers", "nonfinite", "repeat", "scaled",
+    """One problem: ``kind`` of values ("random", "integers", "nonfinite", "repeat", "fresh", "scaled",
     "cancel", "same-sign", and for float8_e4m3fn "extremes"), shape, dtype and layout."""
 
     kind: str
@@ -94,6 +103,7 @@ def conformance_cases(dtype: str, device: str = "cpu") -> list[Case]:
         Case("nonfinite", *NONFINITE_SHAPE, dtype),
         Case("nonfinite", *NONFINITE_SHAPE, dtype, "ST"),
         Case("repeat", *REPEAT_SHAPE, dtype),
+        Case("fresh", *FRESH_SHAPE, dtype),
         Case("scaled", *SCALED_SHAPES[0], dtype),
         Case("scaled", *SCALED_SHAPES[1], dtype, "TN"),
         Case("cancel", *CANCEL_SHAPE, dtype),

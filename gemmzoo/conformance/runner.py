@@ -12,10 +12,12 @@ import numpy as np
 
 from gemmzoo.conformance.cases import Case, conformance_cases, scale_decades
 from gemmzoo.conformance.class_cases import ClassCase, class_cases, run_class_case
+from gemmzoo.conformance.independence import check_fresh, check_held
 from gemmzoo.conformance.judge import CheckFailedError, judge_result
 from gemmzoo.conformance.long_sums import same_sign_operands
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
 from gemmzoo.dtypes import DTYPES, result_dtype
+from gemmzoo.inert import inert
 from gemmzoo.registry import probe_availability
 from gemmzoo.validation import backend_problem
 from gemmzoo.watchdog import BackendTimeoutError, idle_workers_ended, quarantined
@@ -151,10 +153,10 @@ def run_case(backend: Any, case: Case) -> CheckResult:
     try:
         detail = _run_case(backend, case)
     except CheckFailedError as failure:
-        return CheckResult(backend.name, case.id, False, str(failure))
+        return CheckResult(backend.name, case.id, False, inert(str(failure), lines=True))
     except Exception as error:  # the backend broke, or is malformed: a failed check either way
         return CheckResult(backend.name, case.id, False, "raised " + _exception_text(error))
-    return CheckResult(backend.name, case.id, True, detail)
+    return CheckResult(backend.name, case.id, True, inert(detail, lines=True))
 
 
 def _class_check(backend: Any, case: ClassCase) -> CheckResult:
@@ -162,14 +164,25 @@ def _class_check(backend: Any, case: ClassCase) -> CheckResult:
     try:
         detail = run_class_case(backend, case)
     except CheckFailedError as failure:
-        return CheckResult(backend.name, case.id, False, str(failure))
+        return CheckResult(backend.name, case.id, False, inert(str(failure), lines=True))
     except Exception as error:  # the backend broke, or is malformed: a failed check either way
         return CheckResult(backend.name, case.id, False, "raised " + _exception_text(error))
-    return CheckResult(backend.name, case.id, True, detail)
+    return CheckResult(backend.name, case.id, True, inert(detail, lines=True))
 
 
 def _exception_text(error: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(error), error)).strip()
+    """The exception as one message, its control characters written out (:mod:`gemmzoo.inert`)."""
+    try:
+        text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    except Exception:  # an exception whose own __str__ raises
+        text = f"{type(error).__name__}: <unprintable>"
+    return inert(text, lines=True)
+
+
+def _unchanged(backend: Any, operands: dict[str, tuple[Any, np.ndarray]], after: str) -> None:
+    for label, (operand, before) in operands.items():
+        if not np.array_equal(backend.to_numpy(operand), before, equal_nan=True):
+            raise CheckFailedError(f"{label} was changed by {after}")
 
 
 def _run_case(backend: Any, case: Case) -> str:
@@ -177,7 +190,11 @@ def _run_case(backend: Any, case: Case) -> str:
     a_values, b_values = _operands(case, rng)
     a = _native(backend, a_values, case.dtype, case.layout[0], rng)
     b = _native(backend, b_values, case.dtype, case.layout[1], rng)
-    a_host, b_host = backend.to_numpy(a), backend.to_numpy(b)  # exactly the values received
+    a_host, b_host = backend.to_numpy(a), backend.to_numpy(b)
+    # The reference is the caller's values rounded to the dtype: what the backend holds must be
+    # exactly that, so judging against the held values judges against the caller's.
+    check_held("A", a_values, a_host, case.dtype)
+    check_held("B", b_values, b_host, case.dtype)
 
     _prime_allocator(backend, case.m, case.n, case.dtype)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf inputs are intended here
@@ -186,23 +203,58 @@ def _run_case(backend: Any, case: Case) -> str:
         run = backend.prepare(a, b)
         c = run(a, b)
         backend.synchronize()
-    for label, operand, before in (("A", a, a_host), ("B", b, b_host)):
-        if not np.array_equal(backend.to_numpy(operand), before, equal_nan=True):
-            raise CheckFailedError(f"{label} was changed by matmul")
+    operands = {"A": (a, a_host), "B": (b, b_host)}
+    _unchanged(backend, operands, "matmul (the prepared plan)")
+    check_fresh(c, {"A": a, "B": b})
     verdict = judge_result(backend, case.dtype, a, c, a_host, b_host, exact_ieee=case.kind == "nonfinite")
     detail, c_host = verdict.detail, verdict.host
     if case.kind == "repeat":
-        # Call 2 through matmul, call 3 through the plan again: both paths must agree bitwise.
+        # Call 2 through matmul, call 3 through the plan again: both paths must agree bitwise,
+        # leave the operands alone and give new arrays.
         for attempt, call in ((2, backend.matmul), (3, run)):
             _prime_allocator(backend, case.m, case.n, case.dtype)
-            again = backend.to_numpy(call(a, b))
+            result = call(a, b)
             backend.synchronize()
+            path = "matmul" if attempt == 2 else "the prepared plan"
+            _unchanged(backend, operands, f"call {attempt} ({path})")
+            check_fresh(result, {"A": a, "B": b, "the result of call 1": c})
+            again = backend.to_numpy(result)
             if not np.array_equal(again, c_host, equal_nan=True):
                 differ = int((again != c_host).sum())
-                path = "matmul" if attempt == 2 else "the prepared plan"
                 raise CheckFailedError(f"call {attempt} ({path}) differs from call 1 in {differ} elements")
         detail += "; 3 calls bitwise identical (plan, matmul, plan)"
+    if case.kind == "fresh":
+        detail += "; " + _check_later_calls(backend, case, rng, c, c_host, operands)
     return detail
+
+
+def _check_later_calls(backend: Any, case: Case, rng: np.random.Generator, c: Any, c_host: np.ndarray,
+                       operands: dict[str, tuple[Any, np.ndarray]]) -> str:
+    """Two more products of other values of the same shape, through ``matmul`` and through a
+    plan: each right, each a new array, the operands unchanged, and every earlier result as it
+    was (a backend that reuses one output array, or returns an operand, fails here)."""
+    results: dict[str, tuple[Any, np.ndarray]] = {"the result of call 1": (c, c_host)}
+    for attempt in (2, 3):
+        x_values, y_values = _values(case, rng, (case.m, case.k)), _values(case, rng, (case.k, case.n))
+        x, y = backend.from_numpy(x_values, case.dtype), backend.from_numpy(y_values, case.dtype)
+        x_host, y_host = backend.to_numpy(x), backend.to_numpy(y)
+        check_held("A", x_values, x_host, case.dtype)
+        check_held("B", y_values, y_host, case.dtype)
+        call = backend.matmul if attempt == 2 else backend.prepare(x, y)
+        path = "matmul" if attempt == 2 else "a prepared plan"
+        result = call(x, y)
+        backend.synchronize()
+        mine = {f"A of call {attempt}": (x, x_host), f"B of call {attempt}": (y, y_host)}
+        _unchanged(backend, {**operands, **mine}, f"call {attempt} ({path})")
+        check_fresh(result, {**{k: v[0] for k, v in {**operands, **mine}.items()},
+                             **{k: v[0] for k, v in results.items()}})
+        judged = judge_result(backend, case.dtype, x, result, x_host, y_host)
+        for label, (earlier, earlier_host) in results.items():
+            if not np.array_equal(backend.to_numpy(earlier), earlier_host, equal_nan=True):
+                raise CheckFailedError(f"{label} changed when call {attempt} ({path}) ran: results must be "
+                                       "new arrays, never reused")
+        results[f"the result of call {attempt}"] = (result, judged.host)
+    return "later calls give new arrays and leave earlier results alone"
 
 
 # Bad input -------------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ from typing import Any
 
 from gemmzoo.grids import GridPoint
 from gemmzoo.measure.clocks import ClockReport
+from gemmzoo.measure.contention import ContentionReport
 from gemmzoo.measure.problems import make_problem
-from gemmzoo.measure.reference import UNCHECKED, judge_problem
+from gemmzoo.measure.reference import UNCHECKED, judge_problem, spot_check
 from gemmzoo.measure.stats import NOISE_TARGET, Timing
 from gemmzoo.measure.threads import ThreadReport
 from gemmzoo.measure.timers import run_timing
@@ -28,6 +29,7 @@ class Measurement:
     host: Timing | None = None
     threads: ThreadReport | None = None
     clocks: ClockReport | None = None
+    contention: ContentionReport | None = None
 
     @property
     def tflops(self) -> float:
@@ -70,6 +72,11 @@ class Measurement:
         return self.timing.noisy
 
     @property
+    def contended(self) -> bool:
+        """Whether a CPU timing shared its cores (:mod:`gemmzoo.measure.contention`)."""
+        return bool(self.contention and self.contention.contended)
+
+    @property
     def throttled(self) -> bool:
         """Whether the GPU's SM clock was below the throttle threshold during the samples."""
         return bool(self.clocks and self.clocks.throttled)
@@ -81,16 +88,23 @@ class Measurement:
         clocks = self.clocks
         if other.clocks is not None and (clocks is None or other.clocks.mean_sm_mhz < clocks.mean_sm_mhz):
             clocks = other.clocks
-        return replace(self, timing=self.timing.merged(other.timing), host=host, clocks=clocks)
+        contention = self.contention
+        if other.contention is not None:
+            contention = other.contention if contention is None else contention.merged(other.contention)
+        return replace(self, timing=self.timing.merged(other.timing), host=host, clocks=clocks,
+                       contention=contention)
 
 
 def measure(backend: Any, point: GridPoint, budget_s: float = 0.5, verify: bool = True,
             seed: int = 0, timer: str = "events", gpu: Any = None, *, threads: int | None = None,
             noise_target: float = NOISE_TARGET) -> Measurement:
-    """Make the problem, judge one result (unless ``verify`` is False) and time one backend on
-    one point (see :func:`gemmzoo.measure.timers.run_timing`)."""
+    """Make the problem, judge one result (unless ``verify`` is False), time one backend on one
+    point (see :func:`gemmzoo.measure.timers.run_timing`) and, when verifying, spot-check the
+    last timed call's result too (:func:`gemmzoo.measure.reference.spot_check`)."""
     problem = make_problem(backend, point, seed)
     deviation = judge_problem(problem) if verify else UNCHECKED
     timed = run_timing(problem, budget_s, gpu=gpu, timer=timer, threads=threads, noise_target=noise_target)
+    if verify and timed.last is not None:
+        spot_check(problem, *timed.last, seed=seed + 1)
     return Measurement(backend.name, point, timed.device, deviation.error_ratio, deviation.rel_error,
-                       timed.host, timed.threads, timed.clocks)
+                       timed.host, timed.threads, timed.clocks, timed.contention)

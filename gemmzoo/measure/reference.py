@@ -4,6 +4,7 @@ measured one after another on a point) and the conformance suite's judge."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -79,3 +80,40 @@ def check(problem: Problem) -> float:
     """Run the GEMM once and judge it (see :func:`judge_problem`); returns the largest
     ``|error| / bound`` (at most 1), or raises :class:`WrongResultError`."""
     return judge_problem(problem).error_ratio
+
+
+def spot_check(problem: Problem, a: Any, b: Any, c: Any, seed: int = 0) -> None:
+    """Freivalds' check of one timed call's result ``c`` of ``a`` and ``b`` (operands holding the
+    problem's values): ``C·x`` against ``A·(B·x)`` in float64 for a random ``x``, within the
+    dtype's rounding of ``|A|·(|B|·|x|)``, in O((M + N)·K) work. A backend right on the call
+    judged before the timing and wrong on the calls timed (a result cached by address, one
+    computed only on the first calls) raises :class:`WrongResultError`."""
+    from gemmzoo.accuracy import COMPONENTWISE, accuracy_of
+    from gemmzoo.dtypes import dtype_info
+
+    point, backend = problem.point, problem.backend
+    if point.m * point.n * point.k == 0:
+        return
+    host = np.asarray(backend.to_numpy(c), dtype=np.float64)
+    if host.shape != (point.m, point.n):
+        raise WrongResultError(f"{backend.name}: {point.id}: a timed call returned shape {host.shape}")
+    a64 = np.asarray(problem.a_host, dtype=np.float64)
+    b64 = np.asarray(problem.b_host, dtype=np.float64)
+    x = np.random.default_rng(seed).standard_normal(point.n)
+    info = dtype_info(point.dtype)
+    factor = 4 * (point.k * info.accumulate_roundoff + 2 * info.operand_roundoff + 2 * info.unit_roundoff
+                  + info.block_sum_roundoff * point.k)
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = host @ x
+        expected = a64 @ (b64 @ x)
+        scale = np.abs(a64) @ (np.abs(b64) @ np.abs(x))
+    if accuracy_of(backend) != COMPONENTWISE:  # bounded normwise: the largest row's scale for all
+        scale = np.full_like(scale, scale.max(initial=0.0) * 16)
+    tolerance = factor * scale + info.smallest_subnormal * point.k
+    off = ~(np.abs(got - expected) <= tolerance)
+    if off.any():
+        row = int(np.argmax(off))
+        raise WrongResultError(
+            f"{backend.name}: {point.id}: a timed call's result is wrong (Freivalds' check of the last timed "
+            f"call: row {row} of C·x is {got[row]!r}, A·(B·x) is {expected[row]!r}, tolerance "
+            f"{tolerance[row]:.3g}; {int(off.sum())} of {point.m} rows off)")

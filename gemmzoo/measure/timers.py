@@ -27,6 +27,7 @@ from typing import Any
 
 from gemmzoo.measure.adaptors import cuda_bench, current_cuda_device, do_bench_timing, graph_call
 from gemmzoo.measure.clocks import ClockReport, ClockWatch, nvml_watch
+from gemmzoo.measure.contention import ContentionReport, ContentionWatch
 from gemmzoo.measure.engine import MAX_QUEUED_CALLS, Engine, gc_paused
 from gemmzoo.measure.nvbench_child import timing_in_child
 from gemmzoo.measure.problems import Problem, operand_copies, planned
@@ -63,6 +64,11 @@ class TimedCalls:
     host: Timing
     threads: ThreadReport
     clocks: ClockReport | None = None
+    #: ``(A, B, C)`` of the last timed call whose result could be kept (``None`` for timers that
+    #: replay or time elsewhere): what :func:`gemmzoo.measure.reference.spot_check` judges.
+    last: tuple[Any, Any, Any] | None = None
+    #: On the CPU: whether the timing shared its cores (:mod:`gemmzoo.measure.contention`).
+    contention: ContentionReport | None = None
 
 
 #: Operand allocations a CPU timing takes its samples from in turn (see
@@ -198,9 +204,12 @@ def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
     backend = problem.backend
     a, b = problem.a, problem.b
     run = planned(backend, a, b)
+    kept: list[tuple[Any, Any, Any]] = []
 
     def call() -> Any:
-        return run(a, b)
+        result = run(a, b)
+        kept[:] = [(a, b, result)]
+        return result
 
     call()  # loads whatever libraries the call needs, so that the thread limit reaches them
     backend.synchronize()
@@ -217,11 +226,17 @@ def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
             turns = itertools.cycle(pairs)
 
             def rotating() -> Any:
-                return run(*next(turns))
+                pair = next(turns)
+                result = run(*pair)
+                kept[:] = [(*pair, result)]
+                return result
 
             method = "wall clock" + (f", {len(pairs)} allocations in turn" if len(pairs) > 1 else "")
+            watch_cores = ContentionWatch(limit.threads)
+            watch_cores.start()
             device = rule.timing(cpu_samples(rotating, backend.synchronize, rule), method)
-            return TimedCalls(device, device, limit.report())
+            return TimedCalls(device, device, limit.report(), last=kept[0] if kept else None,
+                              contention=watch_cores.stop())
         watch = clock_watch if clock_watch is not None else nvml_watch()
         engine = Engine(gpu)
         if not stream_ordered(backend):  # whatever the timer: only the backend's own wait sees its work
@@ -229,8 +244,9 @@ def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
                                  "wall clock of loops of calls, each ended by synchronize (own streams)")
             watch.read()
             host = host_timing(call, engine, device.median_s)
-            return TimedCalls(device, host, limit.report(), watch.report())
+            return TimedCalls(device, host, limit.report(), watch.report(), last=kept[0] if kept else None)
         if timer == "graph":
+            kept.clear()  # a replay's output is the graph's own buffer: not one call's result
             call = graph_call(call)
         if timer in ("do_bench", "nvbench"):
             if timer == "do_bench":
@@ -246,7 +262,8 @@ def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
             method = engine.method + (", CUDA graph replay" if timer == "graph" else "")
             device = rule.timing(samples, method)
         host = host_timing(call, engine, device.median_s)
-        return TimedCalls(device, host, limit.report(), watch.report())
+        keep = kept[0] if kept and timer == "events" else None
+        return TimedCalls(device, host, limit.report(), watch.report(), last=keep)
 
 
 def time_calls(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_samples: int = 1000,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import sys
 import threading
@@ -82,6 +83,42 @@ def _library(name: str, directory: Path) -> Path:
     return directory / f"{name}{'.pyd' if sys.platform == 'win32' else '.so'}"
 
 
+def _manifest(library: Path) -> Path:
+    """The file where :func:`build` records the digest of the library it built."""
+    return library.with_name(library.name + ".sha256")
+
+
+def _digest(path: Path) -> str:
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
+def verified(library: Path) -> str | None:
+    """``None`` when ``library`` is one :func:`build` made: its digest matches the one recorded at
+    the build, and it and its record belong to this user and are writable by no one else; else
+    why it must not be loaded. Nothing in the cache directory runs as code otherwise (a shared
+    object placed there by anyone or anything else is never loaded)."""
+    record = _manifest(library)
+    try:
+        for path in (library, record):
+            info = path.stat()
+            if hasattr(os, "getuid") and info.st_uid != os.getuid():
+                return f"{path.name} belongs to another user"
+            if info.st_mode & 0o022:
+                return f"{path.name} is writable by other users"
+        expected = record.read_text(encoding="ascii").strip()
+        if _digest(library) != expected:
+            return "its digest does not match the one recorded when gemmzoo built it"
+    except FileNotFoundError:
+        return "gemmzoo did not build it (no build record beside it)"
+    except (OSError, UnicodeDecodeError) as error:
+        return f"its build record cannot be read ({type(error).__name__})"
+    return None
+
+
 def status() -> Status:
     """Whether the compiled dispatch is built for this torch and Python, and where."""
     if not enabled():
@@ -93,6 +130,9 @@ def status() -> Status:
     library = _library(name, directory)
     if not library.exists():
         return Status(False, library, "not built yet: gemmzoo cache --build-dispatch")
+    refused = verified(library)
+    if refused is not None:
+        return Status(False, library, f"not loaded: {refused} (gemmzoo cache --build-dispatch rebuilds it)")
     return Status(True, library, None)
 
 
@@ -119,6 +159,8 @@ def load() -> ModuleType | None:
         if not library.exists():
             return None
         if library not in _loaded:
+            if verified(library) is not None:  # not the library gemmzoo built: never loaded
+                return None
             try:
                 _loaded[library] = _import(name, library)
             except (ImportError, OSError):  # built for another environment that hashed alike: rebuild it
@@ -143,6 +185,8 @@ def build(verbose: bool = False) -> ModuleType:
     with _lock:
         if library not in _loaded:
             directory.mkdir(parents=True, exist_ok=True)
+            if library.exists() and verified(library) is not None:  # not ours: never reused as built
+                library.unlink()
             try:
                 _loaded[library] = cpp_extension.load(
                     name=name, sources=[str(SOURCE)], build_directory=str(directory), extra_cflags=["-O2"],
@@ -152,4 +196,10 @@ def build(verbose: bool = False) -> ModuleType:
                 said = [line.strip() for line in lines if "error" in line.lower()][:4] or lines[-6:]
                 raise CompiledDispatchError(f"building the compiled dispatch in {directory} failed: "
                                             + " | ".join(said)) from error
+            library.chmod(library.stat().st_mode & ~0o022)  # whatever the umask: no one else may edit it
+            record = _manifest(library)
+            temporary = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+            temporary.write_text(_digest(library) + "\n", encoding="ascii")
+            temporary.chmod(0o644)
+            os.replace(temporary, record)
         return _loaded[library]

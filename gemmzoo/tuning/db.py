@@ -333,6 +333,10 @@ class TuningStore:
         self._db = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                    check_same_thread=False)
         self._busy_ms = int(BUSY_TIMEOUT_S * 1000)
+        # The file is data: no function of the schema (a trigger's, a view's) runs with the
+        # privileges of gemmzoo's own statements.
+        with contextlib.suppress(sqlite3.DatabaseError):
+            self._db.execute("PRAGMA trusted_schema = OFF")
         try:
             self._setup()
         except BaseException:
@@ -405,6 +409,12 @@ class TuningStore:
             return ["everything"]
         if version != SCHEMA_VERSION:
             raise _CorruptError(f"not a gemmzoo tuning database (schema version {version})")
+        foreign = sorted((kind, name) for name, kind in objects.items() if not _ours(name, kind))
+        if foreign:
+            kind, name = foreign[0]
+            raise _CorruptError(f"holds {len(foreign)} schema object(s) gemmzoo did not create (first: "
+                                f"{kind} {name[:60]!r}); a tuning database is data, never code such as "
+                                "triggers or views")
         missing = []
         for table, columns in _TABLE_COLUMNS.items():
             if objects.get(table) != "table":
@@ -618,6 +628,17 @@ class TuningStore:
                 shapes.append((m, n, k))
         return shapes  # type: ignore[return-value]
 
+    def clear(self) -> None:
+        """Delete every row, keeping the file: a process writing to it meanwhile (a running
+        ``gemmzoo tune``) keeps every row it stores after the clear, which a removed file would
+        lose unseen."""
+        def empty() -> None:
+            with self._transaction():
+                for table in _OWN_OBJECTS["table"]:
+                    self._db.execute(f"DELETE FROM {table}")
+
+        self._guarded(empty)
+
     def count(self) -> int:
         """How many measurements the database holds."""
         return int(self._read("SELECT count(*) FROM measurements", ())[0][0])
@@ -718,6 +739,20 @@ class TuningStore:
         """Close the connection."""
         with self._lock:
             self._db.close()
+
+
+#: The schema objects gemmzoo creates: tables and indexes by name (SQLite adds its own, named
+#: ``sqlite_...``). Anything else in a database file was put there by someone else.
+_OWN_OBJECTS = {
+    "table": {"measurements", "conformance", "recorded", "bandwidth"},
+    "index": {"measurements_lookup", "conformance_lookup", "measurements_near"},
+}
+
+
+def _ours(name: str, kind: str) -> bool:
+    if kind in ("table", "index") and str(name).startswith("sqlite_"):
+        return True
+    return name in _OWN_OBJECTS.get(kind, set())
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:

@@ -52,8 +52,9 @@ def framework_versions() -> dict[str, str]:
 
 
 def library_versions(backend_name: str, registry: Any) -> str:
-    """Canonical JSON of the versions a measurement of ``backend_name`` depends on: gemmzoo, the
-    distribution that provides the backend, and every installed framework."""
+    """Canonical JSON of what a measurement of ``backend_name`` depends on: gemmzoo, the
+    distribution that provides the backend, every installed framework, and the digest of the
+    backend's code (:mod:`gemmzoo.code_digest`: an edit of an editable install is a new backend)."""
     from gemmzoo import __version__
 
     versions = {"gemmzoo": __version__, **framework_versions()}
@@ -63,6 +64,10 @@ def library_versions(backend_name: str, registry: Any) -> str:
         provider = None
     if provider is not None:
         versions["plugin"] = f"{provider.distribution or provider.name} {provider.version or '?'}"
+        try:
+            versions["code"] = registry.code_digest(backend_name)
+        except Exception:  # no readable code: the key says so, and never matches a readable one
+            versions["code"] = "unknown"
     return canonical(versions)
 
 

@@ -199,7 +199,13 @@ def _shape(shape: Any) -> tuple[int, int, int]:
         raise ValueError(f"shape must be (M, N, K), three non-negative integers; got {shape!r}") from None
     if min(m, n, k) < 0:
         raise ValueError(f"shape must be (M, N, K), three non-negative integers; got {(m, n, k)}")
+    if max(m, n, k) > MAX_DIMENSION:  # past what a database row, or any array library, holds
+        raise ValueError(f"shape {m}x{n}x{k}: each of M, N and K must be at most {MAX_DIMENSION}")
     return m, n, k
+
+
+#: The largest M, N or K a shape may have (a 32-bit signed size, as result files allow).
+MAX_DIMENSION = 2**31 - 1
 
 
 def default_device(selected: list[Any]) -> str:
@@ -423,7 +429,9 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             point = GridPoint(m, n, k, dtype, layout)
             budget = MISS_BUDGET_S / len(missing)
             fresh = measure_records(missing, point, budget, verify=m * n * k <= VERIFY_LIMIT)
-            store.add(fresh)
+            # running out of memory says what this process had free, not what the shape is: such a
+            # row would break the shape for every later process
+            store.add([r for r in fresh if not _out_of_memory(r)])
             latest.update((r.backend, r) for r in fresh)
             source = "measured now"
         for record in latest.values():
@@ -442,12 +450,15 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 source = "nearest shape"
                 note = (f"nothing measured at {m}x{n}x{k}; nearest measured shape "
                         f"{'x'.join(map(str, basis))} (device times scaled, host times as measured)")
+        # A backend stored WRONG at this very shape is never the answer here, whatever else says so.
+        wrong = {r.backend for r in latest.values() if r.status == "wrong"}
+        timings = [t for t in timings if t.backend not in wrong]
         if timings and reachable is not None:
             timings = _reachable_only(timings, by_name, reachable, excluded)
         problem, policy = choosing.Problem(shape, dtype, device), choosing.RankPolicy(by=by)
         if not timings:
             broke = {r.backend for r in latest.values() if r.status != "ok"}
-            everyone = {b.name: b for b in conforming + unchecked}
+            everyone = {b.name: b for b in conforming + unchecked if b.name not in wrong}
             mine = None if native is None else frozenset(n for n, b in everyone.items() if native(b))
             unmeasured = choosing.Measurements(native=mine, broke=broke)
             decision = choosing.choose(problem, list(everyone), unmeasured, session.prior, policy)
@@ -548,6 +559,18 @@ def _reachable_only(timings: list[Timed], by_name: dict[str, Any], reachable: Ca
         excluded[winner.name] = UNREACHABLE
         kept = [t for t in kept if t.backend != winner.name]
     return kept
+
+
+#: Words of an error that says memory ran out (NumPy's MemoryError, torch's and CuPy's
+#: OutOfMemoryError, allocator messages).
+_MEMORY_WORDS = ("memoryerror", "outofmemory", "out of memory", "unable to allocate",
+                 "cannot allocate memory")
+
+
+def _out_of_memory(record: Record) -> bool:
+    """Whether a failed measurement failed because memory ran out."""
+    detail = (record.detail or "").lower()
+    return record.status != "ok" and any(word in detail for word in _MEMORY_WORDS)
 
 
 def _failed(name: str, dtype: str) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.backend import declared
 from gemmzoo.grids import GridPoint
+from gemmzoo.registry import drift
 from gemmzoo.session import current
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import ConformanceRecord, Record, TuningStore
@@ -34,7 +35,7 @@ from gemmzoo.watchdog import call as watched
 
 #: The conformance suite's revision: part of a stored verdict's key, so a verdict from a suite
 #: with other cases or bounds is not reused. Bump it when the cases or the bounds change.
-SUITE_REVISION = 3
+SUITE_REVISION = 4
 
 
 def verdict_versions(backend: Any) -> str:
@@ -49,6 +50,8 @@ def verdict_versions(backend: Any) -> str:
 def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bool = True) -> bool | None:
     """Whether ``backend`` passed conformance for ``dtype`` here; runs the suite when no verdict is
     stored and ``run`` is true, else answers ``None`` for "unknown"."""
+    if drift(backend) is not None:  # not the backend that was registered: no verdict of any other
+        return False
     device = device_fingerprint(backend.device)
     versions = verdict_versions(backend)
     key = (device, versions, backend.name, dtype)

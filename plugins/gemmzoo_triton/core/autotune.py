@@ -42,7 +42,7 @@ def make_config(
 SMALL_PROBLEM = 2**24
 
 
-#: Shared memory a program may use on Hopper (227 KiB).
+#: Shared memory a program may use on Hopper (227 KiB): the limit where no CUDA device says one.
 SHARED_MEMORY = 227 * 1024
 
 #: IEEE fp32 runs on the FMA units, where tiles over this many elements of C only spill.
@@ -54,26 +54,57 @@ def prune_configs(
 ) -> list[triton.Config]:
     """Drop configs that cannot pay off for this problem before they are compiled and timed.
 
-    Small problems get the smallest config alone. Otherwise dropped: blocks much taller (wider)
-    than M (N), whose extra rows (columns) are masked-off work; pipelines whose stages overflow
-    shared memory for this element size; and, for IEEE fp32, tiles too large for the FMA units.
+    First dropped, whatever the problem: configs that need more shared memory than the device
+    gives a block (:func:`shared_memory_need` against ``shared_memory_per_block_optin``; such a
+    config raises ``OutOfResources`` at launch). Small problems then get the smallest config
+    alone. Otherwise dropped: blocks much taller (wider) than M (N), whose extra rows (columns)
+    are masked-off work; and, for IEEE fp32, tiles too large for the FMA units.
     """
     m, n, k = named_args["M"], named_args["N"], named_args["K"]
     size = _element_size(named_args)
+    limit, stages_c = _shared_memory(named_args)
+    # never launched, timed or kept: a config that needs more shared memory than the device has
+    configs = [c for c in configs if shared_memory_need(c, size, stages_c) <= limit] or \
+        sorted(configs, key=lambda c: shared_memory_need(c, size, stages_c))[:1]
     by_area = sorted(configs, key=lambda c: c.kwargs["BLOCK_SIZE_M"] * c.kwargs["BLOCK_SIZE_N"])
     if m * n * k <= SMALL_PROBLEM:
         return by_area[:1]
     m_cap, n_cap = max(64, triton.next_power_of_2(m)), max(64, triton.next_power_of_2(n))
 
     def fits(config: triton.Config) -> bool:
-        bm, bn, bk = (config.kwargs[f"BLOCK_SIZE_{d}"] for d in "MNK")
+        bm, bn = config.kwargs["BLOCK_SIZE_M"], config.kwargs["BLOCK_SIZE_N"]
         if bm > m_cap or bn > n_cap:
-            return False
-        if config.num_stages * (bm + bn) * bk * size > SHARED_MEMORY:
             return False
         return kwargs.get("PRECISION") != "ieee" or size != 4 or bm * bn <= FMA_TILE
 
     return [c for c in configs if fits(c)] or by_area[:1]
+
+
+#: Bytes a kernel keeps in shared memory besides its operand stages and C tile (mbarriers, the
+#: scheduler's few words), rounded up.
+SHARED_MEMORY_SLACK = 1024
+
+
+def shared_memory_need(config: triton.Config, element_size: int, stages_c: bool) -> int:
+    """The shared memory ``config`` needs: its pipeline's A and B tiles (``num_stages`` of each),
+    the C tile where the kernel stores C through shared memory (the TMA kernels: C in the
+    operands' type, bfloat16 for one-byte operands), and :data:`SHARED_MEMORY_SLACK`."""
+    bm, bn, bk = (config.kwargs[f"BLOCK_SIZE_{d}"] for d in "MNK")
+    need = config.num_stages * (bm + bn) * bk * element_size + SHARED_MEMORY_SLACK
+    if stages_c:
+        need += bm * bn * max(element_size, 2)
+    return need
+
+
+def _shared_memory(named_args: dict[str, Any]) -> tuple[int, bool]:
+    """The device's shared memory per block (:data:`SHARED_MEMORY` off CUDA) and whether the
+    kernel stages C in shared memory (its operands are tensor descriptors)."""
+    a = next(iter(named_args.values()))
+    tensor = getattr(a, "base", a)
+    from gemmzoo_triton.core import hopper
+
+    limit = hopper.shared_memory_limit(getattr(tensor, "device", None)) or SHARED_MEMORY
+    return limit, hasattr(a, "base")
 
 
 def _element_size(named_args: dict[str, Any]) -> int:

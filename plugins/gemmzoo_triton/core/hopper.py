@@ -96,6 +96,22 @@ def tma_readable(tensor: Any) -> bool:
 
 
 @functools.cache
+def shared_memory_limit(device: Any) -> int | None:
+    """The shared memory a block may opt in to on CUDA ``device`` (232,448 bytes on an H100), or
+    None off CUDA (the interpreter has no limit of its own)."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    return _shared_memory_limit(device.index if device.index is not None else 0)
+
+
+@functools.cache
+def _shared_memory_limit(device_index: int) -> int | None:
+    import torch
+
+    properties = torch.cuda.get_device_properties(device_index)
+    return getattr(properties, "shared_memory_per_block_optin", None) or None
+
+
 def num_sms(device: Any) -> int:
     """The number of SMs of a CUDA ``device``: a persistent kernel's program count."""
     import torch
