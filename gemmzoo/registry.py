@@ -372,8 +372,12 @@ def _identity(backend: Any) -> tuple[Any, ...]:
 
 
 def drift(backend: Any) -> str | None:
-    """:meth:`Registry.drift` of the process-wide registry (``None`` before one is built)."""
-    registry = _registry
+    """:meth:`Registry.drift` of the current session's registry (the one that registered the
+    backends a caller is offered), else of the process-wide one (``None`` before one is built)."""
+    from gemmzoo.session import active  # the session module imports this one at its top
+
+    session = active()
+    registry = session.registry if session is not None else _registry
     return registry.drift(backend) if registry is not None else None
 
 

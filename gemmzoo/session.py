@@ -190,6 +190,14 @@ def current() -> Session:
         return default()
 
 
+def active() -> Session | None:
+    """The current session where one exists already, else ``None`` (none is made)."""
+    found = _current.get(None)
+    if found is not None:
+        return found
+    return _default[0] if _default else None
+
+
 def default() -> Session:
     """The default session, made from the environment on first use."""
     if not _default:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from sessions import reconfigure, scoped
 from tuning_fakes import DelayedBackend, registry_with
 
 from gemmzoo import registry as registry_module
 from gemmzoo.errors import BackendUnavailableError
+from gemmzoo.session import current
 from gemmzoo.tuning import Record, state
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
 from gemmzoo.tuning.select import best_backend
@@ -25,15 +27,13 @@ def alone(tmp_path, monkeypatch):
     monkeypatch.delenv("GEMMZOO_BACKENDS", raising=False)
     monkeypatch.delenv("GEMMZOO_TUNE", raising=False)
     backend = DelayedBackend(ONLY)
-    monkeypatch.setattr(registry_module, "_registry", registry_with(backend))
-    state.reset()
-    yield backend
-    state.reset()
+    with scoped(registry=registry_with(backend)):
+        yield backend
 
 
 def _row(shape, status: str, median: float | None) -> Record:
     m, n, k = shape
-    return Record(device_fingerprint("cpu"), library_versions(ONLY, registry_module.get_registry()), ONLY,
+    return Record(device_fingerprint("cpu"), library_versions(ONLY, current().registry), ONLY,
                   m, n, k, "float32", "NN", status, median, 0.0 if median else None, 0.5, 10,
                   "58.8 of the bound" if status == "wrong" else "", time.time())
 
@@ -50,8 +50,7 @@ def test_a_name_changed_after_registration_inherits_no_verdict(alone):
     assert conformance_verdict(state.store(), alone, "float32") is True
     impostor = DelayedBackend("impostor-fake")
     registry = registry_with(alone, impostor)
-    registry_module._registry = registry
-    state.reset()
+    reconfigure(registry=registry)
     assert conformance_verdict(state.store(), alone, "float32") is True
     impostor.name = ONLY  # after registration: now claims the name whose verdict is stored
     assert registry.drift(impostor) is not None and registry.drift(alone) is None
@@ -64,7 +63,7 @@ def test_a_shape_too_large_for_memory_stores_no_row_that_breaks_it(alone, monkey
     import gemmzoo.tuning.select as select
 
     def out_of_memory(backends, point, budget, verify):
-        versions = library_versions(ONLY, registry_module.get_registry())
+        versions = library_versions(ONLY, current().registry)
         detail = "MemoryError: Unable to allocate 75.0 GiB"
         return [Record(device_fingerprint("cpu"), versions, ONLY, point.m, point.n, point.k, point.dtype,
                        "NN", "failed", None, None, None, None, detail, time.time())]
