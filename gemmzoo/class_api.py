@@ -68,6 +68,16 @@ def _candidates(cls: str, dtype: str, device: str) -> list[Any]:
     return [b for b in _declaring(cls, dtype, device) if _state.unavailable_reason(b) is None]
 
 
+def _usable(backend: Any, cls: str, dtype: str) -> bool:
+    """Whether ``backend`` is available and passed ``cls``'s cases for ``dtype`` here (they run
+    before its first use for that class: no backend computes a class it has not been checked on)."""
+    from gemmzoo.tuning.tune import conformance_verdict
+
+    if _state.unavailable_reason(backend) is not None:
+        return False
+    return bool(conformance_verdict(_state.store(), backend, dtype, cls=cls))
+
+
 def choose(cls: str, dtype: str, device: str, kind: str, problem_text: str = "") -> Any:
     """The backend a class's entry point computes with when none is named: the stored best
     backend of ``problem_text`` (:func:`gemmzoo.tuning.class_store.stored_winner`) when one was
@@ -78,18 +88,20 @@ def choose(cls: str, dtype: str, device: str, kind: str, problem_text: str = "")
     if problem_text and declaring:
         stored = _stored_winner(problem_text, dtype, device)
         for backend in declaring:
-            if backend.name == stored and _state.unavailable_reason(backend) is None:
+            if backend.name == stored and _usable(backend, cls, dtype):
                 return backend
     first = None
-    for backend in declaring:
-        if _state.unavailable_reason(backend) is not None:
-            continue
-        if native_kind(backend, dtype) == kind:
+    for backend in declaring:  # the caller's own library first; the others only if it has none
+        if native_kind(backend, dtype) == kind and _usable(backend, cls, dtype):
             return backend
-        first = first or backend
+    for backend in declaring:
+        if native_kind(backend, dtype) != kind and _usable(backend, cls, dtype):
+            first = backend
+            break
     if first is None:
         raise BackendUnavailableError(
-            f"gemmzoo: no available backend computes the {cls} class for {dtype} on {device}")
+            f"gemmzoo: no available backend computes the {cls} class for {dtype} on {device} and "
+            "passed that class's conformance cases here")
     return first
 
 

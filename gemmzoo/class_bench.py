@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from gemmzoo.backend import declared
 from gemmzoo.class_math import declared_classes
 from gemmzoo.problems import Problem, scale_shapes
 
@@ -98,6 +99,21 @@ def call_of(backend: Any, problem: Problem, seed: int = 0) -> Callable[[], Any]:
 
 def seconds_per_call(call: Callable[[], Any], backend: Any) -> tuple[float, str]:
     """The median seconds of one call and how it was measured (see the module docstring)."""
+    if backend.device == "cuda" and not declared(backend, "stream_ordered"):
+        # its work runs on a stream of its own (JAX's): CUDA events on torch's stream would time
+        # nothing of it, so each loop ends with the backend's own synchronize, on the wall clock
+        def synchronized() -> None:
+            for _ in range(10):
+                call()
+            backend.synchronize()
+
+        synchronized()
+        loops = []
+        for _ in range(CPU_LOOPS):
+            begin = time.perf_counter()
+            synchronized()
+            loops.append((time.perf_counter() - begin) / 10)
+        return statistics.median(loops), "wall clock, median of synchronized loops of 10"
     if backend.device == "cuda":
         try:
             from triton.testing import do_bench

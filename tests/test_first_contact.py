@@ -108,8 +108,19 @@ def test_prior_routes_by_library_and_device():
     assert prior.route((8, 8, 8), "float32", "NN", "cuda", "sm_90", None, keyed) == "b"
 
 
+def test_a_route_with_a_work_floor_takes_only_products_at_or_above_it():
+    floored = {**ROUTES, "torch-padded": ({**ROUTES["torch-padded"][0], "min_flops": 1e10},)}
+    small, large = (1023, 1023, 1023), (1111, 2222, 3333)  # 2.1 and 16.5 GFLOP, both misaligned
+    assert prior.route(small, "float16", "NN", "cuda", "sm_90", "torch", floored) == "torch"
+    assert prior.route(large, "float16", "NN", "cuda", "sm_90", "torch", floored) == "torch-padded"
+    exact = {"p": ({"device": "cuda", "min_flops": 2 * 10 * 10 * 10},)}
+    assert prior.route((10, 10, 10), "float16", "NN", "cuda", "sm_90", None, exact) == "p"
+    assert prior.route((10, 10, 9), "float16", "NN", "cuda", "sm_90", None, exact) is None
+
+
 def test_prior_ignores_malformed_routes():
-    bad = {"x": ({"device": "cpu", "colour": "red"}, "not a mapping", {"misaligned_bytes": "16"})}
+    bad = {"x": ({"device": "cpu", "colour": "red"}, "not a mapping", {"misaligned_bytes": "16"},
+                 {"min_flops": "many"}, {"min_flops": float("nan")}, {"min_flops": True})}
     assert prior.route((3, 3, 3), "float32", "NN", "cpu", "x86_64", "numpy", bad) is None
 
 

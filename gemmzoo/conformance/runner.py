@@ -403,10 +403,12 @@ def check_backend(
     seed: int = 0,
     max_work: float = DEFAULT_MAX_WORK,
     timeout: float | str | None = "default",
+    classes: Iterable[str] | None = None,
 ) -> ConformanceReport:
     """Run the whole suite on one backend (or only some of its dtypes), then ``random`` problems
     drawn by :func:`gemmzoo.conformance.random_problems.random_cases` with ``seed`` and M·N·K at most
-    ``max_work``.
+    ``max_work``. ``classes``: the problem classes whose cases run (default: ``"gemm"`` and every
+    class the backend declares); a verdict for one class is earned by that class's cases alone.
 
     Nothing a backend does stops the suite: a malformed backend (see
     :func:`gemmzoo.validation.backend_problem`) fails a ``backend-members`` check, and a check that
@@ -437,18 +439,17 @@ def check_backend(
         report.unavailable = reason
         return report
     chosen = [d for d in DTYPES if d in backend.dtypes and (dtypes is None or d in set(dtypes))]
-    checks: list[tuple[str, Callable[[], CheckResult]]] = [
-        (f"bad-input-{check}", lambda check=check: run_input_check(backend, check))
-        for check in input_checks(backend)
-    ]
-    checks += [
-        (case.id, lambda case=case: run_case(backend, case))
-        for d in chosen
-        for case in conformance_cases(d, backend.device)
-    ]
+    wanted = None if classes is None else set(classes)
+    gemm = wanted is None or "gemm" in wanted
+    checks: list[tuple[str, Callable[[], CheckResult]]] = []
+    if gemm:
+        checks += [(f"bad-input-{check}", lambda check=check: run_input_check(backend, check))
+                   for check in input_checks(backend)]
+        checks += [(case.id, lambda case=case: run_case(backend, case))
+                   for d in chosen for case in conformance_cases(d, backend.device)]
     checks += [(case.id, lambda case=case: _class_check(backend, case))
-               for case in class_cases(backend, set(chosen))]
-    if random and chosen:
+               for case in class_cases(backend, set(chosen)) if wanted is None or case.kind in wanted]
+    if random and chosen and gemm:
         checks += [(case.id, lambda case=case: run_case(backend, case))
                    for case in random_cases(chosen, random, seed, max_work)]
     for label, check in checks:

@@ -744,7 +744,7 @@ class TuningStore:
 #: The schema objects gemmzoo creates: tables and indexes by name (SQLite adds its own, named
 #: ``sqlite_...``). Anything else in a database file was put there by someone else.
 _OWN_OBJECTS = {
-    "table": {"measurements", "conformance", "recorded", "bandwidth"},
+    "table": {"measurements", "conformance", "recorded", "bandwidth", "class_measurements"},
     "index": {"measurements_lookup", "conformance_lookup", "measurements_near"},
 }
 

@@ -20,6 +20,10 @@ names no bundled backend. A route is a mapping; every key it has must match the 
 ``misaligned_bytes``
     an integer ``B``: the route matches only when a row of A, B or C (as stored, by ``layout``)
     is not a multiple of ``B`` bytes long, the case where vendor BLAS leaves its fast kernels.
+``min_flops``
+    a number ``F``: the route matches only when the product's 2·M·N·K is at least ``F`` (a
+    route whose backend adds a fixed cost per call, such as copies into padded buffers, pays
+    off only on products large enough to hide it).
 
 The route with the most keys wins (the most specific); equals go to the smaller backend name.
 """
@@ -30,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: The keys a route may have; a route with any other key is ignored (it cannot be matched safely).
-ROUTE_KEYS = frozenset({"device", "library", "dtypes", "arch", "misaligned_bytes"})
+ROUTE_KEYS = frozenset({"device", "library", "dtypes", "arch", "misaligned_bytes", "min_flops"})
 #: Bytes per stored element of each dtype (tf32 is stored as fp32).
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "tf32": 4, "float64": 8, "float8_e4m3fn": 1}
 
@@ -61,6 +65,13 @@ def _matches(rule: Mapping[str, Any], shape: tuple[int, int, int], dtype: str, l
         return False
     if "arch" in rule and not any(arch.startswith(prefix) for prefix in rule["arch"]):
         return False
+    if "min_flops" in rule:
+        floor = rule["min_flops"]
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor >= 0:
+            return False
+        m, n, k = shape
+        if 2 * m * n * k < floor:
+            return False
     if "misaligned_bytes" in rule:
         alignment = rule["misaligned_bytes"]
         if not isinstance(alignment, int) or alignment <= 0:

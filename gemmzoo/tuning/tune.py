@@ -47,15 +47,28 @@ def verdict_versions(backend: Any) -> str:
     return canonical(versions)
 
 
-def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bool = True) -> bool | None:
+def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bool = True,
+                        cls: str = "gemm") -> bool | None:
     """Whether ``backend`` passed conformance for ``dtype`` here; runs the suite when no verdict is
-    stored and ``run`` is true, else answers ``None`` for "unknown"."""
+    stored and ``run`` is true, else answers ``None`` for "unknown". ``cls``: the problem class
+    (:mod:`gemmzoo.problems`) the verdict is for, earned by that class's cases alone, so a fault in
+    one class never takes a backend's other classes with it. Verdicts of the classes beyond gemm
+    are kept in the session, not in the database."""
     if drift(backend) is not None:  # not the backend that was registered: no verdict of any other
         return False
     device = device_fingerprint(backend.device)
     versions = verdict_versions(backend)
-    key = (device, versions, backend.name, dtype)
+    key = (device, versions, backend.name, dtype) if cls == "gemm" else (device, versions, backend.name,
+                                                                          f"{dtype}:{cls}")
     if key in state.verdicts:
+        return state.verdicts[key]
+    if cls != "gemm":
+        if not run:
+            return None
+        from gemmzoo.conformance import check_backend
+
+        report = check_backend(backend, [dtype], classes=(cls,))
+        state.verdicts[key] = report.passed and report.timed_out is None
         return state.verdicts[key]
     stored = store.conformance(device, versions, backend.name, dtype)
     if stored is None:
@@ -63,7 +76,7 @@ def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bo
             return None
         from gemmzoo.conformance import check_backend
 
-        report = check_backend(backend, [dtype])
+        report = check_backend(backend, [dtype], classes=("gemm",))
         if report.timed_out is not None:  # this process's trouble, not a verdict to keep
             state.verdicts[key] = False
             return False

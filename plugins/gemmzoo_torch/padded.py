@@ -249,8 +249,10 @@ class TorchPaddedBackend(TorchBackend):
     classes = frozenset({"gemm"})  # the padded route is for 2-D products; torch has the classes
     name = "torch-padded"
     # cuBLAS leaves its fast kernels when a 16-bit operand's rows are not 16-byte aligned
+    # The copies into aligned buffers cost a fixed time per call that only products of about ten
+    # GFLOP or more recover (docs/results/2026-11-27-session-merge-gpu.md)
     prior_routes = ({"device": "cuda", "library": "torch", "dtypes": ("float16", "bfloat16"),
-                     "misaligned_bytes": 16},)
+                     "misaligned_bytes": 16, "min_flops": 1e10},)
     dtypes = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})
 
     def __init__(self) -> None:
