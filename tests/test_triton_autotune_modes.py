@@ -15,6 +15,8 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
+from sessions import reconfigure  # noqa: E402
+
 from gemmzoo_triton.core import autotune, picks_store  # noqa: E402
 from gemmzoo_triton.core.env import AUTOTUNE_ENV, autotune_mode  # noqa: E402
 from gemmzoo_triton.fp8.backend import TritonFp8Backend  # noqa: E402
@@ -87,6 +89,7 @@ def test_the_mode_is_the_option_else_the_environment_else_quick(monkeypatch):
     assert autotune_mode() == "quick"
     assert autotune_mode("full") == "full"
     monkeypatch.setenv(AUTOTUNE_ENV, " Full ")
+    reconfigure()  # settings are read once per session
     assert autotune_mode() == "full"
     assert autotune_mode("quick") == "quick"  # the option wins
 
@@ -95,14 +98,17 @@ def test_a_bad_mode_is_a_clear_error(monkeypatch):
     with pytest.raises(ValueError, match=r"autotune='fast'.*quick, full"):
         TritonGroupedBackend(autotune="fast")
     monkeypatch.setenv(AUTOTUNE_ENV, "always")
+    reconfigure()  # settings are read once per session
     with pytest.raises(ValueError, match=rf"{AUTOTUNE_ENV}='always'"):
         TritonGroupedBackend()
 
 
 def test_backends_take_the_mode_when_made(monkeypatch):
     monkeypatch.setenv(AUTOTUNE_ENV, "full")
+    reconfigure()  # settings are read once per session
     made_full = TritonGroupedBackend()
     monkeypatch.delenv(AUTOTUNE_ENV)
+    reconfigure()
     assert made_full.autotune == "full"  # read once, when the backend was made
     assert TritonGroupedBackend().autotune == "quick"
     assert TritonGroupedTmaBackend(autotune="full").autotune == "full"

@@ -77,7 +77,7 @@ def test_triton_class_cases_on_the_gpu(name):
 
 
 def test_grouped_fp8_operands_are_padded_to_aligned_rows():
-    from gemmzoo_triton.grouped.grouped_mm_kernel import _k_major_padded
+    from gemmzoo_triton.core.grouped_mm_kernel import _k_major_padded
 
     gen = torch.Generator().manual_seed(13)
     a = (torch.randn(6, 20, generator=gen) * 4).to(torch.float8_e4m3fn)

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from sessions import reconfigure
 
 from gemmzoo.tuning.db import DB_NAME, TuningCacheWarning, open_store
 
@@ -58,6 +59,7 @@ def test_a_shared_object_planted_in_the_cache_directory_is_never_loaded(tmp_path
 
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(native.ENV_SWITCH, raising=False)
+    reconfigure()  # a session of this cache directory: settings are read once per session
     imported: list[Path] = []
     monkeypatch.setattr(native, "_import", lambda name, library: imported.append(library) or object())
     monkeypatch.setattr(native, "_loaded", {})

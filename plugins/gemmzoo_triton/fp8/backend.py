@@ -190,8 +190,8 @@ class TritonFp8Backend(TritonBackend):
 
     def grouped_mm(self, a: Any, b: Any, offsets: Any) -> Any:
         """The ``grouped`` class on fp8 operands, C in bfloat16: one persistent launch over every
-        group (:mod:`~gemmzoo_triton.grouped.grouped_mm_kernel`)."""
-        from gemmzoo_triton.grouped import grouped_mm_kernel
+        group (:mod:`~gemmzoo_triton.core.grouped_mm_kernel`)."""
+        from gemmzoo_triton.core import grouped_mm_kernel
 
         return grouped_mm_kernel.grouped_mm(self, a, b, offsets)
 

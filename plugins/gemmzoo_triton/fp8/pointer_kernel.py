@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from gemmzoo_triton.core.autotune import autotuned, launch_tuned, make_config
+from gemmzoo_triton.core.e4m3 import e4m3_to_f16_keeping_nan
 from gemmzoo_triton.core.env import interpreter_mode
 from gemmzoo_triton.core.tile_order import tile_position
 
@@ -55,14 +56,6 @@ INTERPRETER_CONFIGS = [make_config(32, 32, 32, 1, 4)]
 #: instruction). Triton's default on Hopper, never promoting, fails gemmzoo's bound and is not
 #: offered.
 PROMOTE_EVERY = 0
-
-
-@triton.jit
-def e4m3_to_f16_keeping_nan(x):
-    """E4M3 values in float16, with the NaN bytes (0x7F, 0xFF) as NaN: Triton's interpreter decodes
-    them as ±480 (its converter knows no E4M3 NaN), in its dot and in ``.to`` alike."""
-    bits = x.to(tl.uint8, bitcast=True)
-    return tl.where((bits & 0x7F) == 0x7F, float("nan"), x.to(tl.float32)).to(tl.float16)
 
 
 @triton.jit

@@ -12,7 +12,7 @@ blockwise scales, fp32 accumulation, C in bfloat16, float16 or float32.
   dtype.
 
 Under Triton's interpreter (CI) the operands are widened to float16 exactly before the dot (see
-:func:`~gemmzoo_triton.fp8.pointer_kernel.e4m3_to_f16_keeping_nan`) and C is stored in float32,
+:func:`~gemmzoo_triton.core.e4m3.e4m3_to_f16_keeping_nan`) and C is stored in float32,
 rounded to the output dtype by torch afterwards (the interpreter truncates in ``.to``); the loop,
 the masks and the scale arithmetic are the code the GPU runs. The same kernel takes float16 and
 float32 operands (``WIDEN`` off), so its structure is tested under the interpreter with plain
@@ -31,9 +31,9 @@ import triton
 import triton.language as tl
 
 from gemmzoo_triton.core.autotune import autotuned, launch_tuned, make_config
+from gemmzoo_triton.core.e4m3 import e4m3_to_f16_keeping_nan
 from gemmzoo_triton.core.env import interpreter_mode
 from gemmzoo_triton.core.tile_order import tile_position
-from gemmzoo_triton.fp8.pointer_kernel import e4m3_to_f16_keeping_nan
 
 #: Scaling codes of the kernel's ``SCALING``.
 TENSORWISE, ROWWISE, BLOCKWISE = 0, 1, 2

@@ -61,7 +61,7 @@ class TritonGroupedBackend(TritonBackend):
     config and no tuning.
 
     The ``grouped`` class (mixture-of-experts layers, ``grouped_mm``) runs in one persistent
-    launch over every group: :mod:`~gemmzoo_triton.grouped.grouped_mm_kernel`.
+    launch over every group: :mod:`~gemmzoo_triton.core.grouped_mm_kernel`.
     """
 
     name = "triton-grouped"
@@ -69,8 +69,8 @@ class TritonGroupedBackend(TritonBackend):
     classes = frozenset({"gemm", "grouped"})
 
     def grouped_mm(self, a: Any, b: Any, offsets: Any) -> Any:
-        """One persistent launch over every group (:mod:`~gemmzoo_triton.grouped.grouped_mm_kernel`)."""
-        from gemmzoo_triton.grouped import grouped_mm_kernel
+        """One persistent launch over every group (:mod:`~gemmzoo_triton.core.grouped_mm_kernel`)."""
+        from gemmzoo_triton.core import grouped_mm_kernel
 
         return grouped_mm_kernel.grouped_mm(self, a, b, offsets)
 

@@ -25,8 +25,8 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from gemmzoo_triton.core.e4m3 import e4m3_to_f16_keeping_nan
 from gemmzoo_triton.core.env import interpreter_mode
-from gemmzoo_triton.fp8.pointer_kernel import e4m3_to_f16_keeping_nan
 
 #: (BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, stages, warps) on a GPU, by operand size in bytes,
 #: and under the interpreter.
