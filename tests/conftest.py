@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # triton.jit reads TRITON_INTERPRET when it decorates a kernel. An explicit setting wins.
     if not cuda_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    # Nothing a test does reaches the user's own tuning cache: a test that needs a cache of its
+    # own sets one (and makes a session of it); every other session of the run uses this one.
+    os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-tests-")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
