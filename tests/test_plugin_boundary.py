@@ -335,7 +335,8 @@ def test_list_shows_every_misbehaving_plugin_and_the_bundled_backends(site, tmp_
     assert_no_traceback(result)
     assert elapsed < corpus.HANG_S
     rows = {line.split("\t")[0]: line.split("\t") for line in result.stdout.splitlines()}
-    assert rows["numpy"][3] == "yes" and rows["torch-cpu"][3] == "yes"
+    # without -v a backend whose framework is installed but not yet imported is "installed"
+    assert rows["numpy"][3] == "yes" and rows["torch-cpu"][3] in ("yes", "installed")
     for case in corpus.REFUSED:
         refused = f"FAILED\t'{case}' ({corpus.DISTRIBUTION} 6.6.6)\tregistered an invalid backend"
         assert refused in result.stdout

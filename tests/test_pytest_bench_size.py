@@ -12,7 +12,8 @@ from gemmzoo.pytest_bench import MAX_CPU_ROUNDS
 
 def test_benchmark_json_of_fast_cpu_products_is_small_and_compare_reads_it(tmp_path):
     out = tmp_path / "out.json"
-    env = {**os.environ, "GEMMZOO_CACHE_DIR": str(tmp_path / "cache"),
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")},  # a run of its own
+           "GEMMZOO_CACHE_DIR": str(tmp_path / "cache"),
            "GEMMZOO_DISABLE_PLUGINS": "torch,triton,cupy,jax"}  # numpy only: a quick subprocess
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--pyargs", "gemmzoo.benchmarks", "--benchmark-only", "-q",
