@@ -52,10 +52,12 @@ def test_a_backend_on_its_own_stream_is_timed_by_loops_it_synchronises():
     events = FakeEvents(flush_s=0.0002)
     unseen = measure(OwnStreamBackend(events, 0.001, declared=False), POINT, budget_s=0.02, gpu=events)
     assert unseen.timing.median_s < 1e-4  # what events alone report: nothing
-    result = measure(OwnStreamBackend(events, 0.001), POINT, budget_s=0.05, gpu=events)
-    assert 0.001 <= result.timing.median_s < 0.002
+    # Calls long next to the few milliseconds a loaded host's scheduler adds to a loop, so that
+    # load cannot push a loop past twice its work.
+    result = measure(OwnStreamBackend(events, 0.005), POINT, budget_s=0.25, gpu=events)
+    assert 0.005 <= result.timing.median_s < 0.01
     assert "synchronize" in result.timing.method and result.timing.samples >= 6
-    assert result.caller_s >= 0.001
+    assert result.caller_s >= 0.005
 
 
 def test_a_long_gemm_is_device_bound():
