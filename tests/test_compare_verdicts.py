@@ -229,21 +229,14 @@ def test_a_backend_doing_twice_the_work_is_slower_end_to_end(site, tmp_path):
 
 def _pytest_benchmark(site, storage, extra, *args):
     """gemmzoo's packaged benchmarks under pytest-benchmark, slowed-numpy on the smoke grid."""
-    grid = "--gemmzoo-grid" if "--gemmzoo-grid" in _pytest_help(site) else "--grid"
     command = [sys.executable, "-m", "pytest", "--pyargs", "gemmzoo.benchmarks", "--benchmark-only",
-               grid, "smoke", "-q", "-p", "no:cacheprovider",
+               "--gemmzoo-grid", "smoke", "-q", "-p", "no:cacheprovider",
                "--benchmark-max-time=0.05", "--benchmark-min-rounds=20",
                f"--benchmark-storage=file://{storage}", *args]
     env = subprocess_env(site, GEMMZOO_BACKENDS="slowed-numpy", GEMMZOO_TEST_EXTRA_WORK=str(extra),
                          OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     return subprocess.run(command, capture_output=True, text=True, cwd=storage.parent, env=env, timeout=300,
                           check=False)
-
-
-def _pytest_help(site):
-    done = subprocess.run([sys.executable, "-m", "pytest", "--help"], capture_output=True, text=True,
-                          env=subprocess_env(site), timeout=120, check=False)
-    return done.stdout
 
 
 def test_pytest_benchmark_compare_fail_sees_the_slowed_backend(site, tmp_path):

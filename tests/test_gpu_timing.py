@@ -170,7 +170,7 @@ def pytest_median(point: Any, backend: str, out: Path, max_time_s: float = 0.05)
     the other timers; ``None`` if it did not run."""
     report = out / f"pytest-{point.id}-{backend}.json"
     pytest.main(["--pyargs", "gemmzoo.benchmarks", "-q", "-p", "no:cacheprovider", "--benchmark-only",
-                 f"--benchmark-max-time={max_time_s}", f"--benchmark-json={report}",
+                 "-n", "0", f"--benchmark-max-time={max_time_s}", f"--benchmark-json={report}",
                  "--gemmzoo-shape", point.id, "--gemmzoo-backend", backend])
     if not report.exists():
         return None
