@@ -228,13 +228,13 @@ def test_the_torch_backends_declare_their_plans():
 
     assert torch_mm_form(runner("bfloat16", ("allow_bf16_reduced_precision_reduction",))) == ()
     assert torch_mm_form(runner("float64")) == ()
-    assert torch_mm_form(runner("bfloat16")) == ()  # its reduction is the caller's: nothing held
-    held = {dtype: torch_mm_form(runner(dtype)) for dtype in ("float32", "tf32")}
-    assert [held[dtype].wanted for dtype in ("float32", "tf32")] == [False, True]
+    held = {dtype: torch_mm_form(runner(dtype)) for dtype in ("bfloat16", "float32", "tf32")}
+    assert [held[dtype].wanted for dtype in ("bfloat16", "float32", "tf32")] == [False, False, True]
     assert all(form.write is not None for form in held.values())
-    accumulation = torch_mm_form(runner("float16"))
+    accumulation = torch_mm_form(runner("float16", ("allow_fp16_reduced_precision_reduction",)))
     if hasattr(torch.backends.cuda.matmul, "allow_fp16_accumulation"):
         assert accumulation.wanted is False and accumulation.write is not None
+        assert torch_mm_form(runner("float16")) is None  # two switches: always through the plan
     assert torch_mm_form(lambda x, y: x @ y) is None
 
 

@@ -153,32 +153,6 @@ def test_the_cpu_backends_hint_points_at_the_cpu_index(monkeypatch):
     assert "gemmzoo[torch]" in backend.cuda_missing_reason()
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("allowed", [True, False])
-def test_the_torch_backend_is_the_callers_torch_matmul_bit_for_bit(dtype, allowed):
-    """Under either setting of the caller's reduced-precision switch, on a shape where cuBLAS
-    splits K (long K, few outputs), gemmzoo's torch backend gives torch.matmul's bits."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    import gemmzoo
-
-    settings = torch.backends.cuda.matmul
-    name = f"allow_{'fp16' if dtype == 'float16' else 'bf16'}_reduced_precision_reduction"
-    saved = getattr(settings, name)
-    try:
-        setattr(settings, name, allowed)
-        generator = torch.Generator(device="cuda").manual_seed(7)
-        for m, n, k in ((1111, 2222, 3333), (64, 64, 65536), (12608, 768, 3072)):
-            a = torch.randn(m, k, device="cuda", dtype=getattr(torch, dtype), generator=generator)
-            b = torch.randn(k, n, device="cuda", dtype=getattr(torch, dtype), generator=generator)
-            assert torch.equal(gemmzoo.matmul(a, b, "torch"), torch.matmul(a, b)), (m, n, k)
-        assert getattr(settings, name) is allowed
-    finally:
-        setattr(settings, name, saved)
-
-
 def test_list_at_80_columns_shows_availability(tmp_path):
     """A long dtypes list (torch declares fp8 until it is loaded) gives way to the available column."""
     from fake_distributions import run_gemmzoo

@@ -67,24 +67,15 @@ def test_each_dtype_launches_with_its_switches_and_the_callers_come_back(setting
     seen = dict(launches)
     assert seen["float32"]["allow_tf32"] is False
     assert seen["tf32"]["allow_tf32"] is True
-    # the 16-bit reduced-precision reduction is the caller's, as for torch.matmul
-    assert seen["float16"]["allow_fp16_reduced_precision_reduction"] is True
-    assert seen["bfloat16"]["allow_bf16_reduced_precision_reduction"] is True
-    settings.allow_fp16_reduced_precision_reduction = False
-    settings.allow_bf16_reduced_precision_reduction = False
-    for dtype in ("float16", "bfloat16"):
-        precision.runner(dtype)(Tagged(dtype), Tagged(dtype))
-    assert launches[-2][1]["allow_fp16_reduced_precision_reduction"] is False
-    assert launches[-1][1]["allow_bf16_reduced_precision_reduction"] is False
-    settings.allow_fp16_reduced_precision_reduction = True
-    settings.allow_bf16_reduced_precision_reduction = True
+    assert seen["float16"]["allow_fp16_reduced_precision_reduction"] is False
+    assert seen["bfloat16"]["allow_bf16_reduced_precision_reduction"] is False
     assert seen["float64"] == {name: True for name in SWITCHES}  # float64 touches nothing
     assert all(getattr(settings, name) is True for name in SWITCHES)  # the caller's values are back
 
 
 def test_a_caller_who_allows_fp16_accumulation_gets_it_back_after_a_float16_launch(monkeypatch, settings):
-    """float16 holds fp32 accumulation: where the caller allowed fp16 accumulation, it is turned
-    off for the launch and comes back; the reduced-precision reduction stays the caller's."""
+    """float16 holds two switches: where the caller changed the second (fp16 accumulation, off
+    by default), both are set for the launch and both come back."""
     if not hasattr(settings, "allow_fp16_accumulation"):
         pytest.skip("this torch has no fp16 accumulation switch")
     seen = []
@@ -101,7 +92,7 @@ def test_a_caller_who_allows_fp16_accumulation_gets_it_back_after_a_float16_laun
         for accumulation in (True, False, True):
             settings.allow_fp16_accumulation = accumulation
             run(Tagged("float16"), Tagged("float16"))
-            assert seen[-1] == (False, True)  # fp32 accumulation held; the reduction the caller's
+            assert seen[-1] == (False, False)
             assert settings.allow_fp16_accumulation is accumulation
             assert settings.allow_fp16_reduced_precision_reduction is True
     finally:
@@ -112,7 +103,7 @@ def test_threads_of_different_dtypes_never_see_each_others_switches(settings, la
     settings.allow_tf32 = False
     settings.allow_fp16_reduced_precision_reduction = True
     wanted = {"float32": ("allow_tf32", False), "tf32": ("allow_tf32", True),
-              "float16": ("allow_fp16_reduced_precision_reduction", True)}  # the caller's
+              "float16": ("allow_fp16_reduced_precision_reduction", False)}
     runs = {dtype: precision.runner(dtype) for dtype in wanted}
     errors: list[BaseException] = []
 

@@ -1,23 +1,21 @@
 """cuBLAS precision switches for one dtype, set only while gemmzoo's own product launches.
 
 torch's switches under ``torch.backends.cuda.matmul`` are process-wide, and a product reads them
-when it is launched. A dtype needs at most one of them to hold a value: fp32 accumulation for
-float16 (``allow_fp16_accumulation`` off, torch's default), IEEE or TF32 math for float32 and tf32
-(the contract's meaning of those names); bfloat16 and float64 need none. The 16-bit types'
-reduced-precision reduction is left as the caller set it, as ``torch.matmul`` leaves it (allowed
-by default): gemmzoo's product is then the caller's own ``torch.matmul``, bit for bit.
-:func:`runner` builds, once per dtype, a function that checks those switches and launches
-``torch.mm`` (the product ``torch.matmul`` calls for two matrices, without its dispatch on the
-number of dimensions) under one process-wide lock: when the caller's settings already match nothing
-is written (torch's defaults match every dtype but tf32); otherwise the switches are set, the
-product launched and the caller's values restored before the lock is let go. So concurrent gemmzoo
-products of different dtypes in several threads never see each other's
+when it is launched. Each dtype needs at most two of them to hold a value (fp32 accumulation for
+the 16-bit types, IEEE or TF32 math for fp32); float64 needs none. :func:`runner` builds, once per
+dtype, a function that checks those switches and launches ``torch.mm`` (the product
+``torch.matmul`` calls for two matrices, without its dispatch on the number of dimensions) under
+one process-wide lock: when the caller's settings already match nothing is written (torch's
+defaults match for float32 and float64, not for the 16-bit types); otherwise the switches are
+set, the product launched and the caller's values restored before the lock is let go. So
+concurrent gemmzoo products of different dtypes in several threads never see each other's
 settings. (Code that calls ``torch.matmul`` itself, outside gemmzoo, is not covered by the lock.)
 
-Where a reduced-precision switch is held (a table entry in ``_NEEDS``; none is today),
-:func:`needless_switches` finds out, once per problem, whether it changes the product at all, by
-launching the product of random operands of the problem's shapes and strides with the switch each
-way: where the bits agree, the problem's launcher leaves that switch alone.
+The 16-bit types' reduced-precision switch only matters where cuBLAS picks a kernel that splits K
+and adds the pieces in the output type; for most problems it picks the same kernel either way.
+:func:`needless_switches` finds out, once per problem, by launching the product of random operands
+of the problem's shapes and strides with the switch each way: where the bits agree, the problem's
+launcher leaves that switch alone, and a small product costs about what ``torch.mm`` costs.
 """
 
 from __future__ import annotations
@@ -33,11 +31,9 @@ lock = threading.Lock()
 
 # (attribute of torch.backends.cuda.matmul, value gemmzoo needs) per dtype. The fp16 accumulation
 # switch exists from torch 2.7 on; where it is missing, fp16 products accumulate in fp32 anyway.
-# The 16-bit types' reduced-precision reduction (split-K pieces added in 16 bits) is the caller's
-# to allow, as it is for torch.matmul, which allows it by default: it is not held.
 _NEEDS: dict[str, tuple[tuple[str, bool], ...]] = {
-    "float16": (("allow_fp16_accumulation", False),),
-    "bfloat16": (),
+    "float16": (("allow_fp16_reduced_precision_reduction", False), ("allow_fp16_accumulation", False)),
+    "bfloat16": (("allow_bf16_reduced_precision_reduction", False),),
     "float32": (("allow_tf32", False),),
     "tf32": (("allow_tf32", True),),
     "float64": (),
@@ -199,12 +195,10 @@ PROBE_MAX_ELEMENTS = 2**24
 
 def needless_switches(dtype: str, a: Any, b: Any) -> tuple[str, ...]:
     """The switches of ``dtype`` that :func:`runner` can leave alone for operands like ``a`` and
-    ``b``: the reduced-precision switch where it is held and :func:`reduced_precision_matters`
-    finds that it does not change their product, else none (it is no longer held: the caller's
-    own setting applies, as in ``torch.matmul``)."""
+    ``b``: the reduced-precision switch where :func:`reduced_precision_matters` finds that it does
+    not change their product, else none."""
     reduced = REDUCED_PRECISION.get(dtype)
-    held = reduced is not None and any(name == reduced for name, _ in _NEEDS[dtype])
-    if not held or not _probeable(a, b) or reduced_precision_matters(dtype, a, b):
+    if reduced is None or not _probeable(a, b) or reduced_precision_matters(dtype, a, b):
         return ()
     return (reduced,)
 
