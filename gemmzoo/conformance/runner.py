@@ -150,24 +150,24 @@ def _prime_allocator(backend: Any, m: int, n: int, dtype: str) -> None:
 
 def run_case(backend: Any, case: Case) -> CheckResult:
     """Run one conformance case; the result says what failed and where."""
-    try:
-        detail = _run_case(backend, case)
-    except CheckFailedError as failure:
-        return CheckResult(backend.name, case.id, False, inert(str(failure), lines=True))
-    except Exception as error:  # the backend broke, or is malformed: a failed check either way
-        return CheckResult(backend.name, case.id, False, "raised " + _exception_text(error))
-    return CheckResult(backend.name, case.id, True, inert(detail, lines=True))
+    return _checked(backend, case.id, lambda: _run_case(backend, case))
 
 
 def _class_check(backend: Any, case: ClassCase) -> CheckResult:
     """Run one case of a problem class beyond gemm (:mod:`gemmzoo.conformance.class_cases`)."""
+    return _checked(backend, case.id, lambda: run_class_case(backend, case))
+
+
+def _checked(backend: Any, label: str, run: Callable[[], str]) -> CheckResult:
+    """``run``'s detail as a passed check, its :class:`CheckFailedError` or any other exception as a
+    failed one; text from the backend made inert."""
     try:
-        detail = run_class_case(backend, case)
+        detail = run()
     except CheckFailedError as failure:
-        return CheckResult(backend.name, case.id, False, inert(str(failure), lines=True))
+        return CheckResult(backend.name, label, False, inert(str(failure), lines=True))
     except Exception as error:  # the backend broke, or is malformed: a failed check either way
-        return CheckResult(backend.name, case.id, False, "raised " + _exception_text(error))
-    return CheckResult(backend.name, case.id, True, inert(detail, lines=True))
+        return CheckResult(backend.name, label, False, "raised " + _exception_text(error))
+    return CheckResult(backend.name, label, True, inert(detail, lines=True))
 
 
 def _exception_text(error: BaseException) -> str:
