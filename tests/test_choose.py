@@ -39,7 +39,7 @@ def test_the_host_time_rule_reads_the_rows_of_the_shape_itself():
     assert choose(PROBLEM, ["alpha", "zeta"], Measurements(tied, rows)).winner == "zeta"  # the lighter host
     assert choose(PROBLEM, ["alpha", "zeta"], Measurements(tied, rows), policy=RankPolicy(by="device")
                   ).winner == "alpha"
-    far = RankPolicy(warm_speedup_max=1.5)  # 0.5 ms * 1.5 < 1 ms: no warm loop is bound by that host
+    far = RankPolicy(warm_speedup_max=1.5)  # the host time times 1.5 stays under the device time
     assert choose(PROBLEM, ["alpha", "zeta"], Measurements(tied, rows), policy=far).winner == "alpha"
 
 

@@ -287,33 +287,30 @@ def _tune(args: argparse.Namespace, plan: list[Any], chosen: list[Any], total: i
                 skipped.setdefault((point, backend.device), []).append(backend.name)
             progress.update(task, advance=1, description=f"{backend.name} {point.id}")
 
+        def advance(point: GridPoint) -> None:
+            progress.update(task, advance=sum(point.dtype in b.dtypes for b in chosen), description=point.id)
+
+        def collect(made: list[Any], passed_over: dict[Any, list[str]], failures: list[str]) -> None:
+            records.extend(made)
+            for key, skipped_names in passed_over.items():
+                skipped.setdefault(key, []).extend(skipped_names)
+            for failure in failures:
+                say.print(f"ERROR {failure}", style="red", markup=False)
+
         if settings is not None:  # --executor slurm|ray: stored through the validated import
             from gemmzoo.scale_jobs import tune_with_executor
 
             for group, names in plan:
                 made, passed_over, failures, imported = tune_with_executor(
-                    settings, names, group, args.budget, not args.no_verify,
-                    lambda point: progress.update(task, advance=sum(point.dtype in b.dtypes for b in chosen),
-                                                  description=point.id))
-                records.extend(made)
-                for key, skipped_names in passed_over.items():
-                    skipped.setdefault(key, []).extend(skipped_names)
-                for failure in failures:
-                    say.print(f"ERROR {failure}", style="red", markup=False)
+                    settings, names, group, args.budget, not args.no_verify, advance)
+                collect(made, passed_over, failures)
                 say.print(imported, markup=False)
         elif args.devices:
             from gemmzoo.scale_jobs import tune_on_devices
 
             for group, names in plan:
-                made, passed_over, failures = tune_on_devices(
-                    names, group, args.budget, not args.no_verify, args.devices,
-                    lambda point: progress.update(task, advance=sum(point.dtype in b.dtypes for b in chosen),
-                                                  description=point.id))
-                records.extend(made)
-                for key, skipped_names in passed_over.items():
-                    skipped.setdefault(key, []).extend(skipped_names)
-                for failure in failures:
-                    say.print(f"ERROR {failure}", style="red", markup=False)
+                collect(*tune_on_devices(names, group, args.budget, not args.no_verify, args.devices,
+                                         advance))
         else:
             for group, names in plan:
                 tune(group, names, budget_s=args.budget, verify=not args.no_verify, on_step=step)

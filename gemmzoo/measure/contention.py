@@ -73,7 +73,7 @@ class ContentionWatch:
             return None
         wall0, thread0, process0, busy0 = self._start
         wall = time.perf_counter() - wall0
-        if wall <= 0.005:  # scheduler ticks are 1-10 ms: a shorter timing tells nothing
+        if wall <= 0.005:  # shorter than a few scheduler ticks: the share it reads tells nothing
             return None
         process = time.process_time() - process0
         own = time.thread_time() - thread0 if self.threads == 1 else process / self.threads
