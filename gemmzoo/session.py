@@ -22,10 +22,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gemmzoo.config import Config
-from gemmzoo.plan_cache import PlanCache
+from gemmzoo.dispatch.plan_cache import PlanCache
 
 if TYPE_CHECKING:
-    from gemmzoo.registry import Registry
+    from gemmzoo.plugins.registry import Registry
     from gemmzoo.tuning.db import TuningStore
 
 Prior = Callable[[tuple[int, int, int], str, str], str | None]
@@ -99,7 +99,7 @@ class Session:
         """The backends this session sees: its own registry, else the process's."""
         if self._registry is not None:
             return self._registry
-        from gemmzoo.registry import get_registry
+        from gemmzoo.plugins.registry import get_registry
 
         return get_registry()
 
@@ -160,7 +160,7 @@ class Session:
 
     def matmul(self, a: Any, b: Any, backend: Any = None, **options: Any) -> Any:
         """:func:`gemmzoo.matmul` in this session."""
-        from gemmzoo.dispatch import matmul
+        from gemmzoo.dispatch.matmul import matmul
 
         with self:
             return matmul(a, b, backend, **options)

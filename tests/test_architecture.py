@@ -38,3 +38,8 @@ def test_a_module_the_doc_does_not_name_is_found_missing():
     assert not _named(ROOT / "gemmzoo" / "undescribed_module.py", ROOT / "gemmzoo")
     assert not _named(ROOT / "gemmzoo" / "undescribed" / "__init__.py", ROOT / "gemmzoo")
     assert _named(ROOT / "gemmzoo" / "session.py", ROOT / "gemmzoo")
+
+
+def test_the_root_holds_the_public_face_only():
+    root_modules = sorted(path.name for path in (ROOT / "gemmzoo").glob("*.py"))
+    assert len(root_modules) <= 12, root_modules

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gemmzoo import grids as grids_module
-from gemmzoo.grids import (
+from gemmzoo.problems import grids as grids_module
+from gemmzoo.problems.grids import (
     LAYOUTS,
     GridError,
     GridPoint,
@@ -173,12 +173,12 @@ class _BrokenGridPlugin:
 
 def test_plugins_can_register_grids(monkeypatch):
     from gemmzoo.errors import PluginWarning
-    from gemmzoo.registry import PluginInfo, Registry
+    from gemmzoo.plugins.registry import PluginInfo, Registry
 
     registry = Registry(strict=False)
     registry.register_plugin(_GridPlugin(), PluginInfo("grids", "tests"))
     registry.register_plugin(_BrokenGridPlugin(), PluginInfo("broken-grids", "tests"))
-    monkeypatch.setattr("gemmzoo.registry.get_registry", lambda: registry)
+    monkeypatch.setattr("gemmzoo.plugins.registry.get_registry", lambda: registry)
     with pytest.warns(PluginWarning, match="boom"):
         names = grid_names()
     assert "plugin-grid" in names

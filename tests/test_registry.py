@@ -7,7 +7,7 @@ from fake_distributions import run_gemmzoo, write_distribution
 from sessions import reconfigure
 
 import gemmzoo
-from gemmzoo.registry import Registry
+from gemmzoo.plugins.registry import Registry
 
 GOOD_PLUGIN = """
     import numpy as np

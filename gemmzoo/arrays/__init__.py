@@ -1,0 +1,1 @@
+"""One adapter per array library gemmzoo takes: keys, conversions, the torch-CuPy bridge."""

@@ -1,0 +1,86 @@
+"""``from_numpy``/``to_numpy`` for backends whose native arrays are torch tensors.
+
+A mixin for :class:`gemmzoo.Backend` subclasses: tensors live on ``self.device`` ("cpu" or
+"cuda"), the ``tf32`` mode wraps float32 tensors in :class:`gemmzoo.TF32Array`, and 16-bit and fp8
+results come back to the host as float32. ``float8_e4m3fn`` tensors hold the bytes of
+:func:`gemmzoo.contract.fp8.to_e4m3` (nearest even, ±448 for finite values out of range, NaN for ±Inf), so
+every torch-based backend rounds exactly as the numpy backend does. torch is imported inside the
+methods only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gemmzoo.contract.backend import TF32Array
+
+_TORCH_DTYPES = {
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "float32": "float32",
+    "tf32": "float32",
+    "float64": "float64",
+}
+
+
+class TorchTensors:
+    """Conversions between NumPy arrays and torch tensors on the backend's device, and the
+    plans of the problems ``matmul`` met last (:meth:`remembered_plan`)."""
+
+    device: str
+    check_dtype: Any  # provided by gemmzoo.Backend
+    prepare: Any  # provided by gemmzoo.Backend
+
+    #: How many plans :meth:`remembered_plan` keeps (the most recent problems).
+    REMEMBERED_PLANS = 32
+    #: The plans kept, by problem; a backend that calls :meth:`remembered_plan` sets it to ``{}``.
+    _plans: dict[tuple[Any, ...], Callable[[Any, Any], Any]]
+
+    def remembered_plan(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+        """``prepare(a, b)``, remembered for the problem (types, shapes, strides, dtype, device),
+        so that ``matmul`` on a problem it has seen calls its plan straight away. Bad input is
+        never remembered: it raises in ``prepare``."""
+        x, y = (a.data, b.data) if isinstance(a, TF32Array) else (a, b)
+        try:
+            key = (type(a), type(b), x.shape, y.shape, x.stride(), y.stride(), x.dtype, y.dtype,
+                   x.device, y.device)
+        except AttributeError:  # not tensors: prepare says what is wrong
+            return self.prepare(a, b)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self.prepare(a, b)
+            if len(self._plans) >= self.REMEMBERED_PLANS:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
+
+    def from_numpy(self, x: np.ndarray, dtype: str) -> Any:
+        """``x`` as a tensor of ``dtype`` on ``self.device`` (a :class:`TF32Array` for tf32)."""
+        import torch
+
+        self.check_dtype(dtype, np.shape(x))
+        if dtype == "float8_e4m3fn":
+            from gemmzoo.contract.fp8 import e4m3_bytes
+
+            raw = torch.from_numpy(np.ascontiguousarray(e4m3_bytes(x)))
+            return raw.view(torch.float8_e4m3fn).to(device=self.device)
+        host = torch.from_numpy(np.array(x, copy=True))
+        tensor = host.to(device=self.device, dtype=getattr(torch, _TORCH_DTYPES[dtype]))
+        return TF32Array(tensor) if dtype == "tf32" else tensor
+
+    def to_numpy(self, y: Any) -> np.ndarray:
+        """A host copy of ``y``; float16, bfloat16 and float8_e4m3fn come back as float32."""
+        import torch
+
+        tensor = (y.data if isinstance(y, TF32Array) else y).detach()
+        converted = tensor.dtype in (torch.float16, torch.bfloat16, getattr(torch, "float8_e4m3fn", None))
+        if converted:
+            tensor = tensor.float()
+        host = tensor.cpu()
+        # a new host tensor already (converted, or copied from a device): copied again only to
+        # put it in C order, as a copy of the caller's own CPU tensor always is
+        fresh = converted or host.data_ptr() != tensor.data_ptr()
+        return np.ascontiguousarray(host.numpy()) if fresh else host.numpy().copy()

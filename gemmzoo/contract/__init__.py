@@ -1,0 +1,3 @@
+"""The contract every backend meets: the Backend base class, dtypes, accuracy classes and the checks a
+registered backend passes.
+"""

@@ -1,0 +1,1 @@
+"""The call path: ``gemmzoo.matmul`` and the class entry points, plans per problem, autograd."""

@@ -1,0 +1,1 @@
+"""gemmzoo in pytest: the plugin, pytest-benchmark fixtures and xdist support."""

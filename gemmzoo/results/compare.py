@@ -1,0 +1,284 @@
+"""Runs side by side: the same backend on the same problem in several result files.
+
+The first run is the baseline. For each (point, backend), every other run's median is judged
+against the baseline's from both runs' noise, after NVIDIA nvbench's compare. A run's *noise* on a
+row is its interquartile range (IQR) over its median (0.04: the middle half of the samples spans
+4% of the median); ``gap`` is the difference of the two medians:
+
+- **SAME** when ``gap`` is within ``threshold`` of the faster median (the drift the comparison
+  forgives: across machines, days or library versions clocks and power states move timings by a
+  few percent), or within both runs' IQR (nvbench's rule: within the smaller noise);
+- **FASTER** / **SLOWER** when the difference is beyond the threshold even at the bands' nearest
+  edges: the slower run's q1 exceeds the faster run's q3 by more than ``threshold`` of the faster
+  median (a confident difference beyond the threshold, however the noise fell);
+- **AMBIGUOUS** otherwise: the medians differ by more than the threshold but the runs' noise
+  cannot tell whether the difference does (the IQR bands overlap or sit closer than that), a
+  run's noise is unknown (fewer than two samples), or a run's row is flagged: measured on a
+  throttled GPU, on CPU cores it shared with other work (``contended``), without meeting its
+  noise target (``not converged``) or with recorded noise beyond ``threshold`` (``noisy``). A
+  flagged row is never FASTER or SLOWER: its time did not cover what varied while it was taken.
+
+Every rule is symmetric: swapping the two runs swaps FASTER and SLOWER and keeps the others.
+
+A SLOWER row is a confident regression beyond the threshold. So is **BROKEN**: the baseline's
+result was right and this run's is wrong, failed or timed out. **FIXED** is the reverse;
+**MISSING**: a row that another run has and this one lacks (a backend lost, a grid changed).
+
+Runs are labelled by their fingerprints: device name, driver and the library versions that
+differ between the runs, then the date; the file name is added where labels would coincide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.results.runs import Run
+from gemmzoo.scale.bench import OK, UNSUPPORTED, BenchResult
+
+DEFAULT_THRESHOLD = 0.05
+SAME, FASTER, SLOWER, AMBIGUOUS = "same", "faster", "slower", "ambiguous"
+BROKEN, MISSING, FIXED = "broken", "missing", "fixed"
+VERDICTS = (SAME, FASTER, SLOWER, AMBIGUOUS, BROKEN, FIXED, MISSING)
+#: The verdicts that fail a comparison (exit status 1).
+REGRESSIONS = (SLOWER, BROKEN)
+TIE = SAME  # the name earlier versions used
+#: Flags under which a row is never FASTER or SLOWER, only SAME or AMBIGUOUS: its time did not
+#: cover what varied while it was taken.
+UNTRUSTED = ("throttled", "not converged", "noisy", "contended", "beyond roofline")
+
+
+class DuplicateRowError(ValueError):
+    """A result file holds one (point, backend) twice: which one counts would be a guess."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run's result for one (point, backend), against the baseline's. ``noise`` is the run's
+    relative IQR (``None`` when unknown), ``diff`` this median over the baseline's minus 1
+    (0.25: takes 25% longer),
+    ``flags`` what the run recorded about the measurement (``throttled``, ``not converged``)."""
+
+    result: BenchResult | None
+    ratio: float | None
+    verdict: str | None  # None for the baseline itself, and where neither run has a time
+    noise: float | None = None
+    diff: float | None = None
+    flags: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Row:
+    """A (point, backend) across all runs; ``cells[0]`` is the baseline."""
+
+    point: GridPoint
+    backend: str
+    cells: tuple[Cell, ...]
+
+    @property
+    def regressed(self) -> bool:
+        """Whether a run is SLOWER or BROKEN here."""
+        return any(c.verdict in REGRESSIONS for c in self.cells)
+
+    @property
+    def missing(self) -> bool:
+        """Whether a run lacks this row."""
+        return any(c.result is None for c in self.cells)
+
+
+def _median(result: BenchResult | None) -> float | None:
+    if result is None or result.status != OK or result.measurement is None:
+        return None
+    median = result.measurement.timing.median_s
+    return median if median > 0 else None
+
+
+def noise(result: BenchResult | None) -> float | None:
+    """The relative IQR of a timed result; ``None`` when the file does not say (one sample, or
+    no quartiles and no sample count)."""
+    median = _median(result)
+    if median is None:
+        return None
+    assert result is not None and result.measurement is not None
+    timing = result.measurement.timing
+    if not (math.isfinite(timing.q1_s) and math.isfinite(timing.q3_s)):
+        return None
+    spread = max(0.0, timing.q3_s - timing.q1_s)
+    if spread == 0 and timing.samples < 2:
+        return None
+    return spread / median
+
+
+def flags_of(extra: dict[str, Any] | None, threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
+    """What a result's extra fields say against trusting its time: a throttled GPU, a median
+    that missed its noise target, a median whose recorded noise exceeds ``threshold``, a CPU
+    timing that shared its cores."""
+    extra = extra or {}
+    found = []
+    if extra.get("throttled") is True:
+        found.append("throttled")
+    if extra.get("converged") is False:
+        found.append("not converged")
+    recorded = extra.get("noise")
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and recorded > threshold:
+        found.append("noisy")
+    if extra.get("contended") is True:
+        found.append("contended")
+    if extra.get("beyond_roofline") is True:
+        found.append("beyond roofline")
+    return tuple(found)
+
+
+def judge(base: BenchResult | None, other: BenchResult | None, threshold: float,
+          base_flags: tuple[str, ...] = (), other_flags: tuple[str, ...] = ()) -> Cell:
+    """``other`` against ``base`` (see the module docstring)."""
+    if other is None:
+        return Cell(None, None, MISSING)
+    mine, theirs = _median(base), _median(other)
+    mine_noise, their_noise = noise(base), noise(other)
+    if mine is None:
+        verdict = FIXED if theirs is not None and base is not None else None
+        return Cell(other, None, verdict, their_noise, None, other_flags)
+    if theirs is None:
+        return Cell(other, None, None if other.status == UNSUPPORTED else BROKEN, None, None, other_flags)
+    assert base is not None and base.measurement is not None and other.measurement is not None
+    diff, gap = theirs / mine - 1, abs(theirs - mine)
+    if gap <= threshold * min(mine, theirs):
+        verdict = SAME
+    elif mine_noise is not None and their_noise is not None \
+            and gap <= min(mine_noise * mine, their_noise * theirs):
+        verdict = SAME
+    elif mine_noise is None or their_noise is None or any(f in UNTRUSTED for f in base_flags + other_flags) \
+            or _separation(base, other) <= threshold * min(mine, theirs):
+        verdict = AMBIGUOUS
+    else:
+        verdict = SLOWER if diff > 0 else FASTER
+    return Cell(other, mine / theirs, verdict, their_noise, diff, other_flags)
+
+
+def _separation(a: BenchResult, b: BenchResult) -> float:
+    """How far the slower run's band ``[q1, q3]`` starts above the faster run's band ends
+    (negative when the bands overlap)."""
+    ta, tb = a.measurement.timing, b.measurement.timing  # type: ignore[union-attr]
+    slow, fast = (ta, tb) if ta.median_s >= tb.median_s else (tb, ta)
+    return slow.q1_s - fast.q3_s
+
+
+def compare_runs(runs: Sequence[Run], threshold: float = DEFAULT_THRESHOLD) -> list[Row]:
+    """One :class:`Row` per (point, backend) of the baseline (``runs[0]``), then those only the
+    other runs have (their baseline cell empty)."""
+    tables = []
+    for run in runs:
+        extras = run.extras if len(run.extras) == len(run.results) else [{}] * len(run.results)
+        table: dict[tuple[GridPoint, str], tuple[BenchResult, tuple[str, ...]]] = {}
+        for result, extra in zip(run.results, extras, strict=True):
+            key = (result.point, result.backend)
+            if key in table:
+                raise DuplicateRowError(f"{run.path}: {result.backend} at {result.point.id} appears more "
+                                        "than once; a result file holds each backend and point once "
+                                        "(merge shards with gemmzoo bench --merge)")
+            table[key] = (result, flags_of(extra, threshold))
+        tables.append(table)
+    keys = list(dict.fromkeys(key for table in tables for key in table))
+    rows = []
+    for key in keys:
+        point, backend = key
+        base, base_flags = tables[0].get(key, (None, ()))
+        cells = [Cell(base, 1.0 if _median(base) else None, None, noise(base), None, base_flags)]
+        for table in tables[1:]:
+            other, other_flags = table.get(key, (None, ()))
+            cells.append(judge(base, other, threshold, base_flags, other_flags))
+        rows.append(Row(point, backend, tuple(cells)))
+    return rows
+
+
+def _device(run: Run) -> dict[str, Any]:
+    environment = run.environment
+    return environment.get("cuda") or environment.get("cpu") or next(iter(environment.values()), {}) or {}
+
+
+def labels(runs: Sequence[Run]) -> list[str]:
+    """A short label per run from its fingerprint (see the module docstring)."""
+    devices = [_device(run) for run in runs]
+    libraries = [d.get("libraries") or {} for d in devices]
+    names = sorted({key for lib in libraries for key in lib})
+    differing = [k for k in names if len({lib.get(k) for lib in libraries}) > 1]
+    texts = []
+    for run, device, lib in zip(runs, devices, libraries, strict=True):
+        parts = [str(device.get("device_name") or "unknown device")]
+        drivers = {d.get("driver") for d in devices}
+        if device.get("driver") and len(drivers) > 1:
+            parts.append(f"driver {device['driver']}")
+        parts += [f"{k} {lib[k]}" for k in differing if k in lib]
+        if run.created:
+            parts.append(run.created[:10])
+        texts.append(", ".join(parts))
+    for number, text in enumerate(texts):
+        if texts.count(text) > 1:
+            texts[number] = f"{text} ({runs[number].path})"
+    return texts
+
+
+def summary(rows: Sequence[Row]) -> dict[str, int]:
+    """How many cells of each verdict, over every run but the baseline."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        for cell in row.cells[1:]:
+            if cell.verdict is not None:
+                counts[cell.verdict] = counts.get(cell.verdict, 0) + 1
+    return counts
+
+
+def records(rows: Sequence[Row], run_labels: Sequence[str]) -> list[dict[str, Any]]:
+    """One flat record per (row, run other than the baseline): the ``--format json|csv`` rows."""
+    out = []
+    for row in rows:
+        base = row.cells[0]
+        for number, cell in enumerate(row.cells[1:], start=1):
+            out.append({
+                "m": row.point.m, "n": row.point.n, "k": row.point.k, "dtype": row.point.dtype,
+                "layout": row.point.layout, "backend": row.backend, "run": run_labels[number],
+                "baseline_status": base.result.status if base.result else None,
+                "baseline_median_s": _median(base.result), "baseline_noise": base.noise,
+                "status": cell.result.status if cell.result else None,
+                "median_s": _median(cell.result), "noise": cell.noise, "ratio": cell.ratio, "diff": cell.diff,
+                "verdict": cell.verdict, "flags": ",".join(base.flags + cell.flags),
+            })
+    return out
+
+
+def _literal(text: str) -> str:
+    """``text`` shown as written by matplotlib (no mathtext from names in files)."""
+    return text.replace("$", r"\$")
+
+
+def write_plot(rows: Sequence[Row], run_labels: Sequence[str], path: str) -> None:
+    """Speed relative to the baseline, per (point, backend), one marker series per other run;
+    regressions in red. Needs matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [row for row in rows if any(c.ratio is not None for c in row.cells[1:])]
+    figure, axes = plt.subplots(figsize=(max(8.0, 0.3 * len(shown)), 5.0), dpi=120)
+    xs = range(len(shown))
+    for number, run_label in enumerate(run_labels[1:], start=1):
+        ys = [row.cells[number].ratio if row.cells[number].ratio is not None else math.nan for row in shown]
+        axes.plot(xs, ys, marker="o", linestyle="none", label=_literal(run_label))
+        bad = [(x, y) for x, y, row in zip(xs, ys, shown, strict=True) if row.cells[number].verdict == SLOWER]
+        if bad:
+            axes.plot(*zip(*bad, strict=True), marker="x", color="red", linestyle="none", markersize=9)
+    axes.axhline(1.0, color="grey", linewidth=1)
+    ticks = [_literal(f"{r.point.m}x{r.point.n}x{r.point.k} {r.point.dtype} {r.backend}") for r in shown]
+    axes.set_xticks(list(xs), ticks, rotation=70, ha="right", fontsize="x-small")
+    axes.set_ylabel(_literal(f"speed relative to {run_labels[0]}"))
+    axes.set_title("gemmzoo compare (red x: regression beyond noise)")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
