@@ -62,15 +62,32 @@ def get_backend(name: str) -> Any:
     return current().registry.get(name)
 
 
+def best_backend(shape: Any, dtype: str = "float32", device: str | None = None, **options: Any) -> Any:
+    """The fastest conforming available backend for a problem on this machine.
+
+    ``shape`` is ``(M, N, K)`` for a plain product (see :func:`gemmzoo.tuning.select.best_backend`
+    for ``measure``, ``layout``, ``accuracy`` and ``by``), or the text form of a problem of another
+    class (``"bmm:8x1024x1024x128"``, ``"scaled:rowwise:4096x4096x4096"``,
+    ``"grouped:g8:4096x7168:m=512,0,..."``; docs/classes.md): the winner ``gemmzoo tune`` stored
+    for it, else the first available candidate that passed the class's conformance cases."""
+    if isinstance(shape, str):
+        from gemmzoo.dispatch.classes import best_class_backend
+
+        if options:
+            raise TypeError(f"gemmzoo.best_backend: {sorted(options)} apply to (M, N, K) shapes only")
+        return best_class_backend(shape, dtype, device)
+    from gemmzoo.tuning.select import best_backend as best_gemm
+
+    return best_gemm(shape, dtype, device, **options)
+
+
 def __getattr__(name: str) -> Any:
-    # best_backend, matmul, scaled_mm, grouped_mm and Session load on first use, so `import gemmzoo`
+    # matmul, scaled_mm, grouped_mm and Session load on first use, so `import gemmzoo`
     # opens no database.
     if name == "Session":
         from gemmzoo import session
 
         found = session.Session
-    elif name == "best_backend":
-        from gemmzoo.tuning.select import best_backend as found
     elif name == "matmul":
         from gemmzoo.dispatch.matmul import matmul as found
     elif name == "scaled_mm":

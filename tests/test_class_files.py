@@ -128,3 +128,34 @@ def test_best_class_backend_answers_without_measuring():
     assert best_class_backend("scaled:rowwise:8x16x32", device="cpu", library="numpy").name == "numpy"
     with pytest.raises(ValueError, match="problem"):
         best_class_backend("grouped:8x12")
+
+
+def test_best_answers_class_problems_from_the_store_or_the_default_order(capsys):
+    import gemmzoo
+    from gemmzoo.tuning.class_store import stored_winner
+
+    problem = "bmm:3x9x7x5"
+    untuned = gemmzoo.best_backend(problem, "float64", "cpu")
+    assert "batched" in untuned.classes
+    assert main(["best", "--problem", problem, "--dtype", "float64", "--device", "cpu",
+                 "--format", "plain"]) == 0
+    assert "default order" in capsys.readouterr().out
+
+    assert main(["tune", "--shape", problem, "--dtype", "float64", "--backend", "numpy",
+                 "--format", "plain"]) == 0
+    assert stored_winner(problem, "float64", "cpu") == "numpy"
+    chosen = gemmzoo.best_backend(problem, "float64", "cpu")
+    assert chosen.name == "numpy"
+    capsys.readouterr()
+    assert main(["best", "--problem", problem, "--dtype", "float64", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "numpy" in printed and "measured" in printed
+
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((3, 9, 5)), rng.standard_normal((3, 5, 7))
+    np.testing.assert_allclose(gemmzoo.matmul(a, b, backend=chosen), a @ b, rtol=1e-12, atol=1e-12)
+
+    assert main(["best", "--problem", problem, "7", "--dtype", "float64"]) == 2
+    assert main(["best", "--problem", "bmm:3x9", "--dtype", "float64"]) == 2
+    with pytest.raises(TypeError, match="apply to"):
+        gemmzoo.best_backend(problem, "float64", "cpu", layout="NT")

@@ -1,4 +1,5 @@
-"""``gemmzoo best M N K``: the backend best_backend returns for a shape, and why."""
+"""``gemmzoo best M N K`` (or ``--problem TEXT`` for the classes beyond gemm): the backend
+best_backend returns for a problem, and why."""
 
 from __future__ import annotations
 
@@ -23,7 +24,12 @@ _FIGURES = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in ("M", "N", "K"):
-        parser.add_argument(name, type=SIZE, help=f"{name} (0: an empty product, answered without measuring)")
+        parser.add_argument(name, type=SIZE, nargs="?",
+                            help=f"{name} (0: an empty product, answered without measuring)")
+    parser.add_argument("--problem", metavar="TEXT",
+                        help="a problem of another class instead of M N K, in its text form: "
+                             "bmm:BxMxNxK, scaled:rowwise|blockwise|tensorwise:MxNxK, "
+                             "grouped:gG:NxK:m=M1,M2,... (see docs/classes.md)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="default float32 (IEEE)")
     parser.add_argument("--device", choices=("cpu", "cuda"),
                         help="default: cuda when a CUDA backend is available, else cpu")
@@ -76,7 +82,38 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f} us"
 
 
+def _run_class(args: argparse.Namespace) -> int:
+    """A class problem: the stored winner if ``gemmzoo tune`` measured it, else the first candidate
+    that passed the class's cases (nothing is measured here)."""
+    from gemmzoo.dispatch.classes import best_class_backend, class_answer_source
+
+    if any(size is not None for size in (args.M, args.N, args.K)):
+        errors.print("gemmzoo best: give M N K or --problem, not both", style="red", markup=False)
+        return 2
+    try:
+        backend = best_class_backend(args.problem, args.dtype, args.device)
+        problem, source = class_answer_source(args.problem, args.dtype, args.device, backend)
+    except (GemmError, ValueError) as error:
+        errors.print(f"gemmzoo best: {error}", style="red", markup=False)
+        return 2
+    row = {"shape": problem.text(), "dtype": problem.dtype, "device": backend.device,
+           "backend": backend.name, "source": source, "basis": "-", "median_us": "-",
+           "runner_up": "-", "tie": ""}
+    if args.format != "table":
+        emit(Listing("gemmzoo best", COLUMNS, [row], [dict(row)]), args.format)
+        return 0
+    console.print(f"[bold]{escape(backend.name)}[/] for {escape(problem.text())} {problem.dtype} "
+                  f"on {backend.device}")
+    console.print(f"  source: {source}", markup=False)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.problem is not None:
+        return _run_class(args)
+    if any(size is None for size in (args.M, args.N, args.K)):
+        errors.print("gemmzoo best: give M N K (or --problem TEXT)", style="red", markup=False)
+        return 2
     from gemmzoo.measure.ties import TIE_MAX_RATIO
     from gemmzoo.tuning.select import DEFAULT_ORDER, TIE_FLOOR, WARM_SPEEDUP_MAX, explain
 

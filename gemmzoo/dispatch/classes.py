@@ -121,6 +121,21 @@ def best_class_backend(problem: str, dtype: str | None = None, device: str | Non
     return choose(parsed.kind, parsed.dtype, devices[-1], library, parsed.text())
 
 
+def class_answer_source(problem: str, dtype: str | None, device: str | None,
+                        backend: Any) -> tuple[Any, str]:
+    """The parsed class problem and where ``best_class_backend``'s answer came from: the stored
+    winner of a ``gemmzoo tune`` run, or the default order of the class's candidates."""
+    from gemmzoo.problems.classes import parse_problem
+
+    parsed = parse_problem(problem, dtype=dtype or "float32")
+    stored = _stored_winner(parsed.text(), parsed.dtype, backend.device)
+    if stored == backend.name:
+        return parsed, "measured: the fastest stored for this problem (gemmzoo tune)"
+    return parsed, ("default order: the first available candidate that passed the "
+                    f"{parsed.kind} class's conformance cases (not measured here; gemmzoo tune "
+                    "--shape TEXT measures it)")
+
+
 def _stored_winner(problem_text: str, dtype: str, device: str) -> str | None:
     """The backend stored as fastest for a class problem, or ``None`` (none stored, or no store)."""
     from gemmzoo.tuning.class_store import stored_winner
