@@ -49,9 +49,26 @@ def _host_dtype(dtype: str) -> Any:
     return {"float16": np.float16, "float32": np.float32, "tf32": np.float32, "float64": np.float64}[dtype]
 
 
-def _runner(mode: int, tf32: bool, batched: bool = False) -> Callable[[Any, Any], Any]:
+def _dot_per_matrix(a: Any, b: Any) -> Any:
+    """The batched product as one ``cupy.dot`` per matrix of the broadcast batch: ``cupy.matmul``
+    has no bfloat16 kernel (it raises on ml_dtypes' type), ``cupy.dot`` runs cuBLAS's."""
+    import cupy
+
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    count = int(np.prod(batch, dtype=np.int64))
+    left = cupy.broadcast_to(a, (*batch, m, k)).reshape(count, m, k)
+    right = cupy.broadcast_to(b, (*batch, k, n)).reshape(count, k, n)
+    out = cupy.empty((count, m, n), dtype=a.dtype)
+    for index in range(count):
+        out[index] = cupy.dot(left[index], right[index])
+    return out.reshape((*batch, m, n))
+
+
+def _runner(mode: int, tf32: bool, batched: bool = False, looped: bool = False) -> Callable[[Any, Any], Any]:
     """``run(a, b)``: ``cupy.dot`` of two matrices (``cupy.matmul``'s broadcasting product when
-    ``batched``) with this thread's cuBLAS handle in ``mode`` for the call.
+    ``batched``; one ``cupy.dot`` per matrix of the batch when ``looped``) with this thread's cuBLAS
+    handle in ``mode`` for the call.
 
     The handle is per thread, so no lock is needed; it is written only when its mode differs, and
     the caller's mode is restored after the launch.
@@ -65,7 +82,7 @@ def _runner(mode: int, tf32: bool, batched: bool = False) -> Callable[[Any, Any]
     def launch_tf32(a: Any, b: Any) -> Any:
         return TF32Array(dot(a.data, b.data))
 
-    launch = launch_tf32 if tf32 else (cupy.matmul if batched else dot)
+    launch = launch_tf32 if tf32 else (_dot_per_matrix if looped else cupy.matmul if batched else dot)
 
     def run(a: Any, b: Any) -> Any:
         handle = get_handle()
@@ -175,7 +192,7 @@ class CupyBackend(Backend):
         if run is None:
             half = dtype in ("float16", "bfloat16")
             mode = _DISALLOW_REDUCED_PRECISION_REDUCTION if half else _DEFAULT_MATH
-            run = self._runs[key] = _runner(mode, False, batched=True)
+            run = self._runs[key] = _runner(mode, False, batched=True, looped=dtype == "bfloat16")
         return run(a, b)
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
