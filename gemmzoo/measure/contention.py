@@ -6,9 +6,12 @@ the rows' noise never shows it. Two readings around the samples say it instead:
 - ``cpu_share``: the CPU time the timing got over the wall time it took (the timed thread's own
   CPU time with one thread, the process's over ``threads`` cores with more); below
   :data:`MIN_SHARE` the timed work waited for a core;
-- ``others_load``: the cores other processes kept busy meanwhile (busy time of every CPU in
-  ``/proc/stat`` less this process's CPU time, over the wall time); over :data:`MAX_OTHERS_LOAD`
-  they shared the caches, memory bandwidth or a core's sibling thread with the timing.
+- ``others_load``: the cores other processes kept busy meanwhile (busy time in ``/proc/stat`` of
+  the CPUs this process may run on, less this process's CPU time, over the wall time); over
+  :data:`MAX_OTHERS_LOAD` they shared the caches, memory bandwidth or a core's sibling thread with
+  the timing. Only the CPUs of the process's affinity count: a run pinned to some cores of a large
+  machine (``taskset``, a batch scheduler's cgroup with its cpuset) is not made contended by work
+  on the other cores, which ``/proc/stat``'s machine-wide line would count.
 
 A timing with either is ``contended``: compare never calls its row faster or slower.
 """
@@ -46,13 +49,27 @@ class ContentionReport:
         return {"cpu_share": self.cpu_share, "others_load": self.others_load, "contended": self.contended}
 
 
-def _busy_seconds() -> float | None:
-    """Seconds every CPU of the machine spent busy since boot, from ``/proc/stat``."""
+def _own_cpus() -> frozenset[str] | None:
+    """``/proc/stat``'s names of the CPUs this process may run on (``cpu3``), or ``None`` where the
+    affinity cannot be read."""
     try:
-        with open("/proc/stat", encoding="ascii") as handle:
-            first = handle.readline().split()
+        return frozenset(f"cpu{index}" for index in os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+def _busy_seconds(cpus: frozenset[str] | None = None, stat: str = "/proc/stat") -> float | None:
+    """Seconds the CPUs named in ``cpus`` (every CPU when ``None``) spent busy since boot, from
+    ``stat`` (``/proc/stat``)."""
+    try:
+        with open(stat, encoding="ascii") as handle:
+            lines = [line.split() for line in handle if line.startswith("cpu")]
         ticks = os.sysconf("SC_CLK_TCK")
-        return sum(int(first[1 + i]) for i in _BUSY_FIELDS if 1 + i < len(first)) / ticks
+        chosen = [fields for fields in lines[1:] if fields[0] in cpus] if cpus is not None else lines[:1]
+        if not chosen:
+            chosen = lines[:1]
+        busy = sum(int(fields[1 + i]) for fields in chosen for i in _BUSY_FIELDS if 1 + i < len(fields))
+        return busy / ticks
     except (OSError, ValueError, IndexError):
         return None
 
@@ -63,9 +80,12 @@ class ContentionWatch:
     def __init__(self, threads: int = 1) -> None:
         self.threads = max(1, threads)
         self._start: tuple[float, float, float, float | None] | None = None
+        self._cpus: frozenset[str] | None = None
 
     def start(self) -> None:
-        self._start = (time.perf_counter(), time.thread_time(), time.process_time(), _busy_seconds())
+        self._cpus = _own_cpus()
+        self._start = (time.perf_counter(), time.thread_time(), time.process_time(),
+                       _busy_seconds(self._cpus))
 
     def stop(self) -> ContentionReport | None:
         """The report, or ``None`` when nothing was timed long enough to tell."""
@@ -78,7 +98,7 @@ class ContentionWatch:
         process = time.process_time() - process0
         own = time.thread_time() - thread0 if self.threads == 1 else process / self.threads
         share = min(1.0, own / wall)
-        busy1 = _busy_seconds()
+        busy1 = _busy_seconds(self._cpus)
         load = None if busy0 is None or busy1 is None else max(0.0, (busy1 - busy0 - process) / wall)
         contended = share < MIN_SHARE or (load is not None and load > MAX_OTHERS_LOAD)
         return ContentionReport(share, load, contended)
