@@ -282,6 +282,19 @@ from gemmzoo.pytest_bench import run_benchmark
 EVENTS = FakeEvents(flush_s=0.020)
 CLOCK = DeviceClock(EVENTS)
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _verdicts_of_the_pretend_gpu():
+    # A "cuda" backend's suite adds GPU-sized cases (up to 4544 cubed), minutes of NumPy on a
+    # host: the pretend backends are given their verdicts instead, so the wrong one is caught by
+    # the check of the benchmarked problem itself. The suite-first path has tests of its own.
+    from gemmzoo.conformance.runner import CheckResult, ConformanceReport
+    from gemmzoo.tuning.verdicts import store_report
+
+    for backend in (FakeCudaBackend(EVENTS), FakeCudaBackend(EVENTS, name="wrong-cuda", wrong=True)):
+        given = CheckResult(backend.name, "float32-given-by-the-test", True)
+        assert store_report(backend, ConformanceReport(backend.name, [given]), ["float32"])
+
 @pytest.mark.benchmark(timer=CLOCK, group="fake")
 def test_fake_gpu(benchmark):
     run_benchmark(benchmark, FakeCudaBackend(EVENTS, gemm_s=0.003), GridPoint(24, 16, 8), clock=CLOCK)
@@ -309,6 +322,7 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
     out = tmp_path / "out.json"
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_XDIST_")}
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+    env["GEMMZOO_CACHE_DIR"] = str(tmp_path / "cache")
     run = subprocess.run(
         [sys.executable, "-m", "pytest", str(tmp_path), "-p", "no:cacheprovider", "-q", "--benchmark-only",
          "--benchmark-max-time=0.05", f"--benchmark-json={out}", "--rootdir", str(tmp_path)],
@@ -316,6 +330,8 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
     )
     assert "2 failed, 2 passed" in run.stdout, run.stdout + run.stderr
     assert "WrongResultError" in run.stdout and "wrong-cuda" in run.stdout
+    # given a pass, the wrong backend is caught by the check of the benchmarked problem itself
+    assert "WrongResultError: wrong-cuda: 24x16x8-float32-NN: 1 of 384 elements outside" in run.stdout
     assert "TimerNotSetError" in run.stdout
     data = json.loads(out.read_text())
     names = {b["name"] for b in data["benchmarks"]}
