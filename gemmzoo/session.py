@@ -18,7 +18,7 @@ import contextvars
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gemmzoo.config import Config
@@ -96,12 +96,30 @@ class Session:
 
     @property
     def registry(self) -> Registry:
-        """The backends this session sees: its own registry, else the process's."""
+        """The backends this session sees: its own registry, else the process's (built on first
+        use under this session's plugin settings)."""
         if self._registry is not None:
             return self._registry
         from gemmzoo.registry import get_registry
 
-        return get_registry()
+        return get_registry(self.config)
+
+    def select(self, names: Sequence[str] | None = None) -> list[Any]:
+        """The backends named, else those of this session's ``backends`` (``GEMMZOO_BACKENDS``),
+        else all of them (:meth:`Registry.select <gemmzoo.registry.Registry.select>`)."""
+        return self.registry.select(list(names) if names else list(self.config.backends))
+
+    def drift(self, backend: Any) -> str | None:
+        """What moved in ``backend``'s name, device or dtypes since this session's registry
+        registered it, or ``None`` (:meth:`Registry.drift <gemmzoo.registry.Registry.drift>`)."""
+        return self.registry.drift(backend)
+
+    def unavailable_reason(self, backend: Any) -> str | None:
+        """``backend.unavailable_reason()``, guarded and remembered for the process, its members
+        checked against this session's registry (:func:`gemmzoo.registry.unavailable_reason`)."""
+        from gemmzoo.registry import unavailable_reason
+
+        return unavailable_reason(backend, self.registry)
 
     def store(self) -> TuningStore:
         """The tuning database in ``config.cache_dir``, opened on first use in each process."""

@@ -492,7 +492,7 @@ def _prior_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: 
     session = current()
     named = set(session.config.backends)
     registry = session.registry
-    offered = {b.name: b for b in registry.select(None)
+    offered = {b.name: b for b in session.select()
                if b.device == device and dtype in b.dtypes and accepts(accuracy, accuracy_of(b))
                and (declared(b, "selectable") or b.name in named)}
     routes = {name: declared(b, "prior_routes") or () for name, b in offered.items()}

@@ -25,7 +25,6 @@ from typing import Any
 from gemmzoo.accuracy import accuracy_of
 from gemmzoo.backend import declared
 from gemmzoo.grids import GridPoint
-from gemmzoo.registry import drift
 from gemmzoo.session import current
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import ConformanceRecord, Record, TuningStore
@@ -54,7 +53,7 @@ def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bo
     (:mod:`gemmzoo.problems`) the verdict is for, earned by that class's cases alone, so a fault in
     one class never takes a backend's other classes with it. Verdicts of the classes beyond gemm
     are kept in the session, not in the database."""
-    if drift(backend) is not None:  # not the backend that was registered: no verdict of any other
+    if current().drift(backend) is not None:  # not the backend that was registered: no verdict of any other
         return False
     device = device_fingerprint(backend.device)
     versions = verdict_versions(backend)
@@ -193,7 +192,7 @@ def tune(
     or ``"skipped"`` (unavailable, or failed conformance; record None) for each backend and point.
     """
     store = state.store()
-    chosen = [declared(b, "for_tuning") for b in current().registry.select(backends)]
+    chosen = [declared(b, "for_tuning") for b in current().select(backends)]
     made: list[Record] = []
     with state.lock:
         for point in points:
