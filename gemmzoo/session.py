@@ -27,6 +27,7 @@ from gemmzoo.plan_cache import PlanCache
 if TYPE_CHECKING:
     from gemmzoo.registry import Registry
     from gemmzoo.tuning.db import TuningStore
+    from gemmzoo.tuning.tune import LoopPolicy
 
 Prior = Callable[[tuple[int, int, int], str, str], str | None]
 """``prior(shape, dtype, device)``: a backend name for a problem nothing measured ranks, or ``None``."""
@@ -50,13 +51,16 @@ class Session:
     backend name (or ``None``), tried first among the default candidates when nothing measured
     ranks them (default: no prior, the default order alone). It must be pure and cheap: no I/O.
 
+    ``loops`` says which backends' loops of calls a measurement times and a ranking reads
+    (:class:`gemmzoo.tuning.tune.LoopPolicy`; default: its defaults).
+
     ``with session:`` makes it the current session inside the block (nested blocks stack);
     ``session.matmul``, ``best_backend``, ``backends`` and ``get_backend`` do the same for one
     call. :meth:`close` closes the databases it opened.
     """
 
     def __init__(self, config: Config | None = None, *, registry: Registry | None = None,
-                 prior: Prior | None = None, **overrides: Any) -> None:
+                 prior: Prior | None = None, loops: LoopPolicy | None = None, **overrides: Any) -> None:
         base = Config.from_environ() if config is None else config
         self.config: Config = base.replace(**overrides) if overrides else base
         if registry is None:  # made inside another session's block: the same backends
@@ -64,6 +68,7 @@ class Session:
             registry = outer._registry if outer is not None else None
         self._registry = registry
         self.prior = prior
+        self.loops = loops
         self.lock = threading.RLock()
         """Held while a question is answered the slow way, so one session never measures twice at once."""
         self.answers: dict[tuple[Any, ...], Any] = {}

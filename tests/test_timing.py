@@ -180,7 +180,7 @@ def test_measure_records_times_the_contenders_loops_in_interleaved_rounds(monkey
     monkeypatch.setattr("gemmzoo.gpu_stream.default_gpu", lambda: events)
     # A loaded host stretches the launch paths' wall time many times over: the loop limit and the
     # long GEMM sit far above anything load makes of them, so that load cannot change who contends.
-    monkeypatch.setattr(tune_module, "LOOP_LIMIT_S", 0.05)
+    loops = tune_module.LoopPolicy(limit_s=0.05)
     slow = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.0006, name="slow")
     fast = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.0003, name="fast")
     long = FakeCudaBackend(events, gemm_s=0.1, name="long")  # far slower on the device: no loops
@@ -203,7 +203,7 @@ def test_measure_records_times_the_contenders_loops_in_interleaved_rounds(monkey
         return real_rounds(problems, device_s, *args, **kwargs)
 
     monkeypatch.setattr(measure_module, "interleaved_caller_timings", spy)
-    records = tune_module.measure_records([slow, fast, long], POINT, budget_s=0.02, verify=True)
+    records = tune_module.measure_records([slow, fast, long], POINT, budget_s=0.02, verify=True, loops=loops)
     assert calls == [["fast", "slow"]]  # the contenders, fastest caller time first
     by_name = {r.backend: r for r in records}
     assert by_name["slow"].loop_s > by_name["fast"].loop_s >= fast.launch_s
