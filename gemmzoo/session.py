@@ -26,11 +26,13 @@ from gemmzoo.plan_cache import PlanCache
 
 if TYPE_CHECKING:
     from gemmzoo.registry import Registry
+    from gemmzoo.tuning.choose import Problem
     from gemmzoo.tuning.db import TuningStore
     from gemmzoo.tuning.tune import LoopPolicy
 
-Prior = Callable[[tuple[int, int, int], str, str], str | None]
-"""``prior(shape, dtype, device)``: a backend name for a problem nothing measured ranks, or ``None``."""
+Prior = Callable[["Problem"], str | None]
+"""``prior(problem)``: a backend name for a problem nothing measured ranks, or ``None``
+(``problem``: a :class:`gemmzoo.tuning.choose.Problem`)."""
 
 _current: contextvars.ContextVar[Session] = contextvars.ContextVar("gemmzoo_session")
 # The default session, made on first use: a one-slot list so that making it needs no `global`.
@@ -47,9 +49,14 @@ class Session:
     gives a registry of its own (default: that of the session current where it is made, else the
     process's, loaded from the entry points).
 
-    ``prior`` answers an unmeasured problem: a callable ``prior(shape, dtype, device)`` giving a
-    backend name (or ``None``), tried first among the default candidates when nothing measured
-    ranks them (default: no prior, the default order alone). It must be pure and cheap: no I/O.
+    ``prior`` answers an unmeasured problem: a callable ``prior(problem)`` (a
+    :class:`gemmzoo.tuning.choose.Problem`: shape, dtype, device, layout, the caller's array
+    library, the accuracy accepted) giving a backend name, or ``None``. With nothing measured at
+    or near the problem on its device, the backend it names answers first, once available,
+    reachable with the caller's arrays and conforming here (only that backend is probed);
+    otherwise it is tried first among the default candidates. Default: the shipped prior
+    (:func:`gemmzoo.tuning.prior.shipped`, the routes the backends declare). It must be cheap
+    and do no I/O; one that raises counts as no advice.
 
     ``loops`` says which backends' loops of calls a measurement times and a ranking reads
     (:class:`gemmzoo.tuning.tune.LoopPolicy`; default: its defaults).
@@ -67,7 +74,7 @@ class Session:
             outer = _current.get(None)
             registry = outer._registry if outer is not None else None
         self._registry = registry
-        self.prior = prior
+        self.prior: Prior = _shipped_prior() if prior is None else prior
         self.loops = loops
         self.lock = threading.RLock()
         """Held while a question is answered the slow way, so one session never measures twice at once."""
@@ -203,6 +210,12 @@ class Session:
     def get_backend(self, name: str) -> Any:
         """The backend called ``name`` (an unknown name raises an error listing the known ones)."""
         return self.registry.get(name)
+
+
+def _shipped_prior() -> Prior:
+    from gemmzoo.tuning.prior import shipped
+
+    return shipped
 
 
 def current() -> Session:
