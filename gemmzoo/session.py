@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gemmzoo.config import Config
-from gemmzoo.plan_cache import PlanCache
+from gemmzoo.plan_cache import CACHE_SIZE, LRUCache, PlanCache
 
 if TYPE_CHECKING:
     from gemmzoo.registry import Registry
@@ -58,6 +58,10 @@ class Session:
     (:func:`gemmzoo.tuning.prior.shipped`, the routes the backends declare). It must be cheap
     and do no I/O; one that raises counts as no advice.
 
+    ``cache_size`` bounds each per-problem cache (the answers, the plans): past it, the least
+    recently used problem is forgotten first and answered or planned again when it comes back
+    (default :data:`gemmzoo.plan_cache.CACHE_SIZE`).
+
     ``loops`` says which backends' loops of calls a measurement times and a ranking reads
     (:class:`gemmzoo.tuning.tune.LoopPolicy`; default: its defaults).
 
@@ -67,7 +71,8 @@ class Session:
     """
 
     def __init__(self, config: Config | None = None, *, registry: Registry | None = None,
-                 prior: Prior | None = None, loops: LoopPolicy | None = None, **overrides: Any) -> None:
+                 prior: Prior | None = None, loops: LoopPolicy | None = None, cache_size: int = CACHE_SIZE,
+                 **overrides: Any) -> None:
         base = Config.from_environ() if config is None else config
         self.config: Config = base.replace(**overrides) if overrides else base
         if registry is None:  # made inside another session's block: the same backends
@@ -78,9 +83,11 @@ class Session:
         self.loops = loops
         self.lock = threading.RLock()
         """Held while a question is answered the slow way, so one session never measures twice at once."""
-        self.answers: dict[tuple[Any, ...], Any] = {}
-        """``best_backend`` answers by (shape, dtype, device, measure, layout, accuracy, by)."""
-        self.plan_cache = PlanCache()
+        self.cache_size = cache_size
+        self.answers: LRUCache = LRUCache(cache_size)
+        """``best_backend`` answers by (shape, dtype, device, measure, layout, accuracy, by): at most
+        ``cache_size``, the least recently used forgotten first."""
+        self.plan_cache = PlanCache(cache_size)
         """``gemmzoo.matmul``'s plans; they embed answers, so :meth:`forget_answers` replaces it."""
         self.verdicts: dict[tuple[str, str, str, str], bool] = {}
         """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
@@ -170,7 +177,7 @@ class Session:
         """Drop cached answers and the plans built on them (new measurements were stored)."""
         self.answers.clear()
         # After the answers: a plan made from an old answer goes to the old cache, read by nobody.
-        self.plan_cache = PlanCache()
+        self.plan_cache = PlanCache(self.cache_size)
 
     def close(self) -> None:
         """Close the databases this session opened in this process, and forget its answers and
