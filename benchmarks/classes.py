@@ -4,7 +4,7 @@ own call, in one run.
     python benchmarks/classes.py [--problem TEXT ...] [--model NAME --tokens T] [--device cuda|cpu]
                                  [--json PATH]
 
-Problems are text forms of :mod:`gemmzoo.problems` (``bmm:32x2048x2048x128``,
+Problems are text forms of :mod:`gemmzoo.problems.classes` (``bmm:32x2048x2048x128``,
 ``scaled:rowwise:8192x8192x8192``, ``grouped:g8:4096x7168:m=512``); without any, a default set
 of attention, FP8 and mixture-of-experts problems runs (smaller ones with ``--device cpu``). The
 baselines are ``torch.matmul`` (batched), ``torch._scaled_mm`` row-wise or tensor-wise (scaled;
@@ -12,12 +12,12 @@ block-wise problems have none in torch, their baseline is the ``torch`` backend'
 product) and the loop of one ``torch.mm`` per group (grouped); ``torch._grouped_mm`` is timed
 beside them where the installed torch has it. Each backend is timed only after it passed its
 class's conformance cases in this run, calling its own method on operands it made
-(:func:`gemmzoo.class_bench.call_of`). On CUDA every time is ``triton.testing.do_bench``'s median
+(:func:`gemmzoo.scale.class_bench.call_of`). On CUDA every time is ``triton.testing.do_bench``'s median
 (L2 flushed); on the CPU the median of loops of calls. Each row prints the time, TFLOPS and the
 ratio baseline/time (above 1: faster than torch). ``--model`` runs a model's grid, its dense
 projections against ``torch.mm`` with the backend ``gemmzoo.best_backend`` picks (which measures
 a shape it has not met; ``gemmzoo tune`` first makes that quick)
-(:mod:`gemmzoo.model_grids`) and prints its GEMM time per forward pass, best backend against the
+(:mod:`gemmzoo.problems.model_grids`) and prints its GEMM time per forward pass, best backend against the
 baseline, each point weighted by its count.
 """
 
@@ -63,7 +63,7 @@ def operands(problem: Any, device: str, dtype: Any) -> dict[str, Any]:
     """Random torch operands of ``problem`` on ``device`` (fp8 values drawn in range)."""
     import torch
 
-    from gemmzoo.problems import scale_shapes
+    from gemmzoo.problems.classes import scale_shapes
 
     gen = torch.Generator(device="cpu").manual_seed(0)
 
@@ -122,10 +122,10 @@ def baselines(problem: Any, ops: dict[str, Any]) -> dict[str, Any]:
 
 def contenders(problem: Any, device: str) -> tuple[dict[str, Any], dict[str, str]]:
     """Each available backend declaring the class, as a call of its own method on operands it made,
-    once it passed its class's cases (:mod:`gemmzoo.class_bench`)."""
+    once it passed its class's cases (:mod:`gemmzoo.scale.class_bench`)."""
     import gemmzoo
-    from gemmzoo.class_bench import call_of, verdict
-    from gemmzoo.class_bench import contenders as declaring
+    from gemmzoo.scale.class_bench import call_of, verdict
+    from gemmzoo.scale.class_bench import contenders as declaring
 
     calls, refused = {}, {}
     for backend in declaring(problem, [b for b in gemmzoo.backends() if b.device == device]):
@@ -143,7 +143,7 @@ def contenders(problem: Any, device: str) -> tuple[dict[str, Any], dict[str, str
 def run_problem(text: str, device: str, dtype_name: str) -> dict[str, Any]:
     import torch
 
-    from gemmzoo.problems import parse_problem
+    from gemmzoo.problems.classes import parse_problem
 
     problem = parse_problem(text, dtype=dtype_name)
     ops = operands(problem, device, getattr(torch, dtype_name))
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = list(args.problem)
     points = []
     if args.model:
-        from gemmzoo.model_grids import model_grid
+        from gemmzoo.problems.model_grids import model_grid
 
         points = model_grid(args.model, args.tokens, args.dtype)
         problems += [p.problem.text() for p in points]
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
     summary = None
     if points:
-        from gemmzoo.model_grids import weighted_summary
+        from gemmzoo.problems.model_grids import weighted_summary
 
         times = {r["problem"]: r["seconds"] for r in results}
         by_problem = {r["problem"]: r["baseline"] for r in results}

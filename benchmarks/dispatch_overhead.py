@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     if torch is not None:
         torch.set_num_threads(1)
         if args.dispatch == "compiled":
-            from gemmzoo import dispatch as dispatch_module
             from gemmzoo import native
+            from gemmzoo.dispatch import matmul as dispatch_module
 
             try:
                 dispatch_module.use_compiled(native.build())

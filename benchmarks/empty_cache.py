@@ -52,7 +52,7 @@ def main() -> None:
     import torch
 
     import gemmzoo
-    from gemmzoo.dispatch import backend_for
+    from gemmzoo.dispatch.matmul import backend_for
 
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")

@@ -314,7 +314,7 @@ def target_groups(rounds: Rounds, device: str, budget_s: float, only: list[str] 
 
     import gemmzoo
     from gemmzoo import TF32Array
-    from gemmzoo.dispatch import backend_for
+    from gemmzoo.dispatch.matmul import backend_for
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     problems = TARGET_PROBLEMS if device == "cuda" else CPU_TARGET_PROBLEMS
@@ -403,9 +403,9 @@ def _against_compile(row: dict[str, Any], peer: Any, budget_s: float, device: st
     the rounds' ratios."""
     import gemmzoo
     from gemmzoo import TF32Array
-    from gemmzoo.dispatch import backend_for
-    from gemmzoo.grids import GridPoint
+    from gemmzoo.dispatch.matmul import backend_for
     from gemmzoo.measure import measure
+    from gemmzoo.problems.grids import GridPoint
 
     m, n, k, dtype, layout = row["problem"]
     a, b = _target_operands(m, n, k, dtype, layout, device)
@@ -508,7 +508,7 @@ def _choose_dispatch(wanted: str) -> str:
         module = native.build()
     except native.CompiledDispatchError as error:
         return f"python ({error})"
-    from gemmzoo import dispatch
+    from gemmzoo.dispatch import matmul as dispatch
 
     dispatch.use_compiled(module)  # where build() does not do it itself
     return "compiled"
@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = Rounds(args.rounds, most, args.ratio_noise)
     given = None
     if args.shape:
-        from gemmzoo.grids import points_from_text
+        from gemmzoo.problems.grids import points_from_text
 
         given = [(p.m, p.n, p.k, p.dtype, p.layout) for p in points_from_text(args.shape, ["float16"])]
     cache = os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-hot-path-")

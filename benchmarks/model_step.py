@@ -115,9 +115,9 @@ def problems_of_a_step(model: Any, tokens: torch.Tensor, targets: torch.Tensor
                        ) -> dict[Problem, tuple[int, str, tuple[torch.Tensor, torch.Tensor]]]:
     """Every product one gemmzoo step runs: its count, the backend ``gemmzoo.matmul`` runs it on,
     and detached example operands (forward products through the model's ``matmul``, backward ones
-    through :mod:`gemmzoo.autograd`'s calls of ``gemmzoo.dispatch.matmul``)."""
+    through :mod:`gemmzoo.dispatch.autograd`'s calls of ``gemmzoo.dispatch.matmul.matmul``)."""
     import gemmzoo
-    from gemmzoo import dispatch
+    from gemmzoo.dispatch import matmul as dispatch
 
     found: dict[Problem, list[Any]] = {}
 

@@ -10,7 +10,7 @@ scale_out.json the compare verdict counts at the default threshold.
 
 Needs two CUDA GPUs. Steps (each command's output ends up in the printed log):
 
-1. the GPU check against the host check (``gemmzoo.verify``): the same verdict and error ratio at
+1. the GPU check against the host check (``gemmzoo.conformance.verify``): the same verdict and error ratio at
    2048³ fp16, a planted wrong element caught, and the time of each at 4096³ fp32;
 2. a warm-up sweep over the grid on both GPUs with a tiny budget, so that Triton's compiled
    kernels and autotuning results (kept on disk) are there for both timed runs alike;
@@ -101,9 +101,9 @@ def verify_check() -> dict[str, object]:
     import gemmzoo
     from gemmzoo.conformance.bounds import error_bound, reference
     from gemmzoo.conformance.judge import CheckFailedError, judge_result
-    from gemmzoo.grids import GridPoint
+    from gemmzoo.conformance.verify import device_reference
     from gemmzoo.measure import make_problem
-    from gemmzoo.verify import device_reference
+    from gemmzoo.problems.grids import GridPoint
 
     backend = gemmzoo.get_backend("torch")
     found: dict[str, object] = {}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gemmzoo.backend import Backend, TF32Array
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.contract.backend import Backend, TF32Array
+from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.errors import (
     BackendUnavailableError,
     GemmError,
@@ -20,7 +20,7 @@ from gemmzoo.errors import (
     UnknownBackendError,
 )
 from gemmzoo.hookspecs import hookimpl, hookspec
-from gemmzoo.registry import get_registry  # noqa: F401 - the process's registry, for tools and tests
+from gemmzoo.plugins.registry import get_registry  # noqa: F401 - the process's registry, for tools and tests
 
 __version__ = "0.1.0"
 
@@ -72,11 +72,11 @@ def __getattr__(name: str) -> Any:
     elif name == "best_backend":
         from gemmzoo.tuning.select import best_backend as found
     elif name == "matmul":
-        from gemmzoo.dispatch import matmul as found
+        from gemmzoo.dispatch.matmul import matmul as found
     elif name == "scaled_mm":
-        from gemmzoo.class_api import scaled_mm as found
+        from gemmzoo.dispatch.classes import scaled_mm as found
     elif name == "grouped_mm":
-        from gemmzoo.class_api import grouped_mm as found
+        from gemmzoo.dispatch.classes import grouped_mm as found
     else:
         raise AttributeError(f"module 'gemmzoo' has no attribute {name!r}")
     globals()[name] = found

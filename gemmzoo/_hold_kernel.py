@@ -1,6 +1,6 @@
 """The stream-hold kernel in Triton, for machines with torch and Triton but no CuPy.
 
-Imported only by :mod:`gemmzoo.gpu_stream` when a hold is first needed (Triton compiles from
+Imported only by :mod:`gemmzoo.measure.gpu_stream` when a hold is first needed (Triton compiles from
 this file's source).
 """
 

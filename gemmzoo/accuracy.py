@@ -26,7 +26,7 @@ ACCURACY_CLASSES: tuple[str, ...] = (COMPONENTWISE, NORMWISE)
 
 def accuracy_of(backend: Any) -> Any:
     """The accuracy class ``backend`` declares; componentwise for one that declares none."""
-    from gemmzoo.backend import declared
+    from gemmzoo.contract.backend import declared
 
     return declared(backend, "accuracy")
 

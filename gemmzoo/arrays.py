@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from gemmzoo.backend import TF32Array
-from gemmzoo.dtypes import DTYPES
-from gemmzoo.registry import probe_timeout
-from gemmzoo.watchdog import call as watched
+from gemmzoo.contract.backend import TF32Array
+from gemmzoo.contract.dtypes import DTYPES
+from gemmzoo.plugins.registry import probe_timeout
+from gemmzoo.plugins.watchdog import call as watched
 
 _KINDS: dict[type, str] = {}
 _DTYPE_NAMES: dict[Any, str | None] = {}
@@ -65,7 +65,7 @@ def device_of(array: Any, kind: str) -> str:
 def native_kind(backend: Any, dtype: str) -> str | None:
     """Which library's arrays ``backend`` computes on for ``dtype`` (learned once from a 1x1
     ``from_numpy``), or ``None`` when they are none of NumPy, torch and CuPy, or when the probe
-    raises or overruns the watchdog's limit (:mod:`gemmzoo.watchdog`; a backend of another
+    raises or overruns the watchdog's limit (:mod:`gemmzoo.plugins.watchdog`; a backend of another
     distribution only)."""
     key = (id(backend), dtype)
     try:

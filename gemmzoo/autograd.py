@@ -23,7 +23,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from gemmzoo.backend import TF32Array
+from gemmzoo.contract.backend import TF32Array
 
 Plan = Callable[[Any, Any], Any]
 Multiply = Callable[..., Any]
@@ -87,7 +87,7 @@ def differentiable(forward: Plan, multiply: Multiply, backend: Any, accuracy: st
                    tf32: bool) -> Plan:
     """The plan of a problem whose operands require grad: ``forward`` (the plan of the detached
     operands) inside an autograd function whose backward products go through ``multiply``
-    (``gemmzoo.matmul``, handed in by :mod:`gemmzoo.dispatch`: this module imports no dispatch).
+    (``gemmzoo.matmul``, handed in by :mod:`gemmzoo.dispatch.matmul`: this module imports no dispatch).
     ``tf32``: the operands and the result are :class:`~gemmzoo.TF32Array` wrappers."""
     import torch
 

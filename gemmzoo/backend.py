@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.errors import GemmInputError
 
 
@@ -171,12 +171,12 @@ class Backend:
     #: its device time is then the wall time of loops of calls, each loop ended by its
     #: ``synchronize`` (:mod:`gemmzoo.measure.timers`), an upper bound that includes launch time.
     stream_ordered: bool = True
-    #: How close to the exact product the result is promised to be (``gemmzoo.accuracy``):
+    #: How close to the exact product the result is promised to be (``gemmzoo.contract.accuracy``):
     #: ``"componentwise"`` (every classical GEMM) or the weaker ``"normwise"`` (Strassen-like
     #: algorithms). The conformance suite checks the declared class's bound, and ``best_backend``
     #: and ``gemmzoo.matmul`` pick a normwise backend only for a caller who accepts that class.
     accuracy: str = "componentwise"
-    #: The problem classes this backend computes (:mod:`gemmzoo.problems`): ``"gemm"`` (``matmul``,
+    #: The problem classes this backend computes (:mod:`gemmzoo.problems.classes`): ``"gemm"`` (``matmul``,
     #: every backend), ``"batched"`` (:meth:`bmm`), ``"scaled"`` (:meth:`scaled_mm`) and
     #: ``"grouped"`` (:meth:`grouped_mm`). A backend declares a class only when it implements its
     #: method; the conformance suite checks each declared class, and ``gemmzoo.matmul``,
@@ -229,7 +229,7 @@ class Backend:
     def scaled_mm(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: str) -> Any:
         """The ``"scaled"`` class: float8_e4m3fn native arrays A (M×K) and B (K×N), float32
         scales (native arrays or NumPy arrays) of the shapes
-        :func:`gemmzoo.problems.scale_shapes` gives for tensorwise, rowwise or blockwise scaling
+        :func:`gemmzoo.problems.classes.scale_shapes` gives for tensorwise, rowwise or blockwise scaling
         → a new native array C (M×N) of ``out_dtype`` (``"bfloat16"``, ``"float16"`` or
         ``"float32"``) holding ``(A·scale_a)(B·scale_b)``, each scale multiplying the elements of
         its row or block, as ``torch._scaled_mm`` does."""

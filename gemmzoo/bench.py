@@ -3,10 +3,10 @@
 Each (backend, point) becomes a :class:`BenchResult` whose status says what happened: ``ok``
 (conforming result, timed), ``wrong`` (outside the conformance bound: never shown as a speed),
 ``error`` (the backend raised), ``timeout`` (the check and timing took longer than the time limit,
-see :mod:`gemmzoo.watchdog`: the backend is then quarantined and its later points are ``timeout``
+see :mod:`gemmzoo.plugins.watchdog`: the backend is then quarantined and its later points are ``timeout``
 at once), or ``unsupported`` (the backend does not declare the dtype).
 A result has device, host and caller time per call (see :mod:`gemmzoo.measure`) and where the
-device is known its roofline (:mod:`gemmzoo.roofline`). With ``rounds`` > 1 the backends are
+device is known its roofline (:mod:`gemmzoo.measure.roofline`). With ``rounds`` > 1 the backends are
 measured in interleaved rounds (each round visits every point and, in a rotated order, every
 backend) and each backend's samples of all rounds are merged, so a drift of the machine during
 the run falls on every backend alike.
@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gemmzoo.accuracy import accuracy_of
-from gemmzoo.device import device_info, peak_tflops
-from gemmzoo.grids import GridPoint
-from gemmzoo.inert import inert
+from gemmzoo.contract.accuracy import accuracy_of
 from gemmzoo.measure import NOISE_TARGET, Measurement, WrongResultError, measure
-from gemmzoo.roofline import Roofline, roofline
-from gemmzoo.watchdog import BackendTimeoutError, idle_workers_ended
-from gemmzoo.watchdog import call as watched
+from gemmzoo.measure.device import device_info, peak_tflops
+from gemmzoo.measure.roofline import Roofline, roofline
+from gemmzoo.plugins.inert import inert
+from gemmzoo.plugins.watchdog import BackendTimeoutError, idle_workers_ended
+from gemmzoo.plugins.watchdog import call as watched
+from gemmzoo.problems.grids import GridPoint
 
 OK, WRONG, ERROR, UNSUPPORTED, TIMEOUT = "ok", "wrong", "error", "unsupported", "timeout"
 #: How far below the roofline floor a time may read (clock and datasheet rounding) before it is
@@ -45,7 +45,7 @@ class BenchResult:
     measurement: Measurement | None = None
     detail: str = ""
     peak_tflops: float | None = None
-    #: The backend's accuracy class (:mod:`gemmzoo.accuracy`), whose bound judged the result.
+    #: The backend's accuracy class (:mod:`gemmzoo.contract.accuracy`), whose bound judged the result.
     accuracy: str = "componentwise"
     roof: Roofline | None = None
 
@@ -137,7 +137,7 @@ def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str 
     :data:`gemmzoo.measure.TIMERS`) under the thread policy (``threads``, see
     :mod:`gemmzoo.measure.threads`), sampling until the median's noise is at most ``noise_target``
     or the budget is spent (0: the whole budget), within ``timeout`` seconds (``"default"``: the
-    watchdog's, :func:`gemmzoo.watchdog.default_timeout`; ``None``: no limit); failures become a
+    watchdog's, :func:`gemmzoo.plugins.watchdog.default_timeout`; ``None``: no limit); failures become a
     status, not an exception."""
     accuracy = str(accuracy_of(backend))
     if point.dtype not in backend.dtypes:
@@ -159,7 +159,7 @@ def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str 
 
 
 def _text(error: BaseException) -> str:
-    """The error's message, its control characters written out (:mod:`gemmzoo.inert`)."""
+    """The error's message, its control characters written out (:mod:`gemmzoo.plugins.inert`)."""
     try:
         return inert(str(error), lines=True)
     except Exception:  # an exception whose own __str__ raises

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gemmzoo.accuracy import accuracy_of
-from gemmzoo.device import device_info
-from gemmzoo.grids import GridPoint
+from gemmzoo.contract.accuracy import accuracy_of
 from gemmzoo.measure import Measurement, Timing
-from gemmzoo.roofline import roofline
+from gemmzoo.measure.device import device_info
+from gemmzoo.measure.roofline import roofline
+from gemmzoo.problems.grids import GridPoint
 
 
 def extra_info(backend: Any, point: GridPoint, error_ratio: float, rel_error: float,
@@ -19,7 +19,7 @@ def extra_info(backend: Any, point: GridPoint, error_ratio: float, rel_error: fl
 
     ``host`` is the host time per call (``None``: the same as the median, as on the CPU).
     ``peak_percent``, ``peak_tflops`` and the roofline fields are ``None`` on devices gemmzoo has
-    no figures for (see :mod:`gemmzoo.device` and :mod:`gemmzoo.roofline`).
+    no figures for (see :mod:`gemmzoo.measure.device` and :mod:`gemmzoo.measure.roofline`).
     """
     info = device_info(backend.device)
     record: dict[str, Any] = {

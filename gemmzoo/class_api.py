@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from gemmzoo.backend import TF32Array, shape_text
-from gemmzoo.class_math import batched_problem, declared_classes, offsets_problem, scaled_problem
-from gemmzoo.dispatch import _convert, _to_host, array_kind, device_of, dtype_of, native_kind
-from gemmzoo.dtypes import DTYPES
-from gemmzoo.dtypes import dtype_name as name_of_dtype
+from gemmzoo.contract.backend import TF32Array, shape_text
+from gemmzoo.contract.dtypes import DTYPES
+from gemmzoo.contract.dtypes import dtype_name as name_of_dtype
+from gemmzoo.dispatch.matmul import _convert, _to_host, array_kind, device_of, dtype_of, native_kind
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
-from gemmzoo.problems import SCALED_OUT_DTYPES
+from gemmzoo.problems.class_math import batched_problem, declared_classes, offsets_problem, scaled_problem
+from gemmzoo.problems.classes import SCALED_OUT_DTYPES
 from gemmzoo.tuning import state as _state
 
 
@@ -108,10 +108,10 @@ def choose(cls: str, dtype: str, device: str, kind: str, problem_text: str = "")
 def best_class_backend(problem: str, dtype: str | None = None, device: str | None = None,
                        library: str = "torch") -> Any:
     """The backend ``gemmzoo.matmul`` (batched), ``gemmzoo.scaled_mm`` or ``gemmzoo.grouped_mm``
-    computes a class problem with (its text form, :mod:`gemmzoo.problems`), without measuring:
+    computes a class problem with (its text form, :mod:`gemmzoo.problems.classes`), without measuring:
     the stored winner when ``gemmzoo tune`` measured it, else the first available candidate
     computing on ``library``'s arrays. ``device``: cuda where a candidate is there, else cpu."""
-    from gemmzoo.problems import parse_problem
+    from gemmzoo.problems.classes import parse_problem
 
     parsed = parse_problem(problem, dtype=dtype or "float32")
     devices = [device] if device else ["cuda", "cpu"]
@@ -161,7 +161,7 @@ def _native_route(backend: Any, dtype: str, kind: str, device: str) -> str | Non
 def _host_result(h: np.ndarray, kind: str, like: Any, dtype: str) -> Any:
     """A host result ``h`` as an array of ``like``'s library and device, in gemmzoo dtype ``dtype``."""
     if kind == "numpy":
-        from gemmzoo.fp8 import BFLOAT16
+        from gemmzoo.contract.fp8 import BFLOAT16
 
         return h.astype(BFLOAT16 if dtype == "bfloat16" else np.dtype(dtype))
     if kind == "cupy":
@@ -252,7 +252,7 @@ def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = "b
 
 def _fp8_values(x: np.ndarray) -> np.ndarray:
     """E4M3 values as float32 (exact), which ``from_numpy(x, "float8_e4m3fn")`` rounds to themselves."""
-    from gemmzoo.fp8 import e4m3_to_float32, is_e4m3
+    from gemmzoo.contract.fp8 import e4m3_to_float32, is_e4m3
 
     return e4m3_to_float32(x) if is_e4m3(x) else x.astype(np.float32)
 
@@ -336,7 +336,7 @@ def batched_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Callab
     """The plan of ``gemmzoo.matmul`` for operands of more than two dimensions (…×M×K and
     …×K×N, batch dimensions broadcast as ``torch.matmul``): a backend's ``bmm`` where it declares
     the batched class and computes on the caller's arrays, else one 2-D plan
-    (:func:`gemmzoo.dispatch.make_plan`) called on each matrix of the broadcast batch. torch
+    (:func:`gemmzoo.dispatch.matmul.make_plan`) called on each matrix of the broadcast batch. torch
     operands that require grad take the second route, whose 2-D products are differentiable."""
     if type(a) is TF32Array or type(b) is TF32Array:
         raise _error("matmul", "batched TF32Array operands are not supported; pass 2-D ones", A=a, B=b)
@@ -385,7 +385,7 @@ def _named_plain(backend: Any) -> Any:
 
 def _looped_plan(a: Any, b: Any, batch: tuple[int, ...], backend: Any, accuracy: str, by: str,
                  kind: str) -> Callable[[Any, Any], Any]:
-    from gemmzoo.dispatch import make_plan
+    from gemmzoo.dispatch.matmul import make_plan
 
     m, n = a.shape[-2], b.shape[-1]
     count = int(np.prod(batch)) if batch else 1
@@ -439,6 +439,6 @@ def _empty_result(a: Any, batch: tuple[int, ...], m: int, n: int, kind: str) -> 
         import cupy
 
         return cupy.zeros((*batch, m, n), dtype=a.dtype)
-    from gemmzoo.fp8 import BFLOAT16
+    from gemmzoo.contract.fp8 import BFLOAT16
 
     return np.zeros((*batch, m, n), dtype=BFLOAT16 if fp8 else a.dtype)

@@ -1,4 +1,4 @@
-"""Checking and timing backends on problems of the classes beyond gemm (:mod:`gemmzoo.problems`):
+"""Checking and timing backends on problems of the classes beyond gemm (:mod:`gemmzoo.problems.classes`):
 what ``gemmzoo bench --shape CLASS:...`` and ``gemmzoo tune --shape CLASS:...`` run.
 
 Each available backend that declares the problem's class and dtype on its device first runs that
@@ -8,7 +8,7 @@ on random operands made by their own ``from_numpy`` (scales and offsets as array
 backend's library on its device), calling the class's method directly: on CUDA
 ``triton.testing.do_bench``'s median where Triton is installed (L2 flushed between calls), else
 CUDA events around loops of calls; on the CPU the median of timed loops of calls. Each result is
-a record of the result-file format (:mod:`gemmzoo.result_schema`) with ``class`` and ``problem``.
+a record of the result-file format (:mod:`gemmzoo.results.schema`) with ``class`` and ``problem``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from gemmzoo.backend import declared
-from gemmzoo.class_math import declared_classes
-from gemmzoo.problems import Problem, scale_shapes
+from gemmzoo.contract.backend import declared
+from gemmzoo.problems.class_math import declared_classes
+from gemmzoo.problems.classes import Problem, scale_shapes
 
 #: Seconds of calls per timed loop on the CPU, and loops.
 CPU_LOOP_S = 0.05

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from gemmzoo.problems import BLOCK, CLASSES, scaling_of
+from gemmzoo.problems.classes import BLOCK, CLASSES, scaling_of
 
 
 def declared_classes(backend: Any) -> frozenset[str]:
@@ -24,7 +24,7 @@ def declared_classes(backend: Any) -> frozenset[str]:
 
 
 def expand_scale(scale: np.ndarray, scaling: str, rows: int, cols: int, operand: str) -> np.ndarray:
-    """``scale`` (float, of the shape :func:`gemmzoo.problems.scale_shapes` gives) spread to one
+    """``scale`` (float, of the shape :func:`gemmzoo.problems.classes.scale_shapes` gives) spread to one
     float64 value per element of ``operand`` ("A": M×K, "B": K×N) of ``rows``×``cols``."""
     s = np.asarray(scale, dtype=np.float64)
     if scaling == "tensorwise":

@@ -35,9 +35,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemmzoo.bench import OK, UNSUPPORTED, BenchResult
-from gemmzoo.grids import GridPoint
-from gemmzoo.runs import Run
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.results.runs import Run
+from gemmzoo.scale.bench import OK, UNSUPPORTED, BenchResult
 
 DEFAULT_THRESHOLD = 0.05
 SAME, FASTER, SLOWER, AMBIGUOUS = "same", "faster", "slower", "ambiguous"

@@ -7,7 +7,7 @@ result cross over through DLPack (``torch.from_numpy`` / ``.numpy()`` between Nu
 the CPU), which shares memory instead of copying. A backend on another device than the caller's
 (only when named explicitly) receives host copies through ``from_numpy``, and its result is
 copied back. On torch tensors that require grad the result is differentiable: both backward
-products go through ``gemmzoo.matmul`` too (see :mod:`gemmzoo.autograd`).
+products go through ``gemmzoo.matmul`` too (see :mod:`gemmzoo.dispatch.autograd`).
 
 The work of a call is done once per *problem* (array types, shapes, strides, dtypes, devices): a
 plan is made then (:func:`make_plan`) and kept, and later calls go straight through it. Which
@@ -24,12 +24,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gemmzoo.arrays import array_kind, device_of, dtype_of, native_kind
-from gemmzoo.backend import TF32Array, is_self_checking, shape_text
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.arrays.libraries import array_kind, device_of, dtype_of, native_kind
+from gemmzoo.contract.backend import TF32Array, is_self_checking, shape_text
+from gemmzoo.contract.dtypes import DTYPES
+from gemmzoo.dispatch.plan_cache import PlanCache
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
-from gemmzoo.plan_cache import PlanCache
-from gemmzoo.registry import unavailable_reason
+from gemmzoo.plugins.registry import unavailable_reason
 from gemmzoo.session import _current, _default, current
 from gemmzoo.session import default as _default_session
 from gemmzoo.tuning.select import RANK_BY, plan_choice
@@ -86,7 +86,7 @@ def _to_host(x: Any, kind: str) -> np.ndarray:
     if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds every value exactly
         x = x.float()
     if x.dtype == getattr(torch, "float8_e4m3fn", None):  # nor float8: ml_dtypes' array of its bytes
-        from gemmzoo.fp8 import E4M3
+        from gemmzoo.contract.fp8 import E4M3
 
         return x.view(torch.uint8).cpu().numpy().view(E4M3)
     return x.cpu().numpy()
@@ -98,7 +98,7 @@ def _from_host(h: np.ndarray, kind: str, like: Any, dtype: str = "") -> Any:
     fp8 = dtype == "float8_e4m3fn"
     if kind == "numpy":
         if fp8:
-            from gemmzoo.fp8 import BFLOAT16
+            from gemmzoo.contract.fp8 import BFLOAT16
 
             return h.astype(BFLOAT16)
         return h.astype(like.dtype, copy=False)
@@ -188,9 +188,9 @@ def use_compiled(module: Any) -> None:
 
 def _compiled_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, Any] | None:
     """The plan of torch operands ``a`` and ``b`` (or TF32Array of them; made and kept, if new)
-    with its form for the compiled dispatch (:func:`gemmzoo.backend.torch_mm_form`), or ``None``
+    with its form for the compiled dispatch (:func:`gemmzoo.contract.backend.torch_mm_form`), or ``None``
     where no plan is kept (an unhashable backend object)."""
-    from gemmzoo.backend import torch_mm_form
+    from gemmzoo.contract.backend import torch_mm_form
 
     cache = current().plan_cache
     key = _KEYS[type(a)](a, b, backend, accuracy, by)
@@ -218,7 +218,7 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
            by: str = "caller") -> Any:
     """``C = A·B`` for NumPy, CuPy or torch arrays of one type, device and dtype: 2-D, or batched
     (…×M×K and …×K×N, batch dimensions broadcast as ``torch.matmul`` does; see
-    :func:`gemmzoo.class_api.batched_plan`).
+    :func:`gemmzoo.dispatch.classes.batched_plan`).
 
     ``backend`` is a backend name, a :class:`~gemmzoo.Backend`, or ``None`` for the backend
     ``best_backend`` stores for this problem on this machine (without measuring: see
@@ -227,7 +227,7 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
     The result has the caller's array type, device and dtype; for float8_e4m3fn operands (torch
     ``float8_e4m3fn`` tensors, or NumPy arrays of ``ml_dtypes.float8_e4m3fn``) its dtype is
     bfloat16 (a torch tensor, or an ``ml_dtypes.bfloat16`` array). On torch tensors that require
-    grad (with grad mode on) the result is differentiable (:mod:`gemmzoo.autograd`).
+    grad (with grad mode on) the result is differentiable (:mod:`gemmzoo.dispatch.autograd`).
 
     The first call for a problem makes a plan: every check, the choice of backend, the
     conversions and the backend's own :meth:`~gemmzoo.Backend.prepare`. Later calls with operands
@@ -235,7 +235,7 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
     error that names what is wrong.
 
     ``accuracy="normwise"`` lets the choice fall on a backend of the normwise accuracy class
-    (:mod:`gemmzoo.accuracy`); a backend named in ``backend`` is used whatever its class.
+    (:mod:`gemmzoo.contract.accuracy`); a backend named in ``backend`` is used whatever its class.
     ``by="device"`` ranks the candidates by device time alone instead of caller time (the larger
     of device and host time per call): for programs that replay their products in CUDA graphs,
     where the host work of a call is not repeated.
@@ -360,7 +360,7 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
     the shapes and what is wrong, and ``ValueError`` for an unknown ``by``.
     """
     if len(getattr(a, "shape", ())) > 2 or len(getattr(b, "shape", ())) > 2:  # the batched class
-        from gemmzoo.class_api import batched_plan
+        from gemmzoo.dispatch.classes import batched_plan
 
         return batched_plan(a, b, backend, accuracy, by)
     a, b, kind, dtype, tf32, (m, n, k), device = _checked(a, b, by)
@@ -394,7 +394,7 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
         return TF32Array(c) if tf32 else c
 
     if kind == "torch" and target == "cupy" and min(m, n, k) > 0:  # views planned once, no DLPack per call
-        from gemmzoo.torch_cupy import bridged_or
+        from gemmzoo.arrays.torch_cupy import bridged_or
 
         plan = bridged_or(plan, run, wrap(a), wrap(b), tf32)
     return _checking_b(plan, a, backend, accuracy, by, tf32) if kind == "torch" else plan
@@ -402,11 +402,11 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
 
 def _differentiable_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str, dtype: str,
                         tf32: bool) -> Callable[[Any, Any], Any]:
-    """The plan of torch operands of which one or both require grad (see :mod:`gemmzoo.autograd`)."""
+    """The plan of torch operands of which one or both require grad (see :mod:`gemmzoo.dispatch.autograd`)."""
     if dtype == "float8_e4m3fn":
         raise _input_error("float8_e4m3fn operands that require grad are not supported (its product "
                            "is bfloat16); detach them", a, b)
-    from gemmzoo.autograd import differentiable
+    from gemmzoo.dispatch.autograd import differentiable
 
     wrap = TF32Array if tf32 else _same
     forward = make_plan(wrap(a.detach()), wrap(b.detach()), backend, accuracy, by)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from gemmzoo.host_work import each_block
+from gemmzoo.measure.host_work import each_block
 
 #: The NumPy dtype of E4M3 arrays (from ml_dtypes).
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -35,7 +35,7 @@ E4M3_MAX = 448.0
 
 #: Elements rounded at a time by :func:`to_e4m3`: a chunk's temporaries stay in the CPU's caches,
 #: where those of a whole large operand (a dozen arrays of its size) made rounding it several times
-#: slower. Blocks of chunks are rounded in parallel threads (:mod:`gemmzoo.host_work`).
+#: slower. Blocks of chunks are rounded in parallel threads (:mod:`gemmzoo.measure.host_work`).
 CHUNK = 1 << 16
 
 

@@ -96,7 +96,7 @@ class _TritonHolder:
     def __init__(self) -> None:
         import torch
 
-        from gemmzoo._hold_kernel import hold_kernel
+        from gemmzoo.measure._hold_kernel import hold_kernel
 
         self._kernel = hold_kernel
         self._pinned = torch.ones(_FLAG_SLOTS, dtype=torch.int32).pin_memory()

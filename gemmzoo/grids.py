@@ -11,10 +11,10 @@ A grid is a list of (M, N, K) shapes; :func:`get_grid` crosses it with dtypes an
   counts M from 1 (decode) to 4096 (prefill);
 - ``odd``: misaligned and prime sizes (1, 3, 1000, 4097, ...).
 
-Grids of the problem classes beyond gemm (:mod:`gemmzoo.problems`) are lists of their text forms,
+Grids of the problem classes beyond gemm (:mod:`gemmzoo.problems.classes`) are lists of their text forms,
 in :data:`CLASS_GRIDS` (``attention``, ``fp8-scaled``, ``moe``, ``classes-smoke``); ``bench`` and
 ``tune`` take them as ``--grid NAME``, and a model's forward pass as ``--grid model:NAME[@TOKENS]``
-(:mod:`gemmzoo.model_grids`).
+(:mod:`gemmzoo.problems.model_grids`).
 
 Plugins may add grids through the ``gemmzoo_register_grids(register)`` hook. Custom points come
 from text (``512x512x512``, optionally ``-float16-NT`` as in :attr:`GridPoint.id`) or from a CSV or
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gemmzoo.config import environment_value
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.errors import GemmError
 
 LAYOUTS = ("NN", "NT", "TN", "TT")
@@ -153,8 +153,8 @@ _BUILTIN_GRIDS = (
 
 def _plugin_grids() -> list[Grid]:
     """Grids registered by plugins through ``gemmzoo_register_grids``; a failing plugin warns."""
-    from gemmzoo.plugin_source import plugin_roots, raised_at
-    from gemmzoo.registry import warn_at_plugin
+    from gemmzoo.plugins.registry import warn_at_plugin
+    from gemmzoo.plugins.source import plugin_roots, raised_at
     from gemmzoo.session import current
 
     found: list[Grid] = []
@@ -181,7 +181,7 @@ def _plugin_grids() -> list[Grid]:
     return found
 
 
-#: Named grids of the classes beyond gemm: problems in their text forms (:mod:`gemmzoo.problems`).
+#: Named grids of the classes beyond gemm: problems in their text forms (:mod:`gemmzoo.problems.classes`).
 CLASS_GRIDS: dict[str, tuple[str, ...]] = {
     "classes-smoke": ("bmm:4x32x32x16", "bmm:2x1x24x40x16", "scaled:rowwise:32x48x64",
                       "scaled:blockwise:32x256x256", "grouped:g4:32x48:m=8", "grouped:32x48:m=5,0,1,20"),

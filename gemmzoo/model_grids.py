@@ -1,7 +1,7 @@
 """Grids of the products real models run, built from their public configurations, with how many
 times each runs in one forward pass.
 
-A model grid is a list of :class:`ModelPoint`: a problem of any class (:mod:`gemmzoo.problems`)
+A model grid is a list of :class:`ModelPoint`: a problem of any class (:mod:`gemmzoo.problems.classes`)
 and its count per forward pass of ``tokens`` tokens (one prefill of that many tokens, batch 1).
 Dense projections are ``gemm`` problems (fused QKV, attention output, fused gate/up, down, the
 LM head); attention scores and values are ``batched`` problems (one matrix per head);
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gemmzoo.problems import Problem
+from gemmzoo.problems.classes import Problem
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The per-problem caches a session keeps: ``gemmzoo.matmul``'s plans (see :mod:`gemmzoo.dispatch`)
+"""The per-problem caches a session keeps: ``gemmzoo.matmul``'s plans (see :mod:`gemmzoo.dispatch.matmul`)
 and ``best_backend``'s answers, each bounded, forgetting the least recently used problem first.
 
 A program that meets many distinct problems (every sequence length of a model, say) pays the
@@ -71,7 +71,7 @@ class PlanCache:
     pair one problem's key with another's plan.
 
     The lookup on the hot path is a plain dictionary read followed by ``plans.move_to_end(key)``
-    (see :func:`gemmzoo.dispatch._dispatch`); :meth:`keep` forgets the least recently used plans
+    (see :func:`gemmzoo.dispatch.matmul._dispatch`); :meth:`keep` forgets the least recently used plans
     past ``size``.
     """
 

@@ -3,7 +3,7 @@
 Used by gemmzoo's pytest plugin and :mod:`gemmzoo.benchmarks`; see docs/benchmarks.md. Only
 pytest-benchmark's public API is used here: the ``benchmark`` mark (``timer=``, ``group=``),
 ``benchmark.pedantic``, ``benchmark.stats`` and ``benchmark.extra_info``. What each benchmark
-records is :mod:`gemmzoo.benchmark_info`; running under pytest-xdist is :mod:`gemmzoo.pytest_xdist`.
+records is :mod:`gemmzoo.results.benchmark_info`; running under pytest-xdist is :mod:`gemmzoo.pytest.xdist`.
 
 CPU backends are timed by pytest-benchmark as usual (its calibration, its timer). CUDA backends
 are timed with :data:`DEVICE_CLOCK`, a :class:`gemmzoo.measure.DeviceClock` that
@@ -30,8 +30,6 @@ from typing import Any
 
 import pytest
 
-from gemmzoo.benchmark_info import extra_info
-from gemmzoo.grids import GridPoint, parse_point
 from gemmzoo.measure import (
     MAX_QUEUED_CALLS,
     NOISE_TARGET,
@@ -49,6 +47,8 @@ from gemmzoo.measure import (
     stream_ordered,
 )
 from gemmzoo.measure.contention import ContentionWatch
+from gemmzoo.problems.grids import GridPoint, parse_point
+from gemmzoo.results.benchmark_info import extra_info
 
 DEVICE_CLOCK = DeviceClock()
 """The process's device clock; every CUDA benchmark param names it as its timer."""
@@ -87,7 +87,7 @@ def benchmark_params(backends: Sequence[Any], points: Sequence[GridPoint]) -> li
     problem) and, for CUDA backends, the device clock as timer. An unavailable backend is one
     skipped param that says why.
     """
-    from gemmzoo.registry import unavailable_reason
+    from gemmzoo.plugins.registry import unavailable_reason
 
     params, usable = [], []
     for backend in backends:
@@ -182,7 +182,7 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
         if benchmark.enabled and clock.reads == reads:
             raise TimerNotSetError(
                 f"{backend.name}: {point.id}: the benchmark's timer is not the device clock; mark the test "
-                "with pytest.mark.benchmark(timer=gemmzoo.pytest_bench.DEVICE_CLOCK)")
+                "with pytest.mark.benchmark(timer=gemmzoo.pytest.bench.DEVICE_CLOCK)")
         timing = (f"{clock.engine.method}; each round the median of {calls} GEMMs run back to back, "
                   "the next round's already queued")
         extra["calls_per_round"] = calls
@@ -212,7 +212,7 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
     info = extra_info(backend, point, checked.error_ratio, checked.rel_error, median, timing, host)
     info.update(extra)
     if backend.device == "cuda":  # the GPU that measured it, and its state right after
-        from gemmzoo.gpu_state import gpu_state
+        from gemmzoo.measure.gpu_state import gpu_state
 
         info["gpu"] = gpu_state()
     benchmark.extra_info.update(info)

@@ -20,7 +20,7 @@ claims coverage it does not have.
 
 Under pytest-xdist, a run of gemmzoo's benchmarks (see :func:`runs_gemm_benchmarks`) gives each
 worker its own GPU and has its benchmarks sent to the controller, which reports them all (see
-:mod:`gemmzoo.pytest_xdist`).
+:mod:`gemmzoo.pytest.xdist`).
 A run that collects no GEMM benchmark keeps pytest-benchmark's own behaviour.
 """
 
@@ -33,7 +33,7 @@ import pytest
 
 from gemmzoo.conformance import conformance_cases, input_checks, random_cases
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.contract.dtypes import DTYPES
 
 _BENCH_FIXTURES = ("gemm_backend", "gemm_point")
 _ONLY = pytest.StashKey[bool]()
@@ -42,7 +42,7 @@ _GPU_ASSIGNED = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from gemmzoo.grids import LAYOUTS
+    from gemmzoo.problems.grids import LAYOUTS
 
     group = parser.getgroup("gemmzoo")
     group.addoption(
@@ -86,8 +86,8 @@ def runs_gemm_benchmarks(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.hasplugin("benchmark") or not runs_gemm_benchmarks(config):
         return
-    from gemmzoo import pytest_xdist
     from gemmzoo.adapters import pytest_benchmark
+    from gemmzoo.pytest import xdist as pytest_xdist
 
     if not pytest_xdist.requested(config):
         return
@@ -111,8 +111,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.stash.get(_XDIST, False):
         return
-    from gemmzoo import pytest_xdist
     from gemmzoo.adapters import pytest_benchmark
+    from gemmzoo.pytest import xdist as pytest_xdist
 
     if config.stash.get(_ONLY, False):
         pytest_benchmark.set_only(config)
@@ -122,7 +122,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if session.config.stash.get(_XDIST, False):
-        from gemmzoo import pytest_xdist
+        from gemmzoo.pytest import xdist as pytest_xdist
 
         pytest_xdist.export_from_worker(session.config)
 
@@ -132,7 +132,7 @@ def pytest_testnodedown(node: object, error: object) -> None:
     output = getattr(node, "workeroutput", None)
     config = getattr(node, "config", None)
     if output and config is not None and config.stash.get(_XDIST, False):
-        from gemmzoo import pytest_xdist
+        from gemmzoo.pytest import xdist as pytest_xdist
 
         pytest_xdist.import_from_worker(config, output)
 
@@ -150,8 +150,9 @@ def _unavailable_param(backend: Any, reason: str) -> Any:
 
 
 def _benchmark_params(metafunc: pytest.Metafunc) -> None:
-    from gemmzoo import pytest_bench, pytest_xdist
-    from gemmzoo.grids import GridError, resolve_points
+    from gemmzoo.problems.grids import GridError, resolve_points
+    from gemmzoo.pytest import bench as pytest_bench
+    from gemmzoo.pytest import xdist as pytest_xdist
 
     config = metafunc.config
     if not config.stash.get(_GPU_ASSIGNED, False):
@@ -189,7 +190,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     fixture = wanted[0]
     params = []
-    from gemmzoo.registry import unavailable_reason
+    from gemmzoo.plugins.registry import unavailable_reason
 
     for backend in selected_backends(metafunc.config):
         reason = unavailable_reason(backend)  # guarded: a broken plugin is skipped, not a crash

@@ -9,10 +9,10 @@ Backend names of gemmzoo's own distribution are reserved: its entry points load 
 backend of any other distribution that claims one of their names is refused. Between two other
 distributions the first by entry-point name keeps the name.
 
-A backend's members are checked once, at registration (:func:`gemmzoo.validation.backend_problem`).
+A backend's members are checked once, at registration (:func:`gemmzoo.contract.validation.backend_problem`).
 Whether it is usable is asked through :func:`unavailable_reason`, which every command and API
 uses: it checks the members again, calls the backend's ``unavailable_reason()`` under the
-watchdog's time limit (:mod:`gemmzoo.watchdog`), turns an exception, a hang or a reason that is
+watchdog's time limit (:mod:`gemmzoo.plugins.watchdog`), turns an exception, a hang or a reason that is
 not a string into a reason of its own, and remembers the answer for the rest of the process.
 """
 
@@ -30,11 +30,12 @@ from typing import Any
 import pluggy
 
 from gemmzoo import hookspecs
-from gemmzoo.code_digest import code_digest
 from gemmzoo.config import Config
+from gemmzoo.contract.validation import backend_problem, describe_backend
 from gemmzoo.errors import PluginError, PluginWarning, UnknownBackendError
-from gemmzoo.inert import inert
-from gemmzoo.plugin_source import (
+from gemmzoo.plugins.code_digest import code_digest
+from gemmzoo.plugins.inert import inert
+from gemmzoo.plugins.source import (
     Location,
     defined_at,
     format_location,
@@ -43,9 +44,8 @@ from gemmzoo.plugin_source import (
     plugin_roots,
     raised_at,
 )
-from gemmzoo.validation import backend_problem, describe_backend
-from gemmzoo.watchdog import BackendTimeoutError, quarantined
-from gemmzoo.watchdog import call as watched
+from gemmzoo.plugins.watchdog import BackendTimeoutError, quarantined
+from gemmzoo.plugins.watchdog import call as watched
 
 ENTRY_POINT_GROUP = "gemmzoo"
 #: The distribution whose backend names are reserved.
@@ -296,7 +296,7 @@ class Registry:
         return None
 
     def code_digest(self, name: str) -> str:
-        """The digest of the code backend ``name`` runs (:mod:`gemmzoo.code_digest`), taken on first
+        """The digest of the code backend ``name`` runs (:mod:`gemmzoo.plugins.code_digest`), taken on first
         use in this process: the code imported is the code that runs until the process ends."""
         found = self._digests.get(name)
         if found is None:

@@ -15,11 +15,11 @@ from typing import Any, TextIO
 
 from rich.table import Table
 
-from gemmzoo.atomic_file import write_atomically
-from gemmzoo.bench import OK, UNSUPPORTED, WRONG, BenchResult
 from gemmzoo.cli.output import Column, Listing, build_table, plain_text
-from gemmzoo.grids import GridPoint
-from gemmzoo.inert import inert
+from gemmzoo.plugins.inert import inert
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.results.atomic_file import write_atomically
+from gemmzoo.scale.bench import OK, UNSUPPORTED, WRONG, BenchResult
 from gemmzoo.tuning.select import Timed, preference, rank
 
 CSV_FIELDS = (
@@ -278,7 +278,7 @@ def json_document(results: Sequence[BenchResult], environment: dict[str, Any] | 
                   command: str | None = None, baseline: str | None = None, meta: dict[str, Any] | None = None,
                   extras: Sequence[dict[str, Any]] | None = None) -> str:
     """The text :func:`write_json` writes."""
-    from gemmzoo.result_schema import FORMAT, VERSION, finite
+    from gemmzoo.results.schema import FORMAT, VERSION, finite
 
     records = _records(results)
     if extras is not None:
@@ -305,9 +305,9 @@ def write_json(results: Sequence[BenchResult], path: str | Path, environment: di
                command: str | None = None, baseline: str | None = None, meta: dict[str, Any] | None = None,
                extras: Sequence[dict[str, Any]] | None = None) -> None:
     """``{"format", "version", "created", "command", "environment", "results": [...], "summary":
-    [...]}`` (the result format of :mod:`gemmzoo.result_schema`); NaN written as null.
+    [...]}`` (the result format of :mod:`gemmzoo.results.schema`); NaN written as null.
 
-    ``meta`` adds top-level keys (``shard``, ``devices``, ``interrupted``: see :mod:`gemmzoo.runs`);
+    ``meta`` adds top-level keys (``shard``, ``devices``, ``interrupted``: see :mod:`gemmzoo.results.runs`);
     ``extras[i]`` adds keys to the i-th result (``gpu``: the GPU that measured it and its state then).
     Written atomically: a failed write leaves an earlier file at ``path`` whole."""
     write_atomically(path, json_document(results, environment, command, baseline, meta, extras) + "\n")

@@ -2,16 +2,16 @@
 
 Everything is inline (hand-written SVG, a few lines of CSS and of script for the hover tips), so
 the file opens offline and can be mailed or attached to an issue. For each run: per-backend
-geomean and fast_p against its baseline (:func:`gemmzoo.report.summaries`), a speed-up heatmap
+geomean and fast_p against its baseline (:func:`gemmzoo.results.report.summaries`), a speed-up heatmap
 per dtype (problems by size × backends, caller time over the baseline's), the winner of each
-problem (:func:`gemmzoo.report.winner`, ``best_backend``'s tie rule), a roofline scatter
+problem (:func:`gemmzoo.results.report.winner`, ``best_backend``'s tie rule), a roofline scatter
 (achieved TFLOPS against arithmetic intensity, with the device's roof where its peak and
 bandwidth are known), the statuses and conformance verdicts per backend and dtype, and the
 machines that measured (the run's environment and each worker's device fingerprint). With two
-runs or more, each later run beside the first, row by row, with :mod:`gemmzoo.compare`'s verdicts.
+runs or more, each later run beside the first, row by row, with :mod:`gemmzoo.results.compare`'s verdicts.
 
 Every text that comes from a result file (names, commands, details, fingerprints) is escaped;
-the runs were checked whole before they got here (:func:`gemmzoo.runs.load_run`). Hovering a
+the runs were checked whole before they got here (:func:`gemmzoo.results.runs.load_run`). Hovering a
 cell shows its times, noise and the command that measures it again.
 """
 
@@ -25,9 +25,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gemmzoo.bench import OK, UNSUPPORTED, BenchResult
-from gemmzoo.grids import GridPoint
-from gemmzoo.runs import Run
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.results.runs import Run
+from gemmzoo.scale.bench import OK, UNSUPPORTED, BenchResult
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
            "#9c755f", "#bab0ac", "#1f77b4", "#2ca02c")
@@ -103,7 +103,7 @@ def reproduce(result: BenchResult) -> str:
 
 
 def _tip(result: BenchResult, base: BenchResult | None = None) -> str:
-    from gemmzoo.compare import noise
+    from gemmzoo.results.compare import noise
 
     p = result.point
     lines = [f"{result.backend}  {p.m}x{p.n}x{p.k} {p.dtype} {p.layout}", f"status: {result.status}"]
@@ -128,7 +128,7 @@ def _by_dtype(results: Sequence[BenchResult]) -> dict[str, dict[GridPoint, dict[
 
 
 def _heatmap(rows: dict[GridPoint, dict[str, BenchResult]], backends: list[str], baseline: str | None) -> str:
-    from gemmzoo.report import verdicts
+    from gemmzoo.results.report import verdicts
 
     points = sorted(rows, key=_point_key)
     width, height = LABEL_W + CELL_W * len(backends) + 10, 24 + CELL_H * len(points) + 4
@@ -166,7 +166,7 @@ def _heatmap(rows: dict[GridPoint, dict[str, BenchResult]], backends: list[str],
 
 
 def _winners(rows: dict[GridPoint, dict[str, BenchResult]], colours: dict[str, str]) -> str:
-    from gemmzoo.report import winner
+    from gemmzoo.results.report import winner
 
     points = sorted(rows, key=_point_key)
     per_line, size = 25, 26
@@ -201,7 +201,7 @@ def _bandwidth(result: BenchResult, extra: dict[str, Any]) -> float | None:
 
 
 def _roofline(run: Run, colours: dict[str, str]) -> str:
-    from gemmzoo.roofline import bytes_moved
+    from gemmzoo.measure.roofline import bytes_moved
 
     extras = run.extras if len(run.extras) == len(run.results) else [{}] * len(run.results)
     pairs = [(r, e) for r, e in zip(run.results, extras, strict=True) if r.status == OK and r.tflops]
@@ -254,7 +254,7 @@ def _roofline(run: Run, colours: dict[str, str]) -> str:
 
 
 def _summary_table(results: Sequence[BenchResult]) -> str:
-    from gemmzoo.report import summaries
+    from gemmzoo.results.report import summaries
 
     found = summaries(results)
     if not found:
@@ -324,7 +324,7 @@ def _machines(run: Run) -> str:
 
 
 def _run_section(number: int, label: str, run: Run) -> str:
-    from gemmzoo.report import summaries
+    from gemmzoo.results.report import summaries
 
     backends = list(dict.fromkeys(r.backend for r in run.results))
     colours = _colours(backends)
@@ -354,7 +354,7 @@ def _run_section(number: int, label: str, run: Run) -> str:
 
 
 def _compare_section(runs: Sequence[Run], run_labels: Sequence[str], threshold: float) -> str:
-    from gemmzoo.compare import compare_runs, summary
+    from gemmzoo.results.compare import compare_runs, summary
 
     rows = compare_runs(runs, threshold)
     counts = summary(rows)
@@ -389,8 +389,8 @@ def _median(result: BenchResult | None) -> float | None:
 
 
 def render(runs: Sequence[Run], title: str = "gemmzoo report", threshold: float | None = None) -> str:
-    """The whole HTML page for ``runs`` (already checked: :func:`gemmzoo.runs.load_run`)."""
-    from gemmzoo.compare import DEFAULT_THRESHOLD, labels
+    """The whole HTML page for ``runs`` (already checked: :func:`gemmzoo.results.runs.load_run`)."""
+    from gemmzoo.results.compare import DEFAULT_THRESHOLD, labels
 
     run_labels = labels(runs)
     made = datetime.now(timezone.utc).isoformat(timespec="seconds")

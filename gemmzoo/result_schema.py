@@ -12,7 +12,7 @@ output, every JSON file in ``docs/results/``) is one JSON object::
      "results": [result, ...], "summary": [...]}
 
 Each result is one backend on one problem; :data:`RESULT_FIELDS` declares every field, its type
-and its bounds. A result of a problem class beyond gemm (:mod:`gemmzoo.problems`) says so in
+and its bounds. A result of a problem class beyond gemm (:mod:`gemmzoo.problems.classes`) says so in
 ``class`` and names its problem in ``problem`` (its text form, which must agree with ``class``,
 ``m``, ``n``, ``k`` and ``dtype``); a result without ``class`` is a ``gemm`` one, so files written
 before the classes existed read as they always did. Fields a file has that are not declared
@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.errors import GemmError
-from gemmzoo.problems import CLASSES
+from gemmzoo.problems.classes import CLASSES
 
 FORMAT = "gemmzoo-results"
 VERSION = 1
@@ -225,7 +225,7 @@ _RATE = number()
 RESULT_FIELDS: dict[str, Check] = {
     "backend": text(nullable=False),
     "class": choice(CLASSES, nullable=True),  # absent or null: "gemm"
-    "problem": text(),  # a class problem's text form (gemmzoo.problems)
+    "problem": text(),  # a class problem's text form (gemmzoo.problems.classes)
     "device": choice(DEVICES),
     "point": text(),
     "m": integer(1, MAX_SIZE, nullable=False),
@@ -388,7 +388,7 @@ def _check_class(record: dict[str, Any]) -> None:
         if kind != "gemm":
             raise FieldError(f"missing: a {kind} result names its problem", ("field 'problem'",))
         return
-    from gemmzoo.problems import parse_problem
+    from gemmzoo.problems.classes import parse_problem
 
     try:
         problem = parse_problem(text_form, dtype=record["dtype"])

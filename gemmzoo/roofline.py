@@ -1,7 +1,7 @@
 """Speed of light: how close a GEMM's time is to the device's floor for it.
 
 The floor of a problem is ``max(flops / peak, bytes / bandwidth)``: the device cannot compute
-faster than its datasheet peak for the dtype (:func:`gemmzoo.device.peak_tflops`) nor move A, B
+faster than its datasheet peak for the dtype (:func:`gemmzoo.measure.device.peak_tflops`) nor move A, B
 and C through memory faster than its copy bandwidth. The bandwidth is measured once per device
 (a device-to-device copy, read and write counted) and stored in the tuning database, keyed by
 the device fingerprint. Which term is the larger says which bound applies: ``"compute"`` or
@@ -15,8 +15,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from gemmzoo.device import peak_tflops
-from gemmzoo.grids import GridPoint
+from gemmzoo.measure.device import peak_tflops
+from gemmzoo.problems.grids import GridPoint
 
 #: Bytes per element of A and B, and of C, for each dtype.
 ELEMENT_BYTES: dict[str, tuple[int, int]] = {
@@ -95,7 +95,7 @@ def bandwidth(device: str) -> float | None:
 def measure_copy_bandwidth(repeats: int = 10, gpu: Any = None) -> float:
     """Bytes per second (read plus write) of a device-to-device copy of :data:`COPY_BYTES`,
     the median of ``repeats`` copies timed with CUDA events."""
-    from gemmzoo.gpu_stream import default_gpu, torch_cuda
+    from gemmzoo.measure.gpu_stream import default_gpu, torch_cuda
 
     gpu = gpu or default_gpu()
     if torch_cuda():

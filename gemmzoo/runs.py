@@ -1,6 +1,6 @@
 """Result files of ``gemmzoo bench --json``: read back, and the parts of a split sweep merged.
 
-The format is :mod:`gemmzoo.result_schema`'s; every file is checked whole before it is used. A
+The format is :mod:`gemmzoo.results.schema`'s; every file is checked whole before it is used. A
 ``"shard"`` (``{"index", "count", "grid", "points"}``: the part, the number of parts, the grid's
 digest and its number of points) marks one part of a split grid, ``"devices"`` the workers on
 several GPUs that measured it. Each result may carry ``"gpu"``: the GPU that measured it and its
@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gemmzoo.bench import OK, BenchResult
 from gemmzoo.errors import GemmError
-from gemmzoo.grids import GridPoint
 from gemmzoo.measure import Measurement, Timing
-from gemmzoo.result_schema import (
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.results.schema import (
     RESULT_FIELDS,
     FieldError,
     ResultFileError,
@@ -29,6 +28,7 @@ from gemmzoo.result_schema import (
     parse_document,
     shown,
 )
+from gemmzoo.scale.bench import OK, BenchResult
 
 _KNOWN = {"backend", "device", "point", "m", "n", "k", "dtype", "layout", "accuracy", "status", "median_s",
           "q1_s", "q3_s", "samples", "method", "tflops", "peak_tflops", "peak_percent", "error_ratio",
@@ -63,7 +63,7 @@ def result_from_dict(record: dict[str, Any]) -> BenchResult:
     """The :class:`BenchResult` that ``BenchResult.as_dict`` wrote (``null`` read back as NaN); a
     result of a problem class beyond gemm is the backend's name followed by ``[problem]``, so
     that runs side by side pair it only with the same problem.
-    ``record`` must have passed :func:`gemmzoo.result_schema.check_result`."""
+    ``record`` must have passed :func:`gemmzoo.results.schema.check_result`."""
     point = GridPoint(int(record["m"]), int(record["n"]), int(record["k"]), record["dtype"],
                       record.get("layout") or "NN")
     backend = record["backend"]
@@ -90,7 +90,7 @@ def result_from_dict(record: dict[str, Any]) -> BenchResult:
 
 
 def load_run(path: str | Path) -> Run:
-    """Read one result file, checked whole first (:mod:`gemmzoo.result_schema`); raises
+    """Read one result file, checked whole first (:mod:`gemmzoo.results.schema`); raises
     :class:`RunFileError` naming the file, the entry and the field when it is not one."""
     data = parse_document(path)
     if isinstance(data, dict) and "benchmarks" in data and "results" not in data:
@@ -99,7 +99,7 @@ def load_run(path: str | Path) -> Run:
 
 
 def run_from_text(text: str, name: str) -> Run:
-    """A result document held in memory (the JSON text :func:`gemmzoo.report.json_document`
+    """A result document held in memory (the JSON text :func:`gemmzoo.results.report.json_document`
     makes), checked as a file would be; ``name`` stands for its path in messages."""
     import json
 

@@ -15,7 +15,7 @@ free, costliest first, and the results come back in the grid's order as one run.
 overlapped with the sweep: the points are queued as soon as they are known
 (:meth:`DevicePool.submit`, before the parent has checked its backends), so each worker starts
 measuring the moment its own warm-up is done, while the other workers and the parent are still
-starting. :class:`DevicePool` is the engine; :mod:`gemmzoo.scale_jobs` holds what a worker does
+starting. :class:`DevicePool` is the engine; :mod:`gemmzoo.scale.jobs` holds what a worker does
 for ``bench`` and ``tune``.
 """
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gemmzoo.config import environment_value, process_environment
-from gemmzoo.grids import GridError, GridPoint
+from gemmzoo.problems.grids import GridError, GridPoint
 
 
 class ShardError(GridError):
@@ -126,7 +126,7 @@ def visible_gpus(environ: dict[str, str] | None = None,
 
 
 def _nvml_count() -> int | None:
-    from gemmzoo.gpu_state import gpu_count
+    from gemmzoo.measure.gpu_state import gpu_count
 
     return gpu_count()
 

@@ -3,20 +3,20 @@
 An executor takes a *job* (a picklable callable of one grid point: a module-level function or a
 ``functools.partial`` of one) and the sweep's points, runs the job on every point in workers that
 each own one GPU share, and hands back, in the points' order, ``("ok", value)`` or ``("error",
-text)`` per point with a :class:`gemmzoo.scale.WorkerReport` per worker
+text)`` per point with a :class:`gemmzoo.scale.shards.WorkerReport` per worker
 (:meth:`Executor.run`). ``on_done(point, worker, outcome)`` hears each point as it finishes.
 
-- ``local``: one process per GPU of this machine (:class:`gemmzoo.scale.DevicePool`).
+- ``local``: one process per GPU of this machine (:class:`gemmzoo.scale.shards.DevicePool`).
 - ``slurm``: a Slurm job array through submitit, one array task per GPU share
-  (:mod:`gemmzoo.scale_slurm`).
-- ``ray``: Ray actors, one per GPU (``num_gpus=1``) (:mod:`gemmzoo.scale_ray`).
+  (:mod:`gemmzoo.scale.slurm_executor`).
+- ``ray``: Ray actors, one per GPU (``num_gpus=1``) (:mod:`gemmzoo.scale.ray_executor`).
 
 The engine executors keep each finished point in a *results folder* (:class:`PointFolder`): one
 small JSON file per point, written atomically by whoever measured it. A point whose file is there
 is never measured again: a requeued Slurm task, a point handed to another worker after its first
 worker died, or the same command run again with the same folder all skip it, and each point is
 counted once. Files in the folder are read back through the result-file parser
-(:func:`gemmzoo.result_schema.parse_document`): bounded, checked, never trusted as code.
+(:func:`gemmzoo.results.schema.parse_document`): bounded, checked, never trusted as code.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from gemmzoo.errors import GemmError
-from gemmzoo.grids import GridPoint
-from gemmzoo.scale import WorkerReport
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.scale.shards import WorkerReport
 
 EXECUTORS = ("local", "slurm", "ray")
 
@@ -115,11 +115,11 @@ def make_executor(settings: ExecutorSettings) -> Executor:
     if settings.name == "local":
         return LocalExecutor(settings)
     if settings.name == "slurm":
-        from gemmzoo.scale_slurm import SlurmExecutor
+        from gemmzoo.scale.slurm_executor import SlurmExecutor
 
         return SlurmExecutor(settings)
     if settings.name == "ray":
-        from gemmzoo.scale_ray import RayExecutor
+        from gemmzoo.scale.ray_executor import RayExecutor
 
         return RayExecutor(settings)
     raise ExecutorError(f"--executor {settings.name!r}: expected one of {', '.join(EXECUTORS)}")
@@ -140,10 +140,10 @@ class Executor:
 
 
 class LocalExecutor(Executor):
-    """One process per GPU of this machine (``settings.devices``; :class:`gemmzoo.scale.DevicePool`).
+    """One process per GPU of this machine (``settings.devices``; :class:`gemmzoo.scale.shards.DevicePool`).
 
     ``pool``: a pool started earlier (its workers warming up while the caller got ready), whose
-    sweep may already be queued (:meth:`gemmzoo.scale.DevicePool.submit`: then its points are the
+    sweep may already be queued (:meth:`gemmzoo.scale.shards.DevicePool.submit`: then its points are the
     ones run); ``warm``: what a new pool's workers run first. A worker that dies costs the point
     it was on (an error outcome); the others finish the rest."""
 
@@ -156,7 +156,7 @@ class LocalExecutor(Executor):
 
     def run(self, job: Callable[[GridPoint], Any], points: Sequence[GridPoint],
             on_done: OnDone | None = None) -> tuple[list[Outcome], list[WorkerReport]]:
-        from gemmzoo.scale import DevicePool
+        from gemmzoo.scale.shards import DevicePool
 
         pool = self.pool
         if pool is None:
@@ -187,9 +187,9 @@ def sweep_key(job: Any, points: Sequence[GridPoint]) -> str:
 
 def worker_identity(executor: str, **engine: Any) -> dict[str, Any]:
     """Who measured: the executor, host, process, the GPUs it may use (as
-    :func:`gemmzoo.scale.visible_gpus` finds them) and what the engine says of the worker
+    :func:`gemmzoo.scale.shards.visible_gpus` finds them) and what the engine says of the worker
     (``engine``: its job and task ids)."""
-    from gemmzoo.scale import visible_gpus
+    from gemmzoo.scale.shards import visible_gpus
 
     try:
         gpus: Any = visible_gpus()
@@ -250,7 +250,7 @@ class PointFolder:
     def read(self, number: int, point: GridPoint) -> tuple[Outcome, dict[str, Any]] | None:
         """The kept outcome of point ``number`` and who measured it; ``None`` when it has none.
         A file that is not one this sweep wrote is refused with an :class:`ExecutorError`."""
-        from gemmzoo.result_schema import ResultFileError, parse_document
+        from gemmzoo.results.schema import ResultFileError, parse_document
 
         target = self.file(number, point)
         if not target.exists():

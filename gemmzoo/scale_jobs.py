@@ -1,8 +1,8 @@
 """What ``gemmzoo bench`` and ``gemmzoo tune`` do per grid point, in this process or in one worker
-process per GPU (``--devices``; see :func:`gemmzoo.scale.run_on_devices`).
+process per GPU (``--devices``; see :func:`gemmzoo.scale.shards.run_on_devices`).
 
 Every result of a CUDA backend is recorded with the GPU that measured it and that GPU's clocks and
-power state right after the measurement (:func:`gemmzoo.gpu_state.gpu_state`).
+power state right after the measurement (:func:`gemmzoo.measure.gpu_state.gpu_state`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gemmzoo.bench import ERROR, BenchResult, bench_one
-from gemmzoo.grids import GridPoint
 from gemmzoo.measure.stats import NOISE_TARGET
-from gemmzoo.scale import DevicePool, parse_devices, visible_gpus
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.scale.bench import ERROR, BenchResult, bench_one
+from gemmzoo.scale.shards import DevicePool, parse_devices, visible_gpus
 
 Extra = dict[str, Any]
 
@@ -32,14 +32,14 @@ def gpu_extra(result: BenchResult) -> Extra:
     ``{}`` otherwise."""
     if result.device != "cuda":
         return {}
-    from gemmzoo.gpu_state import gpu_state
+    from gemmzoo.measure.gpu_state import gpu_state
 
     return {"gpu": gpu_state()}
 
 
 @functools.lru_cache(maxsize=64)
 def _available(backend: Any) -> bool:
-    from gemmzoo.registry import unavailable_reason
+    from gemmzoo.plugins.registry import unavailable_reason
 
     return unavailable_reason(backend) is None
 
@@ -52,7 +52,7 @@ def warm_backends(names: tuple[str, ...] | None) -> None:
     for backend in _backends(names):
         cuda = (_available(backend) and backend.device == "cuda") or cuda
     if cuda:
-        from gemmzoo.gpu_stream import default_gpu
+        from gemmzoo.measure.gpu_stream import default_gpu
 
         gpu = default_gpu()
         hold = gpu.hold()
@@ -64,7 +64,7 @@ def warm_backends(names: tuple[str, ...] | None) -> None:
 def start_pool(devices: str | None, names: Sequence[str] | None = None) -> DevicePool | None:
     """For ``--devices``: the worker pool, started now so that the workers warm up (the backends
     ``names``, or all) while the parent is still choosing backends and points. ``None`` without
-    ``devices``; raises :class:`gemmzoo.scale.DevicesError` for a bad list."""
+    ``devices``; raises :class:`gemmzoo.scale.shards.DevicesError` for a bad list."""
     if not devices:
         return None
     chosen = parse_devices(devices, visible_gpus())
@@ -131,7 +131,7 @@ def bench_on_devices(backends: Sequence[Any], points: Sequence[GridPoint], budge
             if on_result is not None:
                 on_result(result[0])
 
-    from gemmzoo.scale_executors import ExecutorSettings, LocalExecutor
+    from gemmzoo.scale.executors import ExecutorSettings, LocalExecutor
 
     job = pool.submitted[0]
     local = LocalExecutor(ExecutorSettings("local", devices=pool.devices), pool=pool)
@@ -176,7 +176,7 @@ def tune_on_devices(names: Sequence[str], points: Sequence[GridPoint], budget_s:
                     ) -> tuple[list[Any], dict[tuple[GridPoint, str], list[str]], list[str]]:
     """``gemmzoo tune --devices``: one worker per GPU, each storing into the shared database.
     Returns the records, the skipped backends by (point, device), and errors by point."""
-    from gemmzoo.scale_executors import ExecutorSettings, LocalExecutor
+    from gemmzoo.scale.executors import ExecutorSettings, LocalExecutor
 
     pool = start_pool(devices, names)
     assert pool is not None
@@ -230,8 +230,8 @@ def bench_records(names: tuple[str, ...] | None, budget_s: float, timer: str, po
     computes the point's dtype, checked by the conformance suite on this worker's device first (a
     backend that fails it is not timed: ``wrong``), then timed; JSON-ready result records with the
     GPU's state, the worker's device fingerprint and the verdict."""
-    from gemmzoo.bench import WRONG
-    from gemmzoo.result_schema import finite
+    from gemmzoo.results.schema import finite
+    from gemmzoo.scale.bench import WRONG
 
     out = []
     for backend in _backends(names):
@@ -254,9 +254,9 @@ def bench_records(names: tuple[str, ...] | None, budget_s: float, timer: str, po
 
 def bench_pairs(value: Any) -> list[tuple[BenchResult, Extra]]:
     """A worker's :func:`bench_records` as results and their extra fields, each record checked
-    like a result file's (:func:`gemmzoo.result_schema.check_result`); raises ``ValueError``."""
-    from gemmzoo.result_schema import FieldError, check_result
-    from gemmzoo.runs import _KNOWN, result_from_dict
+    like a result file's (:func:`gemmzoo.results.schema.check_result`); raises ``ValueError``."""
+    from gemmzoo.results.runs import _KNOWN, result_from_dict
+    from gemmzoo.results.schema import FieldError, check_result
 
     if not isinstance(value, list):
         raise ValueError("a worker sent something other than a list of results")
@@ -276,9 +276,9 @@ def bench_with_executor(settings: Any, backends: Sequence[Any], points: Sequence
                         threads: int | None = None, noise_target: float = NOISE_TARGET,
                         ) -> tuple[list[BenchResult], list[Extra], list[dict[str, Any]]]:
     """``gemmzoo bench --executor slurm|ray``: the sweep on the engine's workers (see
-    :mod:`gemmzoo.scale_executors`); results of ``backends`` in grid order, their extra records
+    :mod:`gemmzoo.scale.executors`); results of ``backends`` in grid order, their extra records
     (``gpu``, ``worker_device``, ``conformance``, ``worker``) and the workers' reports."""
-    from gemmzoo.scale_executors import make_executor
+    from gemmzoo.scale.executors import make_executor
 
     names = tuple(b.name for b in backends)
     job = functools.partial(bench_records, names, budget_s, timer, threads=threads, noise_target=noise_target)
@@ -340,7 +340,7 @@ def tune_with_executor(settings: Any, names: Sequence[str], points: Sequence[Gri
     import tempfile
     from pathlib import Path
 
-    from gemmzoo.scale_executors import make_executor
+    from gemmzoo.scale.executors import make_executor
     from gemmzoo.tuning import state
     from gemmzoo.tuning.portable import import_tuning, read_measurements, write_measurements
 
@@ -372,7 +372,7 @@ def _made_here(record: Any) -> bool:
     import keeps only those)."""
     import json
 
-    from gemmzoo.registry import get_registry
+    from gemmzoo.plugins.registry import get_registry
     from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
 
     try:

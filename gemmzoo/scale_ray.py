@@ -7,7 +7,7 @@ has. It keeps one point in flight per actor, costliest first, and hears each res
 back. An actor that dies (its node lost, its process killed) loses only the point it was on: that
 point goes back to the front of the queue for the other actors, and a replacement actor is
 started, up to ``retries`` times. With a results folder each finished point is also kept there
-(:class:`gemmzoo.scale_executors.PointFolder`) and skipped when the same sweep runs again.
+(:class:`gemmzoo.scale.executors.PointFolder`) and skipped when the same sweep runs again.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gemmzoo.grids import GridPoint
-from gemmzoo.scale import WorkerReport, point_cost
-from gemmzoo.scale_executors import (
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.scale.executors import (
     Executor,
     ExecutorError,
     OnDone,
@@ -30,6 +29,7 @@ from gemmzoo.scale_executors import (
     sweep_key,
     worker_identity,
 )
+from gemmzoo.scale.shards import WorkerReport, point_cost
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

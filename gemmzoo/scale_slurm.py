@@ -1,8 +1,8 @@
 """``--executor slurm``: a sweep as a Slurm job array through submitit, one array task per GPU share.
 
-The points are split into ``workers`` balanced shares (:func:`gemmzoo.scale.assign`); each array
+The points are split into ``workers`` balanced shares (:func:`gemmzoo.scale.shards.assign`); each array
 task (:class:`Share`) asks for one GPU and measures its share, writing each finished point into
-the results folder (:class:`gemmzoo.scale_executors.PointFolder`) as it goes. A task preempted or
+the results folder (:class:`gemmzoo.scale.executors.PointFolder`) as it goes. A task preempted or
 timed out is checkpointed and requeued by submitit (:meth:`Share.checkpoint`): the requeued task
 skips the points whose files are there. The submitting process follows the folder and hears each
 point as its file appears; when the array has ended, the points still missing (their task was
@@ -21,9 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gemmzoo.grids import GridPoint
-from gemmzoo.scale import WorkerReport, assign, point_cost
-from gemmzoo.scale_executors import (
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.scale.executors import (
     Executor,
     ExecutorError,
     OnDone,
@@ -35,6 +34,7 @@ from gemmzoo.scale_executors import (
     sweep_key,
     worker_identity,
 )
+from gemmzoo.scale.shards import WorkerReport, assign, point_cost
 
 #: A task's time limit (minutes) unless ``timeout_min`` is passed through.
 DEFAULT_TIMEOUT_MIN = 60
@@ -149,7 +149,7 @@ class SlurmExecutor(Executor):
         local = settings.cluster in ("local", "debug")
         devices = list(settings.devices or [])
         if local and not devices:  # this machine's GPUs, one per task (none: CPU backends only)
-            from gemmzoo.scale import visible_gpus
+            from gemmzoo.scale.shards import visible_gpus
 
             devices = visible_gpus()
         if local and devices and count > len(devices):

@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gemmzoo.config import Config
-from gemmzoo.plan_cache import CACHE_SIZE, LRUCache, PlanCache
+from gemmzoo.dispatch.plan_cache import CACHE_SIZE, LRUCache, PlanCache
 
 if TYPE_CHECKING:
-    from gemmzoo.registry import Registry
+    from gemmzoo.plugins.registry import Registry
     from gemmzoo.tuning.choose import Problem
     from gemmzoo.tuning.db import TuningStore
     from gemmzoo.tuning.tune import LoopPolicy
@@ -60,7 +60,7 @@ class Session:
 
     ``cache_size`` bounds each per-problem cache (the answers, the plans): past it, the least
     recently used problem is forgotten first and answered or planned again when it comes back
-    (default :data:`gemmzoo.plan_cache.CACHE_SIZE`).
+    (default :data:`gemmzoo.dispatch.plan_cache.CACHE_SIZE`).
 
     ``loops`` says which backends' loops of calls a measurement times and a ranking reads
     (:class:`gemmzoo.tuning.tune.LoopPolicy`; default: its defaults).
@@ -119,24 +119,24 @@ class Session:
         use under this session's plugin settings)."""
         if self._registry is not None:
             return self._registry
-        from gemmzoo.registry import get_registry
+        from gemmzoo.plugins.registry import get_registry
 
         return get_registry(self.config)
 
     def select(self, names: Sequence[str] | None = None) -> list[Any]:
         """The backends named, else those of this session's ``backends`` (``GEMMZOO_BACKENDS``),
-        else all of them (:meth:`Registry.select <gemmzoo.registry.Registry.select>`)."""
+        else all of them (:meth:`Registry.select <gemmzoo.plugins.registry.Registry.select>`)."""
         return self.registry.select(list(names) if names else list(self.config.backends))
 
     def drift(self, backend: Any) -> str | None:
         """What moved in ``backend``'s name, device or dtypes since this session's registry
-        registered it, or ``None`` (:meth:`Registry.drift <gemmzoo.registry.Registry.drift>`)."""
+        registered it, or ``None`` (:meth:`Registry.drift <gemmzoo.plugins.registry.Registry.drift>`)."""
         return self.registry.drift(backend)
 
     def unavailable_reason(self, backend: Any) -> str | None:
         """``backend.unavailable_reason()``, guarded and remembered for the process, its members
-        checked against this session's registry (:func:`gemmzoo.registry.unavailable_reason`)."""
-        from gemmzoo.registry import unavailable_reason
+        checked against this session's registry (:func:`gemmzoo.plugins.registry.unavailable_reason`)."""
+        from gemmzoo.plugins.registry import unavailable_reason
 
         return unavailable_reason(backend, self.registry)
 
@@ -197,7 +197,7 @@ class Session:
 
     def matmul(self, a: Any, b: Any, backend: Any = None, **options: Any) -> Any:
         """:func:`gemmzoo.matmul` in this session."""
-        from gemmzoo.dispatch import matmul
+        from gemmzoo.dispatch.matmul import matmul
 
         with self:
             return matmul(a, b, backend, **options)

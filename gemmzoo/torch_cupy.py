@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gemmzoo.backend import TF32Array
+from gemmzoo.contract.backend import TF32Array
 
 #: CuPy views kept per operand of a plan (distinct addresses met); past that they are made again.
 MAX_VIEWS = 16

@@ -3,7 +3,7 @@
 A mixin for :class:`gemmzoo.Backend` subclasses: tensors live on ``self.device`` ("cpu" or
 "cuda"), the ``tf32`` mode wraps float32 tensors in :class:`gemmzoo.TF32Array`, and 16-bit and fp8
 results come back to the host as float32. ``float8_e4m3fn`` tensors hold the bytes of
-:func:`gemmzoo.fp8.to_e4m3` (nearest even, ±448 for finite values out of range, NaN for ±Inf), so
+:func:`gemmzoo.contract.fp8.to_e4m3` (nearest even, ±448 for finite values out of range, NaN for ±Inf), so
 every torch-based backend rounds exactly as the numpy backend does. torch is imported inside the
 methods only.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gemmzoo.backend import TF32Array
+from gemmzoo.contract.backend import TF32Array
 
 _TORCH_DTYPES = {
     "float16": "float16",
@@ -63,7 +63,7 @@ class TorchTensors:
 
         self.check_dtype(dtype, np.shape(x))
         if dtype == "float8_e4m3fn":
-            from gemmzoo.fp8 import e4m3_bytes
+            from gemmzoo.contract.fp8 import e4m3_bytes
 
             raw = torch.from_numpy(np.ascontiguousarray(e4m3_bytes(x)))
             return raw.view(torch.float8_e4m3fn).to(device=self.device)

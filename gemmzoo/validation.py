@@ -12,9 +12,9 @@ import re
 from collections.abc import Set
 from typing import Any
 
-from gemmzoo.accuracy import ACCURACY_CLASSES, accuracy_of
-from gemmzoo.backend import declared
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.contract.accuracy import ACCURACY_CLASSES, accuracy_of
+from gemmzoo.contract.backend import declared
+from gemmzoo.contract.dtypes import DTYPES
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 BACKEND_MEMBERS = (
@@ -61,8 +61,8 @@ _CLASS_METHODS = {"batched": "bmm", "scaled": "scaled_mm", "grouped": "grouped_m
 def _classes_problem(backend: Any) -> str | None:
     """What is wrong with ``backend.classes``: not a set of known class names, or a class declared
     without its method."""
-    from gemmzoo.backend import Backend
-    from gemmzoo.problems import CLASSES
+    from gemmzoo.contract.backend import Backend
+    from gemmzoo.problems.classes import CLASSES
 
     classes = declared(backend, "classes")
     if isinstance(classes, (str, bytes)) or not isinstance(classes, (Set, tuple, list)) or not all(

@@ -112,7 +112,7 @@ def quarantined(backend: Any) -> str | None:
 def quarantine(backend: Any, reason: str) -> None:
     """Set ``backend`` aside for the rest of the process: every later :func:`call` of it fails
     with :class:`BackendTimeoutError` saying ``reason``, and it is unavailable
-    (:func:`gemmzoo.registry.unavailable_reason`)."""
+    (:func:`gemmzoo.plugins.registry.unavailable_reason`)."""
     with _lock:
         _quarantine.setdefault(id(backend), (backend, reason))
 

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import gemmzoo
-from gemmzoo.bench import OK, UNSUPPORTED, WRONG, environment, run_bench
 from gemmzoo.conformance import check_backend
-from gemmzoo.grids import GridPoint
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.scale.bench import OK, UNSUPPORTED, WRONG, environment, run_bench
 
 BENCH_POINTS = [
     GridPoint(4096, 4096, 4096, "float16"),

@@ -118,7 +118,8 @@ def compiled_dispatch_module(tmp_path_factory: pytest.TempPathFactory) -> object
     """gemmzoo.matmul's compiled dispatch (:mod:`gemmzoo.native`), built once for the whole run
     (xdist workers share the build directory), left switched off: tests switch it on."""
     pytest.importorskip("torch")
-    from gemmzoo import dispatch, native
+    from gemmzoo import native
+    from gemmzoo.dispatch import matmul as dispatch
 
     root = tmp_path_factory.getbasetemp()
     shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
@@ -137,7 +138,8 @@ def compiled_dispatch_module(tmp_path_factory: pytest.TempPathFactory) -> object
 def dispatch_route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Each test twice: with gemmzoo.matmul's Python dispatch for torch tensors, and with the
     compiled one."""
-    from gemmzoo import dispatch, native
+    from gemmzoo import native
+    from gemmzoo.dispatch import matmul as dispatch
 
     if request.param == "compiled":
         dispatch.use_compiled(request.getfixturevalue("compiled_dispatch_module"))

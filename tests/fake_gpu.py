@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from gemmzoo import Backend
-from gemmzoo.gpu_stream import StreamHold
+from gemmzoo.measure.gpu_stream import StreamHold
 
 
 class FakeEvent:

@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from gemmzoo import watchdog
-from gemmzoo.registry import forget_availability
+from gemmzoo.plugins import watchdog
+from gemmzoo.plugins.registry import forget_availability
 from gemmzoo.session import Session, _current, current
 
 # Sessions made current by reconfigure(), closed when the test ends (see `isolated`).

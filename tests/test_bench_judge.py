@@ -10,9 +10,9 @@ import pytest
 from fake_distributions import run_gemmzoo, write_distribution
 from strassen_plugin import StrassenBackend
 
-from gemmzoo.bench import OK, WRONG, bench_one
-from gemmzoo.grids import GridPoint
-from gemmzoo.report import results_table
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.results.report import results_table
+from gemmzoo.scale.bench import OK, WRONG, bench_one
 from gemmzoo_numpy import NumpyBackend
 
 

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 import gemmzoo
-from gemmzoo.bench import OK, UNSUPPORTED, WRONG, BenchResult, bench_one, run_bench
 from gemmzoo.cli import main
-from gemmzoo.grids import GridPoint, get_grid
-from gemmzoo.report import (
+from gemmzoo.problems.grids import GridPoint, get_grid
+from gemmzoo.results.report import (
     plain_table,
     results_table,
     summaries,
@@ -23,6 +22,7 @@ from gemmzoo.report import (
     write_json,
     write_plot,
 )
+from gemmzoo.scale.bench import OK, UNSUPPORTED, WRONG, BenchResult, bench_one, run_bench
 
 
 class _WrongNumpy(gemmzoo.Backend):
@@ -194,7 +194,7 @@ def test_bench_command_errors(capsys):
 
 
 def test_rounds_interleave_and_merge_and_check_once(monkeypatch):
-    import gemmzoo.bench as bench_module
+    import gemmzoo.scale.bench as bench_module
 
     calls = []
     real = bench_module.measure

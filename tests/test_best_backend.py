@@ -11,7 +11,7 @@ from tuning_fakes import DelayedBackend, MissingBackend, WrongBackend, registry_
 
 import gemmzoo
 from gemmzoo.errors import BackendUnavailableError
-from gemmzoo.grids import GridPoint
+from gemmzoo.problems.grids import GridPoint
 from gemmzoo.session import current
 from gemmzoo.tuning import Record, explain, log_distance, state, tune
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions

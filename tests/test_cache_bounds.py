@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gemmzoo
-from gemmzoo.plan_cache import CACHE_SIZE, LRUCache, PlanCache
+from gemmzoo.dispatch.plan_cache import CACHE_SIZE, LRUCache, PlanCache
 
 
 def test_the_least_recently_used_entry_goes_first():

@@ -60,7 +60,7 @@ def test_best_command_says_which_bound_decided(monkeypatch, capsys):
 
 
 def test_tuning_stores_host_time():
-    from gemmzoo.grids import GridPoint
+    from gemmzoo.problems.grids import GridPoint
     from gemmzoo.tuning import tune
 
     records = tune([GridPoint(32, 24, 16)], budget_s=0.01)

@@ -86,7 +86,7 @@ def test_a_sessions_prior_decides_an_unmeasured_default(empty_cache, monkeypatch
         assert gemmzoo.best_backend((12, 10, 8)).name == "torch-cpu"
         a, b = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
         # gemmzoo.matmul puts the caller's own library first, before the prior's pick
-        from gemmzoo.dispatch import backend_for
+        from gemmzoo.dispatch.matmul import backend_for
 
         assert backend_for(a, b).name == "numpy"
     assert asked[0] == ((12, 10, 8), "float32", "cpu") and session.prior is prior
@@ -126,13 +126,13 @@ def _imports(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize(("module", "forbidden"), [
-    ("gemmzoo/tuning/select.py", "gemmzoo.dispatch"),  # choosing never calls back into the call path
-    ("gemmzoo/tuning/choose.py", "gemmzoo.dispatch"),
-    ("gemmzoo/autograd.py", "gemmzoo.dispatch"),  # no circle autograd <-> dispatch
-    ("gemmzoo/native/__init__.py", "gemmzoo.dispatch"),  # no circle native <-> dispatch
-    ("gemmzoo/dispatch.py", "gemmzoo.cli"),  # the call path never loads the command line
-    ("gemmzoo/dispatch.py", "gemmzoo.bench"),
-    ("gemmzoo/dispatch.py", "gemmzoo.scale"),
+    ("gemmzoo/tuning/select.py", "gemmzoo.dispatch.matmul"),  # choosing never calls back into the call path
+    ("gemmzoo/tuning/choose.py", "gemmzoo.dispatch.matmul"),
+    ("gemmzoo/dispatch/autograd.py", "gemmzoo.dispatch.matmul"),  # no circle autograd <-> dispatch
+    ("gemmzoo/native/__init__.py", "gemmzoo.dispatch.matmul"),  # no circle native <-> dispatch
+    ("gemmzoo/dispatch/matmul.py", "gemmzoo.cli"),  # the call path never loads the command line
+    ("gemmzoo/dispatch/matmul.py", "gemmzoo.scale.bench"),
+    ("gemmzoo/dispatch/matmul.py", "gemmzoo.scale.shards"),
 ])
 def test_forbidden_arrows_do_not_exist(module, forbidden):
     names = _imports(ROOT / module)
@@ -153,6 +153,6 @@ def test_timing_and_checking_know_nothing_of_choosing(folder):
 
 
 def test_choosing_and_the_call_path_import_no_os():  # settings come from the session's config
-    for module in ("gemmzoo/tuning/choose.py", "gemmzoo/tuning/select.py", "gemmzoo/dispatch.py",
-                   "gemmzoo/arrays.py"):
+    for module in ("gemmzoo/tuning/choose.py", "gemmzoo/tuning/select.py", "gemmzoo/dispatch/matmul.py",
+                   "gemmzoo/arrays/libraries.py"):
         assert "os" not in _imports(ROOT / module), module

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from gemmzoo.cli import main
-from gemmzoo.problems import parse_problem
-from gemmzoo.result_schema import FieldError, check_result, load_document, result_class
-from gemmzoo.runs import load_run
+from gemmzoo.problems.classes import parse_problem
+from gemmzoo.results.runs import load_run
+from gemmzoo.results.schema import FieldError, check_result, load_document, result_class
 
 pytestmark = pytest.mark.usefixtures("empty_cache")
 
@@ -67,7 +67,7 @@ def test_a_wrong_backend_is_reported_and_not_timed(tmp_path, capsys):
     assert code == 0
     from test_problem_classes import DropsLastGroup
 
-    from gemmzoo.class_bench import run_class_bench
+    from gemmzoo.scale.class_bench import run_class_bench
 
     rows = run_class_bench([parse_problem("grouped:g3:8x12:m=5")], [DropsLastGroup()])
     assert rows[0]["status"] == "wrong" and rows[0]["median_s"] is None and "group" in rows[0]["detail"]
@@ -99,7 +99,7 @@ def test_pytest_runs_the_class_cases_with_readable_ids(tmp_path):
 def test_class_grids_run_by_name(capsys):
     assert main(["bench", "--grid", "classes-smoke", "--backend", "numpy", "--format", "plain"]) == 0
     printed = capsys.readouterr().out
-    from gemmzoo.grids import CLASS_GRIDS
+    from gemmzoo.problems.grids import CLASS_GRIDS
 
     assert all(text in printed for text in CLASS_GRIDS["classes-smoke"])
 
@@ -122,7 +122,7 @@ def test_a_model_grid_splits_into_gemm_shapes_and_class_problems():
 
 
 def test_best_class_backend_answers_without_measuring():
-    from gemmzoo.class_api import best_class_backend
+    from gemmzoo.dispatch.classes import best_class_backend
 
     assert best_class_backend("grouped:g3:8x12:m=5", device="cpu", library="numpy").name == "numpy"
     assert best_class_backend("scaled:rowwise:8x16x32", device="cpu", library="numpy").name == "numpy"

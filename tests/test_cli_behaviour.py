@@ -17,7 +17,7 @@ from fake_distributions import run_gemmzoo, subprocess_env, write_distribution
 import gemmzoo
 from gemmzoo.cli import main
 from gemmzoo.cli.sizes import need, too_large
-from gemmzoo.grids import GridPoint
+from gemmzoo.problems.grids import GridPoint
 
 LIGHT = {"GEMMZOO_DISABLE_PLUGINS": "torch,triton,cupy,jax"}
 
@@ -230,7 +230,7 @@ def test_cache_shows_and_clears_the_tuning_database(tmp_path):
 def test_best_backend_takes_numpy_and_torch_dtype_objects(empty_cache):
     import ml_dtypes
 
-    from gemmzoo.dtypes import dtype_name
+    from gemmzoo.contract.dtypes import dtype_name
 
     assert gemmzoo.best_backend((16, 16, 16), dtype=np.float32, measure=False) is \
         gemmzoo.best_backend((16, 16, 16), dtype="float32", measure=False)

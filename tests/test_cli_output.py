@@ -198,10 +198,10 @@ def test_text_from_plugins_is_never_markup(site, tmp_path):
 
 
 def _gpu_results():
-    from gemmzoo.bench import OK, BenchResult
-    from gemmzoo.grids import GridPoint
     from gemmzoo.measure import Measurement, Timing
-    from gemmzoo.roofline import Roofline
+    from gemmzoo.measure.roofline import Roofline
+    from gemmzoo.problems.grids import GridPoint
+    from gemmzoo.scale.bench import OK, BenchResult
 
     rng = np.random.default_rng(7)
     points = [GridPoint(4096, 4096, 4096, "float16"), GridPoint(16, 14336, 4096, "bfloat16", "NT")]
@@ -222,7 +222,7 @@ def test_gpu_bench_rows_fit_and_say_what_was_left_out(columns, wide):
     from rich.console import Console
 
     from gemmzoo.cli.output import emit
-    from gemmzoo.report import bench_listing
+    from gemmzoo.results.report import bench_listing
 
     results = _gpu_results()
     console = Console(width=columns, file=io.StringIO(), force_terminal=True, color_system=None)

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from gemmzoo.cli import main
-from gemmzoo.compare import AMBIGUOUS, BROKEN, FASTER, MISSING, SAME, SLOWER, compare_runs, labels
-from gemmzoo.runs import load_run
+from gemmzoo.results.compare import AMBIGUOUS, BROKEN, FASTER, MISSING, SAME, SLOWER, compare_runs, labels
+from gemmzoo.results.runs import load_run
 
 
 @pytest.fixture(autouse=True)

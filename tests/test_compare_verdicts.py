@@ -19,8 +19,18 @@ import slowed_plugin
 from fake_distributions import run_gemmzoo, subprocess_env, write_distribution
 
 from gemmzoo.cli import main
-from gemmzoo.compare import AMBIGUOUS, BROKEN, FASTER, FIXED, MISSING, SAME, SLOWER, compare_runs, judge
-from gemmzoo.runs import load_run
+from gemmzoo.results.compare import (
+    AMBIGUOUS,
+    BROKEN,
+    FASTER,
+    FIXED,
+    MISSING,
+    SAME,
+    SLOWER,
+    compare_runs,
+    judge,
+)
+from gemmzoo.results.runs import load_run
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +116,7 @@ def test_status_changes(tmp_path):
 
 def test_verdicts_are_symmetric_on_random_pairs():
     """Swapping the runs swaps SLOWER and FASTER and keeps SAME and AMBIGUOUS."""
-    from gemmzoo.runs import result_from_dict
+    from gemmzoo.results.runs import result_from_dict
 
     rng = random.Random(7)
     swap = {SLOWER: FASTER, FASTER: SLOWER, SAME: SAME, AMBIGUOUS: AMBIGUOUS}

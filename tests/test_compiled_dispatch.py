@@ -15,10 +15,11 @@ torch = pytest.importorskip("torch")
 from sessions import reconfigure  # noqa: E402
 
 import gemmzoo  # noqa: E402
-from gemmzoo import dispatch, native  # noqa: E402
-from gemmzoo.backend import Switched, declare_torch_mm, self_checking, torch_mm_form  # noqa: E402
+from gemmzoo import native  # noqa: E402
+from gemmzoo.contract.backend import Switched, declare_torch_mm, self_checking, torch_mm_form  # noqa: E402
+from gemmzoo.dispatch import matmul as dispatch
+from gemmzoo.dispatch.plan_cache import NO_PLAN  # noqa: E402
 from gemmzoo.errors import GemmInputError  # noqa: E402
-from gemmzoo.plan_cache import NO_PLAN  # noqa: E402
 from gemmzoo.tuning import state  # noqa: E402
 from gemmzoo_torch.backend import TorchCpuBackend  # noqa: E402
 

@@ -9,7 +9,7 @@ import pytest
 from sessions import scoped
 from tuning_fakes import DelayedBackend, registry_with
 
-from gemmzoo.grids import GridPoint
+from gemmzoo.problems.grids import GridPoint
 from gemmzoo.tuning import explain, state, tune
 from gemmzoo.tuning import select as select_module
 

@@ -10,11 +10,12 @@ import types
 
 import pytest
 
-from gemmzoo import gpu_state, scale_jobs
-from gemmzoo.bench import OK, BenchResult
 from gemmzoo.cli import main
-from gemmzoo.grids import GridPoint
-from gemmzoo.scale import DevicesError, parse_devices, run_on_devices, visible_gpus
+from gemmzoo.measure import gpu_state
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.scale import jobs as scale_jobs
+from gemmzoo.scale.bench import OK, BenchResult
+from gemmzoo.scale.shards import DevicesError, parse_devices, run_on_devices, visible_gpus
 from gemmzoo.tuning import state
 
 POINTS = [GridPoint(8 * i, 8, 16, "float32") for i in range(1, 7)]

@@ -23,7 +23,7 @@ import pytest
 from fake_distributions import subprocess_env, write_distribution
 
 from gemmzoo.conformance import conformance_cases, input_checks
-from gemmzoo.grids import get_grid
+from gemmzoo.problems.grids import get_grid
 
 pytestmark = pytest.mark.slow
 

@@ -42,7 +42,7 @@ def test_matmul_on_numpy_arrays_imports_no_framework(tmp_path):
             "b = rng.standard_normal((23, 41)).astype(np.float32)\n"
             "c = gemmzoo.matmul(a, b)\n"
             "err = float(np.abs(c.astype(np.float64) - a.astype(np.float64) @ b.astype(np.float64)).max())\n"
-            "from gemmzoo.dispatch import backend_for\n"
+            "from gemmzoo.dispatch.matmul import backend_for\n"
             "extra = {'err': err, 'shape': list(c.shape), 'backend': backend_for(a, b).name}\n" + IMPORTED)
     found = _run(code, str(tmp_path))
     assert found["imported"] == []
@@ -57,7 +57,7 @@ def test_matmul_on_cpu_tensors_imports_torch_only(tmp_path):
             "a, b = torch.randn(29, 17), torch.randn(17, 31)\n"
             "c = gemmzoo.matmul(a, b)\n"
             "err = float((c.double() - a.double() @ b.double()).abs().max())\n"
-            "from gemmzoo.dispatch import backend_for\n"
+            "from gemmzoo.dispatch.matmul import backend_for\n"
             "extra = {'err': err, 'backend': backend_for(a, b).name}\n" + IMPORTED)
     found = _run(code, str(tmp_path))
     assert found["imported"] == ["torch"]

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from gemmzoo.conformance import check_backend, run_input_check
-from gemmzoo.dtypes import result_dtype
-from gemmzoo.fp8 import BFLOAT16, CHUNK, E4M3, to_e4m3
-from gemmzoo.grids import get_grid, parse_point
+from gemmzoo.contract.dtypes import result_dtype
+from gemmzoo.contract.fp8 import BFLOAT16, CHUNK, E4M3, to_e4m3
+from gemmzoo.problems.grids import get_grid, parse_point
 from gemmzoo_numpy import NumpyBackend
 
 _CODES = np.arange(256, dtype=np.uint8).view(E4M3).astype(np.float64)
@@ -138,18 +138,18 @@ def test_result_dtype_and_grid_points():
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 def test_measure_checks_fp8_points(layout):
-    from gemmzoo.grids import GridPoint
     from gemmzoo.measure import check, make_problem
+    from gemmzoo.problems.grids import GridPoint
 
     problem = make_problem(NumpyBackend(), GridPoint(33, 47, 70, "float8_e4m3fn", layout))
     assert 0 < check(problem) <= 1
 
 
 def test_fp8_throughput_is_judged_against_the_fp8_peak():
-    from gemmzoo.bench import BenchResult
-    from gemmzoo.device import peak_tflops
-    from gemmzoo.grids import GridPoint
     from gemmzoo.measure import Measurement, Timing
+    from gemmzoo.measure.device import peak_tflops
+    from gemmzoo.problems.grids import GridPoint
+    from gemmzoo.scale.bench import BenchResult
 
     assert peak_tflops("NVIDIA H100 80GB HBM3", "float8_e4m3fn") == 1979
     point = GridPoint(4096, 4096, 4096, "float8_e4m3fn", "NT")

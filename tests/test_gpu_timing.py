@@ -203,7 +203,7 @@ def caller_loop_times(backends: list[Any], point: Any, rounds: int = 7,
 def best_backend_rows(shapes: list[tuple[int, int, int]], rounds: int = 7) -> list[dict[str, Any]]:
     """``best_backend``'s pick (measured now, in a fresh database) against every candidate's caller
     time measured afresh (:func:`caller_loop_times`)."""
-    from gemmzoo.grids import GridPoint
+    from gemmzoo.problems.grids import GridPoint
     from gemmzoo.tuning import explain
 
     rows = []
@@ -242,7 +242,7 @@ def best_backend_rows(shapes: list[tuple[int, int, int]], rounds: int = 7) -> li
 def hold_rows(pause_s: float = 0.02) -> list[dict[str, Any]]:
     """For each hold kernel that builds here: events queued behind a hold with the host paused
     between them must not have run before the release, and must then run back to back."""
-    from gemmzoo.gpu_stream import CudaGpu
+    from gemmzoo.measure.gpu_stream import CudaGpu
 
     rows = []
     for name in ("cupy", "triton"):
@@ -279,8 +279,8 @@ def test_the_stream_hold_keeps_host_pauses_out_of_device_time():
 def test_a_graph_of_a_call_on_another_stream_is_refused():
     import gemmzoo
     from gemmzoo.errors import GemmError
-    from gemmzoo.grids import GridPoint
     from gemmzoo.measure import graph_call, make_problem, planned, time_calls
+    from gemmzoo.problems.grids import GridPoint
 
     cupy = gemmzoo.get_backend("cupy")
     if cupy.unavailable_reason() is not None:
@@ -297,7 +297,7 @@ def test_a_graph_of_a_call_on_another_stream_is_refused():
 
 @pytest.mark.gpu
 def test_engine_agrees_with_do_bench_off_the_grids():
-    from gemmzoo.grids import GridPoint
+    from gemmzoo.problems.grids import GridPoint
 
     points = [GridPoint(*shape, "float16") for shape in ((3000, 3000, 3000), (2047, 4093, 1021))]
     for row in engine_rows(points, budget_s=0.1):
@@ -312,16 +312,16 @@ def test_best_backend_picks_within_3_percent_of_the_fastest_caller_time():
 
 
 def test_the_off_grid_shapes_are_in_no_named_grid():
-    from gemmzoo.grids import grids
+    from gemmzoo.problems.grids import grids
 
     named = {shape for grid in grids().values() for shape in grid.shapes}
     assert len(OFF_GRID) >= 12 and not named & set(OFF_GRID)
 
 
 def main(argv: list[str]) -> int:
-    from gemmzoo.device import device_info
-    from gemmzoo.gpu_stream import default_gpu
-    from gemmzoo.grids import GridPoint
+    from gemmzoo.measure.device import device_info
+    from gemmzoo.measure.gpu_stream import default_gpu
+    from gemmzoo.problems.grids import GridPoint
 
     os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")  # the pytest run reuses the autotuning
     started = time.perf_counter()

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gemmzoo import grids as grids_module
-from gemmzoo.grids import (
+from gemmzoo.problems import grids as grids_module
+from gemmzoo.problems.grids import (
     LAYOUTS,
     GridError,
     GridPoint,
@@ -175,7 +175,7 @@ def test_plugins_can_register_grids():
     from sessions import scoped
 
     from gemmzoo.errors import PluginWarning
-    from gemmzoo.registry import PluginInfo, Registry
+    from gemmzoo.plugins.registry import PluginInfo, Registry
 
     registry = Registry(strict=False)
     registry.register_plugin(_GridPlugin(), PluginInfo("grids", "tests"))

@@ -1,4 +1,4 @@
-"""Block-wise host work (gemmzoo.host_work): every element covered once, the same values whatever
+"""Block-wise host work (gemmzoo.measure.host_work): every element covered once, the same values whatever
 the thread count, and the operands and conversions built on it."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gemmzoo import host_work
-from gemmzoo.fp8 import E4M3, e4m3_to_float32, to_e4m3
-from gemmzoo.measure import problems
+from gemmzoo.contract.fp8 import E4M3, e4m3_to_float32, to_e4m3
+from gemmzoo.measure import host_work, problems
 
 
 @pytest.mark.parametrize("size", [0, 1, host_work.BLOCK - 1, host_work.BLOCK, 3 * host_work.BLOCK + 17])

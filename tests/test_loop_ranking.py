@@ -22,7 +22,7 @@ from test_best_backend import (  # noqa: F401  (fresh: autouse fixture)
 )
 from tuning_fakes import DelayedBackend, registry_with
 
-from gemmzoo.grids import GridPoint
+from gemmzoo.problems.grids import GridPoint
 from gemmzoo.tuning import explain, state
 from gemmzoo.tuning.db import open_store
 from gemmzoo.tuning.schema import RowError, check_measurement

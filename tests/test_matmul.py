@@ -12,9 +12,9 @@ from sessions import reconfigure
 import gemmzoo
 from gemmzoo.cli import main
 from gemmzoo.conformance.bounds import error_bound
+from gemmzoo.dispatch.plan_cache import NO_PLAN
 from gemmzoo.errors import GemmInputError
-from gemmzoo.grids import GridPoint
-from gemmzoo.plan_cache import NO_PLAN
+from gemmzoo.problems.grids import GridPoint
 from gemmzoo.tuning import explain, state
 from gemmzoo.tuning.fingerprint import device_fingerprint
 from gemmzoo.tuning.tune import conformance_verdict
@@ -264,7 +264,7 @@ def test_a_cuda_plan_refuses_b_on_another_device():
 
 
 def test_which_plans_check_b_themselves():
-    from gemmzoo.backend import is_self_checking, self_checking
+    from gemmzoo.contract.backend import is_self_checking, self_checking
 
     def run(a, b):
         return a @ b
@@ -313,7 +313,7 @@ def test_a_plan_that_trusts_torch_still_refuses_what_torch_lets_through(backend)
 
 
 def test_the_last_plan_is_kept_under_the_torch_key():
-    from gemmzoo import dispatch
+    from gemmzoo.dispatch import matmul as dispatch
 
     a, b = torch.ones(2, 3), torch.ones(4, 3).T
     for backend in (None, "torch-cpu"):

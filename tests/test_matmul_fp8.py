@@ -7,7 +7,7 @@ import pytest
 
 import gemmzoo
 from gemmzoo.conformance.bounds import error_bound
-from gemmzoo.fp8 import BFLOAT16, E4M3, to_e4m3
+from gemmzoo.contract.fp8 import BFLOAT16, E4M3, to_e4m3
 
 torch = pytest.importorskip("torch")
 

@@ -19,16 +19,14 @@ import numpy as np
 import pytest
 from fake_gpu import FakeCudaBackend, FakeEvents, spend_host
 
-from gemmzoo import gpu_state
-from gemmzoo.backend import Backend
-from gemmzoo.bench import OK, BenchResult
+from gemmzoo.contract.backend import Backend
 from gemmzoo.errors import GemmError
-from gemmzoo.grids import GridPoint
 from gemmzoo.measure import (
     ClockWatch,
     Measurement,
     StoppingRule,
     Timing,
+    gpu_state,
     make_problem,
     measure,
     nvbench_timing,
@@ -39,8 +37,10 @@ from gemmzoo.measure.clocks import nvml_watch
 from gemmzoo.measure.stats import median_interval, relative_noise
 from gemmzoo.measure.ties import TIE_MAX_RATIO, Estimate, rank, tied
 from gemmzoo.measure.timers import cpu_samples
-from gemmzoo.report import NOISY, TIE, verdicts
-from gemmzoo.scale import DevicePool, core_shares
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.results.report import NOISY, TIE, verdicts
+from gemmzoo.scale.bench import OK, BenchResult
+from gemmzoo.scale.shards import DevicePool, core_shares
 from gemmzoo.tuning.select import Timed
 from gemmzoo.tuning.select import rank as select_rank
 

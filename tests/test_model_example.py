@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from sessions import restart  # noqa: E402
 
 from gemmzoo.cli import main  # noqa: E402
-from gemmzoo.grids import GridPoint  # noqa: E402
+from gemmzoo.problems.grids import GridPoint  # noqa: E402
 from gemmzoo.tuning import state  # noqa: E402
 from gemmzoo.tuning.fingerprint import device_fingerprint  # noqa: E402
 from gemmzoo.tuning.select import explain  # noqa: E402

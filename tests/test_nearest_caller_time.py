@@ -111,7 +111,7 @@ def test_gemmzoo_matmul_never_picks_a_backend_its_arrays_reach_only_through_the_
     from tuning_fakes import ForeignBackend, registry_with
 
     import gemmzoo
-    from gemmzoo.dispatch import backend_for  # a submodule gemmzoo's namespace loads lazily
+    from gemmzoo.dispatch.matmul import backend_for  # a submodule gemmzoo's namespace loads lazily
 
     foreign = ForeignBackend()
     restart(registry=registry_with(foreign, *current().registry.select(None)))

@@ -26,11 +26,11 @@ from fake_distributions import subprocess_env
 from sessions import reconfigure, scoped
 
 import gemmzoo
-from gemmzoo import watchdog
-from gemmzoo.bench import ERROR, OK, TIMEOUT, run_bench
 from gemmzoo.conformance import check_backend
-from gemmzoo.grids import GridPoint
-from gemmzoo.registry import PluginInfo, Registry, unavailable_reason
+from gemmzoo.plugins import watchdog
+from gemmzoo.plugins.registry import PluginInfo, Registry, unavailable_reason
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.scale.bench import ERROR, OK, TIMEOUT, run_bench
 from gemmzoo_numpy import NumpyBackend
 
 LIMIT_S = 1.0

@@ -12,7 +12,7 @@ import pytest
 from fake_distributions import run_gemmzoo, write_distribution
 
 import gemmzoo
-from gemmzoo.registry import PluginInfo, Registry
+from gemmzoo.plugins.registry import PluginInfo, Registry
 
 IMPOSTOR = """\
 import numpy as np

@@ -10,7 +10,7 @@ from fake_distributions import run_gemmzoo, write_distribution
 
 import gemmzoo
 from gemmzoo.conformance import check_backend
-from gemmzoo.registry import PluginInfo, Registry
+from gemmzoo.plugins.registry import PluginInfo, Registry
 from gemmzoo_numpy import NumpyBackend
 
 MALFORMED = """\

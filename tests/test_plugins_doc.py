@@ -7,7 +7,7 @@ import types
 from pathlib import Path
 
 from gemmzoo.conformance import check_backend, conformance_cases, input_checks
-from gemmzoo.registry import PluginInfo, Registry
+from gemmzoo.plugins.registry import PluginInfo, Registry
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 

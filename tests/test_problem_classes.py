@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 import gemmzoo
-from gemmzoo.class_math import dequantized, group_bounds
 from gemmzoo.conformance import check_backend
 from gemmzoo.conformance.class_cases import class_cases, run_class_case
 from gemmzoo.conformance.judge import CheckFailedError
+from gemmzoo.contract.fp8 import BFLOAT16, E4M3, e4m3_to_float32, to_e4m3
 from gemmzoo.errors import GemmInputError
-from gemmzoo.fp8 import BFLOAT16, E4M3, e4m3_to_float32, to_e4m3
-from gemmzoo.problems import Problem, parse_problem, scale_shapes
+from gemmzoo.problems.class_math import dequantized, group_bounds
+from gemmzoo.problems.classes import Problem, parse_problem, scale_shapes
 from gemmzoo_numpy import NumpyBackend
 
 pytestmark = pytest.mark.usefixtures("empty_cache")
@@ -298,7 +298,7 @@ def test_torch_cuda_passes_its_class_cases():
 
 
 def test_model_grids_count_each_product_of_a_forward_pass():
-    from gemmzoo.model_grids import MODELS, model_grid, weighted_summary
+    from gemmzoo.problems.model_grids import MODELS, model_grid, weighted_summary
 
     llama = {p.role: p for p in model_grid("llama3-8b", tokens=16)}
     assert llama["qkv"].problem.shape == (16, 6144, 4096) and llama["qkv"].count == 32
@@ -320,7 +320,7 @@ def test_model_grids_count_each_product_of_a_forward_pass():
 
 
 def test_a_backend_declaring_a_class_without_its_method_is_refused():
-    from gemmzoo.validation import backend_problem
+    from gemmzoo.contract.validation import backend_problem
 
     class Claims(NumpyBackend):
         name = "claims-classes"

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from gemmzoo.pytest_bench import MAX_CPU_ROUNDS
+from gemmzoo.pytest.bench import MAX_CPU_ROUNDS
 
 
 def test_benchmark_json_of_fast_cpu_products_is_small_and_compare_reads_it(tmp_path):

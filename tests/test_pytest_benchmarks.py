@@ -18,7 +18,7 @@ from fake_distributions import subprocess_env
 
 import gemmzoo
 from gemmzoo.cli.options import interpreted
-from gemmzoo.grids import get_grid
+from gemmzoo.problems.grids import get_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_SRC = ROOT / "examples" / "gemmzoo-blocked" / "src"

@@ -14,7 +14,7 @@ from fake_distributions import run_gemmzoo, subprocess_env
 
 from gemmzoo.conformance import check_backend, random_cases, random_problems, run_case
 from gemmzoo.conformance.random_problems import KINDS, LAYOUTS, MAX_OPERAND, PROFILES, draw_shape
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo_numpy import NumpyBackend
 
 

@@ -8,7 +8,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import gemmzoo
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.contract.dtypes import DTYPES
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

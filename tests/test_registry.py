@@ -9,7 +9,7 @@ from fake_distributions import run_gemmzoo, write_distribution
 from sessions import reconfigure
 
 import gemmzoo
-from gemmzoo.registry import Registry
+from gemmzoo.plugins.registry import Registry
 
 GOOD_PLUGIN = """
     import numpy as np
@@ -119,7 +119,7 @@ def test_the_registry_module_imports_no_session():
     way round: its plugin settings and the registry to check a backend against are passed in."""
     import ast
 
-    import gemmzoo.registry as registry_module
+    import gemmzoo.plugins.registry as registry_module
 
     tree = ast.parse(Path(registry_module.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

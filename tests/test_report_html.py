@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gemmzoo.cli import main
-from gemmzoo.runs import load_run
+from gemmzoo.results.runs import load_run
 
 HOSTILE = '<script>alert("x")</script>'
 BACKENDS = ("numpy", "torch-cpu", "alpha", "beta", HOSTILE)

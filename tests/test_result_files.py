@@ -11,8 +11,8 @@ import random
 import pytest
 
 from gemmzoo.cli import main
-from gemmzoo.result_schema import FORMAT, MAX_RESULTS, VERSION, ResultFileError, load_document
-from gemmzoo.runs import load_run
+from gemmzoo.results.runs import load_run
+from gemmzoo.results.schema import FORMAT, MAX_RESULTS, VERSION, ResultFileError, load_document
 
 
 @pytest.fixture(autouse=True)
@@ -256,7 +256,7 @@ def test_written_files_never_hold_non_finite_numbers(tmp_path, capsys):
     """A worker's or the engine's extra record with NaN or infinity (a noise that never
     converged) is written as null, so gemmzoo reads back what it wrote."""
     from gemmzoo.cli.merge import write_outputs
-    from gemmzoo.runs import load_run as read
+    from gemmzoo.results.runs import load_run as read
 
     source = load_run(_write(tmp_path / "a.json", _document()))
     args = type("Args", (), {"json": str(tmp_path / "out.json"), "csv": None, "plot": None})()
@@ -267,7 +267,7 @@ def test_written_files_never_hold_non_finite_numbers(tmp_path, capsys):
 
 
 def test_a_file_too_large_is_refused_before_parsing(tmp_path, capsys):
-    from gemmzoo.result_schema import MAX_FILE_BYTES
+    from gemmzoo.results.schema import MAX_FILE_BYTES
 
     big = tmp_path / "big.json"
     with open(big, "wb") as handle:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gemmzoo.result_schema import FORMAT, VERSION, load_document
-from gemmzoo.runs import load_run
+from gemmzoo.results.runs import load_run
+from gemmzoo.results.schema import FORMAT, VERSION, load_document
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 FILES = sorted(RESULTS.rglob("*.json"))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from sessions import reconfigure, restart
 
-from gemmzoo import roofline as roofline_module
-from gemmzoo.grids import GridPoint
-from gemmzoo.roofline import bytes_moved, roofline
+from gemmzoo.measure import roofline as roofline_module
+from gemmzoo.measure.roofline import bytes_moved, roofline
+from gemmzoo.problems.grids import GridPoint
 
 H100 = "NVIDIA H100 80GB HBM3"
 

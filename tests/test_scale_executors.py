@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gemmzoo.grids import GridPoint
-from gemmzoo.scale_executors import (
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.scale.executors import (
     ExecutorError,
     ExecutorSettings,
     PointFolder,
@@ -87,7 +87,7 @@ def test_slurm_through_submitit_local_survives_a_killed_task(tmp_path: Path) -> 
 
 def test_a_requeued_slurm_task_resumes_without_measuring_again(tmp_path: Path) -> None:
     submitit = pytest.importorskip("submitit")
-    from gemmzoo.scale_slurm import Share
+    from gemmzoo.scale.slurm_executor import Share
 
     log = tmp_path / "log"
     log.mkdir()
@@ -206,7 +206,7 @@ def test_bench_through_slurm_writes_one_result_file_compare_reads(tmp_path: Path
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("submitit")
     from gemmzoo.cli import main
-    from gemmzoo.runs import load_run
+    from gemmzoo.results.runs import load_run
 
     monkeypatch.chdir(tmp_path)
     shapes = ["--shape", "24x40x32", "--shape", "40x24x16", "--shape", "16x16x48"]

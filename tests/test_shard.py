@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from gemmzoo.cli import main
-from gemmzoo.grids import get_grid, resolve_points
-from gemmzoo.scale import Shard, ShardError, assign, parse_shard, point_cost, shard_points
+from gemmzoo.problems.grids import get_grid, resolve_points
+from gemmzoo.scale.shards import Shard, ShardError, assign, parse_shard, point_cost, shard_points
 from gemmzoo.tuning import state
 
 pytestmark = pytest.mark.usefixtures("empty_cache")

@@ -7,7 +7,7 @@ import pytest
 
 from gemmzoo import TF32Array
 from gemmzoo.conformance import check_backend
-from gemmzoo.fp8 import BFLOAT16
+from gemmzoo.contract.fp8 import BFLOAT16
 from gemmzoo_numpy import NumpyBackend
 
 

@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 from fake_gpu import FakeCudaBackend, FakeEvents, OwnStreamBackend
 
-from gemmzoo.device import device_info, peak_key, peak_tflops
-from gemmzoo.grids import GridPoint
 from gemmzoo.measure import (
     DeviceClock,
     Engine,
@@ -27,7 +25,9 @@ from gemmzoo.measure import (
     time_calls,
     time_problem,
 )
-from gemmzoo.pytest_xdist import assign_worker_gpu
+from gemmzoo.measure.device import device_info, peak_key, peak_tflops
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.pytest.xdist import assign_worker_gpu
 
 TESTS = Path(__file__).parent
 POINT = GridPoint(12, 10, 8)
@@ -177,7 +177,7 @@ def test_measure_records_times_the_contenders_loops_in_interleaved_rounds(monkey
 
     tune_module = importlib.import_module("gemmzoo.tuning.tune")
     events = FakeEvents(flush_s=1e-5)
-    monkeypatch.setattr("gemmzoo.gpu_stream.default_gpu", lambda: events)
+    monkeypatch.setattr("gemmzoo.measure.gpu_stream.default_gpu", lambda: events)
     # A loaded host stretches the launch paths' wall time many times over: the loop limit and the
     # long GEMM sit far above anything load makes of them, so that load cannot change who contends.
     loops = tune_module.LoopPolicy(limit_s=0.05)
@@ -275,9 +275,9 @@ def test_cpu_device_info_has_versions():
 FAKE_BENCH = '''
 import pytest
 from fake_gpu import FakeCudaBackend, FakeEvents, OwnStreamBackend
-from gemmzoo.grids import GridPoint
+from gemmzoo.problems.grids import GridPoint
 from gemmzoo.measure import DeviceClock
-from gemmzoo.pytest_bench import run_benchmark
+from gemmzoo.pytest.bench import run_benchmark
 
 EVENTS = FakeEvents(flush_s=0.020)
 CLOCK = DeviceClock(EVENTS)
@@ -357,7 +357,7 @@ def info_calls(bench):
 
 
 def test_benchmark_params_carry_group_and_device_clock():
-    from gemmzoo.pytest_bench import DEVICE_CLOCK, benchmark_params, point_from_id
+    from gemmzoo.pytest.bench import DEVICE_CLOCK, benchmark_params, point_from_id
 
     class Cpu(FakeCudaBackend):
         device = "cpu"
@@ -384,7 +384,7 @@ def test_a_stream_hold_opens_on_release_or_after_its_watchdog():
 
     import numpy as np
 
-    from gemmzoo.gpu_stream import StreamHold
+    from gemmzoo.measure.gpu_stream import StreamHold
 
     flag, seen = np.ones(1, np.int32), []
     hold = StreamHold(flag, lambda: seen.append(int(flag[0])), timeout_s=5.0)

@@ -1,4 +1,4 @@
-"""torch CUDA tensors through the ``cupy`` backend (gemmzoo.torch_cupy): right, bitwise equal to
+"""torch CUDA tensors through the ``cupy`` backend (gemmzoo.arrays.torch_cupy): right, bitwise equal to
 CuPy on the same operands, on torch's current stream, views reused only where they are right.
 GPU only (marked ``gpu``)."""
 
@@ -102,7 +102,7 @@ def test_tf32_operands_through_cupy():
 def test_the_planned_views_are_used_not_the_dlpack_fallback():
     import cupy
 
-    from gemmzoo.torch_cupy import bridged_or
+    from gemmzoo.arrays.torch_cupy import bridged_or
 
     generator = torch.Generator(device="cuda").manual_seed(5)
     a = torch.randn(40, 72, device="cuda", generator=generator).half()

@@ -255,7 +255,7 @@ def test_gemmzoo_tune_measures_triton_backends_in_full_mode(empty_cache, monkeyp
     import importlib
 
     import gemmzoo
-    from gemmzoo.grids import GridPoint
+    from gemmzoo.problems.grids import GridPoint
 
     tune = importlib.import_module("gemmzoo.tuning.tune")  # the module: the package exports the function
 

@@ -12,10 +12,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import gemmzoo  # noqa: E402
-from gemmzoo.class_math import dequantized, group_bounds  # noqa: E402
 from gemmzoo.conformance.class_cases import class_cases, run_class_case  # noqa: E402
 from gemmzoo.errors import GemmInputError  # noqa: E402
-from gemmzoo.problems import scale_shapes  # noqa: E402
+from gemmzoo.problems.class_math import dequantized, group_bounds  # noqa: E402
+from gemmzoo.problems.classes import scale_shapes  # noqa: E402
 
 
 def _available(name):

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gemmzoo.fp8 import e4m3_to_float32, to_e4m3  # noqa: E402
+from gemmzoo.contract.fp8 import e4m3_to_float32, to_e4m3  # noqa: E402
 from gemmzoo_triton.fp8.backend import _padded_plan, padding_reaches_tma  # noqa: E402
 
 

@@ -12,12 +12,12 @@ import pytest
 from clever_backends import CLASSES, install
 from fake_distributions import run_gemmzoo
 
-from gemmzoo.bench import OK, WRONG, BenchResult, bench_one, run_bench
 from gemmzoo.conformance import check_backend
 from gemmzoo.conformance.independence import check_fresh, shares_memory
 from gemmzoo.conformance.judge import CheckFailedError
-from gemmzoo.grids import GridPoint
-from gemmzoo.registry import get_registry
+from gemmzoo.plugins.registry import get_registry
+from gemmzoo.problems.grids import GridPoint
+from gemmzoo.scale.bench import OK, WRONG, BenchResult, bench_one, run_bench
 
 TESTS = Path(__file__).parent
 CAUGHT_BY_SUITE = {
@@ -76,7 +76,7 @@ def test_run_bench_times_nothing_without_a_pass(empty_cache: Path) -> None:
 
 def test_the_pytest_benchmark_path_refuses_a_backend_that_failed(empty_cache: Path) -> None:
     from gemmzoo.measure import WrongResultError
-    from gemmzoo.pytest_bench import run_benchmark
+    from gemmzoo.pytest.bench import run_benchmark
 
     with pytest.raises(WrongResultError, match="failed the conformance suite"):
         run_benchmark(None, CLASSES["clever-zeros-strided"](), GridPoint(64, 64, 64, "float32"))
@@ -138,7 +138,7 @@ class _FakeBenchmark:
 
 
 def test_the_pytest_benchmark_path_records_the_thread_policy_and_the_flags(empty_cache: Path) -> None:
-    from gemmzoo.pytest_bench import run_benchmark
+    from gemmzoo.pytest.bench import run_benchmark
 
     fake = _FakeBenchmark()
     info = run_benchmark(fake, get_registry().get("numpy"), GridPoint(64, 64, 64, "float32"))
@@ -150,8 +150,8 @@ def test_the_pytest_benchmark_path_records_the_thread_policy_and_the_flags(empty
 
 def test_a_time_below_the_roofline_is_flagged_and_never_best() -> None:
     from gemmzoo.measure import Measurement, Timing
-    from gemmzoo.report import verdicts
-    from gemmzoo.roofline import Roofline
+    from gemmzoo.measure.roofline import Roofline
+    from gemmzoo.results.report import verdicts
 
     point = GridPoint(4096, 4096, 4096, "float16")
     timing = Timing(1e-6, 0.99e-6, 1.01e-6, 50, "test", noise=0.001, converged=True, target=0.02)

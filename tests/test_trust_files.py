@@ -82,11 +82,11 @@ def test_a_shared_object_planted_in_the_cache_directory_is_never_loaded(tmp_path
 def test_control_characters_from_a_plugin_leave_the_result_file_readable(tmp_path: Path) -> None:
     from misbehaving_plugins import Plain
 
-    from gemmzoo.bench import ERROR, bench_one
-    from gemmzoo.compare import compare_runs
-    from gemmzoo.grids import GridPoint
-    from gemmzoo.report import write_json
-    from gemmzoo.runs import load_run
+    from gemmzoo.problems.grids import GridPoint
+    from gemmzoo.results.compare import compare_runs
+    from gemmzoo.results.report import write_json
+    from gemmzoo.results.runs import load_run
+    from gemmzoo.scale.bench import ERROR, bench_one
 
     class Shouting(Plain):
         name = "shouting"
@@ -117,7 +117,7 @@ def test_a_bad_output_path_is_refused_before_the_run(tmp_path: Path) -> None:
 
 
 def test_results_are_written_atomically(tmp_path: Path, monkeypatch) -> None:
-    from gemmzoo import atomic_file
+    from gemmzoo.results import atomic_file
 
     target = tmp_path / "r.json"
     target.write_text("previous, whole\n")

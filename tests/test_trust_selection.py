@@ -9,8 +9,8 @@ import pytest
 from sessions import reconfigure, scoped
 from tuning_fakes import DelayedBackend, registry_with
 
-from gemmzoo import registry as registry_module
 from gemmzoo.errors import BackendUnavailableError
+from gemmzoo.plugins import registry as registry_module
 from gemmzoo.session import current
 from gemmzoo.tuning import Record, state
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions

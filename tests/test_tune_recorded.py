@@ -77,7 +77,7 @@ def test_the_expected_gain_is_the_baseline_time_over_the_chosen_one():
 
 def test_only_results_of_a_size_the_host_judges_quickly_are_judged_unless_all_are_asked_for():
     from gemmzoo.cli.recorded import judged, progress_line
-    from gemmzoo.grids import GridPoint
+    from gemmzoo.problems.grids import GridPoint
 
     head = GridPoint(8192, 50257, 768, "bfloat16", "NT")  # an LM head's logits: 411M elements
     projection = GridPoint(8192, 3072, 768, "bfloat16", "NT")

@@ -131,7 +131,7 @@ def test_an_unusable_directory_degrades_to_memory_with_one_warning(tmp_path, mon
 
 _WRITER = textwrap.dedent("""
     import sys, time
-    from gemmzoo.grids import GridPoint
+    from gemmzoo.problems.grids import GridPoint
     from gemmzoo.tuning import Record, state, tune
     worker, start_at = int(sys.argv[1]), float(sys.argv[2])
     while time.time() < start_at:  # every process opens the database at the same moment

@@ -18,7 +18,7 @@ from sessions import restart
 
 import gemmzoo
 from gemmzoo.cli import main
-from gemmzoo.registry import get_registry
+from gemmzoo.plugins.registry import get_registry
 from gemmzoo.tuning import TuningCacheWarning, explain, portable, state
 from gemmzoo.tuning.db import DB_NAME
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions

@@ -1,4 +1,4 @@
-"""gemmzoo.verify: the float64 reference computed where the operands are, judged by the suite's judge.
+"""gemmzoo.conformance.verify: the float64 reference computed where the operands are, judged by the suite's judge.
 
 No GPU here: the torch path runs on CPU tensors (the code a CUDA tensor takes), and measure.judge_problem
 is driven with it in place of the device dispatch.
@@ -11,11 +11,12 @@ import copy
 import numpy as np
 import pytest
 
-from gemmzoo import get_backend, measure, verify
+from gemmzoo import get_backend, measure
+from gemmzoo.conformance import verify
 from gemmzoo.conformance.bounds import error_bound, reference
 from gemmzoo.conformance.judge import CheckFailedError, judge_result
-from gemmzoo.grids import GridPoint
 from gemmzoo.measure import reference as measure_reference
+from gemmzoo.problems.grids import GridPoint
 
 torch = pytest.importorskip("torch")
 
@@ -87,7 +88,7 @@ def test_compare_takes_the_device_reference_for_a_cuda_backend(monkeypatch):
                         lambda a, b: pytest.fail("the host reference was computed"))
     problem = measure.make_problem(backend, GridPoint(40, 24, 56, "float32"), seed=0)
     problem.backend = copy.copy(backend)
-    problem.backend.device = "cuda"  # as a GPU backend: judge_problem asks gemmzoo.verify for the reference
+    problem.backend.device = "cuda"  # as a GPU backend: judge_problem asks gemmzoo.conformance.verify for the reference
     checked = measure.judge_problem(problem)
     assert asked == [((40, 56), (56, 24))] and 0 < checked.error_ratio <= 1
 
@@ -121,7 +122,7 @@ def test_operands_are_drawn_in_the_order_their_layout_stores_them(layout):
 def test_fp8_operands_are_rounded_once_in_their_layouts_order(layout):
     """An fp8 point's operands: E4M3 values held in float32, read-only, stored as the layout says;
     a backend's operands hold exactly those values."""
-    from gemmzoo.fp8 import to_e4m3
+    from gemmzoo.contract.fp8 import to_e4m3
 
     a, b = measure.e4m3_operands(70, 90, 110, 5, layout)
     for operand, letter in ((a, layout[0]), (b, layout[1])):

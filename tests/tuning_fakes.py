@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gemmzoo import hookimpl
-from gemmzoo.registry import Registry
+from gemmzoo.plugins.registry import Registry
 from gemmzoo_numpy.backend import NumpyBackend
 
 

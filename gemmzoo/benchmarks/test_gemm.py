@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import gemmzoo
-from gemmzoo.pytest_bench import point_from_id, run_benchmark
+from gemmzoo.pytest.bench import point_from_id, run_benchmark
 
 __all__ = ["test_gemm"]
 

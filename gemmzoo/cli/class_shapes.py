@@ -1,5 +1,5 @@
 """``bench`` and ``tune`` on problems of the classes beyond gemm (``--shape bmm:...``,
-``--shape scaled:...``, ``--shape grouped:...``): see :mod:`gemmzoo.class_bench`."""
+``--shape scaled:...``, ``--shape grouped:...``): see :mod:`gemmzoo.scale.class_bench`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from gemmzoo.cli.console import errors, messages
-from gemmzoo.problems import Problem, parse_problem
+from gemmzoo.problems.classes import Problem, parse_problem
 
 
 def split_shapes(shapes: list[str]) -> tuple[list[str], list[str]]:
@@ -20,12 +20,12 @@ def split_shapes(shapes: list[str]) -> tuple[list[str], list[str]]:
 
 
 def expand_grid(args: argparse.Namespace) -> list[Any]:
-    """Take a class grid (``--grid attention``, see :data:`gemmzoo.grids.CLASS_GRIDS`) or a model's
+    """Take a class grid (``--grid attention``, see :data:`gemmzoo.problems.grids.CLASS_GRIDS`) or a model's
     (``--grid model:NAME[@TOKENS]``) apart: its gemm problems join ``args.shape``, its class
     problems are returned as text in ``args.class_shapes``, ``args.grid`` is cleared. Returns the
     model's points (with their counts) for a model grid, else ``[]``; ``ValueError`` for an unknown
     model or token count."""
-    from gemmzoo.grids import CLASS_GRIDS
+    from gemmzoo.problems.grids import CLASS_GRIDS
 
     name = getattr(args, "grid", None) or ""
     args.class_shapes = []
@@ -35,7 +35,7 @@ def expand_grid(args: argparse.Namespace) -> list[Any]:
         return []
     if not name.startswith("model:"):
         return []
-    from gemmzoo.model_grids import model_grid
+    from gemmzoo.problems.model_grids import model_grid
 
     model, _, tokens = name[len("model:"):].partition("@")
     if tokens and not tokens.isdigit():
@@ -57,8 +57,8 @@ def model_summary_line(points: list[Any], gemm_results: list[Any], class_results
                        baseline: str | None, name: str) -> str:
     """One line: the model's GEMM time per forward pass with the fastest backend of each point,
     against ``baseline``'s, each point weighted by its count
-    (:func:`gemmzoo.model_grids.weighted_summary`)."""
-    from gemmzoo.model_grids import weighted_summary
+    (:func:`gemmzoo.problems.model_grids.weighted_summary`)."""
+    from gemmzoo.problems.model_grids import weighted_summary
 
     times: dict[str, dict[str, float]] = {}
     for result in gemm_results:
@@ -80,7 +80,7 @@ def problems_of(texts: list[str], dtypes: list[str] | None) -> list[Problem]:
     float32, when none; scaled problems are float8_e4m3fn whatever it says); ``ValueError`` for a
     text that is not one."""
     if not dtypes:
-        from gemmzoo.grids import default_grid_name
+        from gemmzoo.problems.grids import default_grid_name
 
         dtypes = ["bfloat16" if default_grid_name() == "gpu" else "float32"]
     found: dict[Problem, None] = {}
@@ -108,8 +108,8 @@ def run_class_shapes(args: argparse.Namespace, texts: list[str], verb: str,
     """Check and time the class problems of ``texts`` (``verb`` "bench" or "tune": tune stores
     each problem's measurements; ``kept`` receives the results); the exit status (1 when a
     backend was WRONG or ERROR, 2 for bad input)."""
-    from gemmzoo.class_bench import run_class_bench
     from gemmzoo.errors import UnknownBackendError
+    from gemmzoo.scale.class_bench import run_class_bench
     from gemmzoo.session import current
 
     say = messages(getattr(args, "format", "table"))
@@ -149,10 +149,10 @@ def run_class_shapes(args: argparse.Namespace, texts: list[str], verb: str,
 
 
 def _write(path: str, results: list[dict[str, Any]]) -> None:
-    """A result file (:mod:`gemmzoo.result_schema`) of class results, checked whole first."""
+    """A result file (:mod:`gemmzoo.results.schema`) of class results, checked whole first."""
     import datetime
 
-    from gemmzoo.result_schema import FORMAT, VERSION, check_document
+    from gemmzoo.results.schema import FORMAT, VERSION, check_document
 
     document = {"format": FORMAT, "version": VERSION,
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -14,9 +14,6 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gemmzoo import scale_jobs
-from gemmzoo.bench import OK, UNSUPPORTED, BenchResult, run_bench
-from gemmzoo.bench import environment as bench_environment
 from gemmzoo.cli.console import errors, messages
 from gemmzoo.cli.options import (
     COUNT,
@@ -29,9 +26,12 @@ from gemmzoo.cli.options import (
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import UnknownBackendError
-from gemmzoo.grids import GridError, GridPoint, default_grid_name, grids
 from gemmzoo.measure import TIMERS
-from gemmzoo.registry import unavailable_reason
+from gemmzoo.plugins.registry import unavailable_reason
+from gemmzoo.problems.grids import GridError, GridPoint, default_grid_name, grids
+from gemmzoo.scale import jobs as scale_jobs
+from gemmzoo.scale.bench import OK, UNSUPPORTED, BenchResult, run_bench
+from gemmzoo.scale.bench import environment as bench_environment
 from gemmzoo.session import current
 
 #: Interleaved rounds by default: drift of the machine during a run (seen between identical runs
@@ -116,7 +116,7 @@ def choose_baseline(backends: list[Any], points: list[GridPoint], requested: str
 
 def _show(args: argparse.Namespace, results: list[BenchResult], baseline: str | None,
           environment: dict[str, Any], command: str, meta: dict[str, Any]) -> None:
-    from gemmzoo.report import bench_listing, json_document, summary_lines, write_csv
+    from gemmzoo.results.report import bench_listing, json_document, summary_lines, write_csv
 
     if args.format == "json":
         print(json_document(results, environment, command, baseline, meta=meta), flush=True)
@@ -156,8 +156,8 @@ def run(args: argparse.Namespace) -> int:
         errors.print("--max-noise must be 0 or more (percent)", style="red", markup=False)
         return 2
     noise_target = args.max_noise / 100
-    from gemmzoo.atomic_file import unwritable
-    from gemmzoo.scale_executors import ExecutorError
+    from gemmzoo.results.atomic_file import unwritable
+    from gemmzoo.scale.executors import ExecutorError
 
     try:
         settings = executor_settings(args)

@@ -6,11 +6,11 @@ import argparse
 
 from rich.markup import escape
 
-from gemmzoo.accuracy import ACCURACY_CLASSES, COMPONENTWISE, accuracy_of
 from gemmzoo.cli.console import console, errors
 from gemmzoo.cli.options import SIZE, add_timeout_argument, timeout_lines
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.contract.accuracy import ACCURACY_CLASSES, COMPONENTWISE, accuracy_of
+from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.errors import GemmError
 
 #: What a ranked figure is, by :attr:`gemmzoo.tuning.select.Timed.bound`.
@@ -64,7 +64,7 @@ def _listing(choice: object, args: argparse.Namespace) -> Listing:
 def _too_large(args: argparse.Namespace) -> str | None:
     """Why measuring this shape cannot fit here (see :mod:`gemmzoo.cli.sizes`), or ``None``."""
     from gemmzoo.cli.sizes import too_large
-    from gemmzoo.grids import GridPoint
+    from gemmzoo.problems.grids import GridPoint
     from gemmzoo.session import current
 
     candidates = [b for b in current().select(None)

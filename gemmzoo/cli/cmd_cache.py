@@ -98,7 +98,8 @@ def _build_dispatch(say: Console) -> bool:
     """Build the compiled dispatch (or find it built), saying how long it took or why it failed."""
     import time
 
-    from gemmzoo import dispatch, native
+    from gemmzoo import native
+    from gemmzoo.dispatch import matmul as dispatch
 
     started = time.perf_counter()
     try:

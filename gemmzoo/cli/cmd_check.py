@@ -6,7 +6,6 @@ import argparse
 
 from rich.progress import Progress
 
-from gemmzoo.accuracy import accuracy_of
 from gemmzoo.cli.console import errors, messages
 from gemmzoo.cli.options import (
     SIZE,
@@ -18,9 +17,10 @@ from gemmzoo.cli.options import (
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
 from gemmzoo.conformance import check_backend, conformance_cases, input_checks
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.contract.accuracy import accuracy_of
+from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.errors import UnknownBackendError
-from gemmzoo.registry import unavailable_reason
+from gemmzoo.plugins.registry import unavailable_reason
 from gemmzoo.session import current
 
 

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from gemmzoo.cli.console import console, errors
 from gemmzoo.cli.output import duration
-from gemmzoo.compare import (
+from gemmzoo.results.compare import (
     AMBIGUOUS,
     BROKEN,
     DEFAULT_THRESHOLD,
@@ -168,8 +168,8 @@ def _print_wide(table: Table) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gemmzoo.compare import DuplicateRowError, compare_runs, labels, records, summary, write_plot
-    from gemmzoo.runs import RunFileError, load_run
+    from gemmzoo.results.compare import DuplicateRowError, compare_runs, labels, records, summary, write_plot
+    from gemmzoo.results.runs import RunFileError, load_run
 
     try:
         runs = [load_run(path) for path in args.files]

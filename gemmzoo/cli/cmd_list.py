@@ -7,12 +7,12 @@ import importlib.util
 import sys
 from typing import Any
 
-from gemmzoo.accuracy import accuracy_of
-from gemmzoo.backend import declared
 from gemmzoo.cli.console import console
 from gemmzoo.cli.output import Column, Listing, add_format_arguments, emit
-from gemmzoo.dtypes import DTYPES
-from gemmzoo.registry import unavailable_reason
+from gemmzoo.contract.accuracy import accuracy_of
+from gemmzoo.contract.backend import declared
+from gemmzoo.contract.dtypes import DTYPES
+from gemmzoo.plugins.registry import unavailable_reason
 from gemmzoo.session import current
 
 # The plain format's column order is the one scripts have read since the first release; after the

@@ -1,4 +1,4 @@
-"""``gemmzoo report``: result files as one self-contained HTML page (see :mod:`gemmzoo.report_html`)."""
+"""``gemmzoo report``: result files as one self-contained HTML page (see :mod:`gemmzoo.results.html`)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gemmzoo.report_html import write_report
-    from gemmzoo.runs import RunFileError, load_run
+    from gemmzoo.results.html import write_report
+    from gemmzoo.results.runs import RunFileError, load_run
 
     try:
         runs = [load_run(path) for path in args.files]

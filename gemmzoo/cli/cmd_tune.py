@@ -22,7 +22,7 @@ from gemmzoo.cli.output import Column, Listing, add_format_arguments, duration, 
 from gemmzoo.cli.recorded import Outcome, narrowed, recorded_points
 from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import GemmError
-from gemmzoo.grids import GridPoint
+from gemmzoo.problems.grids import GridPoint
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -298,7 +298,7 @@ def _tune(args: argparse.Namespace, plan: list[Any], chosen: list[Any], total: i
                 say.print(f"ERROR {failure}", style="red", markup=False)
 
         if settings is not None:  # --executor slurm|ray: stored through the validated import
-            from gemmzoo.scale_jobs import tune_with_executor
+            from gemmzoo.scale.jobs import tune_with_executor
 
             for group, names in plan:
                 made, passed_over, failures, imported = tune_with_executor(
@@ -306,7 +306,7 @@ def _tune(args: argparse.Namespace, plan: list[Any], chosen: list[Any], total: i
                 collect(made, passed_over, failures)
                 say.print(imported, markup=False)
         elif args.devices:
-            from gemmzoo.scale_jobs import tune_on_devices
+            from gemmzoo.scale.jobs import tune_on_devices
 
             for group, names in plan:
                 collect(*tune_on_devices(names, group, args.budget, not args.no_verify, args.devices,

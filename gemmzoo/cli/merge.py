@@ -7,16 +7,16 @@ from typing import Any
 
 from rich.markup import escape
 
-from gemmzoo.bench import OK, UNSUPPORTED
 from gemmzoo.cli.console import console, errors
-from gemmzoo.runs import RunFileError, load_run, merge_runs
+from gemmzoo.results.runs import RunFileError, load_run, merge_runs
+from gemmzoo.scale.bench import OK, UNSUPPORTED
 
 
 def run_merge(args: argparse.Namespace) -> int:
     """Merge ``args.merge``; print the table; write ``--json``/``--csv``/``--plot``. Exit 1 when
     a result is wrong, 2 when the files cannot be merged."""
     from gemmzoo.cli.output import emit
-    from gemmzoo.report import bench_listing
+    from gemmzoo.results.report import bench_listing
 
     try:
         merged, notes = merge_runs([load_run(path) for path in args.merge])
@@ -39,11 +39,11 @@ def run_merge(args: argparse.Namespace) -> int:
 def write_outputs(args: argparse.Namespace, results: list[Any], environment: dict[str, Any] | None,
                   command: str, baseline: str | None = None, meta: dict[str, Any] | None = None,
                   extras: list[dict[str, Any]] | None = None) -> int:
-    """Write the JSON (the result format, :func:`gemmzoo.report.json_document`), CSV and plot that
+    """Write the JSON (the result format, :func:`gemmzoo.results.report.json_document`), CSV and plot that
     ``args`` asks for, for ``bench`` and ``bench --merge``; the exit status (1 if any result is
     WRONG, ERROR or TIMEOUT). ``extras`` that do not match the results one to one are left out."""
     from gemmzoo.cli.console import messages
-    from gemmzoo.report import write_csv, write_json
+    from gemmzoo.results.report import write_csv, write_json
 
     say = messages(getattr(args, "format", "table"))
     if args.json:
@@ -54,14 +54,14 @@ def write_outputs(args: argparse.Namespace, results: list[Any], environment: dic
         write_csv(results, args.csv)
         say.print(f"wrote {args.csv}", markup=False)
     if args.plot and results:
-        from gemmzoo.report import write_plot
+        from gemmzoo.results.report import write_plot
 
         write_plot(results, args.plot)
         say.print(f"wrote {args.plot}", markup=False)
     if getattr(args, "html", None) and results:
-        from gemmzoo.report import json_document
-        from gemmzoo.report_html import write_report
-        from gemmzoo.runs import run_from_text
+        from gemmzoo.results.html import write_report
+        from gemmzoo.results.report import json_document
+        from gemmzoo.results.runs import run_from_text
 
         text = json_document(results, environment, command, baseline, meta=meta,
                              extras=extras if extras is not None and len(extras) == len(results) else None)

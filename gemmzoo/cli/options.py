@@ -6,8 +6,8 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gemmzoo.dtypes import DTYPES
-from gemmzoo.grids import LAYOUTS, GridPoint, default_grid_name, resolve_points
+from gemmzoo.contract.dtypes import DTYPES
+from gemmzoo.problems.grids import LAYOUTS, GridPoint, default_grid_name, resolve_points
 from gemmzoo.session import current
 
 
@@ -123,8 +123,8 @@ def add_point_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
 
 
 def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--executor local|slurm|ray`` and its options (see :mod:`gemmzoo.scale_executors`)."""
-    from gemmzoo.scale_executors import EXECUTORS
+    """``--executor local|slurm|ray`` and its options (see :mod:`gemmzoo.scale.executors`)."""
+    from gemmzoo.scale.executors import EXECUTORS
 
     group = parser.add_argument_group("executors (see README: Sweeps on Slurm and Ray)")
     group.add_argument("--executor", choices=EXECUTORS, default="local",
@@ -157,11 +157,11 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def executor_settings(args: argparse.Namespace) -> Any:
-    """The :class:`gemmzoo.scale_executors.ExecutorSettings` of ``args`` for an engine executor
+    """The :class:`gemmzoo.scale.executors.ExecutorSettings` of ``args`` for an engine executor
     (slurm, ray); ``None`` for ``local``, which runs as before (this process, or ``--devices``).
-    Raises :class:`gemmzoo.scale_executors.ExecutorError` for a bad option or a missing engine."""
-    from gemmzoo.scale import parse_devices, visible_gpus
-    from gemmzoo.scale_executors import ExecutorError, ExecutorSettings, parse_option, require
+    Raises :class:`gemmzoo.scale.executors.ExecutorError` for a bad option or a missing engine."""
+    from gemmzoo.scale.executors import ExecutorError, ExecutorSettings, parse_option, require
+    from gemmzoo.scale.shards import parse_devices, visible_gpus
 
     name = getattr(args, "executor", "local")
     if name == "local":
@@ -189,7 +189,7 @@ def grid_from_arguments(args: argparse.Namespace) -> list[GridPoint]:
 def points_from_arguments(args: argparse.Namespace) -> list[GridPoint]:
     """The grid points the shared options ask for, this ``--shard``'s part of them when given
     (raises ``GridError`` or ``ShardError`` on bad input)."""
-    from gemmzoo.scale import parse_shard, shard_points
+    from gemmzoo.scale.shards import parse_shard, shard_points
 
     points = grid_from_arguments(args)
     shard = getattr(args, "shard", None)
@@ -197,8 +197,8 @@ def points_from_arguments(args: argparse.Namespace) -> list[GridPoint]:
 
 
 def shard_meta(args: argparse.Namespace) -> dict[str, object] | None:
-    """``{"index", "count", "grid", "points"}`` for a ``--shard`` run (see :mod:`gemmzoo.runs`)."""
-    from gemmzoo.scale import grid_digest, parse_shard
+    """``{"index", "count", "grid", "points"}`` for a ``--shard`` run (see :mod:`gemmzoo.results.runs`)."""
+    from gemmzoo.scale.shards import grid_digest, parse_shard
 
     if not getattr(args, "shard", None):
         return None
@@ -207,7 +207,7 @@ def shard_meta(args: argparse.Namespace) -> dict[str, object] | None:
 
 
 def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
-    """``--timeout SECONDS``: the time limit of each backend task (see :mod:`gemmzoo.watchdog`); the
+    """``--timeout SECONDS``: the time limit of each backend task (see :mod:`gemmzoo.plugins.watchdog`); the
     command runs in a session whose ``timeout`` it is (:func:`gemmzoo.cli.main`), and worker
     processes inherit it."""
     from gemmzoo.config import DEFAULT_TIMEOUT_S, parse_timeout
@@ -228,6 +228,6 @@ def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
 def timeout_lines() -> list[str]:
     """One ``TIMEOUT backend: what took longer than N s`` line per call that overran in this
     process (empty when none did)."""
-    from gemmzoo.watchdog import timeouts
+    from gemmzoo.plugins.watchdog import timeouts
 
     return [f"TIMEOUT {event.describe()}" for event in timeouts()]

@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gemmzoo.backend import declared
-from gemmzoo.grids import GridPoint
+from gemmzoo.contract.backend import declared
+from gemmzoo.problems.grids import GridPoint
 
 #: Results with more elements than this (M·N) are not judged one by one while timing, unless
 #: asked (``--verify-all``): their judge copies C, the float64 reference and its bound to the host
@@ -78,7 +78,7 @@ def narrowed(backends: Sequence[Any], include_compiling: bool, named: bool,
     reason naming the available ones left out (the others are skipped anyway)."""
     if named:
         return list(backends)
-    from gemmzoo.dispatch import native_kind
+    from gemmzoo.dispatch.matmul import native_kind
     from gemmzoo.tuning import state
 
     available = [b for b in backends if state.unavailable_reason(b) is None]
@@ -102,7 +102,7 @@ def suite_in_child(name: str, dtype: str) -> tuple[str, str, bool | None, float]
     where the parent reads it (the same ``GEMMZOO_CACHE_DIR``, inherited): ``(name, dtype,
     passed, seconds)``, ``passed`` ``None`` where no verdict could be stored (the suite overran
     its time limit, or the backend is unavailable in the worker)."""
-    from gemmzoo.registry import get_registry
+    from gemmzoo.plugins.registry import get_registry
     from gemmzoo.tuning import state
     from gemmzoo.tuning.tune import conformance_verdict
 
@@ -224,7 +224,7 @@ def outcome(point: GridPoint, device: str) -> Outcome | None:
     """The choice ``gemmzoo.matmul`` now makes for ``point`` on ``device`` for a caller of
     :func:`caller_library`'s arrays (from the stored measurements, never measuring), and the
     expected gain over the baseline; ``None`` when no backend can answer."""
-    from gemmzoo.dispatch import native_kind
+    from gemmzoo.dispatch.matmul import native_kind
     from gemmzoo.tuning.select import explain
 
     library, dtype = caller_library(), point.dtype

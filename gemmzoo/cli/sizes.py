@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gemmzoo.grids import GridPoint
+from gemmzoo.problems.grids import GridPoint
 
 #: Bytes per element of each dtype mode as a backend stores it (tf32 is fp32 storage).
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "tf32": 4, "float64": 8, "float8_e4m3fn": 1}

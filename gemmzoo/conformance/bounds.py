@@ -2,7 +2,7 @@
 
 For every element, with R the float64 product of exactly the values the backend received,
 ``|A||B|`` the product of the absolute values, and the dtype's facts from
-:mod:`gemmzoo.dtypes`::
+:mod:`gemmzoo.contract.dtypes`::
 
     acc   = (2·u_op + u_blk + 4·sqrt(K)·u_acc)·(|A||B|)ij + K·u_acc·|Rij|
     bound = u_out·|Rij| + (1 + u_out)·acc + s
@@ -34,7 +34,7 @@ at long K on data of random sign; this one does not.
 When every integer in the problem is exactly representable (small-integer inputs whose sums stay
 within the result's ``exact_integers``), the bound is zero: the result must be exact.
 
-That is the bound of the ``componentwise`` accuracy class (:mod:`gemmzoo.accuracy`). The
+That is the bound of the ``componentwise`` accuracy class (:mod:`gemmzoo.contract.accuracy`). The
 ``normwise`` class replaces ``(|A||B|)ij`` by one figure for the whole matrix,
 ``NORMWISE_FACTOR · max_i ‖A(i,:)‖₂ · max_j ‖B(:,j)‖₂`` (of the finite values): by Cauchy–Schwarz
 at least ``(|A||B|)ij`` for every element, so a componentwise backend meets it too. The factor
@@ -49,8 +49,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gemmzoo.accuracy import NORMWISE
-from gemmzoo.dtypes import dtype_info
+from gemmzoo.contract.accuracy import NORMWISE
+from gemmzoo.contract.dtypes import dtype_info
 
 NORMWISE_FACTOR = 4.0
 

@@ -1,4 +1,4 @@
-"""Conformance cases of the problem classes beyond ``gemm`` (:mod:`gemmzoo.problems`).
+"""Conformance cases of the problem classes beyond ``gemm`` (:mod:`gemmzoo.problems.classes`).
 
 Every class is judged from the same derived bounds as a 2-D product
 (:mod:`gemmzoo.conformance.bounds`): a batched product matrix by matrix of the broadcast batch, a
@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from gemmzoo.backend import dtype_name
-from gemmzoo.class_math import declared_classes, dequantized, group_bounds
 from gemmzoo.conformance.bounds import error_bound, scaled_error_bound
 from gemmzoo.conformance.judge import CheckFailedError, compare_elements
-from gemmzoo.dtypes import host_dtype, result_dtype
-from gemmzoo.problems import scale_shapes
+from gemmzoo.contract.backend import dtype_name
+from gemmzoo.contract.dtypes import host_dtype, result_dtype
+from gemmzoo.problems.class_math import declared_classes, dequantized, group_bounds
+from gemmzoo.problems.classes import scale_shapes
 
 #: Batched cases: (label, A's shape, B's shape).
 BATCHED_SHAPES: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = (

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from gemmzoo.conformance.judge import CheckFailedError
-from gemmzoo.dtypes import dtype_info
+from gemmzoo.contract.dtypes import dtype_info
 
 #: Dtypes whose held values must equal the caller's rounded by NumPy, bit for bit.
 _EXACT = {"float64": np.float64, "float32": np.float32, "tf32": np.float32}

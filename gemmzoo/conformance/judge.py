@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from gemmzoo.accuracy import accuracy_of
-from gemmzoo.backend import dtype_name
 from gemmzoo.conformance.bounds import HostOperand, class_bound, host_values
 from gemmzoo.conformance.bounds import reference as float64_reference
-from gemmzoo.dtypes import host_dtype, result_dtype
+from gemmzoo.contract.accuracy import accuracy_of
+from gemmzoo.contract.backend import dtype_name
+from gemmzoo.contract.dtypes import host_dtype, result_dtype
 
 
 class CheckFailedError(Exception):

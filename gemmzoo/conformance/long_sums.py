@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from gemmzoo.dtypes import dtype_info
+from gemmzoo.contract.dtypes import dtype_info
 
 
 def same_sign_operands(m: int, n: int, k: int, dtype: str,

@@ -16,12 +16,12 @@ from gemmzoo.conformance.independence import check_fresh, check_held
 from gemmzoo.conformance.judge import CheckFailedError, judge_result
 from gemmzoo.conformance.long_sums import same_sign_operands
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
-from gemmzoo.dtypes import DTYPES, result_dtype
-from gemmzoo.inert import inert
-from gemmzoo.registry import probe_availability
-from gemmzoo.validation import backend_problem
-from gemmzoo.watchdog import BackendTimeoutError, idle_workers_ended, quarantined
-from gemmzoo.watchdog import call as watched
+from gemmzoo.contract.dtypes import DTYPES, result_dtype
+from gemmzoo.contract.validation import backend_problem
+from gemmzoo.plugins.inert import inert
+from gemmzoo.plugins.registry import probe_availability
+from gemmzoo.plugins.watchdog import BackendTimeoutError, idle_workers_ended, quarantined
+from gemmzoo.plugins.watchdog import call as watched
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class ConformanceReport:
     backend: str
     results: list[CheckResult] = field(default_factory=list)
     unavailable: str | None = None
-    #: Set when a check ran past the time limit (:mod:`gemmzoo.watchdog`): what overran. The
+    #: Set when a check ran past the time limit (:mod:`gemmzoo.plugins.watchdog`): what overran. The
     #: backend is then quarantined and the checks after it are not run.
     timed_out: str | None = None
 
@@ -171,7 +171,7 @@ def _checked(backend: Any, label: str, run: Callable[[], str]) -> CheckResult:
 
 
 def _exception_text(error: BaseException) -> str:
-    """The exception as one message, its control characters written out (:mod:`gemmzoo.inert`)."""
+    """The exception as one message, its control characters written out (:mod:`gemmzoo.plugins.inert`)."""
     try:
         text = "".join(traceback.format_exception_only(type(error), error)).strip()
     except Exception:  # an exception whose own __str__ raises
@@ -304,7 +304,7 @@ def _fp8_conversion_values(rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     subnormal E4M3 values and the midpoints between them (ties), random ones, then the values
     out of range (finite past 448, ±Inf) and NaN. Returns the values and a mask of the in-range
     ones."""
-    from gemmzoo.fp8 import E4M3
+    from gemmzoo.contract.fp8 import E4M3
 
     codes = np.arange(256, dtype=np.uint8).view(E4M3).astype(np.float64)
     grid = np.unique(codes[np.isfinite(codes)])
@@ -321,7 +321,7 @@ def _fp8_conversion_values(rng: np.random.Generator) -> tuple[np.ndarray, np.nda
 def _check_fp8_conversion(backend: Any) -> str:
     """``from_numpy(x, "float8_e4m3fn")`` must round to the nearest E4M3 value (ties to even) and
     give either ±448 (saturation) or NaN for finite values out of range; NaN stays NaN."""
-    from gemmzoo.fp8 import to_e4m3
+    from gemmzoo.contract.fp8 import to_e4m3
 
     values, in_range = _fp8_conversion_values(np.random.default_rng(11))
     held = np.asarray(backend.to_numpy(backend.from_numpy(values.reshape(1, -1), "float8_e4m3fn")))
@@ -411,11 +411,11 @@ def check_backend(
     class the backend declares); a verdict for one class is earned by that class's cases alone.
 
     Nothing a backend does stops the suite: a malformed backend (see
-    :func:`gemmzoo.validation.backend_problem`) fails a ``backend-members`` check, and a check that
+    :func:`gemmzoo.contract.validation.backend_problem`) fails a ``backend-members`` check, and a check that
     raises is a failed check with the exception's message. Each check has ``timeout`` seconds
-    (``"default"``: :func:`gemmzoo.watchdog.default_timeout`; ``None``: no limit): one that
+    (``"default"``: :func:`gemmzoo.plugins.watchdog.default_timeout`; ``None``: no limit): one that
     overruns fails, sets :attr:`ConformanceReport.timed_out`, quarantines the backend
-    (:mod:`gemmzoo.watchdog`) and ends its suite.
+    (:mod:`gemmzoo.plugins.watchdog`) and ends its suite.
     """
     name = getattr(backend, "name", None)
     report = ConformanceReport(name if isinstance(name, str) else repr(name))

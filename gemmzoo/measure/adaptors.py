@@ -24,7 +24,7 @@ def graph_call(call: Callable[[], Any]) -> Callable[[], Any]:
     :class:`~gemmzoo.errors.GemmError` instead of replaying nothing."""
     import torch
 
-    from gemmzoo.backend import TF32Array
+    from gemmzoo.contract.backend import TF32Array
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

@@ -70,7 +70,7 @@ class ClockWatch:
 
 def nvml_watch() -> ClockWatch:
     """A watch on the GPU this process measures on, through NVML (inactive without it)."""
-    from gemmzoo.gpu_state import sm_clock_reader
+    from gemmzoo.measure.gpu_state import sm_clock_reader
 
     found = sm_clock_reader()
     if found is None:

@@ -1,6 +1,6 @@
 """The CUDA timing engine: calls queued behind a hold on the stream, timed by CUDA events.
 
-The calls of a batch are queued behind a hold on the stream (:mod:`gemmzoo.gpu_stream`) and run
+The calls of a batch are queued behind a hold on the stream (:mod:`gemmzoo.measure.gpu_stream`) and run
 back to back once it is released, so no launch time can enter a sample; the next batch is queued
 while one runs, so the GPU does not idle between batches either. At most
 :data:`MAX_QUEUED_CALLS` calls make a batch, well inside CUDA's launch queue.
@@ -39,7 +39,7 @@ class Engine:
     """Device and host time of calls on a CUDA device, queued behind holds on the stream.
 
     ``gpu`` supplies ``pair()``, ``flush()``, ``synchronize()``, ``wait(event)``,
-    ``elapsed_s(start, end)`` and ``hold()`` (:class:`gemmzoo.gpu_stream.CudaGpu` by default, made
+    ``elapsed_s(start, end)`` and ``hold()`` (:class:`gemmzoo.measure.gpu_stream.CudaGpu` by default, made
     on first use so that building an engine touches no GPU). :meth:`queue` is the one place a
     timed call is made; :meth:`batch` (one batch, then a synchronisation) and :meth:`stream`
     (batches back to back: the bench samples and :class:`DeviceClock`'s rounds) build on it.
@@ -55,7 +55,7 @@ class Engine:
     def gpu(self) -> Any:
         """The device interface (created on first use)."""
         if self._gpu is None:
-            from gemmzoo.gpu_stream import default_gpu
+            from gemmzoo.measure.gpu_stream import default_gpu
 
             self._gpu = default_gpu()
         return self._gpu

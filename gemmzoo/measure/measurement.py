@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gemmzoo.grids import GridPoint
 from gemmzoo.measure.clocks import ClockReport
 from gemmzoo.measure.contention import ContentionReport
 from gemmzoo.measure.problems import make_problem
@@ -13,6 +12,7 @@ from gemmzoo.measure.reference import UNCHECKED, judge_problem, spot_check
 from gemmzoo.measure.stats import NOISE_TARGET, Timing
 from gemmzoo.measure.threads import ThreadReport
 from gemmzoo.measure.timers import run_timing
+from gemmzoo.problems.grids import GridPoint
 
 
 @dataclass(frozen=True)

@@ -76,9 +76,9 @@ def timing_from_record(record: dict[str, Any]) -> Timing:
 def main() -> int:
     """The child: read the request, time it, print one JSON line."""
     import gemmzoo
-    from gemmzoo.grids import GridPoint
     from gemmzoo.measure.adaptors import nvbench_timing
     from gemmzoo.measure.problems import make_problem, planned
+    from gemmzoo.problems.grids import GridPoint
 
     asked = json.loads(sys.stdin.read())
     backend = gemmzoo.get_backend(asked["backend"])

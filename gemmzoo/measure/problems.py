@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from gemmzoo.grids import GridPoint
-from gemmzoo.host_work import BLOCK, blocks, each_block
+from gemmzoo.measure.host_work import BLOCK, blocks, each_block
+from gemmzoo.problems.grids import GridPoint
 
 
 @dataclass
@@ -67,7 +67,7 @@ def _drawn(m: int, n: int, k: int, seed: int, layout: str, dtype: type) -> tuple
 
 
 def _parallel_normal(shape: tuple[int, int], seed: np.random.SeedSequence, dtype: type) -> np.ndarray:
-    """A C-ordered random normal array: block i of :func:`gemmzoo.host_work.blocks` drawn from the
+    """A C-ordered random normal array: block i of :func:`gemmzoo.measure.host_work.blocks` drawn from the
     i-th child of ``seed``, in parallel threads (the values do not depend on how many)."""
     out = np.empty(shape, dtype)
     flat = out.reshape(-1)
@@ -97,12 +97,12 @@ def host_operands(m: int, n: int, k: int, seed: int, layout: str = "NN",
 
 @functools.lru_cache(maxsize=1)
 def e4m3_operands(m: int, n: int, k: int, seed: int, layout: str = "NN") -> tuple[np.ndarray, np.ndarray]:
-    """Random normal A and B rounded to E4M3 (:func:`gemmzoo.fp8.to_e4m3`) and held in float32,
+    """Random normal A and B rounded to E4M3 (:func:`gemmzoo.contract.fp8.to_e4m3`) and held in float32,
     in the storage order of :func:`host_operands`, read-only. Drawn in float32 (three mantissa
     bits survive the rounding) and rounded once for all the backends measured on an fp8 point,
     whose ``from_numpy`` then rounds exact float32 values: one fast rounding, not a large
     operand's careful float64 one per backend."""
-    from gemmzoo.fp8 import e4m3_to_float32, to_e4m3
+    from gemmzoo.contract.fp8 import e4m3_to_float32, to_e4m3
 
     def rounded(x: np.ndarray) -> np.ndarray:
         stored = to_e4m3(x.T).T if not x.flags.c_contiguous else to_e4m3(x)

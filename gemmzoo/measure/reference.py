@@ -55,15 +55,15 @@ def judge_problem(problem: Problem) -> ResultDeviation:
     (:func:`gemmzoo.conformance.judge.judge_result`): C's type, shape and dtype, ``to_numpy``'s
     dtype, NaN and Inf where the float64 reference has them, and every element within the bound
     of the backend's accuracy class. For a CUDA backend the float64 reference is computed on its
-    GPU when :mod:`gemmzoo.verify` can, else on the host.
+    GPU when :mod:`gemmzoo.conformance.verify` can, else on the host.
 
     Raises :class:`WrongResultError` saying what is wrong when any of that fails.
     """
     point, backend = problem.point, problem.backend
     c = backend.matmul(problem.a, problem.b)
     expected = None
-    if backend.device == "cuda":  # the float64 products on the GPU where it can (gemmzoo.verify)
-        from gemmzoo.verify import device_reference
+    if backend.device == "cuda":  # the float64 products on the GPU where it can (gemmzoo.conformance.verify)
+        from gemmzoo.conformance.verify import device_reference
 
         expected = device_reference(problem.a, problem.b)
     if expected is None:
@@ -88,8 +88,8 @@ def spot_check(problem: Problem, a: Any, b: Any, c: Any, seed: int = 0) -> None:
     dtype's rounding of ``|A|·(|B|·|x|)``, in O((M + N)·K) work. A backend right on the call
     judged before the timing and wrong on the calls timed (a result cached by address, one
     computed only on the first calls) raises :class:`WrongResultError`."""
-    from gemmzoo.accuracy import COMPONENTWISE, accuracy_of
-    from gemmzoo.dtypes import dtype_info
+    from gemmzoo.contract.accuracy import COMPONENTWISE, accuracy_of
+    from gemmzoo.contract.dtypes import dtype_info
 
     point, backend = problem.point, problem.backend
     if point.m * point.n * point.k == 0:

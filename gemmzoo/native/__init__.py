@@ -6,7 +6,7 @@ strides, dtype, device and autograd state of both tensors) costs more than the r
 that is ``torch.mm`` itself still goes through torch's Python argument parsing. The compiled
 dispatch reads the key in C++, keeps its own table of the plans the Python dispatch made, and
 launches ``at::mm`` directly for plans declared to be ``torch.mm``
-(:func:`gemmzoo.backend.declare_torch_mm`).
+(:func:`gemmzoo.contract.backend.declare_torch_mm`).
 
 It is a torch C++ extension, built with ``torch.utils.cpp_extension`` (a C++ compiler and ninja),
 never while a product waits: :func:`build` builds it (``gemmzoo cache --build-dispatch``
@@ -170,7 +170,7 @@ def load() -> ModuleType | None:
 
 def build(verbose: bool = False) -> ModuleType:
     """Build (or find built) and import the compiled dispatch for this torch and Python (the caller
-    hands it to :func:`gemmzoo.dispatch.use_compiled` to use it in this process: this module
+    hands it to :func:`gemmzoo.dispatch.matmul.use_compiled` to use it in this process: this module
     imports no dispatch). Raises :class:`CompiledDispatchError` saying why it cannot be built
     here."""
     version = _torch_version()

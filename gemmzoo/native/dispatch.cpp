@@ -1,7 +1,7 @@
 // gemmzoo.matmul's dispatch for torch tensors, compiled: the problem's key read from the tensors
 // in C++, the plan found in a table, and plans that are torch.mm itself launched through at::mm.
 //
-// The Python dispatch (gemmzoo/dispatch.py) stays the authority: a problem met for the first time
+// The Python dispatch (gemmzoo/dispatch/matmul.py) stays the authority: a problem met for the first time
 // goes to its plan_of(), which makes and keeps the plan; this table only remembers, per problem,
 // which plan that was. Its key holds everything the Python key holds (and a little more: both
 // operands' types, dtypes, devices and exact strides), so it never finds a plan made for other
@@ -23,7 +23,7 @@
 
 namespace {
 
-constexpr size_t kMaxPlans = 4096;  // as gemmzoo.plan_cache.PlanCache.MAX_PLANS
+constexpr size_t kMaxPlans = 4096;  // as gemmzoo.dispatch.plan_cache.PlanCache.MAX_PLANS
 
 // What a problem is, as far as a plan is concerned.
 struct Key {
@@ -166,7 +166,7 @@ Key key_of(PyObject* const* args, const at::Tensor& a, const at::Tensor& b) {
 }
 
 // Reads the (plan, form) pair plan_of() returned. form: () for torch.mm itself, a
-// gemmzoo.backend.Switched (lock, read, write, wanted, pair) for torch.mm under a switch, None for
+// gemmzoo.contract.backend.Switched (lock, read, write, wanted, pair) for torch.mm under a switch, None for
 // any other plan.
 bool entry_of(PyObject* answer, Entry* entry) {
   if (!PyTuple_Check(answer) || PyTuple_GET_SIZE(answer) != 2) {

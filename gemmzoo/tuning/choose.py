@@ -25,7 +25,7 @@ WARM_SPEEDUP_MAX = 3.0
 class Problem:
     """What is asked: ``shape = (M, N, K)``, the gemmzoo dtype and the device; the operands'
     ``layout``, the caller's array ``library`` (``"numpy"``, ``"torch"``, ``"cupy"``, or ``None``)
-    and the ``accuracy`` class the caller accepts (:mod:`gemmzoo.accuracy`), which a prior may
+    and the ``accuracy`` class the caller accepts (:mod:`gemmzoo.contract.accuracy`), which a prior may
     route by."""
 
     shape: tuple[int, int, int]

@@ -2,7 +2,7 @@
 
 Rows live in the tuning database's ``class_measurements`` table (:mod:`gemmzoo.tuning.db`), one
 per backend and problem, the problem named by its class and text form
-(:meth:`gemmzoo.problems.Problem.text`). Only rows of the versions installed now count, and only
+(:meth:`gemmzoo.problems.classes.Problem.text`). Only rows of the versions installed now count, and only
 ``ok`` rows: a backend gets one only after it passed its class's conformance cases in the run
 that measured it.
 """
@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from gemmzoo.problems import Problem
+from gemmzoo.problems.classes import Problem
 from gemmzoo.tuning import state
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
 

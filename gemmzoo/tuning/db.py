@@ -39,7 +39,7 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from typing import TypeVar
 
-from gemmzoo.grids import GridPoint
+from gemmzoo.problems.grids import GridPoint
 from gemmzoo.tuning.schema import MAX_DETAIL, stored_measurement_problem
 
 SCHEMA_VERSION = 1
@@ -111,7 +111,7 @@ _BANDWIDTH_TABLE = """
 CREATE TABLE IF NOT EXISTS bandwidth (device TEXT NOT NULL, bytes_per_s REAL NOT NULL, created REAL NOT NULL)
 """
 # Added beside schema version 1 without a version change (older releases ignore it): measurements of
-# the problem classes beyond gemm (:mod:`gemmzoo.problems`), one row per backend and problem, the
+# the problem classes beyond gemm (:mod:`gemmzoo.problems.classes`), one row per backend and problem, the
 # problem named by its class and its text form; gemm rows stay in ``measurements``.
 _CLASS_TABLE = """
 CREATE TABLE IF NOT EXISTS class_measurements (

@@ -14,7 +14,7 @@ import platform
 from importlib import metadata
 from typing import Any
 
-from gemmzoo.device import cpu_model, cuda_properties, nvidia_driver
+from gemmzoo.measure.device import cpu_model, cuda_properties, nvidia_driver
 
 # Frameworks whose upgrade can change any backend's speed or results. Every installed one is part
 # of every backend's versions: a third-party backend may use any of them, and discarding a valid
@@ -54,7 +54,7 @@ def framework_versions() -> dict[str, str]:
 def library_versions(backend_name: str, registry: Any) -> str:
     """Canonical JSON of what a measurement of ``backend_name`` depends on: gemmzoo, the
     distribution that provides the backend, every installed framework, and the digest of the
-    backend's code (:mod:`gemmzoo.code_digest`: an edit of an editable install is a new backend)."""
+    backend's code (:mod:`gemmzoo.plugins.code_digest`: an edit of an editable install is a new backend)."""
     from gemmzoo import __version__
 
     versions = {"gemmzoo": __version__, **framework_versions()}

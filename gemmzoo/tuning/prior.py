@@ -113,8 +113,8 @@ def offered(problem: Problem) -> dict[str, Any]:
     """The backends the current session offers for ``problem``, by name: on its device, computing
     its dtype, of an accuracy class the caller accepts, and selectable by default or named in
     the session's ``backends``."""
-    from gemmzoo.accuracy import accepts, accuracy_of
-    from gemmzoo.backend import declared
+    from gemmzoo.contract.accuracy import accepts, accuracy_of
+    from gemmzoo.contract.backend import declared
     from gemmzoo.session import current
 
     session = current()
@@ -127,7 +127,7 @@ def offered(problem: Problem) -> dict[str, Any]:
 def shipped(problem: Problem) -> str | None:
     """The shipped prior's backend for ``problem`` among those the current session offers
     (:func:`offered`), by the routes they declare (:attr:`gemmzoo.Backend.prior_routes`)."""
-    from gemmzoo.backend import declared
+    from gemmzoo.contract.backend import declared
 
     routes = {name: declared(b, "prior_routes") or () for name, b in offered(problem).items()}
     return route(problem.shape, problem.dtype, problem.layout, problem.device, device_arch(problem.device),
@@ -138,7 +138,7 @@ def device_arch(device: str) -> str:
     """The architecture the prior's routes are keyed by: ``sm_XY`` for a CUDA device, else the
     host's machine name (``x86_64``, ``aarch64``)."""
     if device == "cuda":
-        from gemmzoo.device import cuda_properties
+        from gemmzoo.measure.device import cuda_properties
 
         capability = str(cuda_properties().get("capability", ""))
         return "sm_" + capability.replace(".", "") if capability else "sm_unknown"

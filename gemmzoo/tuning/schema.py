@@ -15,9 +15,9 @@ import re
 import time
 from typing import Any
 
-from gemmzoo.dtypes import DTYPES
-from gemmzoo.grids import LAYOUTS
-from gemmzoo.validation import NAME_PATTERN
+from gemmzoo.contract.dtypes import DTYPES
+from gemmzoo.contract.validation import NAME_PATTERN
+from gemmzoo.problems.grids import LAYOUTS
 
 MAX_SIZE = 2**31
 """The largest M, N or K a row may hold."""

@@ -4,7 +4,7 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
 
 1. Candidates: registered backends (narrowed by ``GEMMZOO_BACKENDS``) on that device that
    declare ``dtype``, are available, are of an accuracy class the caller accepts (``accuracy``:
-   componentwise only by default, see :mod:`gemmzoo.accuracy`), and have passed conformance for
+   componentwise only by default, see :mod:`gemmzoo.contract.accuracy`), and have passed conformance for
    ``dtype`` *on this machine* (see :mod:`gemmzoo.tuning.tune`; verdicts are never imported).
    With measuring on, the suite runs now for a candidate that has no verdict here; with it off,
    such a candidate's stored rows rank nothing (``gemmzoo check NAME`` earns the verdict).
@@ -78,15 +78,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemmzoo import watchdog
-from gemmzoo.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
-from gemmzoo.arrays import native_kind
-from gemmzoo.backend import declared
-from gemmzoo.dtypes import DTYPES, dtype_name
+from gemmzoo.arrays.libraries import native_kind
+from gemmzoo.contract.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
+from gemmzoo.contract.backend import declared
+from gemmzoo.contract.dtypes import DTYPES, dtype_name
 from gemmzoo.errors import BackendUnavailableError, GemmError
-from gemmzoo.grids import GridPoint
 from gemmzoo.measure import ties
-from gemmzoo.registry import unavailable_reason
+from gemmzoo.plugins import watchdog
+from gemmzoo.plugins.registry import unavailable_reason
+from gemmzoo.problems.grids import GridPoint
 from gemmzoo.session import current
 from gemmzoo.tuning import choose as choosing
 from gemmzoo.tuning.db import Record, TuningStore, TuningStoreBusyError, patience
@@ -308,7 +308,7 @@ RIDGE_FLOPS_PER_BYTE = {"cuda": 300.0, "cpu": 30.0}
 def work_ratio(new: tuple[int, int, int], basis: tuple[int, int, int], dtype: str, device: str) -> float:
     """How much longer a GEMM of shape ``new`` takes on the device than one of shape ``basis``,
     by the roofline: each costs ``max(flops / ridge, bytes moved)``."""
-    from gemmzoo.roofline import bytes_moved
+    from gemmzoo.measure.roofline import bytes_moved
 
     ridge = RIDGE_FLOPS_PER_BYTE.get(device, RIDGE_FLOPS_PER_BYTE["cpu"])
 
@@ -638,7 +638,7 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
     record-then-tune-offline model of PyTorch's TunableOp. ``library`` names the caller's array
     library (``"numpy"``, ``"torch"``, ``"cupy"``): backends computing on it come first where
     nothing else decides, and one its arrays reach only through host copies is never the answer
-    (:func:`gemmzoo.arrays.native_kind`; see :func:`explain`); ``by`` is what candidates are ranked
+    (:func:`gemmzoo.arrays.libraries.native_kind`; see :func:`explain`); ``by`` is what candidates are ranked
     by, as in :func:`best_backend`.
     """
     native = reachable = None

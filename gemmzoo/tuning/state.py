@@ -37,7 +37,7 @@ def warn_busy(why: str) -> None:
 
 def unavailable_reason(backend: Any) -> str | None:
     """``backend.unavailable_reason()``, guarded and remembered for the rest of the process
-    (:func:`gemmzoo.registry.unavailable_reason`: never raises, never hangs), the members checked
+    (:func:`gemmzoo.plugins.registry.unavailable_reason`: never raises, never hangs), the members checked
     against the current session's registry."""
     return current().unavailable_reason(backend)
 

@@ -8,7 +8,7 @@ versions, backend and dtype, not once per process. On top of that each measureme
 result against the conformance bound (``verify``); a result outside it is stored as ``"wrong"``
 and never chosen.
 
-Every check and measurement runs under the watchdog's time limit (:mod:`gemmzoo.watchdog`): a
+Every check and measurement runs under the watchdog's time limit (:mod:`gemmzoo.plugins.watchdog`): a
 measurement that overruns is stored as ``"timeout"``, and a suite that overruns fails for this
 process only (no verdict is stored: the next process asks again). Either way the backend is
 quarantined for the rest of the process.
@@ -22,15 +22,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from gemmzoo.accuracy import accuracy_of
-from gemmzoo.backend import declared
-from gemmzoo.grids import GridPoint
+from gemmzoo.contract.accuracy import accuracy_of
+from gemmzoo.contract.backend import declared
+from gemmzoo.plugins.watchdog import BackendTimeoutError, idle_workers_ended
+from gemmzoo.plugins.watchdog import call as watched
+from gemmzoo.problems.grids import GridPoint
 from gemmzoo.session import current
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import ConformanceRecord, Record, TuningStore
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
-from gemmzoo.watchdog import BackendTimeoutError, idle_workers_ended
-from gemmzoo.watchdog import call as watched
 
 #: The conformance suite's revision: part of a stored verdict's key, so a verdict from a suite
 #: with other cases or bounds is not reused. Bump it when the cases or the bounds change.
@@ -50,7 +50,7 @@ def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bo
                         cls: str = "gemm") -> bool | None:
     """Whether ``backend`` passed conformance for ``dtype`` here; runs the suite when no verdict is
     stored and ``run`` is true, else answers ``None`` for "unknown". ``cls``: the problem class
-    (:mod:`gemmzoo.problems`) the verdict is for, earned by that class's cases alone, so a fault in
+    (:mod:`gemmzoo.problems.classes`) the verdict is for, earned by that class's cases alone, so a fault in
     one class never takes a backend's other classes with it. Verdicts of the classes beyond gemm
     are kept in the session, not in the database."""
     if current().drift(backend) is not None:  # not the backend that was registered: no verdict of any other

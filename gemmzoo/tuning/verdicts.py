@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gemmzoo.dtypes import DTYPES
+from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import ConformanceRecord
 from gemmzoo.tuning.fingerprint import device_fingerprint
@@ -115,8 +115,8 @@ def passing(backend: Any, dtype: str) -> tuple[str, str]:
     (what ``bench`` and pytest-benchmark ask before they time a backend); :data:`TIMED_OUT` when
     the suite overran the time limit (the backend is quarantined); else :data:`NOT_PASSED`.
     ``why_not`` names the failed checks, or the trouble that kept the suite from a verdict."""
+    from gemmzoo.plugins.watchdog import quarantined
     from gemmzoo.tuning.tune import conformance_verdict, verdict_versions
-    from gemmzoo.watchdog import quarantined
 
     try:
         store = state.store()

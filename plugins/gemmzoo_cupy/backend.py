@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from gemmzoo import Backend, TF32Array
-from gemmzoo.backend import dtype_name
+from gemmzoo.contract.backend import dtype_name
 
 # cuBLAS math modes (cublas_api.h); CuPy exports the same numbers under these names.
 _DEFAULT_MATH = 0
@@ -161,7 +161,7 @@ class CupyBackend(Backend):
 
     def bmm(self, a: Any, b: Any) -> Any:
         """The batched class: ``cupy.matmul`` (batch dimensions broadcast) in the dtype's math mode."""
-        from gemmzoo.class_math import batched_problem
+        from gemmzoo.problems.class_math import batched_problem
 
         batch, problem = batched_problem(tuple(a.shape), tuple(b.shape))
         dtype = dtype_name(a)

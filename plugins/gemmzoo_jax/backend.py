@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from gemmzoo import Backend
-from gemmzoo.backend import TF32Array, dtype_name
+from gemmzoo.contract.backend import TF32Array, dtype_name
 
 _STORAGE = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "tf32": "float32",
             "float64": "float64"}
@@ -184,7 +184,7 @@ class JaxBackend(Backend):
 
     def bmm(self, a: Any, b: Any) -> Any:
         """The batched class: ``jnp.matmul``, batch dimensions broadcast, jitted per dtype."""
-        from gemmzoo.class_math import batched_problem
+        from gemmzoo.problems.class_math import batched_problem
 
         batch, problem = batched_problem(tuple(a.shape), tuple(b.shape))
         dtype = dtype_name(a)

@@ -7,8 +7,14 @@ from collections.abc import Callable
 import numpy as np
 
 from gemmzoo import Backend
-from gemmzoo.class_math import batched_problem, expand_scale, group_bounds, offsets_problem, scaled_problem
-from gemmzoo.fp8 import BFLOAT16, E4M3, e4m3_to_float32, to_e4m3
+from gemmzoo.contract.fp8 import BFLOAT16, E4M3, e4m3_to_float32, to_e4m3
+from gemmzoo.problems.class_math import (
+    batched_problem,
+    expand_scale,
+    group_bounds,
+    offsets_problem,
+    scaled_problem,
+)
 
 _NUMPY_DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
 
@@ -20,7 +26,7 @@ class NumpyBackend(Backend):
     float32, multiplied by BLAS (fp32 accumulation) and the result rounded back to float16.
 
     ``float8_e4m3fn`` is the CPU reference of the fp8 product: operands are ml_dtypes E4M3 arrays
-    (``from_numpy`` rounds with :func:`gemmzoo.fp8.to_e4m3`: saturating to ±448, Inf to NaN),
+    (``from_numpy`` rounds with :func:`gemmzoo.contract.fp8.to_e4m3`: saturating to ±448, Inf to NaN),
     widened exactly to float32, multiplied by BLAS (every product is exact in fp32; the sums
     accumulate in fp32), and C is rounded once to an ml_dtypes bfloat16 array.
 

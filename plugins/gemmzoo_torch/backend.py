@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gemmzoo import Backend
-from gemmzoo.backend import declare_torch_mm, dtype_name, self_checking
-from gemmzoo.torch_tensors import TorchTensors
+from gemmzoo.arrays.torch_tensors import TorchTensors
+from gemmzoo.contract.backend import declare_torch_mm, dtype_name, self_checking
 from gemmzoo_torch import fp8
 from gemmzoo_torch.classes import TorchClasses
 from gemmzoo_torch.precision import needless_switches, runner
@@ -126,7 +126,7 @@ class TorchBackend(TorchCpuBackend):
         ``"tf32"`` for :class:`gemmzoo.TF32Array`), which is how :meth:`matmul` looks it up —
         except for fp8: its launcher pads K, so a K that does not match would not be rejected by
         torch, and :meth:`matmul` checks such operands first. The other launchers are declared
-        self-checking (:func:`gemmzoo.backend.self_checking`) when they are built.
+        self-checking (:func:`gemmzoo.contract.backend.self_checking`) when they are built.
         """
         key = (dtype, without) if without else dtype
         try:

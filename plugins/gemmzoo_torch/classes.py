@@ -1,4 +1,4 @@
-"""The problem classes beyond gemm on torch tensors (:mod:`gemmzoo.problems`), shared by the
+"""The problem classes beyond gemm on torch tensors (:mod:`gemmzoo.problems.classes`), shared by the
 ``torch-cpu`` and ``torch`` backends.
 
 - ``bmm``: ``torch.matmul``'s broadcasting product, on CUDA with the dtype's cuBLAS switches
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gemmzoo.class_math import batched_problem, offsets_problem, scaled_problem
-from gemmzoo.problems import BLOCK, SCALED_OUT_DTYPES
+from gemmzoo.problems.class_math import batched_problem, offsets_problem, scaled_problem
+from gemmzoo.problems.classes import BLOCK, SCALED_OUT_DTYPES
 from gemmzoo_torch import torch_internals
 
 ALIGN_BYTES = 16

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gemmzoo import Backend, TF32Array
-from gemmzoo.backend import dtype_name
-from gemmzoo.torch_tensors import TorchTensors
+from gemmzoo.arrays.torch_tensors import TorchTensors
+from gemmzoo.contract.backend import dtype_name
 from gemmzoo_torch.backend import cuda_missing_reason, torch_missing_reason
 
 

@@ -26,7 +26,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from gemmzoo.backend import TF32Array, dtype_name
+from gemmzoo.contract.backend import TF32Array, dtype_name
 from gemmzoo_torch.backend import TorchBackend
 from gemmzoo_torch.precision import needless_switches
 from gemmzoo_triton.core.aligned import padded, units

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any
 
-from gemmzoo.backend import Switched, declare_torch_mm
+from gemmzoo.contract.backend import Switched, declare_torch_mm
 
 lock = threading.Lock()
 """Held while a product checks, sets, launches with and restores the switches."""

@@ -7,7 +7,7 @@ import pytest
 from gemmzoo_blocked import BlockedBackend
 
 import gemmzoo
-from gemmzoo.registry import get_registry
+from gemmzoo.plugins.registry import get_registry
 
 SHAPES = [(1, 1, 1), (5, 7, 3), (13, 11, 17), (16, 24, 8), (0, 4, 3), (4, 0, 3), (4, 3, 0)]
 BLOCKS = [(1, 1, 1), (4, 5, 3), (16, 16, 16), (128, 128, 128)]

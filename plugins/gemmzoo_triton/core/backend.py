@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gemmzoo import Backend, TF32Array
-from gemmzoo.backend import dtype_name
-from gemmzoo.torch_tensors import TorchTensors
+from gemmzoo.arrays.torch_tensors import TorchTensors
+from gemmzoo.contract.backend import dtype_name
 from gemmzoo_triton.core.env import autotune_mode, interpreter_mode, mode_dtypes, triton_unavailable_reason
 
 #: Offsets into each matrix are 32-bit in the kernels.

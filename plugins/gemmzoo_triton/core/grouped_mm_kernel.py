@@ -140,7 +140,7 @@ def grouped_mm(backend: Any, a: Any, b: Any, offsets: Any) -> Any:
         raise backend.input_error("grouped_mm", f"offsets must be integers, one end row per group "
                                   f"({b.shape[0]}), not {offs.dtype}", **shapes)
     if offs.device.type == "cpu":
-        from gemmzoo.class_math import offsets_problem
+        from gemmzoo.problems.class_math import offsets_problem
 
         problem = offsets_problem(offs.tolist(), b.shape[0], a.shape[0])
         if problem is not None:

@@ -200,8 +200,8 @@ class TritonFp8Backend(TritonBackend):
         accumulator loop, row-wise and tensor-wise in the epilogue), operands made K-major on a GPU."""
         import torch
 
-        from gemmzoo.class_math import scaled_problem
-        from gemmzoo.problems import SCALED_OUT_DTYPES
+        from gemmzoo.problems.class_math import scaled_problem
+        from gemmzoo.problems.classes import SCALED_OUT_DTYPES
         from gemmzoo_triton.fp8 import scaled_kernel
 
         sa = torch.as_tensor(scale_a, dtype=torch.float32, device=a.device)

@@ -119,7 +119,7 @@ def scaled_matmul_kernel(
 
 def launch(x: Any, y: Any, scale_a: Any, scale_b: Any, scaling: str, c: Any, mode: str = "quick") -> None:
     """``c = (x·scale_a)(y·scale_b)``: ``x`` M×K and ``y`` K×N (fp8, or float16/float32 for
-    tests), float32 scales of the shapes :func:`gemmzoo.problems.scale_shapes` gives (a
+    tests), float32 scales of the shapes :func:`gemmzoo.problems.classes.scale_shapes` gives (a
     tensorwise scale as a one-element tensor), ``c`` M×N of the output dtype (float32 under the
     interpreter: see the module docstring); tuned in ``mode`` on a problem's first call
     (:mod:`~gemmzoo_triton.core.autotune`)."""
