@@ -278,10 +278,10 @@ def _tune_problem(m: int, n: int, k: int, dtype: str, layout: str, device: str, 
     it stored. The seconds it took (nothing is run, and 0 returned, when no backend compiles)."""
     import subprocess
 
-    from gemmzoo.plugins.registry import get_registry
+    from gemmzoo.session import current
     from gemmzoo.tuning import state
 
-    usable = [b for b in get_registry().select(None)
+    usable = [b for b in current().select()
               if b.device == device and dtype in b.dtypes and getattr(b, "selectable", True)
               and b.unavailable_reason() is None]
     names = [b.name for b in usable] if any(getattr(b, "compiles_per_problem", False) is True

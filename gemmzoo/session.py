@@ -18,18 +18,21 @@ import contextvars
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gemmzoo.config import Config
-from gemmzoo.dispatch.plan_cache import PlanCache
+from gemmzoo.dispatch.plan_cache import CACHE_SIZE, LRUCache, PlanCache
 
 if TYPE_CHECKING:
     from gemmzoo.plugins.registry import Registry
+    from gemmzoo.tuning.choose import Problem
     from gemmzoo.tuning.db import TuningStore
+    from gemmzoo.tuning.tune import LoopPolicy
 
-Prior = Callable[[tuple[int, int, int], str, str], str | None]
-"""``prior(shape, dtype, device)``: a backend name for a problem nothing measured ranks, or ``None``."""
+Prior = Callable[["Problem"], str | None]
+"""``prior(problem)``: a backend name for a problem nothing measured ranks, or ``None``
+(``problem``: a :class:`gemmzoo.tuning.choose.Problem`)."""
 
 _current: contextvars.ContextVar[Session] = contextvars.ContextVar("gemmzoo_session")
 # The default session, made on first use: a one-slot list so that making it needs no `global`.
@@ -46,9 +49,21 @@ class Session:
     gives a registry of its own (default: that of the session current where it is made, else the
     process's, loaded from the entry points).
 
-    ``prior`` answers an unmeasured problem: a callable ``prior(shape, dtype, device)`` giving a
-    backend name (or ``None``), tried first among the default candidates when nothing measured
-    ranks them (default: no prior, the default order alone). It must be pure and cheap: no I/O.
+    ``prior`` answers an unmeasured problem: a callable ``prior(problem)`` (a
+    :class:`gemmzoo.tuning.choose.Problem`: shape, dtype, device, layout, the caller's array
+    library, the accuracy accepted) giving a backend name, or ``None``. With nothing measured at
+    or near the problem on its device, the backend it names answers first, once available,
+    reachable with the caller's arrays and conforming here (only that backend is probed);
+    otherwise it is tried first among the default candidates. Default: the shipped prior
+    (:func:`gemmzoo.tuning.prior.shipped`, the routes the backends declare). It must be cheap
+    and do no I/O; one that raises counts as no advice.
+
+    ``cache_size`` bounds each per-problem cache (the answers, the plans): past it, the least
+    recently used problem is forgotten first and answered or planned again when it comes back
+    (default :data:`gemmzoo.dispatch.plan_cache.CACHE_SIZE`).
+
+    ``loops`` says which backends' loops of calls a measurement times and a ranking reads
+    (:class:`gemmzoo.tuning.tune.LoopPolicy`; default: its defaults).
 
     ``with session:`` makes it the current session inside the block (nested blocks stack);
     ``session.matmul``, ``best_backend``, ``backends`` and ``get_backend`` do the same for one
@@ -56,19 +71,23 @@ class Session:
     """
 
     def __init__(self, config: Config | None = None, *, registry: Registry | None = None,
-                 prior: Prior | None = None, **overrides: Any) -> None:
+                 prior: Prior | None = None, loops: LoopPolicy | None = None, cache_size: int = CACHE_SIZE,
+                 **overrides: Any) -> None:
         base = Config.from_environ() if config is None else config
         self.config: Config = base.replace(**overrides) if overrides else base
         if registry is None:  # made inside another session's block: the same backends
             outer = _current.get(None)
             registry = outer._registry if outer is not None else None
         self._registry = registry
-        self.prior = prior
+        self.prior: Prior = _shipped_prior() if prior is None else prior
+        self.loops = loops
         self.lock = threading.RLock()
         """Held while a question is answered the slow way, so one session never measures twice at once."""
-        self.answers: dict[tuple[Any, ...], Any] = {}
-        """``best_backend`` answers by (shape, dtype, device, measure, layout, accuracy, by)."""
-        self.plan_cache = PlanCache()
+        self.cache_size = cache_size
+        self.answers: LRUCache = LRUCache(cache_size)
+        """``best_backend`` answers by (shape, dtype, device, measure, layout, accuracy, by): at most
+        ``cache_size``, the least recently used forgotten first."""
+        self.plan_cache = PlanCache(cache_size)
         """``gemmzoo.matmul``'s plans; they embed answers, so :meth:`forget_answers` replaces it."""
         self.verdicts: dict[tuple[str, str, str, str], bool] = {}
         """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
@@ -96,12 +115,30 @@ class Session:
 
     @property
     def registry(self) -> Registry:
-        """The backends this session sees: its own registry, else the process's."""
+        """The backends this session sees: its own registry, else the process's (built on first
+        use under this session's plugin settings)."""
         if self._registry is not None:
             return self._registry
         from gemmzoo.plugins.registry import get_registry
 
-        return get_registry()
+        return get_registry(self.config)
+
+    def select(self, names: Sequence[str] | None = None) -> list[Any]:
+        """The backends named, else those of this session's ``backends`` (``GEMMZOO_BACKENDS``),
+        else all of them (:meth:`Registry.select <gemmzoo.plugins.registry.Registry.select>`)."""
+        return self.registry.select(list(names) if names else list(self.config.backends))
+
+    def drift(self, backend: Any) -> str | None:
+        """What moved in ``backend``'s name, device or dtypes since this session's registry
+        registered it, or ``None`` (:meth:`Registry.drift <gemmzoo.plugins.registry.Registry.drift>`)."""
+        return self.registry.drift(backend)
+
+    def unavailable_reason(self, backend: Any) -> str | None:
+        """``backend.unavailable_reason()``, guarded and remembered for the process, its members
+        checked against this session's registry (:func:`gemmzoo.plugins.registry.unavailable_reason`)."""
+        from gemmzoo.plugins.registry import unavailable_reason
+
+        return unavailable_reason(backend, self.registry)
 
     def store(self) -> TuningStore:
         """The tuning database in ``config.cache_dir``, opened on first use in each process."""
@@ -140,7 +177,7 @@ class Session:
         """Drop cached answers and the plans built on them (new measurements were stored)."""
         self.answers.clear()
         # After the answers: a plan made from an old answer goes to the old cache, read by nobody.
-        self.plan_cache = PlanCache()
+        self.plan_cache = PlanCache(self.cache_size)
 
     def close(self) -> None:
         """Close the databases this session opened in this process, and forget its answers and
@@ -180,6 +217,12 @@ class Session:
     def get_backend(self, name: str) -> Any:
         """The backend called ``name`` (an unknown name raises an error listing the known ones)."""
         return self.registry.get(name)
+
+
+def _shipped_prior() -> Prior:
+    from gemmzoo.tuning.prior import shipped
+
+    return shipped
 
 
 def current() -> Session:

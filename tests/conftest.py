@@ -33,7 +33,35 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-tests-")
 
 
+# The files that take longest, most first: pytest-xdist's --dist loadfile hands out files in
+# collection order, so starting with these keeps one worker from finishing a long file alone
+# while the other idles (the measurements are in docs/results/2026-11-27-test-suite-time.md).
+LONGEST_FIRST = (
+    "test_conformance.py",
+    "test_example_plugin_venv.py",
+    "test_cli_output.py",
+    "test_pytest_benchmarks.py",
+    "test_plugin_boundary.py",
+    "test_scale_executors.py",
+    "test_collection_without_torch.py",
+    "test_cli.py",
+    "test_matmul.py",
+    "test_cli_behaviour.py",
+    "test_compare_verdicts.py",
+    "test_random_cases.py",
+    "test_timing.py",
+    "test_triton_fp8.py",
+    "test_model_example.py",
+    "test_trust_plugin_bounds.py",
+    "test_trust_files.py",
+    "test_interrupt.py",
+    "test_trust_edits.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's order kept
     if cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; torch sees none here")

@@ -30,10 +30,14 @@ def write_distribution(
 
 def subprocess_env(site: Path, **variables: str) -> dict[str, str]:
     """This process's environment with ``site`` first on PYTHONPATH, no GEMMZOO_* settings
-    except ``variables``, no pytest-xdist worker variables (a pytest started from a worker's test
-    would take itself for a worker), and a wide terminal so rich does not wrap lines."""
+    except ``variables`` and the tuning cache of this test process (the test's own where it set
+    one, else the run's temporary one: never the user's), no pytest-xdist worker variables (a
+    pytest started from a worker's test would take itself for a worker), and a wide terminal so
+    rich does not wrap lines."""
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("GEMMZOO_", "PYTEST_XDIST_"))}
+    if "GEMMZOO_CACHE_DIR" in os.environ:
+        env["GEMMZOO_CACHE_DIR"] = os.environ["GEMMZOO_CACHE_DIR"]
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
     env["COLUMNS"] = "400"
     env.update(variables)

@@ -49,8 +49,8 @@ def test_without_timings_the_prior_orders_the_default_candidates():
 
     asked = []
 
-    def prior(shape, dtype, device):
-        asked.append((shape, dtype, device))
+    def prior(problem):
+        asked.append((problem.shape, problem.dtype, problem.device))
         return "mine"
 
     decision = choose(PROBLEM, candidates, Measurements(), prior=prior)
@@ -65,6 +65,8 @@ def test_without_timings_the_prior_orders_the_default_candidates():
         raise RuntimeError("no advice")
 
     assert choose(PROBLEM, candidates, Measurements(), prior=broken).order == ("numpy", "torch-cpu", "mine")
+    not_a_name = choose(PROBLEM, candidates, Measurements(), prior=lambda problem: ["mine"])
+    assert not_a_name.order == ("numpy", "torch-cpu", "mine")
 
 
 def test_a_sessions_prior_decides_an_unmeasured_default(empty_cache, monkeypatch):
@@ -76,8 +78,8 @@ def test_a_sessions_prior_decides_an_unmeasured_default(empty_cache, monkeypatch
     pytest.importorskip("torch")
     asked = []
 
-    def prior(shape, dtype, device):
-        asked.append((shape, dtype, device))
+    def prior(problem):
+        asked.append((problem.shape, problem.dtype, problem.device))
         return "torch-cpu"
 
     with gemmzoo.Session(prior=prior, tune=False) as session:
@@ -88,8 +90,21 @@ def test_a_sessions_prior_decides_an_unmeasured_default(empty_cache, monkeypatch
 
         assert backend_for(a, b).name == "numpy"
     assert asked[0] == ((12, 10, 8), "float32", "cpu") and session.prior is prior
-    with gemmzoo.Session(tune=False):  # no prior: the default order alone
+    with gemmzoo.Session(tune=False) as shipped:  # the shipped prior routes nothing here: the default order
         assert gemmzoo.best_backend((12, 10, 8)).name == "numpy"
+    from gemmzoo.tuning import prior as prior_module
+
+    assert shipped.prior is prior_module.shipped  # one hook: the shipped prior is the session's default
+    with gemmzoo.Session(prior=lambda problem: None, tune=False):  # no advice: the default order alone
+        assert gemmzoo.best_backend((12, 10, 8)).name == "numpy"
+    # The same hook answers first where the device is known and nothing is measured near
+    from gemmzoo.tuning.select import explain
+
+    problems = []
+    with gemmzoo.Session(prior=lambda problem: problems.append(problem) or "torch-cpu", tune=False):
+        choice = explain((12, 10, 8), "float32", "cpu", measure=False, layout="TN", library="numpy")
+    assert choice.backend.name == "torch-cpu" and choice.source == "prior"
+    assert problems[0] == Problem((12, 10, 8), "float32", "cpu", "TN", "numpy", "componentwise")
 
 
 def test_choosing_imports_no_framework_no_database_and_no_dispatch():

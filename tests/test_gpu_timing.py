@@ -51,9 +51,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _cuda_backends(dtype: str, selectable_only: bool = False) -> list[Any]:
     """The available CUDA backends of ``dtype`` (narrowed by ``GEMMZOO_BACKENDS``)."""
-    from gemmzoo.plugins.registry import get_registry
+    from gemmzoo.session import current
 
-    return [b for b in get_registry().select(None)
+    return [b for b in current().select()
             if b.device == "cuda" and dtype in b.dtypes and b.unavailable_reason() is None
             and (getattr(b, "selectable", True) or not selectable_only)]
 

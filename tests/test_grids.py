@@ -171,20 +171,22 @@ class _BrokenGridPlugin:
         raise RuntimeError("boom")
 
 
-def test_plugins_can_register_grids(monkeypatch):
+def test_plugins_can_register_grids():
+    from sessions import scoped
+
     from gemmzoo.errors import PluginWarning
     from gemmzoo.plugins.registry import PluginInfo, Registry
 
     registry = Registry(strict=False)
     registry.register_plugin(_GridPlugin(), PluginInfo("grids", "tests"))
     registry.register_plugin(_BrokenGridPlugin(), PluginInfo("broken-grids", "tests"))
-    monkeypatch.setattr("gemmzoo.plugins.registry.get_registry", lambda: registry)
-    with pytest.warns(PluginWarning, match="boom"):
-        names = grid_names()
-    assert "plugin-grid" in names
-    with pytest.warns(PluginWarning):
-        points = get_grid("plugin-grid", dtypes=["float32"])
-        smoke = get_grid("smoke", dtypes=["float32"])
+    with scoped(registry=registry):  # a session of these plugins' registry
+        with pytest.warns(PluginWarning, match="boom"):
+            names = grid_names()
+        assert "plugin-grid" in names
+        with pytest.warns(PluginWarning):
+            points = get_grid("plugin-grid", dtypes=["float32"])
+            smoke = get_grid("smoke", dtypes=["float32"])
     assert [p.shape for p in points] == [(8, 16, 24), (2, 2, 2)]
     assert (1, 1, 1) not in [p.shape for p in smoke]
 

@@ -5,7 +5,6 @@ the schema that carries them."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import sqlite3
 import time
 
@@ -27,7 +26,14 @@ from gemmzoo.problems.grids import GridPoint
 from gemmzoo.tuning import explain, state
 from gemmzoo.tuning.db import open_store
 from gemmzoo.tuning.schema import RowError, check_measurement
-from gemmzoo.tuning.tune import CONTENDER_RATIO, LOOP_LIMIT_S, MAX_CONTENDERS, contenders, measure_records
+from gemmzoo.tuning.tune import (
+    CONTENDER_RATIO,
+    LOOP_LIMIT_S,
+    MAX_CONTENDERS,
+    LoopPolicy,
+    contenders,
+    measure_records,
+)
 
 SHAPE = (64, 64, 64)
 
@@ -58,6 +64,18 @@ def test_no_loops_for_a_lone_contender_or_long_calls():
     assert contenders([]) == []
     long = LOOP_LIMIT_S * 1.5
     assert contenders([row("a-fake", SHAPE, long), row("b-fake", SHAPE, long * 1.01)]) == []
+
+
+def test_the_loop_policy_is_an_argument():
+    rows = [row("a-fake", SHAPE, 0.003), row("b-fake", SHAPE, 0.003 * 1.5), row("c-fake", SHAPE, 0.003 * 1.6)]
+    assert contenders(rows) == []  # above the default limit, and b and c beyond the default ratio
+    assert contenders(rows, LoopPolicy(limit_s=0.01)) == []  # under the limit: still a lone contender
+    assert contenders(rows, LoopPolicy(ratio=2.0, limit_s=0.01)) == [0, 1, 2]
+    assert contenders(rows, LoopPolicy(ratio=2.0, max_contenders=2, limit_s=0.01)) == [0, 1]
+    assert LoopPolicy() == LoopPolicy(CONTENDER_RATIO, MAX_CONTENDERS, LOOP_LIMIT_S)
+    for bad in ({"ratio": 0.5}, {"max_contenders": 1}, {"limit_s": -1.0}, {"limit_s": float("nan")}):
+        with pytest.raises(ValueError, match="LoopPolicy"):
+            LoopPolicy(**bad)
 
 
 def test_loop_times_decide_where_one_round_measured_them(monkeypatch):
@@ -115,12 +133,10 @@ class WarmBackend(DelayedBackend):
 
 def test_a_miss_times_the_contenders_loops_and_ranks_by_them(monkeypatch):
     # a loaded machine stretches sleeps unevenly: the margins here are not what is tested
-    tune_module = importlib.import_module("gemmzoo.tuning.tune")  # the package's `tune` is the function
-    monkeypatch.setattr(tune_module, "CONTENDER_RATIO", 2.0)
-    monkeypatch.setattr(tune_module, "LOOP_LIMIT_S", 0.05)
+    loops = LoopPolicy(ratio=2.0, limit_s=0.05)
     warm = WarmBackend("warm-fake", 0.003, 0.001)
     steady = DelayedBackend("steady-fake", 0.003)
-    restart(registry=registry_with(warm, steady))
+    restart(registry=registry_with(warm, steady), loops=loops)  # measured and ranked under it
     point = GridPoint(*SHAPE)
     records = measure_records([warm, steady], point, 0.05, verify=True)
     assert [r.status for r in records] == ["ok", "ok"]

@@ -3,6 +3,8 @@ every element within the conformance bound of a float64 reference, operands shar
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 from sessions import reconfigure
@@ -344,7 +346,7 @@ def test_answers_dropped_while_a_plan_is_found_or_made_leave_no_stale_plan(monke
     if dispatch_route == "compiled":  # found in its own table, not in this dict: see test_compiled_dispatch
         return
 
-    class Forgets(dict):  # the answers dropped right after a plan was looked up
+    class Forgets(OrderedDict):  # the answers dropped right after a plan was looked up
         def __getitem__(self, key):
             found = super().__getitem__(key)
             state.forget_answers()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fake_distributions import run_gemmzoo, write_distribution
 from sessions import reconfigure
@@ -74,15 +76,18 @@ def test_unknown_backend_lists_known_names():
 
 
 def test_selection_from_environment(monkeypatch):
-    registry = gemmzoo.get_registry()
+    from gemmzoo.session import current
+
     monkeypatch.setenv("GEMMZOO_BACKENDS", "torch-cpu, numpy")
     reconfigure()
-    assert [b.name for b in registry.select()] == ["torch-cpu", "numpy"]
-    assert [b.name for b in registry.select(["numpy"])] == ["numpy"]
+    assert [b.name for b in current().select()] == ["torch-cpu", "numpy"]
+    assert [b.name for b in current().select(["numpy"])] == ["numpy"]
+    everything = [b.name for b in current().registry.select()]  # the registry itself selects nothing
+    assert {"numpy", "torch-cpu"} < set(everything) and everything == [b.name for b in gemmzoo.backends()]
     monkeypatch.setenv("GEMMZOO_BACKENDS", "numpy,nope")
     reconfigure()
     with pytest.raises(gemmzoo.UnknownBackendError, match="nope"):
-        registry.select()
+        current().select()
 
 
 def test_in_process_registration_and_stable_order():
@@ -107,3 +112,17 @@ def test_in_process_registration_and_stable_order():
     with pytest.raises(gemmzoo.PluginError, match="'Plugin'"):
         registry.register_plugin(type("Other", (), {"gemmzoo_register_backends": staticmethod(
             gemmzoo.hookimpl(lambda register: register(First())))})())
+
+
+def test_the_registry_module_imports_no_session():
+    """The registry is owned by the session (:meth:`gemmzoo.Session.registry`), never the other
+    way round: its plugin settings and the registry to check a backend against are passed in."""
+    import ast
+
+    import gemmzoo.plugins.registry as registry_module
+
+    tree = ast.parse(Path(registry_module.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    assert "gemmzoo.session" not in imported and "gemmzoo.tuning.state" not in imported, imported
+    assert "gemmzoo.config" in imported  # what it needs comes as a Config

@@ -180,7 +180,7 @@ def test_measure_records_times_the_contenders_loops_in_interleaved_rounds(monkey
     monkeypatch.setattr("gemmzoo.measure.gpu_stream.default_gpu", lambda: events)
     # A loaded host stretches the launch paths' wall time many times over: the loop limit and the
     # long GEMM sit far above anything load makes of them, so that load cannot change who contends.
-    monkeypatch.setattr(tune_module, "LOOP_LIMIT_S", 0.05)
+    loops = tune_module.LoopPolicy(limit_s=0.05)
     slow = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.0006, name="slow")
     fast = FakeCudaBackend(events, gemm_s=0.0002, launch_s=0.0003, name="fast")
     long = FakeCudaBackend(events, gemm_s=0.1, name="long")  # far slower on the device: no loops
@@ -203,7 +203,7 @@ def test_measure_records_times_the_contenders_loops_in_interleaved_rounds(monkey
         return real_rounds(problems, device_s, *args, **kwargs)
 
     monkeypatch.setattr(measure_module, "interleaved_caller_timings", spy)
-    records = tune_module.measure_records([slow, fast, long], POINT, budget_s=0.02, verify=True)
+    records = tune_module.measure_records([slow, fast, long], POINT, budget_s=0.02, verify=True, loops=loops)
     assert calls == [["fast", "slow"]]  # the contenders, fastest caller time first
     by_name = {r.backend: r for r in records}
     assert by_name["slow"].loop_s > by_name["fast"].loop_s >= fast.launch_s
@@ -282,6 +282,19 @@ from gemmzoo.pytest.bench import run_benchmark
 EVENTS = FakeEvents(flush_s=0.020)
 CLOCK = DeviceClock(EVENTS)
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _verdicts_of_the_pretend_gpu():
+    # A "cuda" backend's suite adds GPU-sized cases (up to 4544 cubed), minutes of NumPy on a
+    # host: the pretend backends are given their verdicts instead, so the wrong one is caught by
+    # the check of the benchmarked problem itself. The suite-first path has tests of its own.
+    from gemmzoo.conformance.runner import CheckResult, ConformanceReport
+    from gemmzoo.tuning.verdicts import store_report
+
+    for backend in (FakeCudaBackend(EVENTS), FakeCudaBackend(EVENTS, name="wrong-cuda", wrong=True)):
+        given = CheckResult(backend.name, "float32-given-by-the-test", True)
+        assert store_report(backend, ConformanceReport(backend.name, [given]), ["float32"])
+
 @pytest.mark.benchmark(timer=CLOCK, group="fake")
 def test_fake_gpu(benchmark):
     run_benchmark(benchmark, FakeCudaBackend(EVENTS, gemm_s=0.003), GridPoint(24, 16, 8), clock=CLOCK)
@@ -309,6 +322,7 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
     out = tmp_path / "out.json"
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_XDIST_")}
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+    env["GEMMZOO_CACHE_DIR"] = str(tmp_path / "cache")
     run = subprocess.run(
         [sys.executable, "-m", "pytest", str(tmp_path), "-p", "no:cacheprovider", "-q", "--benchmark-only",
          "--benchmark-max-time=0.05", f"--benchmark-json={out}", "--rootdir", str(tmp_path)],
@@ -316,6 +330,8 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
     )
     assert "2 failed, 2 passed" in run.stdout, run.stdout + run.stderr
     assert "WrongResultError" in run.stdout and "wrong-cuda" in run.stdout
+    # given a pass, the wrong backend is caught by the check of the benchmarked problem itself
+    assert "WrongResultError: wrong-cuda: 24x16x8-float32-NN: 1 of 384 elements outside" in run.stdout
     assert "TimerNotSetError" in run.stdout
     data = json.loads(out.read_text())
     names = {b["name"] for b in data["benchmarks"]}

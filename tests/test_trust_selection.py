@@ -55,7 +55,8 @@ def test_a_name_changed_after_registration_inherits_no_verdict(alone):
     impostor.name = ONLY  # after registration: now claims the name whose verdict is stored
     assert registry.drift(impostor) is not None and registry.drift(alone) is None
     assert conformance_verdict(state.store(), impostor, "float32") is False
-    reason = registry_module.unavailable_reason(impostor)
+    assert current().drift(impostor) is not None and current().drift(alone) is None
+    reason = registry_module.unavailable_reason(impostor, registry)
     assert reason is not None and "after registration" in reason
 
 

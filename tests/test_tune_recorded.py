@@ -9,7 +9,7 @@ import pytest
 import gemmzoo
 from gemmzoo.cli import main
 from gemmzoo.cli.recorded import Outcome, narrowed, suite_workers
-from gemmzoo.plugins.registry import get_registry
+from gemmzoo.session import current
 from gemmzoo.tuning import state
 from gemmzoo.tuning.fingerprint import device_fingerprint
 from gemmzoo.tuning.tune import conformance_verdict
@@ -23,7 +23,7 @@ def names(backends):
 
 def test_compiling_baseline_and_unreachable_backends_are_left_out_unless_asked_for():
     pytest.importorskip("torch")
-    everything = get_registry().select(None)
+    everything = current().select()
     available = {b.name for b in everything if state.unavailable_reason(b) is None}
     heard = []
     kept = names(narrowed(everything, include_compiling=False, named=False, say=heard.append))

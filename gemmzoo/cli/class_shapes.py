@@ -115,7 +115,7 @@ def run_class_shapes(args: argparse.Namespace, texts: list[str], verb: str,
     say = messages(getattr(args, "format", "table"))
     try:
         problems = problems_of(texts, getattr(args, "dtype", None))
-        backends = current().registry.select(getattr(args, "backend", None))
+        backends = current().select(getattr(args, "backend", None))
     except (ValueError, UnknownBackendError) as error:
         errors.print(f"gemmzoo {verb}: {error}", style="red", markup=False)
         return 2

@@ -226,10 +226,9 @@ def _run_gemm(args: argparse.Namespace, say: Any, noise_target: float, model_poi
     """The gemm problems of the run; a model grid's weighted summary at the end."""
     from gemmzoo.cli.class_shapes import model_summary_line
 
-    registry = current().registry
     try:
         points = points_from_arguments(args)
-        chosen = registry.select(args.backend)
+        chosen = current().select(args.backend)
     except (UnknownBackendError, GridError) as error:
         errors.print(str(error), style="red", markup=False)
         return 2

@@ -73,7 +73,7 @@ def _too_large(args: argparse.Namespace) -> str | None:
     from gemmzoo.problems.grids import GridPoint
     from gemmzoo.session import current
 
-    candidates = [b for b in current().registry.select(None)
+    candidates = [b for b in current().select(None)
                   if args.dtype in b.dtypes and (args.device is None or b.device == args.device)]
     return too_large([GridPoint(args.M, args.N, args.K, args.dtype)], candidates)
 

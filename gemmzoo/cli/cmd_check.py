@@ -70,9 +70,8 @@ def _store_verdicts(backend: object, report: object, dtypes: list[str], say: obj
 
 def run(args: argparse.Namespace) -> int:
     say = messages(args.format)
-    registry = current().registry
     try:
-        chosen = registry.select(args.names)
+        chosen = current().select(args.names)
     except UnknownBackendError as error:
         say.print(str(error), style="red", markup=False)
         return 2

@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     say = messages(args.format)
     try:
         settings = executor_settings(args)
-        chosen = current().registry.select(args.backend)
+        chosen = current().select(args.backend)
         chosen = default_selection(chosen, bool(args.backend),
                                    lambda line: errors.print(line, style="yellow", markup=False))
         if args.recorded:  # each device's problems, with that device's backends

@@ -52,7 +52,7 @@ def _declaring(cls: str, dtype: str, device: str) -> list[Any]:
     from gemmzoo.tuning.select import preference
 
     found = []
-    for backend in current().registry.select():
+    for backend in current().select():
         try:
             if backend.device != device or dtype not in backend.dtypes or not backend.selectable:
                 continue

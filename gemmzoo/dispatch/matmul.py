@@ -18,6 +18,7 @@ so a new shape never stalls a program; shapes met without a stored measurement a
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -197,7 +198,10 @@ def _compiled_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tupl
         plan = cache.plans.get(key)
     except TypeError:
         return None
-    if plan is None:
+    if plan is not None:
+        with contextlib.suppress(KeyError):
+            cache.plans.move_to_end(key)
+    else:
         plan = make_plan(a, b, backend, accuracy, by)
         cache.keep(key, plan)
     return plan, torch_mm_form(plan)
@@ -252,6 +256,7 @@ def _dispatch(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Any:
         last_key, plan = cache.last
         if key != last_key:  # not the problem of the call before: find its plan
             plan = cache.plans[key]
+            cache.plans.move_to_end(key)  # the least recently used plans are the ones forgotten
             cache.last = key, plan
     except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
         return _plan_and_call(a, b, backend, accuracy, by, current().plan_cache)

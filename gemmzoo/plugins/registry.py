@@ -30,6 +30,7 @@ from typing import Any
 import pluggy
 
 from gemmzoo import hookspecs
+from gemmzoo.config import Config
 from gemmzoo.contract.validation import backend_problem, describe_backend
 from gemmzoo.errors import PluginError, PluginWarning, UnknownBackendError
 from gemmzoo.plugins.code_digest import code_digest
@@ -88,16 +89,6 @@ class PluginFailure:
     traceback: str | None = None
 
 
-def _config() -> Any:
-    from gemmzoo.session import current
-
-    return current().config
-
-
-def strict_plugins() -> bool:
-    """Whether the current session's configuration (``GEMMZOO_STRICT_PLUGINS``) asks for plugin
-    failures to be errors."""
-    return bool(_config().strict_plugins)
 
 
 def _one_line(error: BaseException) -> str:
@@ -130,8 +121,8 @@ class Registry:
     entry-point names, so the order of backends is stable across runs.
     """
 
-    def __init__(self, *, strict: bool | None = None) -> None:
-        self.strict = strict_plugins() if strict is None else strict
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
         self.plugin_manager = pluggy.PluginManager(ENTRY_POINT_GROUP)
         self.plugin_manager.add_hookspecs(hookspecs)
         self._backends: dict[str, Any] = {}
@@ -145,9 +136,9 @@ class Registry:
 
     # Loading ---------------------------------------------------------------------------------
 
-    def load_entry_points(self, disabled: Iterable[str] | None = None) -> None:
+    def load_entry_points(self, disabled: Iterable[str] = ()) -> None:
         """Load every entry point of the ``gemmzoo`` group except the ``disabled`` names."""
-        skip = set(_config().disabled_plugins if disabled is None else disabled)
+        skip = set(disabled)
         found = [(_entry_point_info(ep), ep) for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
         # gemmzoo's own plugins first, whatever their names: their backend names are then taken
         # before any other distribution's plugin can claim them.
@@ -326,9 +317,9 @@ class Registry:
         return self._providers[name]
 
     def select(self, names: Sequence[str] | None = None) -> list[Any]:
-        """The backends named (or in the current session's ``backends``, ``GEMMZOO_BACKENDS``);
-        all of them when neither names any."""
-        chosen = list(names) if names else list(_config().backends)
+        """The backends named; all of them when ``names`` is empty (a session's selection,
+        ``GEMMZOO_BACKENDS``, is applied by :meth:`gemmzoo.Session.select`)."""
+        chosen = list(names or ())
         if not chosen:
             return self.backends()
         return [self.get(name) for name in dict.fromkeys(chosen)]
@@ -371,16 +362,6 @@ def _identity(backend: Any) -> tuple[Any, ...]:
     return (backend.name, backend.device, frozenset(backend.dtypes))
 
 
-def drift(backend: Any) -> str | None:
-    """:meth:`Registry.drift` of the current session's registry (the one that registered the
-    backends a caller is offered), else of the process-wide one (``None`` before one is built)."""
-    from gemmzoo.session import active  # the session module imports this one at its top
-
-    session = active()
-    registry = session.registry if session is not None else _registry
-    return registry.drift(backend) if registry is not None else None
-
-
 def warn_at_plugin(message: str, location: Location | None, info: PluginInfo) -> None:
     """Issue a :class:`PluginWarning` at the plugin's file and line, not at gemmzoo's."""
     if location is None:  # nothing of the plugin's own could be found (say, its module is missing)
@@ -392,13 +373,16 @@ _lock = threading.Lock()
 _registry: Registry | None = None
 
 
-def get_registry() -> Registry:
-    """The process-wide registry, built from the entry points on first use."""
+def get_registry(config: Config | None = None) -> Registry:
+    """The process-wide registry, built from the entry points on first use, under ``config``'s
+    plugin settings (``strict_plugins``, ``disabled_plugins``; default: read from the
+    environment); a registry built already is returned as it is."""
     global _registry
     with _lock:
         if _registry is None:
-            registry = Registry()
-            registry.load_entry_points()
+            settings = Config.from_environ() if config is None else config
+            registry = Registry(strict=settings.strict_plugins)
+            registry.load_entry_points(settings.disabled_plugins)
             _registry = registry
         return _registry
 
@@ -432,32 +416,34 @@ def probe_timeout(backend: Any) -> float | str | None:
     return None if is_trusted(backend) else "default"
 
 
-def probe_availability(backend: Any) -> tuple[str | None, str | None]:
+def probe_availability(backend: Any, registry: Registry | None = None) -> tuple[str | None, str | None]:
     """``(reason, fault)``: ``reason`` is ``None`` when ``backend`` is usable here, else one line
     saying why not; ``fault`` is set (and equals ``reason``) when the backend itself misbehaved:
-    malformed members, ``unavailable_reason()`` raised, overran its time limit or returned
-    something that is neither ``None`` nor a string. Answered once per process."""
+    malformed members, members moved since ``registry`` registered it (default: the process-wide
+    registry, where one is built; :meth:`Registry.drift`), ``unavailable_reason()`` raised, overran
+    its time limit or returned something that is neither ``None`` nor a string. Answered once per
+    process."""
     held = quarantined(backend)
     if held is not None:
         return held, held
     entry = _availability.get(id(backend))
     if entry is not None and entry[0] is backend:
         return entry[1], entry[2]
-    reason, fault = _probe(backend)
+    reason, fault = _probe(backend, _registry if registry is None else registry)
     _availability[id(backend)] = (backend, reason, fault)
     return reason, fault
 
 
-def unavailable_reason(backend: Any) -> str | None:
+def unavailable_reason(backend: Any, registry: Registry | None = None) -> str | None:
     """``backend.unavailable_reason()``, guarded: ``None`` when usable here, else one line saying
-    why not, including why the backend is broken when it is (see :func:`probe_availability`).
-    Never raises, and waits at most the watchdog's time limit for a backend of another
-    distribution."""
-    return probe_availability(backend)[0]
+    why not, including why the backend is broken when it is (see :func:`probe_availability`;
+    ``registry`` is the one that registered it). Never raises, and waits at most the watchdog's
+    time limit for a backend of another distribution."""
+    return probe_availability(backend, registry)[0]
 
 
-def _probe(backend: Any) -> tuple[str | None, str | None]:
-    problem = backend_problem(backend) or drift(backend)
+def _probe(backend: Any, registry: Registry | None) -> tuple[str | None, str | None]:
+    problem = backend_problem(backend) or (registry.drift(backend) if registry is not None else None)
     if problem is not None:
         fault = f"malformed backend: {problem}"
         return fault, fault

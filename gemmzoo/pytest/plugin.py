@@ -141,7 +141,7 @@ def selected_backends(config: pytest.Config) -> list[Any]:
     """The backends chosen by ``--gemmzoo-backend`` or ``GEMMZOO_BACKENDS`` (all registered otherwise)."""
     from gemmzoo.session import current
 
-    return current().registry.select(config.getoption("gemmzoo_backend") or None)
+    return current().select(config.getoption("gemmzoo_backend") or None)
 
 
 def _unavailable_param(backend: Any, reason: str) -> Any:

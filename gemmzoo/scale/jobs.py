@@ -24,7 +24,7 @@ Extra = dict[str, Any]
 def _backends(names: tuple[str, ...] | None) -> list[Any]:
     from gemmzoo.session import current
 
-    return current().registry.select(list(names) if names else None)
+    return current().select(list(names) if names else None)
 
 
 def gpu_extra(result: BenchResult) -> Extra:

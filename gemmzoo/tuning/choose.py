@@ -23,11 +23,17 @@ WARM_SPEEDUP_MAX = 3.0
 
 @dataclass(frozen=True)
 class Problem:
-    """What is asked: ``shape = (M, N, K)``, the gemmzoo dtype and the device."""
+    """What is asked: ``shape = (M, N, K)``, the gemmzoo dtype and the device; the operands'
+    ``layout``, the caller's array ``library`` (``"numpy"``, ``"torch"``, ``"cupy"``, or ``None``)
+    and the ``accuracy`` class the caller accepts (:mod:`gemmzoo.contract.accuracy`), which a prior may
+    route by."""
 
     shape: tuple[int, int, int]
     dtype: str
     device: str
+    layout: str = "NN"
+    library: str | None = None
+    accuracy: str = "componentwise"
 
 
 @dataclass(frozen=True)
@@ -64,8 +70,22 @@ class Measurements:
     broke: Collection[str] = frozenset()
 
 
-Prior = Callable[[tuple[int, int, int], str, str], "str | None"]
-"""``prior(shape, dtype, device)``: the shipped prior's backend name for an unmeasured problem."""
+Prior = Callable[[Problem], "str | None"]
+"""``prior(problem)``: a backend name for a problem nothing measured ranks, or ``None`` (the
+session's hook, :attr:`gemmzoo.Session.prior`; by default the shipped prior,
+:func:`gemmzoo.tuning.prior.shipped`)."""
+
+
+def advice(prior: Prior | None, problem: Problem) -> str | None:
+    """``prior(problem)``, where a prior raising or answering something other than a name counts
+    as no advice: a prior is advice, and a broken one must not stop an answer."""
+    if prior is None:
+        return None
+    try:
+        pick = prior(problem)
+    except Exception:
+        return None
+    return pick if isinstance(pick, str) else None
 
 
 @dataclass(frozen=True)
@@ -130,18 +150,13 @@ def choose(problem: Problem, candidates: Sequence[str], measurements: Measuremen
     With timings, the fastest under the tie rule wins (:func:`tie_order` orders the tied). With
     none, there is no winner and :attr:`Decision.order` lists ``candidates`` to try: those whose
     newest row here is a failure last, those computing on the caller's own arrays first, then
-    ``prior``'s pick (``prior(shape, dtype, device)``; none by default; a prior that raises or
-    names no candidate counts as none), then the policy's preference.
+    ``prior``'s pick (``prior(problem)``; none by default; a prior that raises or names no
+    candidate counts as none, :func:`advice`), then the policy's preference.
     """
     if measurements.timings:
         winner, ranking, tied = rank(measurements.timings, tie_order(measurements, policy))
         return Decision(winner, ranking, tied)
-    pick = None
-    if prior is not None:
-        try:
-            pick = prior(problem.shape, problem.dtype, problem.device)
-        except Exception:  # a prior is advice: a broken one must not stop an answer
-            pick = None
+    pick = advice(prior, problem)
     native, broke = measurements.native, measurements.broke
 
     def order(name: str) -> tuple[bool, bool, bool, tuple[int, str]]:

@@ -26,12 +26,19 @@ names no bundled backend. A route is a mapping; every key it has must match the 
     off only on products large enough to hide it).
 
 The route with the most keys wins (the most specific); equals go to the smaller backend name.
+
+:func:`shipped` is this prior as a session's hook (:attr:`gemmzoo.Session.prior`, the default):
+it gathers the routes of the backends the current session offers for the problem and asks
+:func:`route`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gemmzoo.tuning.choose import Problem
 
 #: The keys a route may have; a route with any other key is ignored (it cannot be matched safely).
 ROUTE_KEYS = frozenset({"device", "library", "dtypes", "arch", "misaligned_bytes", "min_flops"})
@@ -100,3 +107,41 @@ def route(shape: tuple[int, int, int], dtype: str, layout: str, device: str, arc
                 if best is None or rank < best:
                     best = rank
     return None if best is None else best[1]
+
+
+def offered(problem: Problem) -> dict[str, Any]:
+    """The backends the current session offers for ``problem``, by name: on its device, computing
+    its dtype, of an accuracy class the caller accepts, and selectable by default or named in
+    the session's ``backends``."""
+    from gemmzoo.contract.accuracy import accepts, accuracy_of
+    from gemmzoo.contract.backend import declared
+    from gemmzoo.session import current
+
+    session = current()
+    named = set(session.config.backends)
+    return {b.name: b for b in session.select()
+            if b.device == problem.device and problem.dtype in b.dtypes
+            and accepts(problem.accuracy, accuracy_of(b)) and (declared(b, "selectable") or b.name in named)}
+
+
+def shipped(problem: Problem) -> str | None:
+    """The shipped prior's backend for ``problem`` among those the current session offers
+    (:func:`offered`), by the routes they declare (:attr:`gemmzoo.Backend.prior_routes`)."""
+    from gemmzoo.contract.backend import declared
+
+    routes = {name: declared(b, "prior_routes") or () for name, b in offered(problem).items()}
+    return route(problem.shape, problem.dtype, problem.layout, problem.device, device_arch(problem.device),
+                 problem.library, routes)
+
+
+def device_arch(device: str) -> str:
+    """The architecture the prior's routes are keyed by: ``sm_XY`` for a CUDA device, else the
+    host's machine name (``x86_64``, ``aarch64``)."""
+    if device == "cuda":
+        from gemmzoo.measure.device import cuda_properties
+
+        capability = str(cuda_properties().get("capability", ""))
+        return "sm_" + capability.replace(".", "") if capability else "sm_unknown"
+    import platform
+
+    return platform.machine()

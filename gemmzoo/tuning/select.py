@@ -381,7 +381,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
     session = current()
     with session.lock, watchdog.idle_workers_ended():
         routed = None if measuring or device is None else _prior_choice(
-            shape, dtype, device, layout, library, accuracy, store, native, reachable)
+            choosing.Problem(shape, dtype, device, layout, library, accuracy), store, native, reachable)
         if routed is not None:
             return routed
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
@@ -455,7 +455,8 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         timings = [t for t in timings if t.backend not in wrong]
         if timings and reachable is not None:
             timings = _reachable_only(timings, by_name, reachable, excluded)
-        problem, policy = choosing.Problem(shape, dtype, device), choosing.RankPolicy(by=by)
+        problem = choosing.Problem(shape, dtype, device, layout, library, accuracy)
+        policy = choosing.RankPolicy(by=by)
         if not timings:
             broke = {r.backend for r in latest.values() if r.status != "ok"}
             everyone = {b.name: b for b in conforming + unchecked if b.name not in wrong}
@@ -480,25 +481,24 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                       decision.tied, note, excluded)
 
 
-def _prior_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str,
-                  library: str | None, accuracy: str, store: TuningStore | None,
+def _prior_choice(problem: choosing.Problem, store: TuningStore | None,
                   native: Callable[[Any], bool] | None,
                   reachable: Callable[[Any], bool] | None) -> Choice | None:
-    """The shipped prior's answer when nothing is measured at or near this problem on this device,
-    checked for availability and conformance (its suite runs first if it has no verdict here); else
-    ``None``. Only the routed backend is probed: a caller pays for no other framework."""
+    """The session's prior's answer (:attr:`gemmzoo.Session.prior`, the shipped prior by default)
+    when nothing is measured at or near this problem on this device, checked for availability and
+    conformance (its suite runs first if it has no verdict here); else ``None``. Only the backend
+    it names is probed: a caller pays for no other framework."""
     from gemmzoo.tuning import prior
 
     session = current()
-    named = set(session.config.backends)
-    registry = session.registry
-    offered = {b.name: b for b in registry.select(None)
-               if b.device == device and dtype in b.dtypes and accepts(accuracy, accuracy_of(b))
-               and (declared(b, "selectable") or b.name in named)}
-    routes = {name: declared(b, "prior_routes") or () for name, b in offered.items()}
-    name = prior.route(shape, dtype, layout, device, device_arch(device), library, routes)
+    name = choosing.advice(session.prior, problem)
     if name is None:
         return None
+    offered = prior.offered(problem)
+    if name not in offered:
+        return None
+    shape, dtype, device, layout = problem.shape, problem.dtype, problem.device, problem.layout
+    registry = session.registry
     store = session.store() if store is None else store
     versions = {name: library_versions(name, registry) for name in offered}
     fingerprint = device_fingerprint(device)
@@ -513,7 +513,7 @@ def _prior_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: 
     if not _checked_before_use(store, backend, dtype):
         return None
     return Choice(backend, shape, dtype, device, "prior", None, (), (name,),
-                  "nothing measured on this device; the shipped prior's route (passed conformance here)")
+                  "nothing measured on this device; the prior's route (passed conformance here)")
 
 
 def announce(what: str) -> None:
@@ -528,19 +528,6 @@ def _checked_before_use(store: TuningStore, backend: Any, dtype: str) -> bool:
         announce(f"running the conformance suite of {backend.name} for {dtype} before its first use "
                  "(once on this machine)")
     return bool(conformance_verdict(store, backend, dtype, run=True))
-
-
-def device_arch(device: str) -> str:
-    """The architecture the prior's routes are keyed by: ``sm_XY`` for a CUDA device, else the
-    host's machine name (``x86_64``, ``aarch64``)."""
-    if device == "cuda":
-        from gemmzoo.measure.device import cuda_properties
-
-        capability = str(cuda_properties().get("capability", ""))
-        return "sm_" + capability.replace(".", "") if capability else "sm_unknown"
-    import platform
-
-    return platform.machine()
 
 
 UNREACHABLE = ("computes on arrays gemmzoo.matmul cannot hand it without copying both ways through "

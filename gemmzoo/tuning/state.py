@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gemmzoo.plugins.registry import unavailable_reason as guarded_reason
 from gemmzoo.session import current
 
 _ATTRIBUTES = ("lock", "answers", "plan_cache", "verdicts")
@@ -38,8 +37,9 @@ def warn_busy(why: str) -> None:
 
 def unavailable_reason(backend: Any) -> str | None:
     """``backend.unavailable_reason()``, guarded and remembered for the rest of the process
-    (:func:`gemmzoo.plugins.registry.unavailable_reason`: never raises, never hangs)."""
-    return guarded_reason(backend)
+    (:func:`gemmzoo.plugins.registry.unavailable_reason`: never raises, never hangs), the members checked
+    against the current session's registry."""
+    return current().unavailable_reason(backend)
 
 
 def forget_answers() -> None:

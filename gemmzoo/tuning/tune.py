@@ -24,7 +24,6 @@ from typing import Any
 
 from gemmzoo.contract.accuracy import accuracy_of
 from gemmzoo.contract.backend import declared
-from gemmzoo.plugins.registry import drift
 from gemmzoo.plugins.watchdog import BackendTimeoutError, idle_workers_ended
 from gemmzoo.plugins.watchdog import call as watched
 from gemmzoo.problems.grids import GridPoint
@@ -54,7 +53,7 @@ def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bo
     (:mod:`gemmzoo.problems.classes`) the verdict is for, earned by that class's cases alone, so a fault in
     one class never takes a backend's other classes with it. Verdicts of the classes beyond gemm
     are kept in the session, not in the database."""
-    if drift(backend) is not None:  # not the backend that was registered: no verdict of any other
+    if current().drift(backend) is not None:  # not the backend that was registered: no verdict of any other
         return False
     device = device_fingerprint(backend.device)
     versions = verdict_versions(backend)
@@ -129,35 +128,66 @@ MAX_CONTENDERS = 4
 LOOP_LIMIT_S = 0.002
 
 
-def contenders(records: Sequence[Record]) -> list[int]:
+@dataclasses.dataclass(frozen=True)
+class LoopPolicy:
+    """Which backends' loops of calls :func:`measure_records` times: those whose device time is
+    within ``ratio`` of the fastest caller time, at most ``max_contenders`` of them, and none when
+    the fastest caller time is above ``limit_s`` (defaults: :data:`CONTENDER_RATIO`,
+    :data:`MAX_CONTENDERS`, :data:`LOOP_LIMIT_S`)."""
+
+    ratio: float = CONTENDER_RATIO
+    max_contenders: int = MAX_CONTENDERS
+    limit_s: float = LOOP_LIMIT_S
+
+    def __post_init__(self) -> None:
+        if not self.ratio >= 1.0:
+            raise ValueError(f"LoopPolicy: ratio must be at least 1; got {self.ratio!r}")
+        if not self.max_contenders >= 2:
+            raise ValueError(f"LoopPolicy: max_contenders must be at least 2; got {self.max_contenders!r}")
+        if not self.limit_s >= 0.0:
+            raise ValueError(f"LoopPolicy: limit_s must be a time in seconds; got {self.limit_s!r}")
+
+
+def loop_policy(policy: LoopPolicy | None = None) -> LoopPolicy:
+    """``policy``, else the current session's (``Session(loops=...)``), else the defaults."""
+    if policy is not None:
+        return policy
+    given = current().loops
+    return LoopPolicy() if given is None else given
+
+
+def contenders(records: Sequence[Record], policy: LoopPolicy | None = None) -> list[int]:
     """Indices of the ``ok`` records whose loops :func:`measure_records` times: those whose device
-    time is within :data:`CONTENDER_RATIO` of the fastest caller time (the larger of device and
-    host time: loop times, where records have them, play no part), fastest caller time first,
-    at most :data:`MAX_CONTENDERS`; none when fewer than two qualify or the fastest caller time is
-    above :data:`LOOP_LIMIT_S`."""
+    time is within ``policy.ratio`` of the fastest caller time (the larger of device and host
+    time: loop times, where records have them, play no part), fastest caller time first, at most
+    ``policy.max_contenders``; none when fewer than two qualify or the fastest caller time is
+    above ``policy.limit_s`` (see :class:`LoopPolicy`; default: :func:`loop_policy`)."""
+    policy = loop_policy(policy)
     timed = [(float(r.measured_caller_s), float(r.median_s), index) for index, r in enumerate(records)  # type: ignore[arg-type]
              if r.status == "ok" and r.median_s is not None]
     if not timed:
         return []
     best = min(caller for caller, _, _ in timed)
-    near = sorted((caller, index) for caller, device, index in timed if device <= best * CONTENDER_RATIO)
-    if best > LOOP_LIMIT_S or len(near) < 2:
+    near = sorted((caller, index) for caller, device, index in timed if device <= best * policy.ratio)
+    if best > policy.limit_s or len(near) < 2:
         return []
-    return [index for _, index in near[:MAX_CONTENDERS]]
+    return [index for _, index in near[:policy.max_contenders]]
 
 
-def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, verify: bool) -> list[Record]:
+def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, verify: bool,
+                    loops: LoopPolicy | None = None) -> list[Record]:
     """:func:`measure_record` for each backend on ``point``; then, for the contenders (see
-    :func:`contenders`), loops of calls on the same operands, each ended by one synchronisation,
-    timed in interleaved rounds (:func:`gemmzoo.measure.interleaved_caller_timings`) and stored
-    as ``loop_s``: what a program calling in a loop gets, launch path, device work and warm
-    caches together, measured for the near-fastest backends under the same drift of the host.
-    The records of one call share one ``created``, which is what lets their loop times be
-    ranked against each other (see :func:`gemmzoo.tuning.select.explain`)."""
+    :func:`contenders` under ``loops``, default :func:`loop_policy`), loops of calls on the same
+    operands, each ended by one synchronisation, timed in interleaved rounds
+    (:func:`gemmzoo.measure.interleaved_caller_timings`) and stored as ``loop_s``: what a program
+    calling in a loop gets, launch path, device work and warm caches together, measured for the
+    near-fastest backends under the same drift of the host. The records of one call share one
+    ``created``, which is what lets their loop times be ranked against each other (see
+    :func:`gemmzoo.tuning.select.explain`)."""
     records = [measure_record(backend, point, budget_s, verify) for backend in backends]
     created = time.time()
     records = [dataclasses.replace(r, created=created) for r in records]
-    near = contenders(records)
+    near = contenders(records, loops)
     if not near:
         return records
     from gemmzoo.measure import interleaved_caller_timings, make_problem
@@ -193,7 +223,7 @@ def tune(
     or ``"skipped"`` (unavailable, or failed conformance; record None) for each backend and point.
     """
     store = state.store()
-    chosen = [declared(b, "for_tuning") for b in current().registry.select(backends)]
+    chosen = [declared(b, "for_tuning") for b in current().select(backends)]
     made: list[Record] = []
     with state.lock:
         for point in points:
