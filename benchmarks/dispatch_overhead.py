@@ -6,12 +6,14 @@
 Tiny products (4x4 float32), so the library call is short and the dispatch's own work shows:
 NumPy arrays through the Python dispatch, torch CPU tensors through the compiled dispatch (built
 first into a fresh cache, as ``gemmzoo cache --build-dispatch`` does) or the Python one. torch runs
-on one thread. Each round times a loop of N calls of every row, interleaved; the figure kept per
-row is the fastest round (host timings on a shared machine carry interference that only ever
-adds time) and the median round. ``overhead`` is a row's fastest round minus the library's.
-``--cache DIR`` keeps the build for later runs. Timed by this thread's CPU time by default
-(``--clock thread``), so that on a shared machine the time the process waits while others run
-is left out.
+on one thread. A last group times the CUDA ``torch`` backend's float16 launcher (which holds fp32
+reduction around ``torch.mm``) against ``torch.mm`` on CPU float16 tensors: the host time an untuned
+CUDA call no longer pays now that it is ``torch.mm`` itself. Each round times a loop of N calls
+of every row, interleaved; the figure kept per row is the fastest round (host timings on a shared
+machine carry interference that only ever adds time) and the median round. ``overhead`` is a
+row's fastest round minus the library's. ``--cache DIR`` keeps the build for later runs. Timed
+by this thread's CPU time by default (``--clock thread``), so that on a shared machine the time
+the process waits while others run is left out.
 Runs against whichever gemmzoo is first on ``PYTHONPATH``: run it on two checkouts to compare them.
 """
 
@@ -122,6 +124,20 @@ def main(argv: list[str] | None = None) -> int:
             ("gemmzoo.matmul (no backend named)", gemmzoo.matmul, ta, tb),
             ("gemmzoo.matmul(a, b, 'torch-cpu')", lambda x, y: gemmzoo.matmul(x, y, "torch-cpu"), ta, tb),
         ], args.calls, args.rounds)
+        try:
+            from gemmzoo_torch.precision import runner
+        except ImportError:  # a gemmzoo without the bundled torch plugin on the path
+            runner = None
+        if runner is not None:
+            # The launcher of the CUDA `torch` backend holds fp32 reduction around torch.mm; the
+            # switch can be read and written without a GPU, so its host cost shows on CPU tensors.
+            ha, hb = ta.half(), tb.half()
+            print("torch 4x4 float16: torch.mm against the CUDA torch backend's launcher "
+                  "(fp32 reduction held)")
+            groups["float16_launcher"] = run_rows([
+                ("torch.mm", torch.mm, ha, hb),
+                ("torch backend's float16 launcher", runner("float16"), ha, hb),
+            ], args.calls, args.rounds)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"command": "python benchmarks/dispatch_overhead.py " + " ".join(sys.argv[1:]),

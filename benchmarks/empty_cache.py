@@ -6,9 +6,18 @@ The tuning cache is a fresh temporary directory: every answer comes from the shi
 (:mod:`gemmzoo.tuning.prior`) or the default order, never from a measurement. Each problem's two
 loops (N calls, then one synchronisation) run interleaved for R rounds; the ratio printed is the
 median over rounds of torch.matmul's time over gemmzoo.matmul's (above 1: gemmzoo is faster), with
-the backend gemmzoo picked and the first call's wall time (which includes the picked backend's
-conformance suite the first time a dtype meets it). tf32 problems wrap the operands in
-``gemmzoo.TF32Array`` and time ``torch.matmul`` with ``allow_tf32`` on. Needs a CUDA GPU.
+what served gemmzoo's call (``torch.mm (own)`` where it is torch's own product under the caller's
+switches, else the backend picked) and the first call's wall time (which includes the picked
+backend's conformance suite the first time a dtype meets it).
+
+``--compiled`` builds the compiled dispatch (:mod:`gemmzoo.native`) into that fresh cache first and
+calls through it; the cache holds no tuning data either way.
+
+DTYPE is a torch dtype name, or: ``tf32`` (the operands wrapped in ``gemmzoo.TF32Array``;
+``torch.matmul`` timed with ``allow_tf32`` on); ``float32+tf32`` (plain float32 tensors, the
+caller's ``allow_tf32`` on for both calls); ``float8_e4m3fn`` (B stored column-major, as a weight
+``w.t()`` is; the call replaced is ``torch._scaled_mm`` with unit scales, fp32 promotion and a
+bfloat16 result, since ``torch.matmul`` takes no fp8). Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -26,7 +35,8 @@ PROBLEMS = (
     "4096x4096x4096-float16", "16x4096x4096-bfloat16", "4096x11008x4096-float16", "12608x768x3072-float16",
     "1111x2222x3333-float16", "4097x4097x4097-float16", "3001x3001x3001-bfloat16", "1023x1023x1023-float16",
     "2047x4093x1531-bfloat16", "1024x50257x768-bfloat16", "64x64x65536-float16", "2048x2048x2048-tf32",
-    "2048x2048x2048-float32", "4095x4095x4095-tf32",
+    "2048x2048x2048-float32", "4095x4095x4095-tf32", "32x4608x3584-float16", "200x7000x5000-float16",
+    "2048x2048x2048-float32+tf32", "4096x14336x4096-float8_e4m3fn",
 )
 
 
@@ -47,28 +57,51 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50, help="calls per timed loop (default 50)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument("--shape", action="append", default=[], metavar="MxNxK-DTYPE")
+    parser.add_argument("--compiled", action="store_true",
+                        help="build the compiled dispatch into the fresh cache first (as gemmzoo cache "
+                             "--build-dispatch does; no tuning data either way) and call through it")
     args = parser.parse_args()
     os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-empty-")
     import torch
 
     import gemmzoo
-    from gemmzoo.dispatch.matmul import backend_for
+    from gemmzoo.dispatch.matmul import choice_for
 
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
+    if args.compiled:
+        from gemmzoo import native
+        from gemmzoo.dispatch import matmul as dispatch
+
+        start = time.perf_counter()
+        try:
+            dispatch.use_compiled(native.build())
+        except native.CompiledDispatchError as error:
+            sys.exit(f"--compiled: {error}")
+        print(f"compiled dispatch built and used ({time.perf_counter() - start:.1f} s)", flush=True)
     settings = torch.backends.cuda.matmul
     rows = []
     for text in args.shape or PROBLEMS:
         m, n, k, dtype = parse(text)
-        storage = torch.float32 if dtype == "tf32" else getattr(torch, dtype)
+        allow_tf32 = dtype in ("tf32", "float32+tf32")
+        storage = torch.float32 if allow_tf32 else getattr(torch, dtype)
         a = torch.randn(m, k, device="cuda").to(storage)
-        b = torch.randn(k, n, device="cuda").to(storage)
+        if dtype == "float8_e4m3fn":
+            b = torch.randn(n, k, device="cuda").to(storage).t()  # column-major, as _scaled_mm takes it
+        else:
+            b = torch.randn(k, n, device="cuda").to(storage)
         x, y = (gemmzoo.TF32Array(a), gemmzoo.TF32Array(b)) if dtype == "tf32" else (a, b)
-        start = time.perf_counter()
-        gemmzoo.matmul(x, y)
-        torch.cuda.synchronize()
-        first_s = time.perf_counter() - start
-        picked = backend_for(x, y).name
+        saved = settings.allow_tf32
+        settings.allow_tf32 = allow_tf32
+        try:
+            start = time.perf_counter()
+            gemmzoo.matmul(x, y)
+            torch.cuda.synchronize()
+            first_s = time.perf_counter() - start
+        finally:
+            settings.allow_tf32 = saved
+        choice = choice_for(x, y)
+        picked = "torch.mm (own)" if choice.source == "library" else choice.backend.name
 
         def loop(call, calls=args.calls):
             torch.cuda.synchronize()
@@ -78,14 +111,19 @@ def main() -> None:
             torch.cuda.synchronize()
             return (time.perf_counter() - begin) / calls
 
-        def theirs(a=a, b=b):
-            return torch.matmul(a, b)
+        if dtype == "float8_e4m3fn":
+            one = torch.ones((), device="cuda")
+
+            def theirs(a=a, b=b, one=one):
+                return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        else:
+            def theirs(a=a, b=b):
+                return torch.matmul(a, b)
 
         def ours(x=x, y=y):
             return gemmzoo.matmul(x, y)
 
-        saved = settings.allow_tf32
-        settings.allow_tf32 = dtype == "tf32"
+        settings.allow_tf32 = allow_tf32
         try:
             loop(theirs, 3)
             loop(ours, 3)
@@ -97,7 +135,7 @@ def main() -> None:
                 ratios.append(t1 / t2)
         finally:
             settings.allow_tf32 = saved
-        row = {"problem": text, "picked": picked, "first_call_s": first_s,
+        row = {"problem": text, "picked": picked, "source": choice.source, "first_call_s": first_s,
                "torch_matmul_us": statistics.median(t_theirs) * 1e6,
                "gemmzoo_us": statistics.median(t_ours) * 1e6, "ratio": statistics.median(ratios),
                "misaligned": misaligned(m, n, k, dtype)}
@@ -114,8 +152,8 @@ def main() -> None:
         print(f"misaligned 16-bit: geomean x{geomean:.3f} over {len(off)}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
-                      out, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "dispatch": "compiled" if args.compiled else "python", "rows": rows}, out, indent=1)
 
 
 if __name__ == "__main__":

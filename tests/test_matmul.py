@@ -424,5 +424,10 @@ def test_with_nothing_measured_the_callers_own_library_comes_first(monkeypatch):
 
     monkeypatch.setattr(type(backend), "prepare", counting)
     c = gemmzoo.matmul(a, b)
-    assert calls == [torch.Tensor]  # torch tensors went to torch-cpu, not across to NumPy
+    # torch tensors went to the prior's route, torch-cpu, not across to NumPy; with nothing
+    # measured the call is torch.mm itself, the product torch-cpu computes (no plan of its own)
+    from gemmzoo.dispatch import matmul as dispatch
+
+    assert calls == [] and dispatch.make_plan(a, b) is torch.mm
+    assert dispatch.backend_for(a, b) is backend
     assert_close(c.numpy(), a.numpy(), b.numpy(), "float32")

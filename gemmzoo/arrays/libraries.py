@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from gemmzoo.contract.backend import TF32Array
+from gemmzoo.contract.backend import TF32Array, declare_torch_mm, self_checking
 from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.plugins.registry import probe_timeout
 from gemmzoo.plugins.watchdog import call as watched
@@ -80,3 +80,35 @@ def native_kind(backend: Any, dtype: str) -> str | None:
             probe = probe.data
         kind = _NATIVE[key] = array_kind(type(probe))
         return kind
+
+
+#: The dtypes each array library's own matrix product takes directly, by library: where
+#: :func:`own_product` answers. NumPy's float16 product is left out (it does not reach BLAS and
+#: runs far slower than the ``numpy`` backend's float32 detour, which is checked); fp8 operands
+#: have no plain product in either library, and ``tf32`` is gemmzoo's own mode
+#: (:class:`~gemmzoo.TF32Array`), not a library's array.
+OWN_PRODUCT_DTYPES: dict[str, frozenset[str]] = {
+    "torch": frozenset({"float16", "bfloat16", "float32", "float64"}),
+    "numpy": frozenset({"float32", "float64"}),
+}
+#: What :func:`own_product` calls, by library, as a caller would name it.
+OWN_PRODUCT_NAMES = {"torch": "torch.mm", "numpy": "numpy.matmul"}
+
+
+def has_own_product(kind: str | None, dtype: str) -> bool:
+    """Whether :func:`own_product` answers for arrays of library ``kind`` holding ``dtype``."""
+    return dtype in OWN_PRODUCT_DTYPES.get(kind or "", ())
+
+
+def own_product(kind: str, dtype: str) -> Any:
+    """The array library's own product of two matrices, called as it is, under whatever precision
+    switches its caller has set: ``torch.mm`` (what ``torch.matmul`` calls for two matrices; it
+    rejects a B of another dtype or device itself) or ``numpy.matmul``. ``None`` where
+    :func:`has_own_product` says no."""
+    if not has_own_product(kind, dtype):
+        return None
+    if kind == "numpy":
+        return np.matmul
+    import torch
+
+    return declare_torch_mm(self_checking(torch.mm))

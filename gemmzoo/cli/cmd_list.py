@@ -42,17 +42,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 NOT_PROBED = "installed"
 NOT_PROBED_NOTE = ("installed: its framework is installed and was not imported to ask whether the backend "
                    "runs here; gemmzoo list -v asks every backend")
+NO_GPU = "installed, no GPU here"
+NO_GPU_NOTE = ("installed, no GPU here: a CUDA backend whose framework is installed, on a machine with no "
+               "GPU device; it runs here only where its framework runs without one (Triton's interpreter, "
+               "TRITON_INTERPRET=1); gemmzoo list -v asks every backend")
 
 
 def _availability(backend: Any, probe: bool) -> tuple[bool | None, str | None]:
     """(available, reason): asked of the backend when ``probe`` is on or asking is cheap (a module
-    it requires is missing, or all of them are imported already); else ``(None, NOT_PROBED)``."""
+    it requires is missing, or all of them are imported already); else ``(None, NO_GPU)`` for a CUDA
+    backend on a machine with no GPU device (:func:`gemmzoo.measure.device.no_gpu_reason`: told without
+    importing anything), ``(None, NOT_PROBED)`` for the others."""
     try:
         required = tuple(declared(backend, "requires") or ())
         cheap = probe or not required or any(importlib.util.find_spec(m) is None for m in required) \
             or all(m in sys.modules for m in required)
+        gpu = not cheap and backend.device == "cuda"
     except Exception:  # a malformed declaration: ask the backend, which says what is wrong
-        cheap = True
+        cheap, gpu = True, False
+    if gpu:
+        from gemmzoo.measure.device import no_gpu_reason
+
+        if no_gpu_reason() is not None:
+            return None, NO_GPU
     if not cheap:
         return None, NOT_PROBED
     reason = unavailable_reason(backend)  # guarded: a broken plugin is a reason, not a crash
@@ -143,10 +155,11 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             row["available"] = _short(row["available"], shared, room)
         listing.notes += [f"{mark} {reason}" for reason, mark in shared.items()]
-    if any(row["available"] == NOT_PROBED for row in rows):
-        listing.notes.append(NOT_PROBED_NOTE)
+    for status, note in ((NOT_PROBED, NOT_PROBED_NOTE), (NO_GPU, NO_GPU_NOTE)):
+        if any(row["available"] == status for row in rows):
+            listing.notes.append(note)
     listing.styles["available"] = lambda cell: ("green" if cell == "yes" else
-                                                "dim" if cell == NOT_PROBED else "yellow")
+                                                "dim" if cell in (NOT_PROBED, NO_GPU) else "yellow")
     emit(listing, "table", args.wide)
     if failures:
         emit(Listing("plugins that failed to load", (Column("plugin", "plugin"),

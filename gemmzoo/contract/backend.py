@@ -197,6 +197,14 @@ class Backend:
     #: under which it answers a problem that nothing is measured for yet. Never a verdict: the
     #: backend's suite still runs before its first use, and measurements replace the route.
     prior_routes: tuple[Mapping[str, Any], ...] = ()
+    #: The array library (``"numpy"``, ``"torch"``) whose own matrix product this backend's
+    #: ``matmul`` is on that library's arrays, apart from precision switches it holds at gemmzoo's
+    #: values (``torch`` holds fp32 reduction for the 16-bit types and IEEE math for float32), or
+    #: ``None``. Where the shipped prior routes a problem nothing is measured for to this backend,
+    #: ``gemmzoo.matmul`` on that library's arrays calls the library's own product under the
+    #: caller's switches instead (:func:`gemmzoo.arrays.libraries.own_product`): the call it replaces, so as
+    #: accurate and as fast as that call by construction, with no backend of gemmzoo's to check.
+    library_product: str | None = None
 
     def unavailable_reason(self) -> str | None:
         """``None`` when usable here; otherwise one line saying why not."""
@@ -323,6 +331,7 @@ OPTIONAL_MEMBERS: dict[str, Any] = {
     "classes": Backend.classes,
     "requires": Backend.requires,
     "prior_routes": Backend.prior_routes,
+    "library_product": Backend.library_product,
     "for_tuning": None,
 }
 

@@ -11,9 +11,12 @@ products go through ``gemmzoo.matmul`` too (see :mod:`gemmzoo.dispatch.autograd`
 
 The work of a call is done once per *problem* (array types, shapes, strides, dtypes, devices): a
 plan is made then (:func:`make_plan`) and kept, and later calls go straight through it. Which
-backend a problem gets is decided without measuring (:func:`gemmzoo.tuning.select.plan_choice`),
+backend a problem gets is decided without measuring (:func:`gemmzoo.tuning.select.plan_decision`),
 so a new shape never stalls a program; shapes met without a stored measurement are recorded for
-``gemmzoo tune --recorded``.
+``gemmzoo tune --recorded``. Where nothing is measured and the shipped prior routes the problem to
+the backend whose product is the caller's library's own (``torch.mm`` on torch tensors,
+``numpy.matmul`` on NumPy arrays), the plan is that library call itself, under the caller's own
+precision switches: the call ``gemmzoo.matmul`` replaces (see docs/drop-in.md).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gemmzoo.arrays.libraries import array_kind, device_of, dtype_of, native_kind
+from gemmzoo.arrays.libraries import array_kind, device_of, dtype_of, native_kind, own_product
 from gemmzoo.contract.backend import TF32Array, is_self_checking, shape_text
 from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.dispatch.plan_cache import PlanCache
@@ -32,7 +35,7 @@ from gemmzoo.errors import BackendUnavailableError, GemmInputError
 from gemmzoo.plugins.registry import unavailable_reason
 from gemmzoo.session import _current, _default, current
 from gemmzoo.session import default as _default_session
-from gemmzoo.tuning.select import RANK_BY, plan_choice
+from gemmzoo.tuning.select import LIBRARY, RANK_BY, plan_decision
 
 _get_session = _current.get
 
@@ -222,8 +225,12 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
 
     ``backend`` is a backend name, a :class:`~gemmzoo.Backend`, or ``None`` for the backend
     ``best_backend`` stores for this problem on this machine (without measuring: see
-    :func:`gemmzoo.tuning.select.plan_choice`), with the caller's dtype (``float32`` means IEEE
+    :func:`gemmzoo.tuning.select.plan_decision`), with the caller's dtype (``float32`` means IEEE
     fp32; wrap both operands in :class:`~gemmzoo.TF32Array` for ``tf32``), device and layout.
+    With nothing measured, a problem the shipped prior routes to the library's plain product is
+    computed by the library's own call under the caller's precision switches (``torch.mm``, with
+    whatever ``allow_tf32`` and reduced-precision reduction the caller set; ``numpy.matmul``):
+    exactly what the replaced call computes.
     The result has the caller's array type, device and dtype; for float8_e4m3fn operands (torch
     ``float8_e4m3fn`` tensors, or NumPy arrays of ``ml_dtypes.float8_e4m3fn``) its dtype is
     bfloat16 (a torch tensor, or an ``ml_dtypes.bfloat16`` array). On torch tensors that require
@@ -366,7 +373,9 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
     a, b, kind, dtype, tf32, (m, n, k), device = _checked(a, b, by)
     if kind == "torch" and (a.requires_grad or b.requires_grad):
         return _differentiable_plan(a, b, backend, accuracy, by, dtype, tf32)
-    chosen = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind), kind, accuracy, by)
+    chosen, own = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind), kind, accuracy, by)
+    if own is not None:  # the caller's library's own product, called as it is
+        return _direct(own, a, b, kind, backend, accuracy, by, tf32)
     target = native_kind(chosen, dtype) if chosen.device == device else None
     if target is not None:
         try:
@@ -379,12 +388,7 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
     wrap = TF32Array if tf32 else _same
     run = chosen.prepare(wrap(a_native), wrap(b_native))
     if target == kind:  # the caller's own arrays are the backend's: nothing between
-        if kind != "torch":
-            return run
-        # torch.mm checks B's dtype on real devices only: not on meta, nor for tensor subclasses
-        # (FakeTensor) that answer it themselves
-        plain = type(a) is type(b) and _is_plain_tensor_type(type(a)) and not a.is_meta
-        return run if plain and is_self_checking(run) else _checking_b(run, a, backend, accuracy, by, tf32)
+        return _direct(run, a, b, kind, backend, accuracy, by, tf32)
 
     def plan(a: Any, b: Any) -> Any:
         if tf32:
@@ -398,6 +402,18 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
 
         plan = bridged_or(plan, run, wrap(a), wrap(b), tf32)
     return _checking_b(plan, a, backend, accuracy, by, tf32) if kind == "torch" else plan
+
+
+def _direct(run: Callable[[Any, Any], Any], a: Any, b: Any, kind: str, backend: Any, accuracy: str,
+            by: str, tf32: bool) -> Callable[[Any, Any], Any]:
+    """The plan of ``run``, which computes on the caller's own arrays: ``run`` itself, behind a
+    check of B for torch operands where ``run`` does not reject a mismatched B itself."""
+    if kind != "torch":
+        return run
+    # torch.mm checks B's dtype on real devices only: not on meta, nor for tensor subclasses
+    # (FakeTensor) that answer it themselves
+    plain = type(a) is type(b) and _is_plain_tensor_type(type(a)) and not a.is_meta
+    return run if plain and is_self_checking(run) else _checking_b(run, a, backend, accuracy, by, tf32)
 
 
 def _differentiable_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str, dtype: str,
@@ -456,15 +472,28 @@ def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str,
 def backend_for(a: Any, b: Any, *, accuracy: str = "componentwise", by: str = "caller") -> Any:
     """The backend ``gemmzoo.matmul(a, b)`` (no backend named) computes with for operands like
     ``a`` and ``b``: the choice its plan makes, without making the plan. Operands it would refuse
-    raise :class:`~gemmzoo.GemmInputError`, as ``gemmzoo.matmul`` does."""
+    raise :class:`~gemmzoo.GemmInputError`, as ``gemmzoo.matmul`` does. Where the call is the
+    array library's own product (nothing measured: see :func:`choice_for`), the backend the
+    shipped prior routed the problem to, whose product that is."""
+    return choice_for(a, b, accuracy=accuracy, by=by).backend
+
+
+def choice_for(a: Any, b: Any, *, accuracy: str = "componentwise", by: str = "caller") -> Any:
+    """The :class:`~gemmzoo.tuning.select.Choice` behind ``gemmzoo.matmul(a, b)`` (no backend
+    named) for operands like ``a`` and ``b``, with its source and note. Its ``source`` is
+    ``"library"`` where the call is the caller's library's own product under the caller's
+    precision switches (:attr:`gemmzoo.Backend.library_product`)."""
     x, y, kind, dtype, _tf32, shape, device = _checked(a, b, by)
-    return _resolve(None, shape, dtype, device, _layout(x, y, kind), kind, accuracy, by)
+    return plan_decision(shape, dtype, device, _layout(x, y, kind), kind, accuracy, by)
 
 
 def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str, layout: str,
-             kind: str, accuracy: str = "componentwise", by: str = "caller") -> Any:
+             kind: str, accuracy: str = "componentwise", by: str = "caller") -> tuple[Any, Any]:
+    """The backend for a problem, and the caller's library's own product where that is the call
+    (see :func:`choice_for`; else ``None``)."""
     if backend is None:
-        return plan_choice(shape, dtype, device, layout, kind, accuracy, by)
+        choice = plan_decision(shape, dtype, device, layout, kind, accuracy, by)
+        return choice.backend, own_product(kind, dtype) if choice.source == LIBRARY else None
     if isinstance(backend, str):
         from gemmzoo.session import current
 
@@ -476,4 +505,4 @@ def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str,
         m, n, k = shape
         raise GemmInputError(f"{backend.name}: gemmzoo.matmul of A {(m, k)}, B {(k, n)}: dtype {dtype} "
                              f"is not supported; supported: {', '.join(sorted(backend.dtypes))}")
-    return backend
+    return backend, None

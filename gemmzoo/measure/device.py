@@ -9,7 +9,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import os
 import platform
+import sys
 from importlib import metadata
 from typing import Any
 
@@ -80,6 +82,24 @@ def nvidia_driver() -> str | None:
     except OSError:
         pass
     return None
+
+
+#: Where a GPU shows up on Linux before any library is loaded: NVIDIA's driver (its control device,
+#: the first GPU, its /proc entry, Jetson's GPU host), AMD's ROCm (torch's ``cuda`` device on ROCm
+#: builds) and WSL2's GPU paravirtualisation.
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/nvhost-ctrl-gpu",
+                    "/dev/kfd", "/dev/dxg")
+
+
+def no_gpu_reason() -> str | None:
+    """Why no CUDA backend can run on this machine, told from the device nodes alone (no library
+    loaded, no driver called), or ``None`` where a GPU may be there or the system does not say
+    (outside Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    if any(os.path.exists(node) for node in GPU_DEVICE_NODES):
+        return None
+    return "no GPU on this machine (no NVIDIA, ROCm or WSL GPU device node)"
 
 
 def _cuda_driver_api() -> str | None:

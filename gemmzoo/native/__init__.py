@@ -17,6 +17,7 @@ nothing changes but speed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -24,6 +25,7 @@ import os
 import platform
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
@@ -168,6 +170,35 @@ def load() -> ModuleType | None:
         return _loaded[library]
 
 
+#: torch's lock file in a build directory (:class:`torch.utils.file_baton.FileBaton`): made when a
+#: build starts, removed when it ends, so one that was killed leaves it, and every later build of
+#: the directory then waits for it forever.
+TORCH_BATON = "lock"
+#: gemmzoo's own lock file in a build directory, held while gemmzoo builds there.
+BUILD_LOCK = "gemmzoo-build.lock"
+
+
+@contextlib.contextmanager
+def build_lock(directory: Path) -> Iterator[None]:
+    """Hold the right to build in ``directory`` against other processes: an advisory lock on
+    :data:`BUILD_LOCK` (``flock``), which the system lets go when its holder dies, however it dies.
+    Holding it, no other gemmzoo build runs there, so torch's lock file, if present, was left by a
+    build that died, and it is removed. Where ``flock`` is missing (not POSIX), torch's lock file
+    alone guards the build."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(directory / BUILD_LOCK, "ab") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # waits for a build running now
+        try:
+            (directory / TORCH_BATON).unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+
+
 def build(verbose: bool = False) -> ModuleType:
     """Build (or find built) and import the compiled dispatch for this torch and Python (the caller
     hands it to :func:`gemmzoo.dispatch.matmul.use_compiled` to use it in this process: this module
@@ -185,21 +216,30 @@ def build(verbose: bool = False) -> ModuleType:
     with _lock:
         if library not in _loaded:
             directory.mkdir(parents=True, exist_ok=True)
-            if library.exists() and verified(library) is not None:  # not ours: never reused as built
-                library.unlink()
-            try:
-                _loaded[library] = cpp_extension.load(
-                    name=name, sources=[str(SOURCE)], build_directory=str(directory), extra_cflags=["-O2"],
-                    with_cuda=False, verbose=verbose)
-            except Exception as error:  # the compiler's own message: its errors, else its last lines
-                lines = str(error).strip().splitlines()
-                said = [line.strip() for line in lines if "error" in line.lower()][:4] or lines[-6:]
-                raise CompiledDispatchError(f"building the compiled dispatch in {directory} failed: "
-                                            + " | ".join(said)) from error
-            library.chmod(library.stat().st_mode & ~0o022)  # whatever the umask: no one else may edit it
-            record = _manifest(library)
-            temporary = record.with_name(f"{record.name}.{os.getpid()}.tmp")
-            temporary.write_text(_digest(library) + "\n", encoding="ascii")
-            temporary.chmod(0o644)
-            os.replace(temporary, record)
+            with build_lock(directory):
+                _build(name, directory, library, verbose)
         return _loaded[library]
+
+
+def _build(name: str, directory: Path, library: Path, verbose: bool) -> None:
+    """Build the library (or find it built) into ``directory`` and import it, holding
+    :func:`build_lock`; the caller holds :data:`_lock`."""
+    from torch.utils import cpp_extension
+
+    if library.exists() and verified(library) is not None:  # not ours: never reused as built
+        library.unlink()
+    try:
+        _loaded[library] = cpp_extension.load(
+            name=name, sources=[str(SOURCE)], build_directory=str(directory), extra_cflags=["-O2"],
+            with_cuda=False, verbose=verbose)
+    except Exception as error:  # the compiler's own message: its errors, else its last lines
+        lines = str(error).strip().splitlines()
+        said = [line.strip() for line in lines if "error" in line.lower()][:4] or lines[-6:]
+        raise CompiledDispatchError(f"building the compiled dispatch in {directory} failed: "
+                                    + " | ".join(said)) from error
+    library.chmod(library.stat().st_mode & ~0o022)  # whatever the umask: no one else may edit it
+    record = _manifest(library)
+    temporary = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+    temporary.write_text(_digest(library) + "\n", encoding="ascii")
+    temporary.chmod(0o644)
+    os.replace(temporary, record)

@@ -608,6 +608,12 @@ class TuningStore:
             args += (status,)
         return self._valid(self._read(sql + " ORDER BY id", args))
 
+    def any_rows(self, device: str, dtype: str, layout: str) -> bool:
+        """Whether any measurement (any backend, versions, shape or status) is stored on ``device``
+        for ``dtype``/``layout``: one probe of the lookup index, no row read."""
+        sql = "SELECT 1 FROM measurements WHERE device = ? AND dtype = ? AND layout = ? LIMIT 1"
+        return bool(self._read(sql, (device, dtype, layout)))
+
     def shapes_near(self, device: str, dtype: str, layout: str, backend: str, versions: str,
                     box: Box | None) -> list[tuple[int, int, int]]:
         """The distinct shapes with an ``ok`` row of ``backend`` with ``versions`` on ``device`` for

@@ -3,8 +3,9 @@
 A pure function of the problem (sizes, dtype, layout), the device (kind and architecture), the
 caller's array library, and the routes the backends declare (:attr:`gemmzoo.Backend.prior_routes`).
 It returns a backend name, or ``None`` when no route matches. It knows no verdicts and no timings:
-whoever uses its answer still checks that backend's conformance before its first use, and any
-measured answer replaces it.
+whoever uses its answer still checks that backend's conformance before its first use (unless the
+call is then the caller's library's own product, which nothing of gemmzoo's computes: see
+:attr:`gemmzoo.Backend.library_product`), and any measured answer replaces it.
 
 The rules live with the backends that they route to (each plugin declares its own), so the core
 names no bundled backend. A route is a mapping; every key it has must match the problem:

@@ -57,11 +57,17 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
 ``device=None`` means ``"cuda"`` when any selected CUDA backend is available, else ``"cpu"``.
 Answers are kept in memory per process: a repeated call is a dictionary lookup.
 
-``gemmzoo.matmul`` asks :func:`plan_choice`, which never measures (step 3 is skipped) and records
+``gemmzoo.matmul`` asks :func:`plan_decision`, which never measures (step 3 is skipped) and records
 the problems it had to answer from another shape or the default, for ``gemmzoo tune --recorded``;
 it passes over a winner that the caller's arrays would reach only through host copies (one
 computing on another library's arrays, such as JAX's), which a call names explicitly instead.
-It never waits on another process's lock of the database for more than :data:`LOCK_PATIENCE_S`:
+Before step 1 it asks the shipped prior (:mod:`gemmzoo.tuning.prior`) where nothing is measured at
+or near the problem on this device; where the prior routes the problem to a backend whose product
+is the caller's library's own (``torch`` on torch tensors, ``numpy`` on NumPy arrays:
+:attr:`gemmzoo.Backend.library_product`), the answer's source is :data:`LIBRARY` and the call is
+that library's own product under the caller's precision switches (no suite runs: nothing of
+gemmzoo's computes). It never waits on another process's lock of the database for more than
+:data:`LOCK_PATIENCE_S`:
 past that it answers as if the database were empty (one warning) and records nothing.
 Backends whose ``selectable`` is false (baselines such as ``triton-naive``) are candidates only
 when ``GEMMZOO_BACKENDS`` names them.
@@ -78,7 +84,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemmzoo.arrays.libraries import native_kind
+from gemmzoo.arrays.libraries import OWN_PRODUCT_NAMES, has_own_product, native_kind
 from gemmzoo.contract.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
 from gemmzoo.contract.backend import declared
 from gemmzoo.contract.dtypes import DTYPES, dtype_name
@@ -108,6 +114,9 @@ DEFAULT_ORDER = choosing.DEFAULT_ORDER
 
 
 RANK_BY = ("caller", "device")
+#: :attr:`Choice.source` of a problem that ``gemmzoo.matmul`` answers with the caller's array
+#: library's own product (see :func:`_prior_choice`).
+LIBRARY = "library"
 _POLICY = choosing.RankPolicy()
 
 
@@ -135,7 +144,9 @@ class Timed:
 @dataclass(frozen=True)
 class Choice:
     """An answer and why: ``source`` is ``"database"``, ``"measured now"``, ``"nearest shape"``,
-    ``"prior"`` (:mod:`gemmzoo.tuning.prior`) or ``"default"``;
+    ``"prior"`` (:mod:`gemmzoo.tuning.prior`), ``"library"`` (the prior's route to a backend whose
+    product is the caller's library's own: the call is that library's own product, see
+    :attr:`gemmzoo.Backend.library_product`) or ``"default"``;
     ``basis`` the shape whose measurements decided; ``ranking`` fastest first;
     ``tied`` the backends within noise of the fastest (the chosen one among them)."""
 
@@ -487,7 +498,13 @@ def _prior_choice(problem: choosing.Problem, store: TuningStore | None,
     """The session's prior's answer (:attr:`gemmzoo.Session.prior`, the shipped prior by default)
     when nothing is measured at or near this problem on this device, checked for availability and
     conformance (its suite runs first if it has no verdict here); else ``None``. Only the backend
-    it names is probed: a caller pays for no other framework."""
+    it names is probed: a caller pays for no other framework.
+
+    Where the routed backend's product is the caller's library's own
+    (:attr:`gemmzoo.Backend.library_product`) and that library has a product for the dtype
+    (:func:`gemmzoo.arrays.libraries.has_own_product`), the answer's source is :data:`LIBRARY`: the call
+    is the library's own product under the caller's switches, which is the call being replaced,
+    so there is no verdict to earn and nothing is probed or checked."""
     from gemmzoo.tuning import prior
 
     session = current()
@@ -500,12 +517,19 @@ def _prior_choice(problem: choosing.Problem, store: TuningStore | None,
     shape, dtype, device, layout = problem.shape, problem.dtype, problem.device, problem.layout
     registry = session.registry
     store = session.store() if store is None else store
-    versions = {name: library_versions(name, registry) for name in offered}
     fingerprint = device_fingerprint(device)
-    if _latest(store.records(fingerprint, dtype, layout, shape), versions) or _nearest(
-            store, fingerprint, dtype, layout, versions, shape, "caller", device) is not None:
-        return None  # a measured answer replaces the prior
+    if store.any_rows(fingerprint, dtype, layout):  # else nothing is measured here: no versions to read
+        versions = {name: library_versions(name, registry) for name in offered}
+        if _latest(store.records(fingerprint, dtype, layout, shape), versions) or _nearest(
+                store, fingerprint, dtype, layout, versions, shape, "caller", device) is not None:
+            return None  # a measured answer replaces the prior
     backend = offered[name]
+    if declared(backend, "library_product") == problem.library and has_own_product(problem.library, dtype):
+        return Choice(backend, shape, dtype, device, LIBRARY, None, (), (name,),
+                      f"nothing measured on this device; the shipped prior's route to {name}, whose product "
+                      f"is {OWN_PRODUCT_NAMES[problem.library]}: the caller's own "
+                      f"{OWN_PRODUCT_NAMES[problem.library]} "
+                      "under the caller's precision switches (nothing of gemmzoo's computes)")
     if unavailable_reason(backend) is not None:
         return None
     if (native is not None and not native(backend)) or (reachable is not None and not reachable(backend)):
@@ -628,7 +652,13 @@ def _reaches(dtype: str, backend: Any) -> bool:
 
 def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN",
                 library: str | None = None, accuracy: str = COMPONENTWISE, by: str = "caller") -> Any:
-    """The backend ``gemmzoo.matmul`` uses for a problem: ``best_backend``'s answer, never measured.
+    """The backend of :func:`plan_decision`'s answer."""
+    return plan_decision(shape, dtype, device, layout, library, accuracy, by).backend
+
+
+def plan_decision(shape: tuple[int, int, int], dtype: str, device: str, layout: str = "NN",
+                  library: str | None = None, accuracy: str = COMPONENTWISE, by: str = "caller") -> Choice:
+    """What ``gemmzoo.matmul`` uses for a problem: ``best_backend``'s answer, never measured, and why.
 
     A dispatch layer must not stall a program the first time it meets a shape, so this answers
     from what is stored: this exact problem's measurements, else the nearest measured shape, else
@@ -639,7 +669,8 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
     library (``"numpy"``, ``"torch"``, ``"cupy"``): backends computing on it come first where
     nothing else decides, and one its arrays reach only through host copies is never the answer
     (:func:`gemmzoo.arrays.libraries.native_kind`; see :func:`explain`); ``by`` is what candidates are ranked
-    by, as in :func:`best_backend`.
+    by, as in :func:`best_backend`. An answer whose ``source`` is :data:`LIBRARY` is served by the
+    caller's library's own product, not by its backend (see :func:`_prior_choice`).
     """
     native = reachable = None
     if library is not None:
@@ -648,7 +679,7 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
     session = current()
     key = ("plan", shape, dtype, device, layout, library, accuracy, by)
     try:
-        return session.answers[key].backend
+        return session.answers[key]
     except KeyError:
         pass
     with session.lock:
@@ -659,7 +690,8 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
         except TuningStoreBusyError as error:
             session.warn_busy(str(error))
             choice = explain(shape, dtype, device, measure=False, layout=layout, native=native,
-                             accuracy=accuracy, store=session.scratch(), by=by, reachable=reachable)
+                             accuracy=accuracy, store=session.scratch(), by=by, reachable=reachable,
+                             library=library)
         else:
             if choice.source != "database" and min(shape) > 0 and recording_enabled():
                 # a hint for `gemmzoo tune --recorded`: dropped rather than waited for
@@ -667,4 +699,4 @@ def plan_choice(shape: tuple[int, int, int], dtype: str, device: str, layout: st
                     session.store().record_problem(device_fingerprint(choice.device),
                                                  GridPoint(*shape, dtype, layout))
     session.answers[key] = choice
-    return choice.backend
+    return choice

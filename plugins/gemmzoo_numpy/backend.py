@@ -43,6 +43,12 @@ class NumpyBackend(Backend):
     dtypes = frozenset({*_NUMPY_DTYPES, "float8_e4m3fn"})
     classes = frozenset({"gemm", "batched", "scaled", "grouped"})
 
+    @property
+    def library_product(self) -> str | None:
+        """``"numpy"``: the product is ``numpy.matmul`` (float32 and float64); ``None`` for a
+        subclass with a product of its own."""
+        return "numpy" if type(self).matmul is NumpyBackend.matmul else None
+
     def from_numpy(self, x: np.ndarray, dtype: str) -> np.ndarray:
         self.check_dtype(dtype, np.shape(x))
         if dtype == "float8_e4m3fn":

@@ -58,6 +58,13 @@ class TorchCpuBackend(TorchClasses, TorchTensors, Backend):
     def unavailable_reason(self) -> str | None:
         return torch_missing_reason()
 
+    @property
+    def library_product(self) -> str | None:
+        """``"torch"``: the product is ``torch.mm`` (on CUDA under precision switches of its own:
+        :class:`TorchBackend`); ``None`` for a subclass with a product of its own."""
+        own = type(self).matmul in (TorchCpuBackend.matmul, TorchBackend.matmul)
+        return "torch" if own else None
+
     def matmul(self, a: Any, b: Any) -> Any:
         import torch
 
