@@ -197,6 +197,10 @@ class Backend:
     #: under which it answers a problem that nothing is measured for yet. Never a verdict: the
     #: backend's suite still runs before its first use, and measurements replace the route.
     prior_routes: tuple[Mapping[str, Any], ...] = ()
+    #: Where this backend can be the fastest (:mod:`gemmzoo.tuning.contenders`): routes in the
+    #: prior's keys plus ``max_m`` and ``max_mn``, and a ``why`` saying what it runs elsewhere.
+    #: ``gemmzoo tune --recorded`` times it only at problems one of them matches; empty: everywhere.
+    contends: tuple[Mapping[str, Any], ...] = ()
 
     def unavailable_reason(self) -> str | None:
         """``None`` when usable here; otherwise one line saying why not."""
@@ -323,6 +327,7 @@ OPTIONAL_MEMBERS: dict[str, Any] = {
     "classes": Backend.classes,
     "requires": Backend.requires,
     "prior_routes": Backend.prior_routes,
+    "contends": Backend.contends,
     "for_tuning": None,
 }
 
