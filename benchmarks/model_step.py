@@ -4,6 +4,8 @@ after ``gemmzoo tune --recorded``, in one run.
     python benchmarks/model_step.py [--json FILE]                 # GPT-2 small, bf16 on CUDA
     python benchmarks/model_step.py --device cpu [--json FILE]    # a small model, fp32 on the CPU
     python benchmarks/model_step.py --n-embd 1024 --vocab 32000 --n-layer 24 --n-head 16
+    python benchmarks/model_step.py --preset llama-1b            # Llama-shaped: SwiGLU, vocabulary 128256
+    python benchmarks/model_step.py --config n_embd=2560,n_head=20,n_layer=4,mlp=swiglu,vocab_size=50000
     python benchmarks/model_step.py --dispatch compiled          # gemmzoo.matmul's compiled dispatch
 
 The model is examples/transformer/model.py: every projection and the LM head one product call;
@@ -31,6 +33,7 @@ import collections
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -46,23 +49,16 @@ sys.path.insert(0, str(EXAMPLE))
 import torch  # noqa: E402
 from model import Config, batch_of, build, step  # noqa: E402
 from train_step import DTYPES, add_config_arguments  # noqa: E402
+from train_step import config_from as example_config  # noqa: E402
 
 #: The CPU's default model: small enough for a few seconds a phase on two cores.
 CPU_CONFIG = Config(n_layer=2, n_head=4, n_embd=128, vocab_size=2003, seq_len=64, batch=4)
-SIZES = ("n_layer", "n_head", "n_embd", "vocab_size", "seq_len", "batch")
 
 
 def config_from(args: argparse.Namespace) -> Config:
     """GPT-2 small on CUDA (or with ``--gpt2``), :data:`CPU_CONFIG` on the CPU (or with
-    ``--tiny``, the tiny test model); sizes given override it."""
-    if args.tiny:
-        base = Config.tiny()
-    elif args.gpt2 or args.device == "cuda":
-        base = Config()
-    else:
-        base = CPU_CONFIG
-    sizes = {name: getattr(args, name) for name in SIZES if getattr(args, name) is not None}
-    return Config(**{**base.__dict__, **sizes})
+    ``--tiny``, the tiny test model), or ``--preset``'s; ``--config`` and sizes given override it."""
+    return example_config(args, args.device, CPU_CONFIG)
 
 
 class Clock:
@@ -223,6 +219,19 @@ def phase(name: str, model: Any, tokens: torch.Tensor, targets: torch.Tensor, cl
     return result
 
 
+#: What the step must achieve (on an H100): untuned and tuned speed over stock, and the tune's wall time.
+TARGETS = {"untuned": 1.0, "tuned": 1.15, "tune_s": 120.0}
+
+
+def targets_met(results: dict[str, Any]) -> dict[str, bool]:
+    """Each target of :data:`TARGETS` this run measured, and whether it was met."""
+    met = {f"untuned x{TARGETS['untuned']:g}": results["untuned"]["ratio"] >= TARGETS["untuned"]}
+    if "tuned" in results:
+        met[f"tuned x{TARGETS['tuned']:g}"] = results["tuned"]["ratio"] >= TARGETS["tuned"]
+        met[f"tune <= {TARGETS['tune_s']:g} s"] = results["tune"]["seconds"] <= TARGETS["tune_s"]
+    return met
+
+
 def run_tune(extra: list[str]) -> dict[str, Any]:
     """``python -m gemmzoo tune --recorded`` in a subprocess (this process's environment, so the
     same cache directory), its progress lines passed through as they come; its wall time, exit
@@ -243,7 +252,28 @@ def run_tune(extra: list[str]) -> dict[str, Any]:
     print(printed, end="", flush=True)
     print(f"gemmzoo tune --recorded: exit {child.returncode}, {took:.1f} s", flush=True)
     return {"command": ["python", *command[1:]], "seconds": took, "exit": child.returncode,
-            "progress": progress, "output": printed}
+            "progress": progress, "problems": tuned_lines(progress), "output": printed}
+
+
+#: A progress line of ``gemmzoo tune --recorded``: ``[k/n] PROBLEM (NOTE): BACKEND, TIME, xGAIN vs
+#: BASELINE (SECONDS s...)``, the note, the time and the gain optional.
+PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (?P<problem>[^:(]+?)(?: \((?P<note>[^)]*)\))?: (?P<backend>[^,(]+?)"
+                      r"(?:, (?P<time>[^,]+))?(?:, (?:x(?P<gain>[\d.]+) vs (?P<baseline>\S+)|-))? "
+                      r"\((?P<seconds>[\d.]+) s")
+
+
+def tuned_lines(progress: list[str]) -> list[dict[str, Any]]:
+    """The tuner's progress lines as rows: problem, pass (its note: "again, with ...",
+    "searched: ..."), backend chosen, expected gain and seconds spent."""
+    rows = []
+    for line in progress:
+        match = PROGRESS.match(line)
+        if match:
+            gain = match.group("gain")
+            rows.append({"problem": match.group("problem"), "pass": match.group("note") or "first",
+                         "backend": match.group("backend"), "gain": float(gain) if gain else None,
+                         "baseline": match.group("baseline"), "seconds": float(match.group("seconds"))})
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,6 +374,9 @@ def _measure(args: argparse.Namespace, config: Config, dtype_name: str, threads:
         summary += [f"tuned x{results['tuned']['ratio']:.3f}",
                     f"tune --recorded {results['tune']['seconds']:.1f} s"]
     print(f"\nstock step time / gemmzoo step time: {', '.join(summary)}; backends: {dict(counts)}")
+    results["targets"] = targets_met(results)
+    said = [f"{name} {'met' if met else 'NOT met'}" for name, met in results["targets"].items()]
+    print(f"targets (set for an H100): {'; '.join(said)}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {args.json}")
@@ -351,4 +384,9 @@ def _measure(args: argparse.Namespace, config: Config, dtype_name: str, threads:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if "jax" in sys.modules:  # loaded by asking whether jax-cuda runs here: its teardown can abort
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)

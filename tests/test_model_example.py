@@ -77,6 +77,38 @@ def test_loss_and_every_gradient_match_stock_torch(backends, dtype, monkeypatch)
         assert bool((errors(got, truth[name]) <= bound).all()), (name, worst, bound)
 
 
+def test_a_llama_shaped_swiglu_block_matches_stock_torch_and_records_gate_and_up_once():
+    import gemmzoo
+
+    config = model.Config.tiny(mlp="swiglu", n_inner=40)
+    loss, grads = run_step(config, torch.float64, gemmzoo.matmul)
+    stock_loss, stock = run_step(config, torch.float64, torch.matmul)
+    assert len(grads) == 4 + 14 * config.n_layer  # gate and up in place of fc: two more parameters
+    assert abs(float(loss) - float(stock_loss)) <= 1e-12 * abs(float(stock_loss))
+    for name, got in grads.items():
+        scale = float(stock[name].abs().max())
+        assert scale > 0 and float((got - stock[name]).abs().max()) <= 1e-12 * scale, name
+    rows = config.batch * config.seq_len
+    gate = GridPoint(rows, 40, config.n_embd, "float64", "NT")
+    seen = dict(state.store().recorded(device_fingerprint("cpu")))
+    assert gate in seen and seen[gate] == 1  # gate and up: one problem, met by two call sites
+
+
+def test_configs_parse_from_text_and_presets_give_other_models_products():
+    config = model.Config.parse("n_embd=4096,n_head=32,mlp=swiglu,vocab_size=32000")
+    assert config.inner == 11008 and config.n_layer == 12  # Llama's rounding; the rest from the base
+    names = [name for name, *_ in config.problems()]
+    assert names == ["attn.qkv", "attn.proj", "mlp.gate", "mlp.up", "mlp.proj", "lm_head"]
+    assert model.PRESETS["llama-1b"].problems()[-1] == ("lm_head", 4096, 128256, 2048)
+    assert model.Config(n_embd=64, n_head=4).inner == 256
+    with pytest.raises(ValueError, match="not name=value"):
+        model.Config.parse("hidden=3")
+    with pytest.raises(ValueError, match="n_layer must be int"):
+        model.Config.parse("n_layer=four")
+    with pytest.raises(ValueError, match="mlp must be one of"):
+        model.Config.parse("mlp=relu")
+
+
 def recorded():
     return {point for point, _seen in state.store().recorded(device_fingerprint("cpu"))}
 
@@ -151,6 +183,11 @@ def test_the_benchmark_runs_both_phases_on_a_tiny_model_and_writes_its_figures(t
     assert "[15/15]" in capsys.readouterr().err  # the tuner's progress came through
     assert figures["dispatch"] == "python"
     assert figures["tune"]["progress"][-1].startswith("[15/15]")
+    tuned = figures["tune"]["problems"]  # the progress lines as rows: one per problem (one pass on the CPU)
+    assert len(tuned) == 15 and all(row["backend"] in ("numpy", "torch-cpu") and row["seconds"] >= 0
+                                    for row in tuned)
+    assert all(row["baseline"] == "torch-cpu" and row["gain"] > 0 for row in tuned)
+    assert set(figures["targets"]) == {"untuned x1", "tuned x1.15", "tune <= 120 s"}
     for phase in ("untuned", "tuned"):
         result = figures[phase]
         assert result["ratio"] > 0 and result["gemmzoo_step_ms"] > 0 and result["stock_step_ms"] > 0

@@ -76,14 +76,42 @@ def test_the_expected_gain_is_the_baseline_time_over_the_chosen_one():
 
 
 def test_only_results_of_a_size_the_host_judges_quickly_are_judged_unless_all_are_asked_for():
-    from gemmzoo.cli.recorded import judged, progress_line
+    from gemmzoo.cli.recorded import checked, judged, progress_line
     from gemmzoo.problems.grids import GridPoint
 
     head = GridPoint(8192, 50257, 768, "bfloat16", "NT")  # an LM head's logits: 411M elements
-    projection = GridPoint(8192, 3072, 768, "bfloat16", "NT")
+    projection = GridPoint(8192, 3072, 768, "bfloat16", "NT")  # 25M: Freivalds' test, not one by one
+    small = GridPoint(1024, 3072, 768, "bfloat16", "NT")
     assert not judged(head, verify=True, verify_all=False) and judged(head, verify=True, verify_all=True)
-    assert judged(projection, verify=True, verify_all=False)
-    assert not judged(projection, verify=False, verify_all=True)  # --no-verify wins
+    assert not checked(head, verify=True, verify_all=False) and checked(head, verify=True, verify_all=True)
+    assert checked(projection, verify=True, verify_all=False) and not judged(projection, True, False)
+    assert judged(small, verify=True, verify_all=False)
+    assert not judged(small, verify=False, verify_all=True)  # --no-verify wins
+    assert not checked(small, verify=False, verify_all=True)
     line = progress_line(1, 3, head, "cuda", Outcome("torch-padded", 1e-3, "torch", 3e-3), 2.0, checked=False)
     assert line.startswith("[1/3] 8192x50257x768 NT bfloat16 cuda: torch-padded, 1 ms, x3.00 vs torch")
     assert "not judged" in line and "--verify-all" in line
+
+
+def test_the_program_ends_with_its_status_without_jaxs_teardown_once_jax_is_loaded(tmp_path):
+    """JAX's runtime threads can be inside its C++ code when the interpreter tears down beside
+    torch's CUDA context, aborting a command that succeeded: once JAX is loaded, the program ends
+    with its status, output flushed, before that teardown."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax")
+    script = ("import sys, jax\n"
+              "sys.argv = ['gemmzoo', 'cache']\n"
+              "from gemmzoo.cli import main\n"
+              "code = main()\n"
+              "print('the interpreter went on', flush=True)\n"
+              "sys.exit(code)\n")
+    env = {**os.environ, "GEMMZOO_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "compiled dispatch:" in done.stdout  # the command's last line, flushed
+    assert "the interpreter went on" not in done.stdout
+    assert "terminate called" not in done.stderr

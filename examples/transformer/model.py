@@ -1,7 +1,7 @@
 """A GPT-2-shaped transformer whose every projection and LM head is one matrix product call.
 
 Built from a :class:`Config` with random weights (nothing is downloaded). Every 2-D product of the
-model, the four projections of each block and the LM head (tied to the token embedding, as in
+model, the projections of each block and the LM head (tied to the token embedding, as in
 GPT-2), goes through the function the model is given: ``gemmzoo.matmul`` by default, or
 ``torch.matmul`` for the stock model. Everything else is plain torch (attention through
 ``scaled_dot_product_attention``, layer norms, GELU, cross-entropy), so two models that differ only
@@ -11,6 +11,11 @@ A projection holds its weight as ``torch.nn.Linear`` does, ``out x in``, and com
 ``x · Wᵀ`` on the activations flattened to rows: the forward product has layout NT (B stored
 column by column), and autograd's products are ``dX = dY · W`` (NN) and ``dW = dYᵀ · X`` (TN, the
 weight's gradient in the weight's own layout).
+
+The MLP is GPT-2's (``mlp="gelu"``: ``fc`` to ``n_inner`` then GELU then back) or Llama's
+(``mlp="swiglu"``: ``down(silu(gate(x)) * up(x))``, three products, ``gate`` and ``up`` of one
+shape), so the products of other model families can be had from the same code; :data:`PRESETS`
+names a few.
 """
 
 from __future__ import annotations
@@ -37,6 +42,11 @@ class Config:
     vocab_size: int = 50257
     seq_len: int = 1024
     batch: int = 8
+    #: ``"gelu"`` (GPT-2's MLP) or ``"swiglu"`` (Llama's gated MLP).
+    mlp: str = "gelu"
+    #: The MLP's inner width; 0: ``4 * n_embd`` for GELU, Llama's ``8/3 * n_embd`` rounded up to a
+    #: multiple of 256 for SwiGLU.
+    n_inner: int = 0
 
     def __post_init__(self) -> None:
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "seq_len", "batch"):
@@ -44,6 +54,38 @@ class Config:
                 raise ValueError(f"Config.{name} must be at least 1, not {getattr(self, name)}")
         if self.n_embd % self.n_head:
             raise ValueError(f"Config: n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+        if self.mlp not in MLPS:
+            raise ValueError(f"Config.mlp must be one of {', '.join(MLPS)}, not {self.mlp!r}")
+        if self.n_inner < 0:
+            raise ValueError(f"Config.n_inner must be at least 0 (0: the default), not {self.n_inner}")
+
+    @property
+    def inner(self) -> int:
+        """The MLP's inner width (see :attr:`n_inner`)."""
+        if self.n_inner:
+            return self.n_inner
+        if self.mlp == "swiglu":
+            return -(-8 * self.n_embd // 3 // 256) * 256
+        return 4 * self.n_embd
+
+    @classmethod
+    def parse(cls, text: str, base: Config | None = None) -> Config:
+        """``base`` (default: GPT-2 small) with the sizes of ``text``: ``name=value`` pairs joined
+        by commas (``n_embd=1024,n_layer=4,mlp=swiglu``); an unknown name is refused by name."""
+        base = base if base is not None else cls()
+        known = {name: type(value) for name, value in base.__dict__.items()}
+        sizes: dict[str, Any] = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, _, value = item.partition("=")
+            name = name.strip().replace("-", "_")
+            if name not in known or not value.strip():
+                raise ValueError(f"Config: {item!r} is not name=value for a name of {', '.join(known)}")
+            kind, value = known[name], value.strip()
+            try:
+                sizes[name] = kind(value)
+            except ValueError:
+                raise ValueError(f"Config: {name} must be {kind.__name__}, not {value!r}") from None
+        return replace(base, **sizes)
 
     @classmethod
     def tiny(cls, **sizes: int) -> Config:
@@ -54,9 +96,25 @@ class Config:
     def problems(self) -> list[tuple[str, int, int, int]]:
         """The forward products of a step: ``(name, M, N, K)`` with their count per step in the
         name's place of a block (each block has one of each); the LM head last."""
-        rows, c = self.batch * self.seq_len, self.n_embd
-        return [("attn.qkv", rows, 3 * c, c), ("attn.proj", rows, c, c), ("mlp.fc", rows, 4 * c, c),
-                ("mlp.proj", rows, c, 4 * c), ("lm_head", rows, self.vocab_size, c)]
+        rows, c, inner = self.batch * self.seq_len, self.n_embd, self.inner
+        mlp = [("mlp.fc", rows, inner, c)] if self.mlp == "gelu" else [("mlp.gate", rows, inner, c),
+                                                                      ("mlp.up", rows, inner, c)]
+        return [("attn.qkv", rows, 3 * c, c), ("attn.proj", rows, c, c), *mlp,
+                ("mlp.proj", rows, c, inner), ("lm_head", rows, self.vocab_size, c)]
+
+
+MLPS = ("gelu", "swiglu")
+#: Named configurations: GPT-2 small and medium, and Llama-shaped ones (SwiGLU MLPs) whose
+#: sizes are the published models' with fewer layers where a step would take long (the products
+#: of a step are those of the full model, each fewer times).
+PRESETS = {
+    "gpt2": Config(),
+    "gpt2-medium": Config(n_layer=24, n_head=16, n_embd=1024),
+    "llama-1b": Config(n_layer=16, n_head=32, n_embd=2048, vocab_size=128256, batch=4, mlp="swiglu",
+                       n_inner=8192),
+    "llama-7b-4layers": Config(n_layer=4, n_head=32, n_embd=4096, vocab_size=32000, batch=4, mlp="swiglu",
+                               n_inner=11008),
+}
 
 
 def gemmzoo_matmul() -> Matmul:
@@ -92,8 +150,14 @@ class Block(nn.Module):
         self.qkv = Projection(model, c, 3 * c)
         self.attn_proj = Projection(model, c, c)
         self.ln_2 = nn.LayerNorm(c)
-        self.fc = Projection(model, c, 4 * c)
-        self.mlp_proj = Projection(model, 4 * c, c)
+        inner = config.inner
+        self.swiglu = config.mlp == "swiglu"
+        if self.swiglu:
+            self.gate = Projection(model, c, inner)
+            self.up = Projection(model, c, inner)
+        else:
+            self.fc = Projection(model, c, inner)
+        self.mlp_proj = Projection(model, inner, c)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, c = x.shape
@@ -101,7 +165,10 @@ class Block(nn.Module):
         heads = [t.view(batch, seq, self.n_head, c // self.n_head).transpose(1, 2) for t in (q, k, v)]
         attended = F.scaled_dot_product_attention(*heads, is_causal=True)
         x = x + self.attn_proj(attended.transpose(1, 2).reshape(batch, seq, c))
-        return x + self.mlp_proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
+        h = self.ln_2(x)
+        if self.swiglu:
+            return x + self.mlp_proj(F.silu(self.gate(h)) * self.up(h))
+        return x + self.mlp_proj(F.gelu(self.fc(h), approximate="tanh"))
 
 
 class GPT(nn.Module):

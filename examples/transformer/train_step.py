@@ -21,27 +21,45 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model import Config, batch_of, build, step
+from model import PRESETS, Config, batch_of, build, step
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
 
 
+SIZES = ("n_layer", "n_head", "n_embd", "vocab_size", "seq_len", "batch")
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--gpt2`` or ``--tiny`` and one option per size of :class:`model.Config`."""
+    """``--gpt2``, ``--tiny`` or ``--preset NAME``, ``--config name=value,...``, and one option
+    per size of :class:`model.Config`."""
     parser.add_argument("--gpt2", action="store_true", help="GPT-2 small's sizes (default on CUDA)")
     parser.add_argument("--tiny", action="store_true", help="a tiny model (default on the CPU)")
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="a named model's sizes (llama-*: SwiGLU MLPs, untied sizes as published)")
+    parser.add_argument("--config", metavar="NAME=VALUE,...",
+                        help="sizes on top of the base (preset, --gpt2, --tiny or the device's default), "
+                             "e.g. n_embd=1024,n_head=16,n_layer=4,mlp=swiglu,n_inner=2816,vocab_size=32000")
     for option, field in (("--n-layer", "n_layer"), ("--n-head", "n_head"), ("--n-embd", "n_embd"),
                           ("--vocab", "vocab_size"), ("--seq", "seq_len"), ("--batch", "batch")):
         parser.add_argument(option, dest=field, type=int, metavar="N", help=f"override {field}")
 
 
-def config_from(args: argparse.Namespace, device: str) -> Config:
-    """The configuration the arguments ask for: GPT-2 small on CUDA, tiny on the CPU, unless
-    ``--gpt2`` or ``--tiny`` says otherwise; sizes given override it."""
-    base = Config() if args.gpt2 or (device == "cuda" and not args.tiny) else Config.tiny()
-    sizes = {name: getattr(args, name) for name in ("n_layer", "n_head", "n_embd", "vocab_size", "seq_len",
-                                                    "batch") if getattr(args, name) is not None}
+def config_from(args: argparse.Namespace, device: str, cpu_default: Config | None = None) -> Config:
+    """The configuration the arguments ask for: ``--preset``'s, else GPT-2 small on CUDA and
+    ``cpu_default`` (tiny) on the CPU unless ``--gpt2`` or ``--tiny`` says otherwise; then
+    ``--config``'s sizes, then each size option given."""
+    if args.preset:
+        base = PRESETS[args.preset]
+    elif args.tiny:
+        base = Config.tiny()
+    elif args.gpt2 or device == "cuda":
+        base = Config()
+    else:
+        base = cpu_default or Config.tiny()
+    if args.config:
+        base = Config.parse(args.config, base)
+    sizes = {name: getattr(args, name) for name in SIZES if getattr(args, name) is not None}
     return Config(**{**base.__dict__, **sizes})
 
 

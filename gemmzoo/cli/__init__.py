@@ -72,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     after its output is flushed: the interpreter's teardown would run the C++ destructors of
     frameworks whose worker threads may still be inside them (JAX's), which aborts the process.
     Run so, it also ends the process once the command is done even when a plugin left a thread
-    running that is not a daemon: nothing a plugin starts keeps a command from exiting.
+    running that is not a daemon: nothing a plugin starts keeps a command from exiting; and
+    likewise, output flushed, when JAX was loaded (:data:`ABORTING_TEARDOWN`).
     """
     if argv is not None:
         return _main(argv)
@@ -112,14 +113,22 @@ def _end_interrupted() -> None:
     os._exit(INTERRUPTED)
 
 
+#: Frameworks whose runtime keeps threads of its own that the interpreter's teardown can catch
+#: inside their C++ code, aborting the process after the command succeeded (JAX's XLA clients,
+#: started when a command asks whether a JAX backend runs here, beside torch's CUDA context).
+ABORTING_TEARDOWN = ("jax",)
+
+
 def _end_despite_lingering_threads(code: int) -> None:
     """Exit now with ``code`` when a thread that is not a daemon is still running (Python would
-    otherwise wait for it at exit, forever for a plugin's that never ends)."""
+    otherwise wait for it at exit, forever for a plugin's that never ends), or when a framework
+    of :data:`ABORTING_TEARDOWN` was loaded (its teardown could turn the command's status into an
+    abort)."""
     import threading
 
     lingering = [t for t in threading.enumerate()
                  if t is not threading.current_thread() and not t.daemon and t.is_alive()]
-    if not lingering:
+    if not lingering and not any(name in sys.modules for name in ABORTING_TEARDOWN):
         return
     for stream in (sys.stdout, sys.stderr):
         try:

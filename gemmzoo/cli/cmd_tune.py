@@ -23,6 +23,19 @@ from gemmzoo.cli.recorded import Outcome, narrowed, recorded_points
 from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import GemmError
 from gemmzoo.problems.grids import GridPoint
+from gemmzoo.tuning.contenders import DEFAULT_TIME_BUDGET_S
+from gemmzoo.tuning.suites import SUITE_LIMIT_S
+
+
+def _seconds(text: str) -> float:
+    """A positive number of seconds, for argparse."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,8 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "unless named")
     parser.add_argument("--verify-all", action="store_true",
                         help="with --recorded: judge every measurement's result against the float64 "
-                             "reference, the largest too (by default results of more than 2^25 elements "
-                             "are not judged one by one: their backends passed the suite here first)")
+                             "reference element by element, the largest too (by default results of more "
+                             "than 2^22 elements are checked by Freivalds' test instead, and those of more "
+                             "than 2^25 not at all: their backends passed the suite here first)")
+    parser.add_argument("--time-budget", type=_seconds, default=DEFAULT_TIME_BUDGET_S, metavar="SECONDS",
+                        help="with --recorded: start no new work after this many seconds (default "
+                             f"{DEFAULT_TIME_BUDGET_S:g}); the problems carrying the most recorded work "
+                             "(times recorded x FLOPs) go first, and those not reached stay recorded")
+    parser.add_argument("--suite-limit", type=_seconds, default=SUITE_LIMIT_S, metavar="SECONDS",
+                        help="with --recorded: end a conformance suite still running after this many "
+                             f"seconds in its worker (default {SUITE_LIMIT_S:g}); its backend sits this run "
+                             "out")
     parser.add_argument("--suite-workers", type=int, default=None, metavar="N",
                         help="with --recorded: worker processes that run the conformance suites not yet "
                              "run here, side by side (default: one per suite up to half the cores and 8 "
@@ -76,10 +98,14 @@ def _summary(records: list[Any], skipped: dict[tuple[Any, str], list[str]],
     from gemmzoo.tuning.select import Timed, rank
 
     rows = []
-    groups: dict[tuple[Any, str], list[Any]] = {}
+    latest: dict[tuple[Any, str, str], Any] = {}  # a backend measured again: its latest record
     for record in records:
         point = GridPoint(record.m, record.n, record.k, record.dtype, record.layout)
         device = "cuda" if '"kind":"cuda"' in record.device else "cpu"
+        latest.pop((point, device, record.backend), None)
+        latest[point, device, record.backend] = record
+    groups: dict[tuple[Any, str], list[Any]] = {}
+    for (point, device, _name), record in latest.items():
         groups.setdefault((point, device), []).append(record)
     for (point, device), group in groups.items():
         timed = [Timed(r.backend, r.median_s, r.spread_s or 0.0) for r in group if r.status == "ok"]
@@ -159,9 +185,10 @@ def run(args: argparse.Namespace) -> int:
         chosen = default_selection(chosen, bool(args.backend),
                                    lambda line: errors.print(line, style="yellow", markup=False))
         if args.recorded:  # each device's problems, with that device's backends
+            found = recorded_points()
             chosen = narrowed(chosen, args.include_compiling, _named(args),
-                              lambda line: errors.print(line, style="yellow", markup=False))
-            plan = [(points, names) for device, points in recorded_points().items()
+                              lambda line: errors.print(line, style="yellow", markup=False), set(found))
+            plan = [(points, names) for device, points in found.items()
                     if (names := [b.name for b in chosen if b.device == device])]
         else:
             plan = [(points_from_arguments(args), [b.name for b in chosen])]
@@ -187,12 +214,13 @@ def run(args: argparse.Namespace) -> int:
     skipped: dict[tuple[Any, str], list[str]] = {}
     records: list[Any] = []
     outcomes: dict[tuple[GridPoint, str], Outcome | None] | None = None
+    unfinished: set[tuple[GridPoint, str]] = set()
     interrupted = False
     started = time.perf_counter()
     try:
         if args.recorded and not args.devices and settings is None:
             outcomes = {}
-            _tune_recorded(args, plan, chosen, skipped, records, outcomes)
+            unfinished = _tune_recorded(args, chosen, skipped, records, outcomes)
         else:
             records = _tune(args, plan, chosen, total, skipped, records, say, settings)
     except KeyboardInterrupt:
@@ -202,13 +230,15 @@ def run(args: argparse.Namespace) -> int:
     emit(_summary(records, skipped, outcomes), args.format, args.wide)
     if args.recorded:
         say.print(f"tuned {len({(r.m, r.n, r.k, r.dtype, r.layout, r.device) for r in records})} recorded "
-                  f"problems in {time.perf_counter() - started:.1f} s", markup=False)
+                  f"problems in {time.perf_counter() - started:.1f} s (time budget {args.time_budget:g} s)",
+                  markup=False)
     store = state.store()
-    if args.recorded:  # measured now: no longer unmeasured
+    if args.recorded:  # measured now: no longer unmeasured (unless left part-measured)
         for record in records:
-            if record.status == "ok":
-                store.forget_recorded(record.device, [GridPoint(record.m, record.n, record.k, record.dtype,
-                                                                record.layout)])
+            point = GridPoint(record.m, record.n, record.k, record.dtype, record.layout)
+            device = "cuda" if '"kind":"cuda"' in record.device else "cpu"
+            if record.status == "ok" and (point, device) not in unfinished:
+                store.forget_recorded(record.device, [point])
     where = store.path if store.persistent else "memory only (see the warning above)"
     say.print(f"stored {len(records)} measurements in {where}", markup=False)
     if interrupted:
@@ -229,44 +259,21 @@ def _named(args: argparse.Namespace) -> bool:
     return bool(args.backend) or bool(current().config.backends)
 
 
-def _tune_recorded(args: argparse.Namespace, plan: list[Any], chosen: list[Any],
-                   skipped: dict[tuple[Any, str], list[str]], records: list[Any],
-                   outcomes: dict[tuple[GridPoint, str], Outcome | None]) -> None:
-    """Measure the recorded problems one by one: the suites first, then one line per problem on
-    standard error (see :mod:`gemmzoo.cli.recorded`), adding to ``records`` and ``outcomes`` as
-    it goes (so that an interrupted run still has them)."""
-    from gemmzoo.cli.recorded import check_first, judged, outcome, progress_line
-    from gemmzoo.tuning.tune import tune
+def _tune_recorded(args: argparse.Namespace, chosen: list[Any], skipped: dict[tuple[Any, str], list[str]],
+                   records: list[Any], outcomes: dict[tuple[GridPoint, str], Outcome | None]
+                   ) -> set[tuple[GridPoint, str]]:
+    """Measure the recorded problems (see :mod:`gemmzoo.cli.recorded_run`), one line per problem
+    on standard error, adding to ``records`` and ``outcomes`` as it goes (so that an interrupted
+    run still has them). Returns the problems left part-measured by the time budget."""
+    from gemmzoo.cli.recorded import recorded_rows
+    from gemmzoo.cli.recorded_run import tune_recorded
 
     def say(line: str) -> None:
         errors.print(line, markup=False, soft_wrap=True)
 
-    left_out = {b.name for b in check_first(plan, chosen, say, args.suite_workers)}
-    if left_out:
-        plan = [(points, [name for name in names if name not in left_out]) for points, names in plan]
-        chosen = [b for b in chosen if b.name not in left_out]
-    total = sum(len(points) for points, _names in plan)
-    index = 0
-    for points, names in plan:
-        device = next((b.device for b in chosen if b.name in names), None)
-        if device is None:  # every backend of the device left out
-            index += len(points)
-            continue
-        for point in points:
-            index += 1
-            started = time.perf_counter()
-
-            def step(kind: str, backend: Any, point: GridPoint, record: Any) -> None:
-                if kind == "measured" and record is not None:
-                    records.append(record)
-                if kind == "skipped":
-                    skipped.setdefault((point, backend.device), []).append(backend.name)
-
-            checked = judged(point, not args.no_verify, args.verify_all)
-            tune([point], names, budget_s=args.budget, verify=checked, on_step=step)
-            found = outcomes[point, device] = outcome(point, device)
-            say(progress_line(index, total, point, device, found, time.perf_counter() - started,
-                              checked or args.no_verify))
+    devices = {b.device for b in chosen}
+    rows = [row for row in recorded_rows() if row[1] in devices]
+    return tune_recorded(args, chosen, _named(args), rows, skipped, records, outcomes, say)
 
 
 def _tune(args: argparse.Namespace, plan: list[Any], chosen: list[Any], total: int,

@@ -8,7 +8,9 @@ What sets it apart from tuning a grid:
   that ``gemmzoo.matmul`` never chooses for its callers' arrays (JAX's, reached only through host
   copies). Backends named (``--backend``, ``GEMMZOO_BACKENDS``) are all timed.
 - The conformance suite of every backend that will be timed runs first, one line each, so the
-  time a fresh machine spends there is seen and said.
+  time a fresh machine spends there is seen and said (on CUDA beside the first measurements:
+  :mod:`gemmzoo.cli.recorded_run`, which also says which backends are timed where, and keeps
+  the run within its time budget).
 - After each problem, one line on standard error: its position, the problem, the backend
   ``gemmzoo.matmul`` will now choose for it, and the expected gain over the array library's own
   matmul (``torch`` on CUDA, ``torch-cpu`` on the CPU, else ``numpy``), from the stored times.
@@ -16,8 +18,7 @@ What sets it apart from tuning a grid:
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,15 +27,26 @@ from gemmzoo.problems.grids import GridPoint
 
 #: Results with more elements than this (M·N) are not judged one by one while timing, unless
 #: asked (``--verify-all``): their judge copies C, the float64 reference and its bound to the host
-#: and compares every element there, seconds per backend at an LM head's size, where the timing
-#: itself takes a fraction of a second. Their backends passed the conformance suite here first,
-#: as every backend timed has; ``best_backend`` draws the line by M·N·K for the same reason.
-JUDGED_ELEMENTS = 1 << 25
+#: and compares every element there, a second or more per backend at a transformer's sizes,
+#: where the timing itself takes a fraction of a second. Every timed call's result is still
+#: checked by Freivalds' test (``A·(B·x)`` against ``C·x``, O((M + N)·K) on the host), and
+#: every backend timed passed the conformance suite here first.
+JUDGED_ELEMENTS = 1 << 22
+#: Results with more elements than this are not checked at all while timing, unless asked: even
+#: Freivalds' test copies C to the host (an LM head's logits: gigabytes per backend). Their
+#: backends passed the conformance suite here.
+CHECKED_ELEMENTS = 1 << 25
 
 
 def judged(point: GridPoint, verify: bool, verify_all: bool) -> bool:
     """Whether ``point``'s measurements judge their results (see :data:`JUDGED_ELEMENTS`)."""
     return verify and (verify_all or point.m * point.n <= JUDGED_ELEMENTS)
+
+
+def checked(point: GridPoint, verify: bool, verify_all: bool) -> bool:
+    """Whether ``point``'s measurements check their timed calls' results by Freivalds' test
+    (see :data:`CHECKED_ELEMENTS`)."""
+    return verify and (verify_all or point.m * point.n <= CHECKED_ELEMENTS)
 
 
 #: The array library's own matmul on each device: what the expected gain is measured against,
@@ -53,67 +65,81 @@ def compiles(backend: Any) -> bool:
 def recorded_points() -> dict[str, list[GridPoint]]:
     """The recorded problems of each of this machine's devices (``"cpu"``, ``"cuda"``), most
     often met first."""
+    found: dict[str, list[GridPoint]] = {}
+    for point, device, _seen in recorded_rows():
+        found.setdefault(device, []).append(point)
+    return found
+
+
+def recorded_rows() -> list[tuple[GridPoint, str, int]]:
+    """Every recorded problem of this machine's devices: ``(point, device, seen)``, most often
+    met first on each device."""
     from gemmzoo.tuning import state
     from gemmzoo.tuning.fingerprint import device_fingerprint
 
     store = state.store()
-    found: dict[str, list[GridPoint]] = {}
+    rows = []
     for device in ("cpu", "cuda"):
         try:
             fingerprint = device_fingerprint(device)
         except Exception:  # no such device here
             continue
-        points = [point for point, _seen in store.recorded(fingerprint)]
-        if points:
-            found[device] = points
-    return found
+        rows += [(point, device, seen) for point, seen in store.recorded(fingerprint)]
+    return rows
 
 
 def narrowed(backends: Sequence[Any], include_compiling: bool, named: bool,
-             say: Callable[[str], None]) -> list[Any]:
+             say: Callable[[str], None], devices: Collection[str] | None = None) -> list[Any]:
     """``backends`` without those ``gemmzoo.matmul`` would not choose for a recorded problem
     (baselines that are not ``selectable``; one computing on arrays the caller's reach only
     through host copies, such as JAX's) and those that compile each new problem (unless
-    ``include_compiling``); all of them when they were ``named``. ``say`` hears one line per
-    reason naming the available ones left out (the others are skipped anyway)."""
+    ``include_compiling``); all of them when they were ``named``. With ``devices``, only the
+    backends of those devices (the devices with recorded problems) are kept. ``say`` hears one
+    line per reason naming the installed ones left out (the others are skipped anyway).
+
+    A backend left out by what it declares (compiling, not selectable) or by its device is never
+    asked whether it runs here: asking imports its framework, and JAX's starts a runtime of its
+    own on every device it sees, which the process then has to tear down beside torch's."""
     if named:
         return list(backends)
     from gemmzoo.dispatch.matmul import native_kind
     from gemmzoo.tuning import state
 
-    available = [b for b in backends if state.unavailable_reason(b) is None]
-    compiling = [] if include_compiling else [b for b in available if compiles(b)]
-    baselines = [b for b in available if declared(b, "selectable") is False and b not in compiling]
-    far = [b for b in available if b not in compiling and b not in baselines
-           and native_kind(b, min(b.dtypes)) is None]
-    for group, why in ((compiling, "they compile each new problem, seconds each; --include-compiling or "
-                                   "--backend NAME includes them"),
-                       (baselines, "baselines for comparison, never chosen unless named; --backend NAME "
-                                   "includes them"),
+    here = [b for b in backends if devices is None or b.device in devices]
+    compiling = [] if include_compiling else [b for b in here if compiles(b)]
+    baselines = [b for b in here if b not in compiling and _not_selectable(b)]
+    rest = [b for b in here if b not in compiling and b not in baselines]
+    available = [b for b in rest if state.unavailable_reason(b) is None]
+    far = [b for b in available if native_kind(b, min(b.dtypes)) is None]
+    for group, why in (([b for b in compiling if _installed(b)],
+                        "they compile each new problem, seconds each; --include-compiling or "
+                        "--backend NAME includes them"),
+                       ([b for b in baselines if _installed(b)],
+                        "baselines for comparison, never chosen unless named; --backend NAME includes them"),
                        (far, "gemmzoo.matmul reaches their arrays only through host copies and does not "
                              "choose them; --backend NAME includes them")):
         if group:
             say(f"left out: {', '.join(b.name for b in group)} ({why})")
-    return [b for b in backends if b not in compiling + baselines + far]
+    return [b for b in here if b not in compiling + baselines + far]
 
 
-def suite_in_child(name: str, dtype: str) -> tuple[str, str, bool | None, float]:
-    """Run backend ``name``'s suite for ``dtype`` in this (worker) process and store the verdict
-    where the parent reads it (the same ``GEMMZOO_CACHE_DIR``, inherited): ``(name, dtype,
-    passed, seconds)``, ``passed`` ``None`` where no verdict could be stored (the suite overran
-    its time limit, or the backend is unavailable in the worker)."""
-    from gemmzoo.plugins.registry import get_registry
-    from gemmzoo.tuning import state
-    from gemmzoo.tuning.tune import conformance_verdict
+def _not_selectable(backend: Any) -> bool:
+    try:
+        return declared(backend, "selectable") is False
+    except Exception:  # unreadable: it is asked whether it runs here, and says what is wrong
+        return False
 
-    started = time.perf_counter()
-    backend = get_registry().get(name)
-    if state.unavailable_reason(backend) is not None:
-        return name, dtype, None, time.perf_counter() - started
-    store = state.store()
-    conformance_verdict(store, backend, dtype)
-    state.verdicts.clear()  # what was stored, not what this process remembers (a timeout is not kept)
-    return name, dtype, conformance_verdict(store, backend, dtype, run=False), time.perf_counter() - started
+
+def _installed(backend: Any) -> bool:
+    """Whether the modules ``backend`` declares it requires are installed (found without importing
+    them); true where it declares none or the declaration cannot be read."""
+    import importlib.util
+
+    try:
+        modules = declared(backend, "requires") or ()
+        return all(importlib.util.find_spec(module) is not None for module in modules)
+    except Exception:
+        return True
 
 
 def suite_workers(device: str, jobs: int, cores: int | None = None) -> int:
@@ -131,62 +157,6 @@ def suite_workers(device: str, jobs: int, cores: int | None = None) -> int:
 
 
 MAX_SUITE_WORKERS = 8
-
-
-def check_first(plan: Sequence[tuple[Sequence[GridPoint], Sequence[str]]], chosen: Sequence[Any],
-                say: Callable[[str], None], workers: int | None = None) -> list[Any]:
-    """Run the conformance suite of each backend that will be timed, for each dtype it will be
-    timed in, where no verdict is stored yet, one line each with the time it took; on CUDA in
-    worker processes side by side (:func:`suite_workers`; ``workers`` overrides it), so a fresh
-    machine waits for the slowest suite, not for their sum. Returns the backends to leave out:
-    those whose suite ended without a verdict in a worker (it overran its time limit)."""
-    from gemmzoo.tuning import state
-    from gemmzoo.tuning.tune import conformance_verdict
-
-    store = state.store()
-    jobs: list[tuple[Any, str]] = []
-    for points, names in plan:
-        dtypes = sorted({p.dtype for p in points})
-        for backend in chosen:
-            if backend.name not in names or state.unavailable_reason(backend) is not None:
-                continue
-            jobs += [(backend, dtype) for dtype in dtypes if dtype in backend.dtypes
-                     and conformance_verdict(store, backend, dtype, run=False) is None]
-    if not jobs:
-        return []
-    device = jobs[0][0].device
-    count = suite_workers(device, len(jobs)) if workers is None else workers
-    if count < 2:
-        for backend, dtype in jobs:
-            started = time.perf_counter()
-            passed = conformance_verdict(store, backend, dtype)
-            say(f"conformance {backend.name} {dtype}: {'passed' if passed else 'FAILED'} "
-                f"({time.perf_counter() - started:.1f} s)")
-        return []
-    import concurrent.futures
-    import multiprocessing
-
-    say(f"conformance: {len(jobs)} {'suite' if len(jobs) == 1 else 'suites'} not yet run here, in "
-        f"{count} worker processes")
-    left_out = []
-    by_name = {backend.name: backend for backend, _dtype in jobs}
-    context = multiprocessing.get_context("spawn")  # a CUDA parent must not fork
-    with concurrent.futures.ProcessPoolExecutor(count, mp_context=context) as pool:
-        futures = [pool.submit(suite_in_child, backend.name, dtype) for backend, dtype in jobs]
-        for future in concurrent.futures.as_completed(futures):
-            try:
-                name, dtype, passed, took = future.result()
-            except Exception as error:  # the worker died: its backends are left out of this run
-                say(f"conformance worker failed: {type(error).__name__}: {error}")
-                continue
-            if passed is None:
-                left_out.append(by_name[name])
-                say(f"conformance {name} {dtype}: no verdict (overran its time limit, or unavailable "
-                    f"in a worker); left out of this run ({took:.1f} s)")
-            else:
-                say(f"conformance {name} {dtype}: {'passed' if passed else 'FAILED'} ({took:.1f} s)")
-    state.verdicts.clear()  # read the workers' verdicts from the database
-    return left_out
 
 
 @dataclass(frozen=True)

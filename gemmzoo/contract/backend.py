@@ -205,6 +205,10 @@ class Backend:
     #: caller's switches instead (:func:`gemmzoo.arrays.libraries.own_product`): the call it replaces, so as
     #: accurate and as fast as that call by construction, with no backend of gemmzoo's to check.
     library_product: str | None = None
+    #: Where this backend can be the fastest (:mod:`gemmzoo.tuning.contenders`): routes in the
+    #: prior's keys plus ``max_m`` and ``max_mn``, and a ``why`` saying what it runs elsewhere.
+    #: ``gemmzoo tune --recorded`` times it only at problems one of them matches; empty: everywhere.
+    contends: tuple[Mapping[str, Any], ...] = ()
 
     def unavailable_reason(self) -> str | None:
         """``None`` when usable here; otherwise one line saying why not."""
@@ -332,6 +336,7 @@ OPTIONAL_MEMBERS: dict[str, Any] = {
     "requires": Backend.requires,
     "prior_routes": Backend.prior_routes,
     "library_product": Backend.library_product,
+    "contends": Backend.contends,
     "for_tuning": None,
 }
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from gemmzoo.measure.clocks import ClockReport
 from gemmzoo.measure.contention import ContentionReport
-from gemmzoo.measure.problems import make_problem
+from gemmzoo.measure.problems import Problem, make_problem
 from gemmzoo.measure.reference import UNCHECKED, judge_problem, spot_check
 from gemmzoo.measure.stats import NOISE_TARGET, Timing
 from gemmzoo.measure.threads import ThreadReport
@@ -97,13 +97,20 @@ class Measurement:
 
 def measure(backend: Any, point: GridPoint, budget_s: float = 0.5, verify: bool = True,
             seed: int = 0, timer: str = "events", gpu: Any = None, *, threads: int | None = None,
-            noise_target: float = NOISE_TARGET) -> Measurement:
+            noise_target: float = NOISE_TARGET, settle_above_s: float | None = None,
+            problem: Problem | None = None, judge: bool = True) -> Measurement:
     """Make the problem, judge one result (unless ``verify`` is False), time one backend on one
-    point (see :func:`gemmzoo.measure.timers.run_timing`) and, when verifying, spot-check the
-    last timed call's result too (:func:`gemmzoo.measure.reference.spot_check`)."""
-    problem = make_problem(backend, point, seed)
-    deviation = judge_problem(problem) if verify else UNCHECKED
-    timed = run_timing(problem, budget_s, gpu=gpu, timer=timer, threads=threads, noise_target=noise_target)
+    point (see :func:`gemmzoo.measure.timers.run_timing`; ``settle_above_s``: a rival's time,
+    sampling stops once this backend is slower beyond doubt) and, when verifying, spot-check the
+    last timed call's result too (:func:`gemmzoo.measure.reference.spot_check`). ``problem``:
+    operands already made for this backend and point (by default drawn from ``seed``); ``judge``
+    false skips the element-by-element judge of the first result (a large C's takes seconds on the
+    host) while ``verify`` still spot-checks the timed calls'."""
+    if problem is None:
+        problem = make_problem(backend, point, seed)
+    deviation = judge_problem(problem) if verify and judge else UNCHECKED
+    timed = run_timing(problem, budget_s, gpu=gpu, timer=timer, threads=threads, noise_target=noise_target,
+                       settle_above_s=settle_above_s)
     if verify and timed.last is not None:
         spot_check(problem, *timed.last, seed=seed + 1)
     return Measurement(backend.name, point, timed.device, deviation.error_ratio, deviation.rel_error,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,10 @@ class Problem:
     b: Any
     _a_host: np.ndarray | None = None
     _b_host: np.ndarray | None = None
+    _a64: np.ndarray | None = None
+    _b64: np.ndarray | None = None
+    #: :meth:`freivalds`'s answers by seed, shared by copies of this problem for other backends.
+    _freivalds: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     @property
     def a_host(self) -> np.ndarray:
@@ -39,6 +43,32 @@ class Problem:
         if self._b_host is None:
             self._b_host = self.backend.to_numpy(self.b)
         return self._b_host
+
+    @property
+    def a64(self) -> np.ndarray:
+        """:attr:`a_host` in float64, made once (Freivalds' check of each timed result reads it)."""
+        if self._a64 is None:
+            self._a64 = np.asarray(self.a_host, dtype=np.float64)
+        return self._a64
+
+    @property
+    def b64(self) -> np.ndarray:
+        """:attr:`b_host` in float64, made once."""
+        if self._b64 is None:
+            self._b64 = np.asarray(self.b_host, dtype=np.float64)
+        return self._b64
+
+    def freivalds(self, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For Freivalds' check of a result: a random ``x`` (N values from ``seed``), ``A·(B·x)``
+        and ``|A|·(|B|·|x|)`` in float64, from the operands' values (the same for every backend
+        given them), made once per seed."""
+        if seed not in self._freivalds:
+            x = np.random.default_rng(seed).standard_normal(self.point.n)
+            with np.errstate(invalid="ignore", over="ignore"):
+                expected = self.a64 @ (self.b64 @ x)
+                scale = np.abs(self.a64) @ (np.abs(self.b64) @ np.abs(x))
+            self._freivalds[seed] = (x, expected, scale)
+        return self._freivalds[seed]
 
 
 def _operand(backend: Any, x: np.ndarray, dtype: str, transposed: bool) -> Any:

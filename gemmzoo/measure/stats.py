@@ -10,6 +10,13 @@ deviation: keep sampling until at least ``min_samples`` are in, at least ``min_t
 passed (nvbench's minimum time) and the noise is at most ``target``, or until the time
 ``budget_s`` is spent (then the timing is *not converged*: marked noisy, never ranked silently),
 or until ``max_samples``. The minimum time is capped by the budget.
+
+A rule given a *rival* (``settle_above_s``: the time a faster backend is already known to take,
+its uncertainty included) also stops as soon as the median's confidence interval lies wholly
+above it: the ranking between the two is settled, and more samples would only say by how much
+this one is slower. Such a stop is allowed before the minimum time too, since on a GPU the
+earliest samples are the fastest (the clock sinks under load): a timing slower than its rival
+on them is slower still later. The timing is then *settled*, not converged.
 """
 
 from __future__ import annotations
@@ -133,10 +140,16 @@ class StoppingRule:
     max_samples: int = 1000
     min_time_s: float = 0.0
     clock: Callable[[], float] = time.perf_counter
+    #: Stop once the median's confidence interval is wholly above this many seconds (see the
+    #: module docstring); ``None``: no rival.
+    settle_above_s: float | None = None
     _deadline: float = field(default=math.inf, init=False, repr=False)
     _earliest: float = field(default=0.0, init=False, repr=False)
     _next_check: int = field(default=0, init=False, repr=False)
+    _next_settle: int = field(default=0, init=False, repr=False)
     converged: bool = field(default=False, init=False)
+    #: Whether sampling stopped because the timing was settled slower than the rival.
+    settled: bool = field(default=False, init=False)
 
     def start(self) -> None:
         """Start the budget's clock."""
@@ -144,12 +157,19 @@ class StoppingRule:
         self._deadline = now + self.budget_s
         self._earliest = now + min(self.min_time_s, self.budget_s)
         self._next_check = self.min_samples
-        self.converged = False
+        self._next_settle = self.min_samples
+        self.converged = self.settled = False
 
     def done(self, samples: Sequence[float]) -> bool:
         """Whether to stop now; sets :attr:`converged` when the noise target is met. The noise
         is computed at geometrically spaced counts, so checking costs little per sample."""
         count = len(samples)
+        if self.settle_above_s is not None and count >= self._next_settle:
+            self._next_settle = max(count + 1, math.ceil(count * 1.1))
+            interval = median_interval(samples)
+            if interval is not None and interval[0] > self.settle_above_s:
+                self.settled = True
+                return True
         if self.target > 0 and count >= self._next_check and self.clock() >= self._earliest:
             self._next_check = max(count + 1, math.ceil(count * 1.1))
             if relative_noise(samples) <= self.target:
@@ -161,5 +181,8 @@ class StoppingRule:
 
     def timing(self, samples: Sequence[float], method: str) -> Timing:
         """The samples as a :class:`Timing` judged against this rule's target (not judged when the
-        target is 0: the whole budget was asked for, not a noise)."""
+        target is 0: the whole budget was asked for, not a noise, nor when the timing was settled
+        slower than its rival, which the method then says)."""
+        if self.settled:
+            return Timing.of(samples, f"{method}; stopped once slower than a rival beyond doubt", None)
         return Timing.of(samples, method, self.target if self.target > 0 else None)

@@ -193,12 +193,15 @@ def interleaved_caller_timings(problems: Sequence[Problem], caller_s: Sequence[f
 
 def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_samples: int = 1000,
                gpu: Any = None, timer: str = "events", *, threads: int | None = None,
-               noise_target: float = NOISE_TARGET, clock_watch: ClockWatch | None = None) -> TimedCalls:
+               noise_target: float = NOISE_TARGET, clock_watch: ClockWatch | None = None,
+               settle_above_s: float | None = None) -> TimedCalls:
     """Device and host time of the GEMM of ``problem``: warm-up calls, then device samples under
     the stopping rule (``noise_target`` within ``budget_s``, at most ``max_samples``), then host
     loops, all under the thread policy (``threads``; see :mod:`gemmzoo.measure.threads`).
     ``timer`` is one of :data:`TIMERS` (it matters only on CUDA); ``gpu`` replaces the CUDA device
-    interface and ``clock_watch`` the NVML clock reader, for tests."""
+    interface and ``clock_watch`` the NVML clock reader, for tests. ``settle_above_s``: a rival's
+    time; the device samples stop once they are slower than it beyond doubt
+    (:class:`~gemmzoo.measure.stats.StoppingRule`; the engine's samples and the CPU's only)."""
     if timer not in TIMERS:
         raise ValueError(f"unknown timer {timer!r}; known: {', '.join(TIMERS)}")
     backend = problem.backend
@@ -214,7 +217,8 @@ def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
     call()  # loads whatever libraries the call needs, so that the thread limit reaches them
     backend.synchronize()
     rule = StoppingRule(budget_s, noise_target, max_samples=max_samples,
-                        min_time_s=MIN_SAMPLE_S if backend.device == "cuda" else 0.0)
+                        min_time_s=MIN_SAMPLE_S if backend.device == "cuda" else 0.0,
+                        settle_above_s=settle_above_s)
     with ThreadLimit(threads) as limit:
         for _ in range(warmup):
             call()

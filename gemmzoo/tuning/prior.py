@@ -89,6 +89,15 @@ def _matches(rule: Mapping[str, Any], shape: tuple[int, int, int], dtype: str, l
     return True
 
 
+def route_matches(rule: Mapping[str, Any], shape: tuple[int, int, int], dtype: str, layout: str,
+                  device: str, arch: str, library: str | None) -> bool:
+    """Whether one route matches the problem (every key it has; a route with an unknown key
+    never matches); an empty product matches no route keyed on alignment."""
+    if "misaligned_bytes" in rule and min(shape) == 0:
+        return False
+    return _matches(rule, shape, dtype, layout, device, arch, library)
+
+
 def route(shape: tuple[int, int, int], dtype: str, layout: str, device: str, arch: str,
           library: str | None, routes: Mapping[str, Iterable[Mapping[str, Any]]]) -> str | None:
     """The backend the prior sends a problem to, or ``None``.

@@ -88,8 +88,13 @@ def conformance_verdict(store: TuningStore, backend: Any, dtype: str, *, run: bo
     return stored.passed
 
 
-def measure_record(backend: Any, point: GridPoint, budget_s: float, verify: bool) -> Record:
-    """Measure ``backend`` on ``point`` and describe the outcome as a :class:`Record`."""
+def measure_record(backend: Any, point: GridPoint, budget_s: float, verify: bool,
+                   settle_above_s: float | None = None, problem: Any = None, judge: bool = True) -> Record:
+    """Measure ``backend`` on ``point`` and describe the outcome as a :class:`Record`;
+    ``settle_above_s``: a rival's time, the samples stop once this backend is slower beyond doubt
+    (:class:`gemmzoo.measure.StoppingRule`); ``problem``: its operands, already made; ``judge``
+    false: with ``verify``, the timed calls are spot-checked but the first result is not judged
+    element by element."""
     from gemmzoo.measure import WrongResultError, measure
 
     status, detail = "ok", ""
@@ -97,7 +102,8 @@ def measure_record(backend: Any, point: GridPoint, budget_s: float, verify: bool
     samples = None
     try:
         result = watched(backend, f"check and timing at {point.id}", measure, backend, point,
-                         budget_s=budget_s, verify=verify)
+                         budget_s=budget_s, verify=verify, settle_above_s=settle_above_s, problem=problem,
+                         judge=judge)
     except WrongResultError as error:
         status, detail = "wrong", str(error)
     except BackendTimeoutError as error:
@@ -108,7 +114,7 @@ def measure_record(backend: Any, point: GridPoint, budget_s: float, verify: bool
         median, spread, samples = result.timing.median_s, result.timing.spread_s, result.timing.samples
         if result.host is not None:
             host, host_spread = result.host.median_s, result.host.spread_s
-        ratio = result.error_ratio if verify else None
+        ratio = result.error_ratio if verify and judge else None
     return Record(
         device=device_fingerprint(backend.device),
         versions=library_versions(backend.name, current().registry),
@@ -185,6 +191,12 @@ def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, 
     ``created``, which is what lets their loop times be ranked against each other (see
     :func:`gemmzoo.tuning.select.explain`)."""
     records = [measure_record(backend, point, budget_s, verify) for backend in backends]
+    return with_loops(backends, point, records)
+
+
+def with_loops(backends: Sequence[Any], point: GridPoint, records: Sequence[Record]) -> list[Record]:
+    """``records`` (one per backend, measured at ``point``) as one round: one ``created`` for all,
+    and loops of calls timed for the contenders among them (see :func:`measure_records`)."""
     created = time.time()
     records = [dataclasses.replace(r, created=created) for r in records]
     near = contenders(records, loops)
@@ -244,3 +256,86 @@ def tune(
                     on_step("measured", backend, point, record)
         state.forget_answers()
     return made
+
+
+def measure_in_turn(backends: Sequence[Any], point: GridPoint, budget_s: float, verify: bool, *,
+                    search: bool = True, on_close: Callable[[Any], None] | None = None,
+                    judge: bool = True) -> list[Record]:
+    """Measure ``backends`` at ``point`` one after another, each against the fastest so far
+    (:mod:`gemmzoo.tuning.contenders`): a backend's samples stop once it is slower than that
+    leader beyond doubt. A backend whose tuning run searches harder than a call
+    (:meth:`gemmzoo.Backend.for_tuning`: Triton's full autotune, which compiles and times every
+    config) is timed as a call runs it; where that came within
+    :data:`~gemmzoo.tuning.contenders.ESCALATE_RATIO` of the leader it is searched too when
+    ``search``, else ``on_close(backend)`` hears of it (to be searched later, time permitting).
+    Then the records as one round, with loops for the near-fastest (:func:`with_loops`). Put the
+    backends most likely to lead first: the baseline, the current pick. ``judge``: as in
+    :func:`measure_record`. Stores nothing."""
+    from gemmzoo.tuning.contenders import escalates, rival_s
+
+    measured: list[Any] = []
+    records: list[Record] = []
+    leader: Record | None = None
+    operands = SharedOperands(point, judge)
+    for backend in backends:
+        settle = rival_s(float(leader.measured_caller_s), leader.spread_s or 0.0) if leader else None  # type: ignore[arg-type]
+        tuned = declared(backend, "for_tuning")
+        used, record = backend, operands.measured(backend, budget_s, verify, settle)
+        close = tuned is not backend and record.status == "ok" and escalates(
+            record.measured_caller_s, leader.measured_caller_s if leader else None)
+        if close and search:
+            searched = operands.measured(tuned, budget_s, verify, settle)
+            if searched.status == "ok":
+                used, record = tuned, searched
+        elif close and on_close is not None:
+            on_close(backend)
+        measured.append(used)
+        records.append(record)
+        if record.status == "ok" and record.median_s is not None and (
+                leader is None or float(record.measured_caller_s) < float(leader.measured_caller_s)):  # type: ignore[arg-type]
+            leader = record
+    return with_loops(measured, point, records)
+
+
+class SharedOperands:
+    """One point's operands, made once for every backend that converts arrays with the same code
+    (the same ``from_numpy`` and ``to_numpy``: torch's backends, a Triton backend and its tuning
+    twin), with their host copies: a large problem's operands take seconds to draw, move to the
+    device and copy back, and the backends measured in turn at it would each pay that. A
+    backend never changes its operands (the conformance suite checks it), so sharing them changes
+    no result."""
+
+    def __init__(self, point: GridPoint, judge: bool = True) -> None:
+        self.point = point
+        self.judge = judge
+        self._made: dict[tuple[Any, Any], Any] = {}
+
+    @staticmethod
+    def _code(backend: Any) -> tuple[Any, Any] | None:
+        kind = type(backend)
+        make, back = getattr(kind, "from_numpy", None), getattr(kind, "to_numpy", None)
+        own = getattr(backend, "__dict__", {})
+        if make is None or back is None or "from_numpy" in own or "to_numpy" in own:
+            return None
+        return make, back
+
+    def measured(self, backend: Any, budget_s: float, verify: bool, settle: float | None) -> Record:
+        """:func:`measure_record` of ``backend`` on operands shared with the backends before it
+        that convert arrays with its code (made now for the first of them)."""
+        code = self._code(backend)
+        if code is None:
+            return measure_record(backend, self.point, budget_s, verify, settle, judge=self.judge)
+        shared = self._made.get(code)
+        problem = None
+        if shared is not None:  # this backend's own Problem, over the same arrays and host copies
+            problem = dataclasses.replace(shared, backend=backend)
+        else:
+            from gemmzoo.measure import make_problem
+
+            try:
+                problem = watched(backend, f"operands at {self.point.id}", make_problem, backend, self.point)
+            except Exception:  # measure_record makes them again and says what went wrong
+                return measure_record(backend, self.point, budget_s, verify, settle, judge=self.judge)
+        record = measure_record(backend, self.point, budget_s, verify, settle, problem, self.judge)
+        self._made[code] = problem  # with whatever host copies the judge made
+        return record

@@ -253,6 +253,8 @@ class TorchPaddedBackend(TorchBackend):
     # GFLOP or more recover (docs/results/2026-11-27-session-merge-gpu.md)
     prior_routes = ({"device": "cuda", "library": "torch", "dtypes": ("float16", "bfloat16"),
                      "misaligned_bytes": 16, "min_flops": 1e10},)
+    # where every stored row is 16-byte aligned nothing is padded: the plan is torch's own call
+    contends = ({"misaligned_bytes": 16, "why": "every row is 16-byte aligned: it runs torch's own call"},)
     dtypes = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})
 
     def __init__(self) -> None:

@@ -65,3 +65,5 @@ class TritonDecodeBackend(TritonSplitKBackend):
 
     name = "triton-decode"
     decode_rows = DECODE_MAX_M
+    contends = ({"max_m": DECODE_MAX_M,
+                 "why": f"above {DECODE_MAX_M} rows of A it runs triton-splitk's plan"},)
