@@ -53,7 +53,7 @@ def tune_recorded(args: argparse.Namespace, chosen: Sequence[Any], named: bool,
     the time budget left measured with only some of their candidates: they stay recorded."""
     from gemmzoo.plugins.watchdog import idle_workers_ended
     from gemmzoo.tuning import state
-    from gemmzoo.tuning.select import device_arch
+    from gemmzoo.tuning.prior import device_arch
     from gemmzoo.tuning.suites import SuitePool
     from gemmzoo.tuning.tune import conformance_verdict
 

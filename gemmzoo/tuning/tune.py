@@ -191,12 +191,14 @@ def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, 
     ``created``, which is what lets their loop times be ranked against each other (see
     :func:`gemmzoo.tuning.select.explain`)."""
     records = [measure_record(backend, point, budget_s, verify) for backend in backends]
-    return with_loops(backends, point, records)
+    return with_loops(backends, point, records, loops)
 
 
-def with_loops(backends: Sequence[Any], point: GridPoint, records: Sequence[Record]) -> list[Record]:
+def with_loops(backends: Sequence[Any], point: GridPoint, records: Sequence[Record],
+               loops: LoopPolicy | None = None) -> list[Record]:
     """``records`` (one per backend, measured at ``point``) as one round: one ``created`` for all,
-    and loops of calls timed for the contenders among them (see :func:`measure_records`)."""
+    and loops of calls timed for the contenders among them under ``loops`` (see
+    :func:`measure_records`)."""
     created = time.time()
     records = [dataclasses.replace(r, created=created) for r in records]
     near = contenders(records, loops)
