@@ -3,10 +3,14 @@ workers are real processes (spawned, each with its own CUDA_VISIBLE_DEVICES) tha
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import signal
 import sys
+import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -62,12 +66,44 @@ def test_each_worker_sees_only_its_gpu_and_every_point_runs_once():
     assert os.environ.get("CUDA_VISIBLE_DEVICES") != "7"  # the parent's own setting is restored
 
 
-def test_a_dying_worker_costs_its_point_only():
-    outcomes, reports = run_on_devices(dies_on_the_third, POINTS, ["0", "1"])
+def test_a_point_that_ends_every_worker_it_meets_is_given_up_the_rest_finish():
+    outcomes, reports = run_on_devices(dies_on_the_third, POINTS, ["0", "1"], retries=1)
     kinds = {point.m: outcome for point, outcome in zip(POINTS, outcomes, strict=True)}
-    assert kinds[24][0] == "error" and "exit code 3" in kinds[24][1]
+    assert kinds[24][0] == "error" and "exit code 3" in kinds[24][1] and "ended 2 workers" in kinds[24][1]
     assert all(kinds[p.m] == ("ok", p.m) for p in POINTS if p.m != 24)
-    assert sum(bool(r.error) for r in reports) == 1
+    # two workers ended on it (the first try and the one retry); replacements finished the rest
+    assert sum(r.error.count("exit code 3") for r in reports) == 2
+    assert sum(r.points for r in reports) == len(POINTS) - 1
+
+
+def killed_once(log_dir: str, kill_at: int, point: GridPoint) -> tuple[int, str | None]:
+    """Logs each finished call; SIGKILLs its own process the first time it meets ``kill_at``
+    (a worker lost mid-sweep, as an out-of-memory kill would lose it)."""
+    log = Path(log_dir)
+    marker = log / "killed"
+    if point.m == kill_at and not marker.exists():
+        marker.write_text(os.environ.get("CUDA_VISIBLE_DEVICES") or "")
+        os.kill(os.getpid(), signal.SIGKILL)
+    (log / f"done-{point.m}-{os.getpid()}-{time.monotonic_ns()}").write_text("")
+    return point.m, os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_a_killed_worker_s_point_is_run_again_nothing_lost_nothing_twice(tmp_path):
+    heard = []
+    job = functools.partial(killed_once, str(tmp_path), 32)
+    outcomes, reports = run_on_devices(job, POINTS, ["0", "1"],
+                                       on_done=lambda point, device, outcome: heard.append(point.m))
+    assert (tmp_path / "killed").exists()  # the kill did happen, mid-sweep
+    assert [kind for kind, _ in outcomes] == ["ok"] * len(POINTS)
+    assert [value[0] for _, value in outcomes] == [p.m for p in POINTS]  # in the grid's order
+    assert all(value[1] in ("0", "1") for _, value in outcomes)
+    assert sorted(heard) == [p.m for p in POINTS]  # each point heard once
+    for point in POINTS:  # each point finished exactly once: nothing lost, nothing counted twice
+        assert len(list(tmp_path.glob(f"done-{point.m}-*"))) == 1, point.m
+    assert sum(r.points for r in reports) == len(POINTS)
+    killed = (tmp_path / "killed").read_text()
+    assert [r.device for r in reports if r.error] == [killed] and "(exit code -9) on 32x8x16" in \
+        next(r.error for r in reports if r.error)
 
 
 def test_bench_devices_gives_one_merged_result(tmp_path, monkeypatch, capsys):

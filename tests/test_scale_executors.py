@@ -40,6 +40,24 @@ def traced_job(log_dir: str, kill_at: str, point: GridPoint) -> dict[str, object
             "gpu": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
+def traced_setup(log_dir: str, points: list[GridPoint]) -> dict[str, object]:
+    """A worker's setup that logs each call with its process, and how many points it was given."""
+    (Path(log_dir) / f"setup-{os.getpid()}-{uuid.uuid4().hex}").write_text(str(len(points)))
+    return {"points": len(points)}
+
+
+def _check_setups(log: Path) -> None:
+    """Each worker process that measured ran the setup once, before its first point."""
+    setups = [path.name.split("-")[1] for path in log.glob("setup-*")]
+    assert len(setups) == len(set(setups)), "a worker ran its setup twice"
+    measured = {path.read_text() for path in log.glob("done-*")}
+    assert measured <= set(setups)
+    for pid in measured:
+        (setup,) = log.glob(f"setup-{pid}-*")
+        assert all(setup.stat().st_mtime <= done.stat().st_mtime for done in log.glob("done-*")
+                   if done.read_text() == pid)
+
+
 def _by_value() -> None:
     # The workers unpickle the job by value: this test module is not importable there.
     for name in ("cloudpickle", "ray.cloudpickle"):  # submitit's, Ray's own copy
@@ -72,9 +90,15 @@ def test_slurm_through_submitit_local_survives_a_killed_task(tmp_path: Path) -> 
     settings = ExecutorSettings("slurm", workers=2, devices=["0", "1"], folder=str(tmp_path / "sweep"),
                                 cluster="local", options={"timeout_min": 5}, poll_s=0.2)
     heard = []
-    outcomes, reports = make_executor(settings).run(job, POINTS, lambda p, w, o: heard.append(p.id))
+    setup = functools.partial(traced_setup, str(log))
+    outcomes, reports = make_executor(settings).run(job, POINTS, lambda p, w, o: heard.append(p.id), setup)
     _check_sweep(log, outcomes, kill_at)
+    _check_setups(log)
     assert sorted(heard) == sorted(p.id for p in POINTS)
+    for report in reports:  # when each task began, was set up and was done, from the sweep's start
+        if report.points:
+            assert 0 <= report.began_s <= report.ready_s <= report.done_s
+            assert report.setup["points"] >= report.points and report.setup["seconds"] >= 0
     # each array task had its own GPU entry; the killed task's points went out again
     gpus = {value["gpu"] for _status, value in outcomes}
     assert gpus == {"0", "1"}
@@ -83,6 +107,21 @@ def test_slurm_through_submitit_local_survives_a_killed_task(tmp_path: Path) -> 
     again, _ = make_executor(settings).run(job, POINTS)
     assert again == outcomes
     assert len(list(log.glob("done-*"))) == len(POINTS)
+
+
+def test_local_executor_sets_each_worker_up_once_and_reruns_a_killed_worker_s_point(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    log.mkdir()
+    kill_at = POINTS[3].id
+    job = functools.partial(traced_job, str(log), kill_at)
+    settings = ExecutorSettings("local", devices=["0", "1"])
+    setup = functools.partial(traced_setup, str(log))
+    outcomes, reports = make_executor(settings).run(job, POINTS, setup=setup)
+    _check_sweep(log, outcomes, kill_at)  # nothing lost, nothing counted twice
+    _check_setups(log)  # the replacement worker set itself up too, once
+    assert len(list(log.glob("setup-*"))) == 3
+    assert {value["gpu"] for _status, value in outcomes} <= {"0", "1"}
+    assert sum(r.points for r in reports) == len(POINTS) and sum(bool(r.error) for r in reports) == 1
 
 
 def test_a_requeued_slurm_task_resumes_without_measuring_again(tmp_path: Path) -> None:
@@ -159,10 +198,13 @@ def test_ray_on_a_local_cluster_with_fake_gpus_survives_a_killed_actor(tmp_path:
              runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
     try:
         settings = ExecutorSettings("ray", folder=str(tmp_path / "sweep"))
-        outcomes, reports = make_executor(settings).run(job, POINTS)
+        setup = functools.partial(traced_setup, str(log))
+        outcomes, reports = make_executor(settings).run(job, POINTS, setup=setup)
     finally:
         ray.shutdown()
     _check_sweep(log, outcomes, kill_at)
+    _check_setups(log)
+    assert all(r.began_s <= r.ready_s <= r.done_s and r.setup["seconds"] >= 0 for r in reports if r.points)
     # two GPUs: two actors at a time, each its own GPU (Ray's ids, exported as CUDA_VISIBLE_DEVICES)
     assert {value["gpu"] for _status, value in outcomes} <= {"0", "1"}
     assert sum(1 for r in reports if r.error) == 1
@@ -221,6 +263,9 @@ def test_bench_through_slurm_writes_one_result_file_compare_reads(tmp_path: Path
     assert all(extra["conformance"] == "passed" and extra["worker_device"]["kind"] == "cpu"
                for extra in run.extras)  # the verdict earned, and the fingerprint, in the worker
     assert run.meta["executor"] == "slurm" and len(run.meta["devices"]) == 2
+    for worker in run.meta["devices"]:  # each task earned its verdict in its setup, before its points
+        assert worker["setup"]["suites"]["numpy:float32"]["verdict"] == "passed"
+        assert 0 <= worker["began_s"] <= worker["ready_s"] <= worker["done_s"]
     assert len(list((tmp_path / "sweep" / "points").glob("*.json"))) == 3
     assert main([*common, "--json", "here.json"]) == 0  # in this process, for compare
     capsys.readouterr()

@@ -5,6 +5,10 @@ An executor takes a *job* (a picklable callable of one grid point: a module-leve
 each own one GPU share, and hands back, in the points' order, ``("ok", value)`` or ``("error",
 text)`` per point with a :class:`gemmzoo.scale.shards.WorkerReport` per worker
 (:meth:`Executor.run`). ``on_done(point, worker, outcome)`` hears each point as it finishes.
+``setup(points)`` (optional, picklable) runs once in each worker before its first point, with the
+points that worker may be given: what every point would otherwise pay on the first one it meets
+(imports, starting CUDA, compiling, the conformance suites) is paid there, once per worker, and
+the report says how long (:func:`run_setup`).
 
 - ``local``: one process per GPU of this machine (:class:`gemmzoo.scale.shards.DevicePool`).
 - ``slurm``: a Slurm job array through submitit, one array task per GPU share
@@ -47,6 +51,7 @@ INSTALL_HINTS = {
 
 Outcome = tuple[str, Any]
 OnDone = Callable[[GridPoint, str, Outcome], None]
+Setup = Callable[[Sequence[GridPoint]], Any]
 
 
 class ExecutorError(GemmError):
@@ -64,7 +69,8 @@ class ExecutorSettings:
     passed through as given (submitit's ``slurm_partition``, ``timeout_min``, ``slurm_account``,
     ...; for Ray, ``num_gpus``/``num_cpus`` per actor); ``cluster``: submitit's cluster (``None``
     picks Slurm where ``sbatch`` is, ``"local"`` runs the array on this machine); ``retries``: how
-    many times points whose worker died are handed out again."""
+    many times points whose worker died are handed out again; ``poll_s``: how often the
+    submitting process looks for finished points and ended tasks (Slurm)."""
 
     name: str = "local"
     workers: int | None = None
@@ -74,7 +80,7 @@ class ExecutorSettings:
     cluster: str | None = None
     ray_address: str | None = None
     retries: int = 2
-    poll_s: float = 0.5
+    poll_s: float = 0.2
 
 
 def require(module: str) -> Any:
@@ -134,8 +140,10 @@ class Executor:
         self.settings = settings
 
     def run(self, job: Callable[[GridPoint], Any], points: Sequence[GridPoint],
-            on_done: OnDone | None = None) -> tuple[list[Outcome], list[WorkerReport]]:
-        """``job(point)`` for every point; outcomes in the points' order and the workers' reports."""
+            on_done: OnDone | None = None, setup: Setup | None = None,
+            ) -> tuple[list[Outcome], list[WorkerReport]]:
+        """``job(point)`` for every point, after ``setup`` once per worker; outcomes in the points'
+        order and the workers' reports."""
         raise NotImplementedError
 
 
@@ -144,8 +152,9 @@ class LocalExecutor(Executor):
 
     ``pool``: a pool started earlier (its workers warming up while the caller got ready), whose
     sweep may already be queued (:meth:`gemmzoo.scale.shards.DevicePool.submit`: then its points are the
-    ones run); ``warm``: what a new pool's workers run first. A worker that dies costs the point
-    it was on (an error outcome); the others finish the rest."""
+    ones run); ``warm``: what a new pool's workers run first. A worker that dies has the point it
+    was on run again by another, and a fresh worker takes its GPU, up to ``retries`` times per
+    point and per GPU (:class:`gemmzoo.scale.shards.DevicePool`)."""
 
     name = "local"
 
@@ -155,14 +164,18 @@ class LocalExecutor(Executor):
         self.pool, self.warm = pool, warm
 
     def run(self, job: Callable[[GridPoint], Any], points: Sequence[GridPoint],
-            on_done: OnDone | None = None) -> tuple[list[Outcome], list[WorkerReport]]:
+            on_done: OnDone | None = None, setup: Setup | None = None,
+            ) -> tuple[list[Outcome], list[WorkerReport]]:
+        import functools
+
         from gemmzoo.scale.shards import DevicePool
 
         pool = self.pool
         if pool is None:
             if not self.settings.devices:
                 raise ExecutorError("--executor local needs --devices (one worker process per GPU)")
-            pool = DevicePool(self.settings.devices, self.warm)
+            warm = functools.partial(run_setup, setup, list(points)) if setup is not None else self.warm
+            pool = DevicePool(self.settings.devices, warm, retries=self.settings.retries)
         if pool.submitted is not None:
             return pool.run(on_done=on_done)
         return pool.run(job, points, on_done)
@@ -265,6 +278,31 @@ class PointFolder:
         worker = data.get("worker") if isinstance(data.get("worker"), dict) else {}
         return (data["status"], data.get("value")), worker
 
+    def write_worker(self, label: str, record: dict[str, Any]) -> None:
+        """Keep what worker ``label`` says of itself (JSON-ready: when it began, when its setup
+        was done, what the setup did); a requeued task's record replaces its earlier one."""
+        workers = self.path / "workers"
+        workers.mkdir(exist_ok=True)
+        document = {"sweep": self.key, "label": label, **record}
+        _atomic_write(workers / f"{_SAFE.sub('_', label)[:120]}.json", json.dumps(document) + "\n")
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        """Every worker's record (:meth:`write_worker`) by label; a file that is not one this
+        sweep wrote is left out (a worker's record informs the report, never a result)."""
+        from gemmzoo.results.schema import ResultFileError, parse_document
+
+        found: dict[str, dict[str, Any]] = {}
+        for path in sorted((self.path / "workers").glob("*.json")):
+            try:
+                data = parse_document(path)
+            except ResultFileError:
+                continue
+            if isinstance(data, dict) and data.get("sweep") == self.key:
+                label = data.get("label")
+                if isinstance(label, str):
+                    found[label] = data
+        return found
+
 
 def _atomic_write(path: Path, text: str) -> None:
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -275,6 +313,21 @@ def _atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def run_setup(setup: Setup | None, points: Sequence[GridPoint]) -> dict[str, Any]:
+    """A worker's ``setup(points)``, timed: ``{"seconds": ..., **what it returned}`` when it
+    returned a dict, ``{"seconds": ..., "error": text}`` when it raised (the points then meet the
+    same trouble and report it each); ``{}`` without a setup."""
+    if setup is None:
+        return {}
+    began = time.perf_counter()
+    try:
+        found = setup(points)
+        details = found if isinstance(found, dict) else {}
+    except Exception as error:  # each point reports it as it meets it
+        details = {"error": f"{type(error).__name__}: {error}"}
+    return {"seconds": round(time.perf_counter() - began, 3), **details}
 
 
 def run_point(job: Callable[[GridPoint], Any], point: GridPoint) -> Outcome:

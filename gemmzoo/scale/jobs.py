@@ -201,9 +201,12 @@ def tune_on_devices(names: Sequence[str], points: Sequence[GridPoint], budget_s:
 # through a results folder or an engine's object store and are checked before they are used.
 
 
+@functools.lru_cache(maxsize=256)
 def _verdict_here(backend: Any, dtype: str) -> bool | None:
     """The backend's conformance verdict for ``dtype`` on this worker's device, earned here (the
-    suite runs once per backend, dtype and device; ``None`` when it could not be asked)."""
+    suite runs once per backend, dtype and device; ``None`` when it could not be asked). Kept for
+    the worker's life like :func:`_available`: a verdict that could not be asked (its database
+    busy, say) is not asked again, with its suite, at every point."""
     from gemmzoo.tuning import state
     from gemmzoo.tuning.tune import conformance_verdict
 
@@ -222,6 +225,40 @@ def _fingerprint(device: str) -> Any:
         return json.loads(device_fingerprint(device))
     except Exception:  # no such device in this worker
         return None
+
+
+def setup_worker(names: tuple[str, ...] | None, points: Sequence[GridPoint], tuning: bool = False,
+                 ) -> dict[str, Any]:
+    """An engine worker's setup, once before its first point: the backends warmed up
+    (:func:`warm_backends`: frameworks imported, CUDA started) and, for each one available here and
+    each dtype of ``points`` it computes, its conformance verdict earned on this worker's device
+    (the suite run now, or the verdict this device's tuning database holds), so that no point pays
+    for either. ``tuning``: the verdicts of the backends as ``gemmzoo tune`` measures them. Returns
+    seconds per step: ``warm_s``, and ``suites`` by ``backend:dtype`` (``seconds``, ``verdict``)."""
+    import time
+
+    began = time.perf_counter()
+    warm_backends(names)
+    found: dict[str, Any] = {"warm_s": round(time.perf_counter() - began, 3)}
+    dtypes = list(dict.fromkeys(point.dtype for point in points))
+    suites: dict[str, Any] = {}
+    for backend in _backends(names):
+        if tuning:
+            backend = getattr(backend, "for_tuning", lambda b=backend: b)()
+        if not _available(backend):
+            continue
+        for dtype in dtypes:
+            if dtype not in backend.dtypes:
+                continue
+            began = time.perf_counter()
+            passed = _verdict_here(backend, dtype)
+            suites[f"{backend.name}:{dtype}"] = {"seconds": round(time.perf_counter() - began, 3),
+                                                 "verdict": _VERDICT_WORDS[passed]}
+    found["suites"] = suites
+    return found
+
+
+_VERDICT_WORDS = {True: "passed", False: "failed", None: "unknown"}
 
 
 def bench_records(names: tuple[str, ...] | None, budget_s: float, timer: str, point: GridPoint,
@@ -247,7 +284,7 @@ def bench_records(names: tuple[str, ...] | None, budget_s: float, timer: str, po
                                noise_target=noise_target)
         record = {**result.as_dict(), **gpu_extra(result),
                   "worker_device": _fingerprint(backend.device),
-                  "conformance": {True: "passed", False: "failed", None: "unknown"}[passed]}
+                  "conformance": _VERDICT_WORDS[passed]}
         out.append(finite(record))
     return out
 
@@ -299,7 +336,8 @@ def bench_with_executor(settings: Any, backends: Sequence[Any], points: Sequence
             for result, _extra in decoded(point, outcome):
                 on_result(result)
 
-    outcomes, reports = make_executor(settings).run(job, points, done)
+    setup = functools.partial(setup_worker, names)
+    outcomes, reports = make_executor(settings).run(job, points, done, setup)
     results, extras = [], []
     for point, outcome in zip(points, outcomes, strict=True):
         for result, extra in decoded(point, outcome):
@@ -345,8 +383,9 @@ def tune_with_executor(settings: Any, names: Sequence[str], points: Sequence[Gri
     from gemmzoo.tuning.portable import import_tuning, read_measurements, write_measurements
 
     job = functools.partial(tune_rows, tuple(names), budget_s, verify)
+    setup = functools.partial(setup_worker, tuple(names), tuning=True)
     outcomes, _reports = make_executor(settings).run(
-        job, points, lambda point, _worker, _outcome: on_point and on_point(point))
+        job, points, lambda point, _worker, _outcome: on_point and on_point(point), setup)
     rows: list[Any] = []
     skipped: dict[tuple[GridPoint, str], list[str]] = {}
     failures = []

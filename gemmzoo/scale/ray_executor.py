@@ -24,8 +24,10 @@ from gemmzoo.scale.executors import (
     OnDone,
     Outcome,
     PointFolder,
+    Setup,
     require,
     run_point,
+    run_setup,
     sweep_key,
     worker_identity,
 )
@@ -35,10 +37,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class PointWorker:
-    """The body of one Ray actor: runs ``job`` on the points it is sent."""
+    """The body of one Ray actor: runs ``setup(points)`` once, before the first point it is sent
+    (``points``: those it may be sent), then ``job`` on each point it is sent."""
 
-    def __init__(self, job: Callable[[GridPoint], Any], label: str) -> None:
-        self.job, self.label = job, label
+    def __init__(self, job: Callable[[GridPoint], Any], label: str, setup: Setup | None = None,
+                 points: Sequence[GridPoint] = ()) -> None:
+        self.job, self.label, self.setup, self.points = job, label, setup, list(points)
+        self.began, self.ready = time.time(), None
+        self.setup_done: dict[str, Any] | None = None
 
     def gpus(self) -> list[str]:
         """The GPU ids Ray gave this actor."""
@@ -48,10 +54,14 @@ class PointWorker:
 
     def run(self, point: GridPoint) -> tuple[Outcome, dict[str, Any]]:
         """The point's outcome, and who measured it (with this actor's GPU ids) and how long it took."""
+        if self.ready is None:
+            self.setup_done = run_setup(self.setup, self.points)
+            self.ready = time.time()
         began = time.perf_counter()
         outcome = run_point(self.job, point)
         worker = {**worker_identity("ray"), "share": self.label, "ray_gpu_ids": self.gpus(),
-                  "seconds": round(time.perf_counter() - began, 3)}
+                  "seconds": round(time.perf_counter() - began, 3), "finished": time.time(),
+                  "began": self.began, "ready": self.ready, "setup": self.setup_done}
         return outcome, worker
 
 
@@ -67,20 +77,21 @@ class RayExecutor(Executor):
         self.ray = require("ray")
 
     def run(self, job: Callable[[GridPoint], Any], points: Sequence[GridPoint],
-            on_done: OnDone | None = None) -> tuple[list[Outcome], list[WorkerReport]]:
+            on_done: OnDone | None = None, setup: Setup | None = None,
+            ) -> tuple[list[Outcome], list[WorkerReport]]:
         ray = self.ray
         started_here = not ray.is_initialized()
         if started_here:
             extra = {} if self.settings.ray_address else {"include_dashboard": False}
             ray.init(address=self.settings.ray_address, **extra)
         try:
-            return self._run(job, points, on_done)
+            return self._run(job, points, on_done, setup)
         finally:
             if started_here:
                 ray.shutdown()
 
     def _run(self, job: Callable[[GridPoint], Any], points: Sequence[GridPoint],
-             on_done: OnDone | None) -> tuple[list[Outcome], list[WorkerReport]]:
+             on_done: OnDone | None, setup: Setup | None) -> tuple[list[Outcome], list[WorkerReport]]:
         ray, settings = self.ray, self.settings
         options = dict(settings.options)
         gpus_each = float(options.pop("num_gpus", 1))
@@ -116,7 +127,7 @@ class RayExecutor(Executor):
             nonlocal made
             made += 1
             label = f"actor {made}"
-            actors[label] = actor_class.remote(job, label)
+            actors[label] = actor_class.remote(job, label, setup, [points[n] for n in queue] or points)
             reports[label] = WorkerReport(label)
             return label
 
@@ -153,7 +164,13 @@ class RayExecutor(Executor):
                 report.device = f"{label} (GPU {','.join(worker.get('ray_gpu_ids') or []) or 'none'})"
                 report.points += 1
                 report.busy_s += float(worker.get("seconds") or 0.0)
-                report.done_s = time.time() - began
+                stamps = {name: worker.get(name) for name in ("began", "ready", "finished")}
+                if all(isinstance(value, (int, float)) for value in stamps.values()):
+                    report.began_s, report.ready_s = stamps["began"] - began, stamps["ready"] - began
+                    report.done_s = stamps["finished"] - began
+                    report.setup = worker.get("setup") if isinstance(worker.get("setup"), dict) else None
+                else:
+                    report.done_s = time.time() - began
                 if folder is not None:
                     folder.write(number, points[number], outcome, worker)
                 if on_done is not None:

@@ -152,9 +152,12 @@ def parse_devices(text: str, visible: Sequence[str]) -> list[str]:
 
 @dataclass
 class WorkerReport:
-    """What one worker did: its ``CUDA_VISIBLE_DEVICES`` entry, points done, busy seconds, seconds
-    from the pool's start until it was warm (``ready_s``) and until its last point was done
-    (``done_s``), and the error that ended it early, if one did."""
+    """What one worker did: its ``CUDA_VISIBLE_DEVICES`` entry (or an engine's name for it),
+    points done, busy seconds, seconds from the sweep's start until the worker began
+    (``began_s``: its process started and its job loaded; engine executors), until it was warm
+    (``ready_s``: its setup done, the conformance suites included where the setup runs them) and
+    until its last point was done (``done_s``), what its setup did (``setup``: seconds per step,
+    as the setup reports them), and the error that ended it early, if one did."""
 
     device: str
     points: int = 0
@@ -162,13 +165,20 @@ class WorkerReport:
     error: str = ""
     ready_s: float | None = None
     done_s: float | None = None
+    began_s: float | None = None
+    setup: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         def seconds(value: float | None) -> float | None:
             return None if value is None else round(value, 3)
 
-        return {"device": self.device, "points": self.points, "busy_s": round(self.busy_s, 3),
-                "ready_s": seconds(self.ready_s), "done_s": seconds(self.done_s), "error": self.error}
+        found = {"device": self.device, "points": self.points, "busy_s": round(self.busy_s, 3),
+                 "ready_s": seconds(self.ready_s), "done_s": seconds(self.done_s), "error": self.error}
+        if self.began_s is not None:
+            found["began_s"] = seconds(self.began_s)
+        if self.setup is not None:
+            found["setup"] = self.setup
+        return found
 
 
 def core_shares(cores: Sequence[int], count: int) -> list[list[int]]:
@@ -187,7 +197,8 @@ def core_shares(cores: Sequence[int], count: int) -> list[list[int]]:
     return shares
 
 
-def _host_cores() -> list[int]:
+def host_cores() -> list[int]:
+    """The cores this process may run on (its affinity where the OS tells, else all of them)."""
     try:
         return sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -247,51 +258,62 @@ class DevicePool:
     A pool runs one sweep: :meth:`submit` queues its points (workers take them as soon as they
     are warm), :meth:`run` collects the results; then the workers exit. :meth:`close` (also on
     garbage collection) ends a pool that never ran.
+
+    A worker that dies (killed, out of memory, a crash in a backend) loses only the point it was
+    on: that point is queued again for whichever worker is free next, and a fresh worker takes the
+    dead one's place on its GPU, so the pool keeps its width. A point that ends ``retries + 1``
+    workers is reported as an error and the sweep goes on without it.
     """
 
     def __init__(self, devices: Sequence[str], warm: Callable[[], Any] | None = None,
-                 context: str = "spawn", split_cores: bool = True) -> None:
-        ctx = multiprocessing.get_context(context)
+                 context: str = "spawn", split_cores: bool = True, retries: int = 2) -> None:
+        self._ctx = multiprocessing.get_context(context)
         self.devices = list(devices)
-        self._tasks = ctx.Queue()
-        self._current = ctx.Array("i", [-1] * len(self.devices))
+        self.retries = retries
+        self._warm = warm
+        self._tasks = self._ctx.Queue()
+        self._current = self._ctx.Array("i", [-1] * len(self.devices))
         self._readers: dict[Any, tuple[int, str]] = {}
-        self._workers: dict[str, Any] = {}
+        self._workers: dict[int, Any] = {}
         self._submitted: tuple[Callable[[GridPoint], Any], list[GridPoint]] | None = None
         self.started = time.time()
-        shares = core_shares(_host_cores(), len(self.devices)) if split_cores else [None] * len(self.devices)
-        # The children inherit the environment at start: the current session's configuration
-        # (a --timeout given to this process included) and, each in turn, its own GPU.
+        self._shares = (core_shares(host_cores(), len(self.devices)) if split_cores
+                        else [None] * len(self.devices))
+        for slot, device in enumerate(self.devices):
+            self._start(slot, device)
+        self._finalizer = weakref.finalize(self, DevicePool._stop, self._tasks, self._workers)
+
+    def _start(self, slot: int, device: str) -> None:
+        """Start the worker of ``slot`` (its GPU ``device``), replacing one that ended."""
+        # The child inherits the environment at start: the current session's configuration
+        # (a --timeout given to this process included) and its own GPU alone.
         from gemmzoo.session import current
 
         environ = process_environment()
-        inherited = {**current().config.child_environment(), "CUDA_VISIBLE_DEVICES": None}
+        inherited = {**current().config.child_environment(), "CUDA_VISIBLE_DEVICES": device}
         saved = {name: environ.get(name) for name in inherited}
         environ.update({name: value for name, value in inherited.items() if value is not None})
         try:
-            for slot, device in enumerate(self.devices):
-                reader, writer = ctx.Pipe(duplex=False)
-                # The child inherits the environment at start: its CUDA sees only its GPU.
-                environ["CUDA_VISIBLE_DEVICES"] = device
-                args = (slot, device, warm, self._tasks, writer, self._current, shares[slot])
-                process = ctx.Process(target=_worker, args=args, daemon=True, name=f"gemmzoo-gpu-{device}")
-                process.start()
-                writer.close()
-                self._workers[device] = process
-                self._readers[reader] = (slot, device)
+            reader, writer = self._ctx.Pipe(duplex=False)
+            args = (slot, device, self._warm, self._tasks, writer, self._current, self._shares[slot])
+            process = self._ctx.Process(target=_worker, args=args, daemon=True, name=f"gemmzoo-gpu-{device}")
+            process.start()
+            writer.close()
         finally:
             for name, value in saved.items():
                 if value is None:
                     environ.pop(name, None)
                 else:
                     environ[name] = value
-        self._finalizer = weakref.finalize(self, DevicePool._stop, self._tasks, list(self._workers.values()))
+        self._workers[slot] = process
+        self._readers[reader] = (slot, device)
 
     @staticmethod
-    def _stop(tasks: Any, workers: list[Any]) -> None:
-        for _ in workers:
+    def _stop(tasks: Any, workers: dict[int, Any]) -> None:
+        alive = list(workers.values())
+        for _ in alive:
             tasks.put(None)
-        for process in workers:
+        for process in alive:
             process.join(timeout=10)
             if process.is_alive():
                 process.terminate()
@@ -321,60 +343,80 @@ class DevicePool:
             ) -> tuple[list[tuple[str, Any]], list[WorkerReport]]:
         """Run ``job(point)`` for every point (:meth:`submit`, unless that was done already: then
         ``job`` and ``points`` may be left out) and wait for them. Returns, in the order of
-        ``points``, ``("ok", value)`` or ``("error", text)`` for each, and a report per worker.
-        ``on_done(point, device, outcome)`` hears each point as it finishes. A worker that dies
-        leaves an error for the point it was on; the others finish the rest."""
+        ``points``, ``("ok", value)`` or ``("error", text)`` for each, and a report per GPU.
+        ``on_done(point, device, outcome)`` hears each point as it finishes, once. A worker that
+        dies has its point run again by another (see the class docstring)."""
         if self._submitted is None:
             if job is None or points is None:
                 raise ValueError("run() needs a job and points unless they were submitted")
             self.submit(job, points)
         assert self._submitted is not None
-        points = self._submitted[1]
+        job, points = self._submitted
         reports = {device: WorkerReport(device) for device in self.devices}
         outcomes: list[tuple[str, Any] | None] = [None] * len(points)
+        losses = [0] * len(points)  # workers each point has ended
+        replaced = [0] * len(self.devices)
         self._finalizer.detach()
-        for _ in self.devices:
-            self._tasks.put(None)
-        readers = dict(self._readers)
-        while readers:
-            for reader in multiprocessing.connection.wait(list(readers)):
-                slot, device = readers[reader]
+        ending = False
+
+        def settle(number: int, outcome: tuple[str, Any], device: str) -> None:
+            outcomes[number] = outcome
+            if on_done is not None:
+                on_done(points[number], device, outcome)
+
+        while self._readers:
+            if not ending and all(o is not None for o in outcomes):
+                ending = True  # every point is in: the workers may go
+                for _ in self._workers:
+                    self._tasks.put(None)
+            for reader in multiprocessing.connection.wait(list(self._readers)):
+                slot, device = self._readers[reader]
                 try:
                     number, outcome, busy, when = reader.recv()
                 except EOFError:  # the worker finished, or died
-                    del readers[reader]
-                    process = self._workers[device]
+                    del self._readers[reader]
+                    process = self._workers.pop(slot)
                     process.join(timeout=10)
-                    if process.exitcode != 0 or self._current[slot] >= 0:
-                        _lost(device, process, self._current[slot], reports, outcomes, points, on_done)
+                    number = self._current[slot]
+                    self._current[slot] = -1
+                    if process.exitcode == 0 and number < 0:
+                        continue
+                    text = f"worker on GPU {device} ended (exit code {process.exitcode})"
+                    lost = 0 <= number < len(points) and outcomes[number] is None
+                    if lost:
+                        losses[number] += 1
+                        text += f" on {points[number].id}"
+                    reports[device].error = "; ".join(filter(None, (reports[device].error, text)))
+                    if lost and losses[number] > self.retries:
+                        given_up = f"{text}; it ended {losses[number]} workers, not tried again"
+                        settle(number, ("error", given_up), device)
+                    elif lost:  # measured again by whichever worker is free next
+                        self._tasks.put((number, job, points[number]))
+                    if not ending and any(o is None for o in outcomes) and replaced[slot] < self.retries:
+                        replaced[slot] += 1
+                        self._start(slot, device)
                     continue
                 if number == _READY:
-                    reports[device].ready_s = when - self.started
+                    if reports[device].ready_s is None:
+                        reports[device].ready_s = when - self.started
                     continue
-                outcomes[number] = outcome
+                if outcomes[number] is not None:  # already settled: never counted twice
+                    continue
                 reports[device].done_s = when - self.started
                 reports[device].points += 1
                 reports[device].busy_s += busy
-                if on_done is not None:
-                    on_done(points[number], device, outcome)
+                settle(number, outcome, device)
+        # Points queued again after the last worker ended stay unread: the queue must not wait
+        # for them at exit.
+        self._tasks.cancel_join_thread()
         for number, outcome in enumerate(outcomes):
-            if outcome is None:  # every worker died before reaching it
+            if outcome is None:
                 outcomes[number] = ("error", "not measured: every worker process ended before this point")
         return [o for o in outcomes if o is not None], list(reports.values())
 
 
 def run_on_devices(job: Callable[[GridPoint], Any], points: Sequence[GridPoint], devices: Sequence[str],
-                   on_done: Callable[[GridPoint, str, Any], None] | None = None,
+                   on_done: Callable[[GridPoint, str, Any], None] | None = None, retries: int = 2,
                    ) -> tuple[list[tuple[str, Any]], list[WorkerReport]]:
     """:meth:`DevicePool.run` on a new pool of ``devices``."""
-    return DevicePool(devices).run(job, points, on_done)
-
-
-def _lost(device: str, process: Any, number: int, reports: dict[str, WorkerReport], outcomes: list[Any],
-          points: Sequence[GridPoint], on_done: Callable[..., None] | None) -> None:
-    text = f"worker on GPU {device} ended (exit code {process.exitcode})"
-    reports[device].error = text
-    if number >= 0 and outcomes[number] is None:
-        outcomes[number] = ("error", text)
-        if on_done is not None:
-            on_done(points[number], device, outcomes[number])
+    return DevicePool(devices, retries=retries).run(job, points, on_done)

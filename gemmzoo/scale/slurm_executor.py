@@ -9,9 +9,14 @@ point as its file appears; when the array has ended, the points still missing (t
 killed, or failed outside the job) go out again as a new array, up to ``retries`` times, so
 nothing is lost and nothing measured twice.
 
+Each task runs the sweep's setup once (:func:`gemmzoo.scale.executors.run_setup`) before its first
+point and records when it began and when it was ready in the folder (``workers/``), which the
+report per worker carries (``began_s``, ``ready_s``, ``setup``).
+
 ``cluster="local"`` runs the array as processes of this machine (submitit's local executor), for
 tests and for a host with several GPUs: each task then sets ``CUDA_VISIBLE_DEVICES`` to its own
-entry of ``devices`` before anything starts CUDA.
+entry of ``devices`` before anything starts CUDA, and keeps to its own share of the host's cores
+(:func:`gemmzoo.scale.shards.core_shares`), as a Slurm task keeps to the cores of its allocation.
 """
 
 from __future__ import annotations
@@ -28,43 +33,74 @@ from gemmzoo.scale.executors import (
     OnDone,
     Outcome,
     PointFolder,
+    Setup,
     default_folder,
     require,
     run_point,
+    run_setup,
     sweep_key,
     worker_identity,
 )
-from gemmzoo.scale.shards import WorkerReport, assign, point_cost
+from gemmzoo.scale.shards import WorkerReport, assign, core_shares, host_cores, point_cost
+
+#: The thread pools a local task sizes to its share of the cores, before numpy or torch start them.
+_POOL_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 #: A task's time limit (minutes) unless ``timeout_min`` is passed through.
 DEFAULT_TIMEOUT_MIN = 60
 
 
 class Share:
-    """One array task: ``job`` on ``items`` (``(number, point)`` pairs) not yet in the folder.
-    Picklable; submitit calls it in the task, and :meth:`checkpoint` on preemption or timeout."""
+    """One array task: ``setup`` once, then ``job`` on ``items`` (``(number, point)`` pairs) not
+    yet in the folder. Picklable; submitit calls it in the task, and :meth:`checkpoint` on
+    preemption or timeout. ``device`` and ``cores``: this task's GPU and host cores in a local
+    array (Slurm gives a cluster's tasks theirs)."""
 
     def __init__(self, job: Callable[[GridPoint], Any], items: Sequence[tuple[int, GridPoint]], folder: str,
-                 key: str, label: str, device: str | None = None) -> None:
+                 key: str, label: str, device: str | None = None, setup: Setup | None = None,
+                 cores: Sequence[int] | None = None) -> None:
         self.job, self.items, self.folder, self.key = job, list(items), folder, key
-        self.label, self.device = label, device
+        self.label, self.device, self.setup = label, device, setup
+        self.cores = list(cores) if cores else None
 
     def __call__(self) -> int:
-        from gemmzoo.config import process_environment
-
-        if self.device is not None:  # a local array: this task's GPU alone, before CUDA starts
-            process_environment()["CUDA_VISIBLE_DEVICES"] = self.device
+        began = time.time()
+        self._confine()
         folder = PointFolder(self.folder, self.key)
         worker = {**worker_identity("slurm", **_slurm_ids()), "share": self.label}
+        pending = [(number, point) for number, point in self.items if not folder.done(number, point)]
+        if not pending:
+            return 0
+        done_setup = run_setup(self.setup, [point for _number, point in pending])
+        folder.write_worker(self.label, {"began": began, "ready": time.time(), "setup": done_setup,
+                                         "worker": worker})
         measured = 0
-        for number, point in self.items:
+        for number, point in pending:
             if folder.done(number, point):  # finished before a requeue, or by another task
                 continue
             began = time.perf_counter()
             outcome = run_point(self.job, point)
-            folder.write(number, point, outcome, {**worker, "seconds": round(time.perf_counter() - began, 3)})
+            folder.write(number, point, outcome, {**worker, "seconds": round(time.perf_counter() - began, 3),
+                                                  "finished": time.time()})
             measured += 1
         return measured
+
+    def _confine(self) -> None:
+        """A local array's task: its own GPU and cores, before anything starts CUDA or a pool."""
+        import os
+
+        from gemmzoo.config import process_environment
+
+        environ = process_environment()
+        if self.device is not None:
+            environ["CUDA_VISIBLE_DEVICES"] = self.device
+        if self.cores:
+            try:
+                os.sched_setaffinity(0, self.cores)
+            except (AttributeError, OSError):  # not on this OS: the pools are still sized to the share
+                pass
+            for name in _POOL_VARIABLES:
+                environ.setdefault(name, str(len(self.cores)))
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """Requeue this task as it is: the points already in the folder are skipped when it runs again."""
@@ -85,7 +121,8 @@ class SlurmExecutor(Executor):
         self.submitit = require("submitit")
 
     def run(self, job: Callable[[GridPoint], Any], points: Sequence[GridPoint],
-            on_done: OnDone | None = None) -> tuple[list[Outcome], list[WorkerReport]]:
+            on_done: OnDone | None = None, setup: Setup | None = None,
+            ) -> tuple[list[Outcome], list[WorkerReport]]:
         settings = self.settings
         key = sweep_key(job, points)
         folder = PointFolder(settings.folder or default_folder("slurm", key), key).open()
@@ -106,11 +143,22 @@ class SlurmExecutor(Executor):
                 label = str(worker.get("share") or "earlier run")
                 report = reports.setdefault(label, WorkerReport(label))
                 report.points += 1
-                seconds = worker.get("seconds")
+                seconds, finished = worker.get("seconds"), worker.get("finished")
                 report.busy_s += float(seconds) if isinstance(seconds, (int, float)) else 0.0
-                report.done_s = time.time() - started
+                # when the worker finished it, not when this process noticed
+                at = (float(finished) if isinstance(finished, (int, float)) else time.time()) - started
+                report.done_s = at if report.done_s is None else max(report.done_s, at)
                 if on_done is not None:
                     on_done(point, label, outcome)
+
+        def heard_workers() -> None:
+            for label, record in folder.workers().items():
+                began, ready = record.get("began"), record.get("ready")
+                if not all(isinstance(v, (int, float)) for v in (began, ready)) or began < started - 1:
+                    continue  # a record of an earlier run of this sweep
+                report = reports.setdefault(label, WorkerReport(label))
+                report.began_s, report.ready_s = began - started, ready - started
+                report.setup = record.get("setup") if isinstance(record.get("setup"), dict) else None
 
         collect()  # a resumed sweep: what an earlier run finished is not measured again
         workers = max(1, settings.workers or len(settings.devices or ()) or 1)
@@ -118,7 +166,8 @@ class SlurmExecutor(Executor):
             pending = [n for n, outcome in enumerate(outcomes) if outcome is None]
             if not pending:
                 break
-            jobs, labels = self._submit(job, points, pending, folder, key, workers, attempt, reports)
+            jobs, labels, tasks = self._submit(job, points, pending, folder, key, workers, attempt, reports,
+                                               setup)
             try:
                 while not all(j.done() for j in jobs):
                     time.sleep(settings.poll_s)
@@ -128,7 +177,10 @@ class SlurmExecutor(Executor):
                     submitted.cancel(check=False)
                 raise
             collect()
-            for submitted, label in zip(jobs, labels, strict=True):
+            heard_workers()
+            for submitted, label, task in zip(jobs, labels, tasks, strict=True):
+                if all(outcomes[number] is not None for number, _point in task.items):
+                    continue  # its points are all in: whatever its result file says, nothing was lost
                 error = _failure(submitted)
                 if error:
                     reports[label].error = error
@@ -137,7 +189,8 @@ class SlurmExecutor(Executor):
 
     def _submit(self, job: Callable[[GridPoint], Any], points: Sequence[GridPoint], pending: list[int],
                 folder: PointFolder, key: str, workers: int, attempt: int,
-                reports: dict[str, WorkerReport]) -> tuple[list[Any], list[str]]:
+                reports: dict[str, WorkerReport], setup: Setup | None,
+                ) -> tuple[list[Any], list[str], list[Share]]:
         settings = self.settings
         count = min(workers, len(pending))
         parts = assign([points[n] for n in pending], count)
@@ -173,11 +226,13 @@ class SlurmExecutor(Executor):
         except (ValueError, TypeError, AssertionError) as error:  # submitit checks types by assertion
             raise ExecutorError(f"--executor slurm: submitit refused the options: {error}") from None
         labels = [f"try {attempt + 1} task {i + 1}/{count}" for i in range(count)]
-        tasks = [Share(job, share, str(folder.path), key, label, devices[i] if local and devices else None)
+        cores = core_shares(host_cores(), count) if local else [None] * count
+        tasks = [Share(job, share, str(folder.path), key, label, devices[i] if local and devices else None,
+                       setup, cores[i])
                  for i, (share, label) in enumerate(zip(shares, labels, strict=True))]
         for label in labels:
             reports.setdefault(label, WorkerReport(label))
-        return executor.submit_array(tasks), labels
+        return executor.submit_array(tasks), labels, tasks
 
 
 def _slurm_ids() -> dict[str, Any]:
@@ -194,7 +249,13 @@ def _slurm_ids() -> dict[str, Any]:
 
 
 def _failure(submitted: Any) -> str:
-    """The first line of why a finished array task failed; empty when it completed."""
+    """The first line of why a finished array task failed; empty when it completed. A task that
+    left no result (killed, its node lost) is said so at once: submitit would wait for its result
+    file to appear first, and the points it left go out again meanwhile."""
+    paths = getattr(submitted, "paths", None)
+    result = getattr(paths, "result_pickle", None)
+    if result is not None and not Path(result).exists():
+        return f"task {submitted.job_id} ended without a result (killed, or its node lost)"
     try:
         error = submitted.exception()
     except Exception as problem:  # the engine could not tell: say so rather than guess
