@@ -122,6 +122,45 @@ def test_fp8_kernel_builds_for_hopper_warp_specialized(built, variant):
     assert facts["shared"] <= fp8_gluon_kernel.DEFAULT_CONFIG.shared_bytes() <= H100_SHARED
 
 
+@pytest.mark.parametrize("variant", ["fp8 scaled tensorwise bfloat16", "fp8 scaled rowwise bfloat16",
+                                     "fp8 scaled blockwise bfloat16", "fp8 scaled blockwise float32"])
+def test_fp8_scaled_kernel_builds_for_hopper_without_serialised_mmas(built, variant):
+    """triton-fp8's scaled Gluon kernel: the fp8 kernel's shape, and (where Triton's ptxas can be
+    run here) no spills and no MMAs serialised by ptxas, block-wise scales in the K loop included."""
+    facts = built[variant]
+    assert _warp_specialized(facts)
+    assert facts["mma"] == [["m64n128k32", "e4m3"]]
+    assert facts["wait_groups"] == ["0", "1"]
+    assert facts["stages"] >= fp8_gluon_kernel.MIN_STAGES
+    assert facts["shared"] <= H100_SHARED
+    if facts["ptxas"]["ran"]:
+        assert facts["ptxas"]["spill_bytes"] == 0 and not facts["ptxas"]["serialised"]
+
+
+@pytest.mark.parametrize("variant, mma", [
+    ("grouped tma bfloat16 default", ["m64n256k16", "bf16"]),
+    ("grouped tma bfloat16 narrow", ["m64n128k16", "bf16"]),
+    ("grouped tma float8_e4m3fn default", ["m64n128k32", "e4m3"]),
+    ("grouped tma float8_e4m3fn narrow", ["m64n128k32", "e4m3"]),
+])
+def test_grouped_class_tma_kernel_builds_for_hopper(built, variant, mma):
+    """The grouped class's Hopper kernel compiles (the interpreter does not find what the compiler
+    refuses), reads through TMA, pipelined (a load of A and of B per stage in flight), and runs
+    warpgroup MMAs; the 16-bit configs spill nothing."""
+    facts = built[variant]
+    assert facts["mma"] == [mma]
+    assert facts["tma_loads"] >= 4
+    if facts["ptxas"]["ran"] and "bfloat16" in variant:
+        assert facts["ptxas"]["spill_bytes"] == 0
+
+
+@pytest.mark.parametrize("scaling", ["rowwise", "blockwise"])
+def test_scaled_tma_kernel_builds_for_hopper_in_every_config(built, scaling):
+    for config, facts in built[f"scaled tma {scaling}"].items():
+        assert facts["mma"] == [["m64n128k32", "e4m3"]], config
+        assert facts["tma_loads"] >= 4 and facts["shared"] <= H100_SHARED, config
+
+
 # whole tiles raise no flags; split ones raise a head's with release and poll the heads' with
 # acquire, at GPU scope
 HAND_OVER = ["gpu.acquire.add", "gpu.release.exch"]

@@ -86,3 +86,176 @@ def test_grouped_fp8_operands_are_padded_to_aligned_rows():
     assert tuple(x.shape) == (6, 32) and tuple(y.shape) == (2, 32, 7) and y.stride() == (224, 1, 32)
     for g in range(2):
         torch.testing.assert_close(x.float() @ y[g].float(), a.float() @ b[g].float())
+
+
+def _grouped_reference_check(c, a, b, ends, tol):
+    """Every row of every group against its float64 product; rows past the last end untouched."""
+    start = 0
+    for g, end in enumerate(ends):
+        ref = a[start:end].double() @ b[g].double()
+        np.testing.assert_allclose(c[start:end].double().numpy(), ref.numpy(), rtol=tol, atol=tol)
+        start = end
+    assert torch.isnan(c[start:].float()).all()
+
+
+@pytest.mark.parametrize("b_layout", ["row-major", "column-major"])
+@pytest.mark.parametrize("dtype, promoted, halves", [("float32", False, False), ("float16", False, False),
+                                                     ("float16", True, False), ("float16", True, True)])
+def test_grouped_tma_kernel_on_ragged_groups(b_layout, dtype, promoted, halves):
+    """The Hopper grouped kernel (descriptors, tiles scheduled across groups) under the
+    interpreter: empty groups first, between and last, one-row groups, a group of several tiles,
+    K and N that are not multiples of the tiles, and rows past the last offset left alone."""
+    _available("triton-grouped")
+    from gemmzoo_triton.core import grouped_mm_tma
+
+    torch_dtype = getattr(torch, dtype)
+    k, n = 40, 56  # 16-byte rows for both dtypes; K and N past whole tiles of 16 and 32
+    ends = [0, 1, 18, 18, 19, 53, 53]
+    gen = torch.Generator().manual_seed(21)
+    a = torch.randn(57, k, generator=gen).to(torch_dtype)
+    b = torch.randn(len(ends), k, n, generator=gen).to(torch_dtype)
+    if b_layout == "column-major":
+        b = b.transpose(1, 2).contiguous().transpose(1, 2)
+    assert grouped_mm_tma.eligible(a, b) and grouped_mm_tma.b_transposed(b) == (b_layout == "column-major")
+    c = torch.full((57, n), float("nan"), dtype=torch_dtype)
+    offsets = torch.tensor(ends, dtype=torch.int32)
+    config = grouped_mm_tma.INTERPRETER_SPLIT_CONFIG if halves else grouped_mm_tma.INTERPRETER_CONFIG
+    grouped_mm_tma.launch(a, b, offsets, c, grouped_mm_tma.INTERPRETER_PROGRAMS, config, promoted=promoted)
+    _grouped_reference_check(c, a, b, ends, 1e-5 if dtype == "float32" else 1e-2)
+
+
+def test_grouped_tma_eligibility_and_configs():
+    from gemmzoo_triton.core import grouped_mm_tma
+
+    a = torch.empty(64, 40, dtype=torch.float16)
+    assert grouped_mm_tma.eligible(a, torch.empty(2, 40, 56, dtype=torch.float16))
+    assert not grouped_mm_tma.eligible(a, torch.empty(2, 40, 50, dtype=torch.float16))  # 100-byte rows
+    assert not grouped_mm_tma.eligible(torch.empty(64, 36, dtype=torch.float16)[:, :35],
+                                       torch.empty(2, 35, 56, dtype=torch.float16))
+    config = grouped_mm_tma.parse_config("128x256x64/s3/w8/p2")
+    assert (config.block_m, config.block_n, config.block_k, config.stages, config.warps, config.per_sm,
+            config.split_m) == (128, 256, 64, 3, 8, 2, 1)
+    assert grouped_mm_tma.parse_config(config.text()) == config
+    halves = grouped_mm_tma.parse_config("128x128x128/s3/w4/p2/h2")
+    assert halves.split_m == 2 and grouped_mm_tma.parse_config(halves.text()) == halves
+    for bad in ("128x256", "128x256x64/q3", "128x256x64/h3"):
+        with pytest.raises(ValueError, match="BMxBNxBK"):
+            grouped_mm_tma.parse_config(bad)
+    big_a, big_b = torch.empty(4096, 64, dtype=torch.bfloat16), torch.empty(8, 64, 4096, dtype=torch.bfloat16)
+    assert grouped_mm_tma.config_for(big_a, big_b, 8) == grouped_mm_tma.HOPPER_CONFIGS[2]
+    assert grouped_mm_tma.config_for(big_a[:512], big_b, 8) == grouped_mm_tma.NARROW_CONFIGS[2]
+    for configs in (grouped_mm_tma.HOPPER_CONFIGS, grouped_mm_tma.NARROW_CONFIGS):
+        assert all(c.per_sm * c.shared_bytes(size) <= 227 * 1024 for size, c in configs.items())
+
+
+@pytest.mark.parametrize("n", [56, 50])
+def test_grouped_pointer_kernel_masks_columns_past_n(n):
+    """B's columns are masked (not clamped) in the pointer kernel: N a multiple of the tile's
+    vector width and not."""
+    _available("triton-grouped")
+    from gemmzoo_triton.core import grouped_mm_kernel
+
+    ends = [5, 5, 6, 37]
+    gen = torch.Generator().manual_seed(22)
+    a, b = torch.randn(40, 24, generator=gen), torch.randn(len(ends), 24, n, generator=gen)
+    c = torch.full((40, n), float("nan"))
+    grouped_mm_kernel.launch(a, b, torch.tensor(ends, dtype=torch.int32), c, 1)
+    _grouped_reference_check(c, a, b, ends, 1e-5)
+
+
+@pytest.mark.parametrize("scaling, shape", [("tensorwise", (40, 136, 48)), ("rowwise", (33, 200, 64)),
+                                            ("blockwise", (70, 264, 304))])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_scaled_tma_kernel_structure_on_plain_floats(scaling, shape, dtype):
+    """The Hopper scaled kernel (persistent, descriptors, halves of M, scales in the K loop or the
+    epilogue) under the interpreter: M and N past whole tiles, K past whole 128-blocks (block-wise),
+    several tiles per program; every element against the float64 product of the scaled operands."""
+    _available("triton-fp8")
+    from gemmzoo_triton.fp8 import scaled_tma_kernel
+
+    m, n, k = shape
+    gen = torch.Generator().manual_seed(23)
+    a = torch.randn(m, k, generator=gen).to(getattr(torch, dtype))
+    b = torch.randn(n, k, generator=gen).to(getattr(torch, dtype)).t()  # column-major, as passed
+    sa_shape, sb_shape = scale_shapes(scaling, m, n, k)
+    sa, sb = torch.rand(sa_shape, generator=gen) + 0.5, torch.rand(sb_shape, generator=gen) + 0.5
+    c = torch.full((m, n), float("nan"))
+    scaled_tma_kernel.launch(a, b, sa, sb, scaling, c, sms=2)
+    deq_a = dequantized(a.float().numpy(), sa.numpy(), scaling, "A")
+    ref = deq_a @ dequantized(b.float().numpy(), sb.numpy(), scaling, "B")
+    np.testing.assert_allclose(c.numpy(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def test_class_benchmark_problem_sets_parse_and_name_their_dtype():
+    """benchmarks/classes.py: every problem of its sets is a valid text form, with ``@DTYPE``
+    where given; the grouped targets come in bf16 and fp8, the sweep configs parse."""
+    import importlib.util
+    from pathlib import Path
+
+    from gemmzoo.problems.classes import parse_problem
+    from gemmzoo_triton.core.grouped_mm_tma import parse_config
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "classes.py"
+    spec = importlib.util.spec_from_file_location("classes_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    dtypes = set()
+    for text in bench.PROBLEM_SETS["all"]:
+        form, _, dtype = text.partition("@")
+        problem = parse_problem(form, dtype=dtype or "bfloat16")
+        dtypes.add((problem.kind, problem.dtype))
+    assert {("grouped", "bfloat16"), ("grouped", "float8_e4m3fn"), ("scaled", "float8_e4m3fn")} <= dtypes
+    assert set(bench.PROBLEM_SETS["targets"]) == set(bench.SCALED_PROBLEMS + bench.GROUPED_PROBLEMS)
+    for configs in bench.GROUPED_SWEEP.values():
+        assert all(parse_config(text).text() == text for text in configs)
+    # the sweep's reference for scaled problems without a torch call: the dequantized product
+    for scaling in ("blockwise", "rowwise"):
+        problem = parse_problem(f"scaled:{scaling}:64x200x300")
+        ops = bench.operands(problem, "cpu", torch.bfloat16)
+        ref = dequantized(ops["a"].float().numpy(), ops["scale_a"].numpy(), scaling, "A") @ \
+            dequantized(ops["b"].float().numpy(), ops["scale_b"].numpy(), scaling, "B")
+        got = bench.dequantized_product(ops, scaling).float().numpy()
+        np.testing.assert_allclose(got, ref, rtol=2**-8, atol=2**-8 * np.abs(ref).max())
+
+
+def _hopper_backend(**options):
+    from gemmzoo_triton import TritonFp8Backend, TritonGroupedBackend
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs a GPU of capability 9.0")
+    if "gluon" in options:
+        return TritonFp8Backend(**options)
+    return TritonGroupedBackend()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gluon", [True, False])
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise", "blockwise"])
+def test_scaled_hopper_kernels_conform_past_the_tma_threshold(scaling, gluon):
+    """The class cases are too small for the Hopper scaled kernels (Gluon, or Triton's TMA kernel
+    with ``gluon=False``): the same check on a product past the threshold, with M, N and K (and so
+    the last 128-block of K) not multiples of the tiles."""
+    from gemmzoo.conformance.class_cases import ClassCase
+
+    backend = _hopper_backend(gluon=gluon)
+    for out in ("bfloat16", "float32") if scaling == "blockwise" else ("bfloat16",):
+        case = ClassCase("scaled", scaling, "float8_e4m3fn", (scaling, 2112, 2088, 2064, out, "T"))
+        run_class_case(backend, case)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float8_e4m3fn"])
+def test_grouped_hopper_kernel_on_ragged_groups_of_many_tiles(dtype):
+    """The grouped TMA kernel on groups of several tiles each, empty and one-row groups between
+    (fp8: K padded to 16-byte rows first)."""
+    from gemmzoo.conformance.class_cases import ClassCase
+
+    backend = _hopper_backend(gluon=True) if dtype == "float8_e4m3fn" else _hopper_backend()
+    groups = (0, 700, 1, 0, 1300, 129, 64)
+    run_class_case(backend, ClassCase("grouped", "ragged-large", dtype, ("ragged-large", 1040, 1032, groups)))
+
+
+def test_grouped_mm_with_k_zero_is_zeros():
+    backend = _available("triton-grouped")
+    c = backend.grouped_mm(torch.randn(5, 0), torch.randn(2, 0, 8), np.asarray([2, 5], np.int32))
+    assert c.shape == (5, 8) and not c.any()

@@ -1,12 +1,16 @@
 """The grouped class (mixture-of-experts layers) in one persistent launch over every group.
 
+On Hopper (Triton >= 3.4) :func:`grouped_mm` takes the TMA kernel of
+:mod:`~gemmzoo_triton.core.grouped_mm_tma` where descriptors can cover the operands; this pointer
+kernel runs everywhere else (other GPUs, unaligned operands, Triton's interpreter).
+
 ``C[offsets[g-1]:offsets[g]] = A[offsets[g-1]:offsets[g]] @ B[g]``, as ``torch._grouped_mm`` takes
 it. The launch has one program per SM (a few under the interpreter); the tiles of all groups are
 numbered one after another, group by group, and program ``p`` computes tiles ``p``,
 ``p + programs``, ... . Each program reads the offsets on the device and walks the groups, so the
 host never reads them back (no synchronisation) and empty groups cost one load. Rows of a tile
-past its group's end are read from the group's first row and never stored; columns past N the
-same; K's tail is masked to zeros.
+past its group's end are read from the group's first row and never stored; columns past N and
+K's tail are masked to zeros.
 
 Operands: float16, bfloat16, float32 (IEEE) or float8_e4m3fn (C in bfloat16, partial sums
 promoted once per K tile as :mod:`~gemmzoo_triton.fp8.pointer_kernel` does). Under Triton's
@@ -68,15 +72,16 @@ def grouped_mm_kernel(
             rows_in = offs_m < end
             cols_in = offs_n < N
             rows = tl.where(rows_in, offs_m, start)
-            cols = tl.where(cols_in, offs_n, 0)
             offs_k = tl.arange(0, BLOCK_SIZE_K)
             a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
-            b_ptrs = b_ptr + g * stride_bg + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
+            # B's columns are masked, not clamped: a clamped index hides that they are adjacent,
+            # and B's rows would then load element by element, outside the pipeline
+            b_ptrs = b_ptr + g * stride_bg + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
             accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
             for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
                 k_left = K - k * BLOCK_SIZE_K
                 a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-                b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+                b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & cols_in[None, :], other=0.0)
                 if WIDEN:
                     a = e4m3_to_f16_keeping_nan(a)
                     b = e4m3_to_f16_keeping_nan(b)
@@ -152,14 +157,22 @@ def grouped_mm(backend: Any, a: Any, b: Any, offsets: Any) -> Any:
                     device=a.device)
     if b.shape[0] == 0 or c.numel() == 0:
         return c.to(out)
+    if a.shape[1] == 0:  # empty sums (no descriptor covers a dimension of zero)
+        return c.zero_().to(out)
     if a.is_cuda and fp8:  # Hopper's fp8 MMA takes both operands K-major, rows 16-byte aligned
         a, b = _k_major_padded(a, b)
-    programs = 1
+    offs = offs.to(device=a.device, dtype=torch.int32)
     if a.is_cuda:
-        from gemmzoo_triton.core.hopper import num_sms
+        from gemmzoo_triton.core import grouped_mm_tma
+        from gemmzoo_triton.core.hopper import num_sms, tma_device
 
-        programs = num_sms(a.device)
-    launch(a, b, offs.to(device=a.device, dtype=torch.int32), c, programs)
+        if getattr(backend, "tma", True) and tma_device(a.device) and grouped_mm_tma.eligible(a, b):
+            config = grouped_mm_tma.config_for(a, b, b.shape[0])
+            grouped_mm_tma.launch(a, b, offs, c, config.per_sm * num_sms(a.device), config)
+        else:
+            launch(a, b, offs, c, num_sms(a.device))
+    else:
+        launch(a, b, offs, c, 1)
     return c.to(out) if c.dtype != out else c
 
 

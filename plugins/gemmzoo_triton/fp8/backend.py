@@ -62,6 +62,22 @@ def tma_fp8_eligible(x: Any, y: Any, c: Any) -> bool:
         and x.stride(0) >= K and y.stride(1) >= K
 
 
+def scaled_tma_eligible(x: Any, y: Any, c: Any) -> bool:
+    """Whether a scaled product runs on :mod:`~gemmzoo_triton.fp8.scaled_tma_kernel`: a Hopper
+    GPU, more than :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK` multiply-adds, A row-major and
+    B column-major with 16-byte aligned starts and rows (K a multiple of 16 once padded), and C's
+    rows 16-byte aligned (N a multiple of 8 for 16-bit C, of 4 for float32)."""
+    M, K = x.shape
+    N = y.shape[1]
+    if M * N * K <= TMA_MIN_WORK or not tma_device(x.device):
+        return False
+    if x.stride(1) != 1 or y.stride(0) != 1 or c.stride(1) != 1:
+        return False
+    rows = (x.stride(0), y.stride(1), c.stride(0) * c.element_size())
+    starts = (x.data_ptr(), y.data_ptr(), c.data_ptr())
+    return all(r % 16 == 0 for r in rows) and all(p % 16 == 0 for p in starts)
+
+
 def gluon_fp8_config(x: Any, y: Any) -> Any:
     """The Gluon kernel's config for ``x @ y`` on operands :func:`tma_fp8_eligible` accepted, or
     None where the problem stays on the Triton TMA kernel: the GPU or Triton cannot run it
@@ -75,6 +91,20 @@ def gluon_fp8_config(x: Any, y: Any) -> Any:
     from gemmzoo_triton.fp8 import gluon_kernel as fp8_gluon_kernel
 
     return fp8_gluon_kernel.config_for(shared)
+
+
+def gluon_scaled_config(x: Any, y: Any, c: Any) -> Any:
+    """The Gluon scaled kernel's config for operands :func:`scaled_tma_eligible` accepted, or None
+    where the problem stays on the Triton TMA kernel (as :func:`gluon_fp8_config` decides, with
+    C's staging tile in C's dtype)."""
+    if min(x.shape[0], y.shape[1]) < GLUON_MIN_MN:
+        return None
+    shared = gluon_shared_memory(x.device)
+    if shared is None:
+        return None
+    from gemmzoo_triton.fp8 import gluon_scaled_kernel
+
+    return gluon_scaled_kernel.config_for(shared, c.element_size())
 
 
 class TritonFp8Backend(TritonBackend):
@@ -196,8 +226,12 @@ class TritonFp8Backend(TritonBackend):
         return grouped_mm_kernel.grouped_mm(self, a, b, offsets)
 
     def scaled_mm(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: str) -> Any:
-        """The ``scaled`` class: :mod:`~gemmzoo_triton.fp8.scaled_kernel` (block-wise scales in the
-        accumulator loop, row-wise and tensor-wise in the epilogue), operands made K-major on a GPU."""
+        """The ``scaled`` class: block-wise scales in the accumulator loop, row-wise and
+        tensor-wise in the epilogue; operands made K-major on a GPU. On Hopper, problems that
+        :func:`scaled_tma_eligible` allows run on :mod:`~gemmzoo_triton.fp8.gluon_scaled_kernel`
+        (warp-specialized) where :func:`gluon_scaled_config` allows and ``gluon`` is on, else on
+        :mod:`~gemmzoo_triton.fp8.scaled_tma_kernel` (persistent, TMA); the others on
+        :mod:`~gemmzoo_triton.fp8.scaled_kernel`."""
         import torch
 
         from gemmzoo.problems.class_math import scaled_problem
@@ -228,6 +262,20 @@ class TritonFp8Backend(TritonBackend):
             x, y = k_padded(x, y)
         interpreted = interpreter_mode()
         c = torch.empty((M, N), dtype=torch.float32 if interpreted else out, device=a.device)
+        if self.device == "cuda" and self.tma and scaled_tma_eligible(x, y, c):
+            from gemmzoo_triton.core.hopper import num_sms
+
+            config = gluon_scaled_config(x, y, c) if self.gluon else None
+            if config is not None:
+                from gemmzoo_triton.fp8 import gluon_scaled_kernel
+
+                gluon_scaled_kernel.launch(x, y, sa, sb, scaling, c, num_sms(x.device), config)
+                return c
+            from gemmzoo_triton.fp8 import scaled_tma_kernel
+
+            scaled_tma_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, num_sms(x.device),
+                                     self.autotune)
+            return c
         scaled_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, self.autotune)
         return c.to(out) if interpreted else c
 
