@@ -118,7 +118,7 @@ def tune_recorded(args: argparse.Namespace, chosen: Sequence[Any], named: bool,
         state.forget_answers()
     unmeasured = [p for p in problems if (p.point, p.device) not in outcomes]
     if left or (unmeasured and budget.over):
-        behind = (unmeasured if budget.over else []) + left
+        behind = list({(p.point, p.device): p for p in (unmeasured if budget.over else []) + left}.values())
         say(f"time budget of {args.time_budget:g} s used up: {len(behind)} of {total} problems not (fully) "
             f"measured, {work_share(behind, problems):.0%} of the recorded work; they stay recorded: run "
             "gemmzoo tune --recorded again to go on (or give --time-budget more)")
