@@ -25,6 +25,17 @@ def _check_size(size: int) -> int:
     return size
 
 
+def _make_newest(entries: OrderedDict, key: Any, size: int) -> None:  # type: ignore[type-arg]
+    """Move ``key`` to the end of ``entries`` and forget the oldest entries past ``size``."""
+    with contextlib.suppress(KeyError):  # forgotten by another thread meanwhile
+        entries.move_to_end(key)
+    while len(entries) > size:
+        try:
+            entries.popitem(last=False)
+        except KeyError:  # emptied by another thread
+            break
+
+
 class LRUCache(OrderedDict):  # type: ignore[type-arg]
     """A mapping of at most ``size`` entries: reading or writing an entry makes it the most recently
     used, and writing past ``size`` forgets the least recently used ones.
@@ -50,13 +61,7 @@ class LRUCache(OrderedDict):  # type: ignore[type-arg]
 
     def __setitem__(self, key: Any, value: Any) -> None:
         super().__setitem__(key, value)
-        with contextlib.suppress(KeyError):
-            self.move_to_end(key)
-        while len(self) > self.size:
-            try:
-                self.popitem(last=False)
-            except KeyError:  # emptied by another thread
-                break
+        _make_newest(self, key, self.size)
 
 
 class PlanCache:
@@ -87,13 +92,6 @@ class PlanCache:
 
     def keep(self, key: tuple[Any, ...], plan: Any) -> None:
         """Keep ``plan`` for ``key`` and make it the last one met (and the most recently used)."""
-        plans = self.plans
-        plans[key] = plan
-        with contextlib.suppress(KeyError):
-            plans.move_to_end(key)
-        while len(plans) > self.size:
-            try:
-                plans.popitem(last=False)
-            except KeyError:  # emptied by another thread
-                break
+        self.plans[key] = plan
+        _make_newest(self.plans, key, self.size)
         self.last = key, plan
