@@ -63,8 +63,13 @@ def test_one_worker_against_two_through_submitit_local(tmp_path: Path, empty_cac
     assert summary["speedup_with_suites"] > 0 and summary["speedup_timing_only"] > 0
     one, two = summary["runs"]["one"], summary["runs"]["two"]
     assert one["ok"] == two["ok"] == 4 and len(one["workers"]) == 1 and len(two["workers"]) == 2
-    for worker in one["workers"] + two["workers"]:  # each worker earned its verdict in its own set-up
-        assert worker["suites"] == {"numpy:float32": "passed"} and worker["setup_s"] >= worker["suites_s"] > 0
+    for worker in one["workers"] + two["workers"]:  # each worker has its verdict from its own set-up
+        assert worker["suites"] == {"numpy:float32": "passed"}
+        assert worker["setup_s"] >= worker["suites_s"] >= 0
+    # each run earned it in its own empty cache; the pretend GPUs of one run are one device ("cpu"),
+    # so a worker that asks after the other stored its verdict finds it there
+    for run in (one, two):
+        assert max(worker["suites_s"] for worker in run["workers"]) > 0
         assert worker["began_s"] <= worker["ready_s"] <= worker["done_s"]
     assert sum(summary["compare_verdicts"].values()) == 4  # every row of the two runs judged
     for name in ("one.json", "two.json", "compare.txt", "report.html"):
