@@ -159,3 +159,54 @@ def test_best_answers_class_problems_from_the_store_or_the_default_order(capsys)
     assert main(["best", "--problem", "bmm:3x9", "--dtype", "float64"]) == 2
     with pytest.raises(TypeError, match="apply to"):
         gemmzoo.best_backend(problem, "float64", "cpu", layout="NT")
+
+
+def test_tune_export_and_import_carry_class_measurements(tmp_path, monkeypatch, capsys):
+    from sessions import restart
+
+    from gemmzoo.tuning.class_store import stored_winner
+
+    problem = parse_problem("grouped:g3:8x12:m=5,0,7").text()  # the stored (text) form
+    assert main(["tune", "--shape", problem, "--backend", "numpy", "--format", "plain"]) == 0
+    exported = tmp_path / "tuning.json"
+    assert main(["tune", "--export", str(exported)]) == 0
+    document = json.loads(exported.read_text())
+    rows = [r for r in document["class_measurements"] if r["problem"] == problem]
+    assert len(rows) == 1 and rows[0]["problem_class"] == "grouped" and rows[0]["backend"] == "numpy"
+    assert rows[0]["status"] == "ok" and rows[0]["median_s"] > 0
+
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "another-machine"))
+    restart()
+    assert stored_winner(problem, "float32", "cpu") is None
+    assert main(["tune", "--import", str(exported)]) == 0
+    assert "imported" in capsys.readouterr().out
+    restart()
+    assert stored_winner(problem, "float32", "cpu") == "numpy"
+    a = np.random.default_rng(3).standard_normal((12, 12)).astype(np.float32)
+    b = np.random.default_rng(4).standard_normal((3, 12, 8)).astype(np.float32)
+    offsets = np.array([5, 5, 12], np.int32)
+    expected = np.concatenate([a[:5] @ b[0], a[5:5] @ b[1], a[5:12] @ b[2]])
+    np.testing.assert_allclose(gemmzoo_grouped(a, b, offsets), expected, rtol=1e-5, atol=1e-5)
+
+    tampered = json.loads(exported.read_text())
+    tampered["class_measurements"][0]["problem_class"] = "batched"  # the row names another class
+    bad = tmp_path / "tampered.json"
+    bad.write_text(json.dumps(tampered))
+    monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(tmp_path / "third-machine"))
+    restart()
+    capsys.readouterr()
+    assert main(["tune", "--import", str(bad)]) == 2
+    assert "class_measurements[0].problem" in capsys.readouterr().out
+    assert stored_winner(problem, "float32", "cpu") is None
+
+    older = json.loads(exported.read_text())
+    del older["class_measurements"]
+    old_file = tmp_path / "older.json"
+    old_file.write_text(json.dumps(older))
+    assert main(["tune", "--import", str(old_file)]) == 0
+
+
+def gemmzoo_grouped(a, b, offsets):
+    import gemmzoo
+
+    return gemmzoo.grouped_mm(a, b, offsets)

@@ -694,6 +694,38 @@ class TuningStore:
         except sqlite3.OperationalError:  # a read-only database of an older release lacks the table
             return []
 
+    def all_class_measurements(self) -> list[dict[str, object]]:
+        """Every class measurement, of every device and versions, oldest first (for export), each
+        a mapping of the columns of ``class_measurements``; ``[]`` without the table."""
+        names = [name.strip() for name in _CLASS_COLUMNS.split(",")]
+        try:
+            rows = self._read(f"SELECT {_CLASS_COLUMNS} FROM class_measurements ORDER BY created", ())
+        except sqlite3.OperationalError:  # a read-only database of an older release lacks the table
+            return []
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def add_newer_class_measurements(self, rows: Iterable[tuple[object, ...]]) -> int:
+        """Store each class measurement (the columns of :meth:`add_class_measurements`) unless the
+        database holds one as new or newer of the same device, versions, backend, problem and
+        dtype; all in one transaction. Returns how many were stored."""
+        rows = [(*row, row[0], row[1], row[2], row[4], row[5], row[8]) for row in rows]
+        if not rows:
+            return 0
+        marks = ", ".join("?" * 9)
+        sql = (f"INSERT INTO class_measurements ({_CLASS_COLUMNS}) SELECT {marks} WHERE NOT EXISTS ("
+               "SELECT 1 FROM class_measurements WHERE device = ? AND versions = ? AND backend = ? "
+               "AND problem = ? AND dtype = ? AND created >= ?)")
+        added = [0]
+
+        def write() -> None:
+            with self._transaction():
+                before = self._db.total_changes
+                self._db.executemany(sql, rows)
+                added[0] = self._db.total_changes - before
+
+        self._guarded(write)
+        return added[0]
+
     def add_bandwidth(self, device: str, bytes_per_s: float) -> None:
         """Store a device's measured copy bandwidth."""
         self._write("INSERT INTO bandwidth (device, bytes_per_s, created) VALUES (?, ?, ?)",

@@ -22,6 +22,12 @@ The file (``gemmzoo tune --export FILE``) is human-readable JSON::
          "backend": "torch", "dtype": "float16",
          "passed": true, "checks": 65, "failures": 0, "detail": "", "created": 1795429990.0},
         ...
+      ],
+      "class_measurements": [
+        {"device": {...}, "versions": {...}, "backend": "torch", "problem_class": "grouped",
+         "problem": "grouped:g8:4096x7168:m=512,...", "dtype": "bfloat16", "status": "ok",
+         "median_s": 0.00037, "created": 1795430100.0},
+        ...
       ]
     }
 
@@ -29,8 +35,9 @@ The file (``gemmzoo tune --export FILE``) is human-readable JSON::
 by (:mod:`gemmzoo.tuning.fingerprint`), written as objects; a verdict's ``versions`` also hold the
 conformance suite's revision and the backend's accuracy class
 (:func:`gemmzoo.tuning.tune.verdict_versions`). An export holds, for every device, versions,
-backend and problem, the newest measurement, and the newest conformance verdict of every backend
-and dtype.
+backend and problem, the newest measurement (``class_measurements``: problems of the classes
+beyond gemm, named by their text form, :mod:`gemmzoo.problems.classes`; a file without the key is
+read as having none), and the newest conformance verdict of every backend and dtype.
 
 Import (``gemmzoo tune --import FILE``) first checks the whole file (:func:`load`): its size, that
 it is JSON without duplicate keys, NaN or Infinity, and every row against
@@ -75,7 +82,7 @@ MAX_OBJECTS = 3 * 2 * MAX_ROWS + 1
 MAX_NUMBERS = 16 * MAX_ROWS
 """The most numbers a tuning file may hold (a measurement has about 12)."""
 MAX_ARRAYS = 10_000
-TOP_LEVEL = ("format", "version", "exported", "gemmzoo", "measurements", "conformance")
+TOP_LEVEL = ("format", "version", "exported", "gemmzoo", "measurements", "conformance", "class_measurements")
 
 
 class TuningFileError(GemmError):
@@ -109,13 +116,23 @@ def _as_json(row: Any) -> dict[str, Any]:
     return data
 
 
+def _class_problem(row: dict[str, Any]) -> tuple[Any, ...]:
+    return row["device"], row["versions"], row["backend"], row["problem"], row["dtype"]
+
+
+def _class_as_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "device": json.loads(str(row["device"])), "versions": json.loads(str(row["versions"]))}
+
+
 def export_tuning(store: TuningStore, path: str | Path) -> tuple[int, int]:
-    """Write the newest measurement of every problem and the newest verdict of every backend and
-    dtype to ``path``; returns (measurements, verdicts) written."""
+    """Write the newest measurement of every problem (plain products under ``measurements``, the
+    other classes under ``class_measurements``) and the newest verdict of every backend and dtype
+    to ``path``; returns (measurements of both kinds, verdicts) written."""
     from gemmzoo import __version__
 
     records = _newest(store.all_records(), _problem)
     verdicts = _newest(store.all_conformance(), _verdict_key)
+    classes = _newest_rows(store.all_class_measurements())
     data = {
         "format": FORMAT,
         "version": VERSION,
@@ -123,9 +140,20 @@ def export_tuning(store: TuningStore, path: str | Path) -> tuple[int, int]:
         "gemmzoo": __version__,
         "measurements": [_as_json(r) for r in records],
         "conformance": [_as_json(v) for v in verdicts],
+        "class_measurements": [_class_as_json(r) for r in classes],
     }
     Path(path).write_text(json.dumps(data, indent=1) + "\n")
-    return len(records), len(verdicts)
+    return len(records) + len(classes), len(verdicts)
+
+
+def _newest_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest class measurement of each device, versions, backend, problem and dtype."""
+    newest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        key = _class_problem(row)
+        if key not in newest or float(row["created"]) >= float(newest[key]["created"]):
+            newest[key] = row
+    return sorted(newest.values(), key=lambda r: float(r["created"]))
 
 
 def write_measurements(rows: Sequence[dict[str, Any]], path: str | Path) -> int:
@@ -339,7 +367,8 @@ def _check_rows(path: Path, data: dict[str, Any]) -> None:
             except schema.RowError as error:
                 raise reject(name, error.why) from None
     now = time.time()
-    for name, check in (("measurements", schema.check_measurement), ("conformance", schema.check_verdict)):
+    for name, check in (("measurements", schema.check_measurement), ("conformance", schema.check_verdict),
+                        ("class_measurements", schema.check_class_measurement)):
         rows = data.get(name, [])
         if not isinstance(rows, list):
             raise reject(name, f"must be an array, got {schema.shown(rows)}")
@@ -387,6 +416,21 @@ def import_tuning(store: TuningStore, path: str | Path, *, check: bool = True) -
     records.sort(key=lambda r: r.created)
     report.added = store.add_newer(records)
     report.known = len(records) - report.added
+    classes = []
+    for row in data.get("class_measurements", []):
+        why = _mismatch(row, here)
+        if why is None:
+            classes.append((canonical(row["device"]), canonical(row["versions"]), row["backend"],
+                            row["problem_class"], row["problem"], row["dtype"], row["status"],
+                            row["median_s"], float(row["created"])))
+            continue
+        report.ignored[why[0]] = report.ignored.get(why[0], 0) + 1
+        if not report.example:
+            report.example = f"; e.g. {why[1]}"
+    classes.sort(key=lambda row: row[-1])
+    added = store.add_newer_class_measurements(classes)
+    report.added += added
+    report.known += len(classes) - added
     if check:
         report.checked = _earn_verdicts(store, here, {(r.backend, r.dtype) for r in records})
     return report

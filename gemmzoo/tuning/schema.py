@@ -27,6 +27,8 @@ MAX_SAMPLES = 10**9
 MAX_CHECKS = 10**6
 MAX_NAME = 64
 MAX_TEXT = 256
+#: The longest text form of a class problem (a grouped problem names every group's rows).
+MAX_PROBLEM_TEXT = 8192
 MAX_DETAIL = 2000
 """The longest ``detail`` a row may hold; exports cut longer ones to this length."""
 MAX_KEYS = 32
@@ -42,6 +44,10 @@ MEASUREMENT_FIELDS = ("device", "versions", "backend", "m", "n", "k", "dtype", "
 MEASUREMENT_OPTIONAL = ("host_s", "host_spread_s", "loop_s", "loop_spread_s")
 VERDICT_FIELDS = ("device", "versions", "backend", "dtype", "passed", "checks", "failures", "detail",
                   "created")
+CLASS_MEASUREMENT_FIELDS = ("device", "versions", "backend", "problem_class", "problem", "dtype", "status",
+                            "median_s", "created")
+#: The problem classes a class measurement may name (plain products are ``measurements`` rows).
+CLASS_KINDS = ("batched", "scaled", "grouped")
 
 
 class RowError(ValueError):
@@ -216,6 +222,31 @@ def check_verdict(row: Any, now: float | None = None) -> None:
     integer(row, "checks", 0, MAX_CHECKS)
     integer(row, "failures", 0, MAX_CHECKS)
     text(row, "detail", MAX_DETAIL, lines=True)
+    created(row, time.time() if now is None else now)
+
+
+def check_class_measurement(row: Any, now: float | None = None) -> None:
+    """Raise :class:`RowError` unless ``row`` is a measurement of a problem of another class than
+    gemm in the export format: its ``problem`` must be the text form
+    (:meth:`gemmzoo.problems.classes.Problem.text`) of a problem of ``problem_class`` and ``dtype``."""
+    from gemmzoo.problems.classes import parse_problem
+
+    _fields(row, CLASS_MEASUREMENT_FIELDS)
+    flat_object(row, "device")
+    flat_object(row, "versions")
+    _backend(row)
+    text(row, "problem_class", MAX_NAME, CLASS_KINDS)
+    text(row, "dtype", MAX_NAME, DTYPES)
+    text(row, "problem", MAX_PROBLEM_TEXT)
+    try:
+        parsed = parse_problem(row["problem"], dtype=row["dtype"])
+    except ValueError as error:
+        raise RowError("problem", str(error)[:200]) from None
+    if (parsed.kind, parsed.text(), parsed.dtype) != (row["problem_class"], row["problem"], row["dtype"]):
+        raise RowError("problem", f"is not a {row['problem_class']} problem of {row['dtype']} in its text "
+                                  f"form (it reads as {shown(parsed.text())}, {parsed.kind}, {parsed.dtype})")
+    text(row, "status", 16, STATUSES)
+    seconds(row, "median_s", required=row["status"] == "ok")
     created(row, time.time() if now is None else now)
 
 
