@@ -565,6 +565,10 @@ class TuningStore:
         sql = (f"INSERT INTO measurements ({_RECORD_COLUMNS}) SELECT {marks} WHERE NOT EXISTS ("
                "SELECT 1 FROM measurements WHERE device = ? AND versions = ? AND backend = ? AND m = ? "
                "AND n = ? AND k = ? AND dtype = ? AND layout = ? AND created >= ?)")
+        return self._insert_counted(sql, rows)
+
+    def _insert_counted(self, sql: str, rows: list[tuple[object, ...]]) -> int:
+        """Run ``sql`` for each row in one transaction; how many rows it inserted."""
         added = [0]
 
         def write() -> None:
@@ -715,16 +719,7 @@ class TuningStore:
         sql = (f"INSERT INTO class_measurements ({_CLASS_COLUMNS}) SELECT {marks} WHERE NOT EXISTS ("
                "SELECT 1 FROM class_measurements WHERE device = ? AND versions = ? AND backend = ? "
                "AND problem = ? AND dtype = ? AND created >= ?)")
-        added = [0]
-
-        def write() -> None:
-            with self._transaction():
-                before = self._db.total_changes
-                self._db.executemany(sql, rows)
-                added[0] = self._db.total_changes - before
-
-        self._guarded(write)
-        return added[0]
+        return self._insert_counted(sql, rows)
 
     def add_bandwidth(self, device: str, bytes_per_s: float) -> None:
         """Store a device's measured copy bandwidth."""
