@@ -56,6 +56,8 @@ def test_a_measured_answer_replaces_the_library_route(monkeypatch):
     restart()  # a new process: the stored row answers
     choice = dispatch.choice_for(a, b)
     assert choice.source == "database" and choice.backend.name == "numpy"
+    # the measured winner's product is the caller's library's own: the plan is that call itself
+    assert dispatch.make_plan(a, b) is np.matmul
     assert np.array_equal(gemmzoo.matmul(a, b), np.matmul(a, b))
 
 

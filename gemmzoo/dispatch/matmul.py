@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gemmzoo.arrays.libraries import array_kind, device_of, dtype_of, native_kind, own_product
-from gemmzoo.contract.backend import TF32Array, is_self_checking, shape_text
+from gemmzoo.contract.backend import TF32Array, declared, is_self_checking, shape_text
 from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.dispatch.plan_cache import PlanCache
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
@@ -493,7 +493,10 @@ def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str,
     (see :func:`choice_for`; else ``None``)."""
     if backend is None:
         choice = plan_decision(shape, dtype, device, layout, kind, accuracy, by)
-        return choice.backend, own_product(kind, dtype) if choice.source == LIBRARY else None
+        # a chosen backend whose product is the caller's library's own: the library's call itself,
+        # under the caller's switches (as accurate as the call replaced, and no launcher around it)
+        own = choice.source == LIBRARY or declared(choice.backend, "library_product") == kind
+        return choice.backend, own_product(kind, dtype) if own else None
     if isinstance(backend, str):
         from gemmzoo.session import current
 
