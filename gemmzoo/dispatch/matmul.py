@@ -35,7 +35,7 @@ from gemmzoo.errors import BackendUnavailableError, GemmInputError
 from gemmzoo.plugins.registry import unavailable_reason
 from gemmzoo.session import _current, _default, current
 from gemmzoo.session import default as _default_session
-from gemmzoo.tuning.select import LIBRARY, RANK_BY, plan_decision
+from gemmzoo.tuning.select import RANK_BY, plan_decision
 
 _get_session = _current.get
 
@@ -493,9 +493,10 @@ def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str,
     (see :func:`choice_for`; else ``None``)."""
     if backend is None:
         choice = plan_decision(shape, dtype, device, layout, kind, accuracy, by)
-        # a chosen backend whose product is the caller's library's own: the library's call itself,
-        # under the caller's switches (as accurate as the call replaced, and no launcher around it)
-        own = choice.source == LIBRARY or declared(choice.backend, "library_product") == kind
+        # a chosen backend whose product is the caller's library's own (the prior's library route
+        # or a measured winner): the library's call itself, under the caller's switches (as
+        # accurate as the call replaced, and no launcher around it)
+        own = declared(choice.backend, "library_product") == kind
         return choice.backend, own_product(kind, dtype) if own else None
     if isinstance(backend, str):
         from gemmzoo.session import current

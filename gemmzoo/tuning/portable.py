@@ -404,36 +404,36 @@ def import_tuning(store: TuningStore, path: str | Path, *, check: bool = True) -
     data = load(path)
     here = _Here()
     report = ImportReport(verdicts_left_out=len(data.get("conformance", [])))
-    records = []
-    for row in data.get("measurements", []):
-        why = _mismatch(row, here)
-        if why is None:
-            records.append(_record(row))
-            continue
-        report.ignored[why[0]] = report.ignored.get(why[0], 0) + 1
-        if not report.example:
-            report.example = f"; e.g. {why[1]}"
-    records.sort(key=lambda r: r.created)
+    records = sorted((_record(row) for row in _made_here(data.get("measurements", []), here, report)),
+                     key=lambda r: r.created)
     report.added = store.add_newer(records)
     report.known = len(records) - report.added
-    classes = []
-    for row in data.get("class_measurements", []):
-        why = _mismatch(row, here)
-        if why is None:
-            classes.append((canonical(row["device"]), canonical(row["versions"]), row["backend"],
-                            row["problem_class"], row["problem"], row["dtype"], row["status"],
-                            row["median_s"], float(row["created"])))
-            continue
-        report.ignored[why[0]] = report.ignored.get(why[0], 0) + 1
-        if not report.example:
-            report.example = f"; e.g. {why[1]}"
-    classes.sort(key=lambda row: row[-1])
+    classes = sorted(((canonical(row["device"]), canonical(row["versions"]), row["backend"],
+                       row["problem_class"], row["problem"], row["dtype"], row["status"],
+                       row["median_s"], float(row["created"]))
+                      for row in _made_here(data.get("class_measurements", []), here, report)),
+                     key=lambda row: row[-1])
     added = store.add_newer_class_measurements(classes)
     report.added += added
     report.known += len(classes) - added
     if check:
         report.checked = _earn_verdicts(store, here, {(r.backend, r.dtype) for r in records})
     return report
+
+
+def _made_here(rows: Sequence[dict[str, Any]], here: _Here, report: ImportReport) -> list[dict[str, Any]]:
+    """The rows made on this machine's device with its library versions; the others are counted
+    in ``report.ignored`` by reason, the first one's as ``report.example``."""
+    kept = []
+    for row in rows:
+        why = _mismatch(row, here)
+        if why is None:
+            kept.append(row)
+            continue
+        report.ignored[why[0]] = report.ignored.get(why[0], 0) + 1
+        if not report.example:
+            report.example = f"; e.g. {why[1]}"
+    return kept
 
 
 def _earn_verdicts(store: TuningStore, here: _Here,
