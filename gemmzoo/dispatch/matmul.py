@@ -422,11 +422,32 @@ def _differentiable_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str, d
     if dtype == "float8_e4m3fn":
         raise _input_error("float8_e4m3fn operands that require grad are not supported (its product "
                            "is bfloat16); detach them", a, b)
+    if backend is None and not tf32:
+        native = _own_product_with_autograd(a, b, accuracy, by, dtype)
+        if native is not None:
+            return native
     from gemmzoo.dispatch.autograd import differentiable
 
     wrap = TF32Array if tf32 else _same
     forward = make_plan(wrap(a.detach()), wrap(b.detach()), backend, accuracy, by)
     return differentiable(forward, _backward_product, backend, accuracy, by, tf32)
+
+
+def _own_product_with_autograd(a: Any, b: Any, accuracy: str, by: str, dtype: str) -> Any:
+    """torch's own product on operands that require grad, where it is the call for the forward
+    product and for each backward product (:func:`choice_for` of each), or ``None``: torch's
+    autograd then runs its own backward, which computes those products with the same call, and
+    no Python layer sits in the step. Each product is recorded as any other problem is."""
+    from gemmzoo.dispatch.autograd import backward_problems
+
+    device = device_of(a, "torch")
+    (m, k), n = a.shape, b.shape[1]
+    own = None
+    for shape, layout in [((m, n, k), _layout(a, b, "torch")), *backward_problems(a, b)]:
+        _chosen, own = _resolve(None, shape, dtype, device, layout, "torch", accuracy, by)
+        if own is None:
+            return None
+    return _direct(own, a, b, "torch", None, accuracy, by, False)
 
 
 def _backward_product(a: Any, b: Any, backend: Any, **options: Any) -> Any:
