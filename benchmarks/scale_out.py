@@ -16,6 +16,10 @@ What each run costs is made predictable:
   before its first point, and each run starts from an empty tuning cache, kernel caches included
   (``GEMMZOO_CACHE_DIR``, ``CUPY_CACHE_DIR``, ``TRITON_CACHE_DIR`` of its own), so both runs pay
   the suites and compiles alike: once per worker, on its own GPU;
+- ``--checked``: a machine already checked, as after ``gemmzoo check`` (the README's first step).
+  ``gemmzoo check BACKENDS --dtype DTYPE`` runs once first (its time reported apart), and each run
+  starts from a copy of that tuning database, so its workers find the verdicts this device's
+  database holds instead of running the suites; kernel caches still start empty;
 - ``--max-seconds`` bounds the whole script: a run still going when its share of the time is
   spent is stopped as Ctrl-C stops ``gemmzoo bench`` (the results so far are written), its
   workers are ended, and the script reports what finished.
@@ -72,9 +76,10 @@ def bench_command(args: argparse.Namespace, devices: str, out: Path, name: str) 
             "--workers", str(workers), "--results-dir", str(out / f"sweep-{name}")]
 
 
-def fresh_environment(out: Path, name: str) -> dict[str, str]:
+def fresh_environment(out: Path, name: str, checked: Path | None = None) -> dict[str, str]:
     """The environment of one run: caches of its own, empty, so it earns its verdicts and builds
-    its kernels itself."""
+    its kernels itself; with ``checked`` (a gemmzoo cache folder ``gemmzoo check`` filled), its
+    gemmzoo cache starts as a copy of that one instead."""
     caches = out / f"caches-{name}"
     shutil.rmtree(caches, ignore_errors=True)
     shutil.rmtree(out / f"sweep-{name}", ignore_errors=True)  # else its finished points are skipped
@@ -82,9 +87,25 @@ def fresh_environment(out: Path, name: str) -> dict[str, str]:
     environment = {**os.environ, "COLUMNS": "200"}
     for variable, folder in (("GEMMZOO_CACHE_DIR", "gemmzoo"), ("CUPY_CACHE_DIR", "cupy"),
                              ("TRITON_CACHE_DIR", "triton")):
+        if folder == "gemmzoo" and checked is not None:
+            shutil.copytree(checked, caches / folder)
         (caches / folder).mkdir(parents=True, exist_ok=True)
         environment[variable] = str(caches / folder)
     return environment
+
+
+def check_first(out: Path, backends: list[str], dtype: str) -> tuple[Path, dict[str, Any]]:
+    """``gemmzoo check BACKENDS --dtype DTYPE`` into a cache folder of its own (on GPU 0): the
+    checked machine's tuning database, and the check's wall time and exit status."""
+    folder = out / "caches-checked" / "gemmzoo"
+    shutil.rmtree(folder.parent, ignore_errors=True)
+    folder.mkdir(parents=True)
+    environment = {**os.environ, "GEMMZOO_CACHE_DIR": str(folder), "CUDA_VISIBLE_DEVICES": "0"}
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "gemmzoo", "check", *backends, "--dtype", dtype, "--format",
+                           "plain"], env=environment, capture_output=True, text=True)
+    (out / "check.log").write_text(done.stdout + done.stderr)
+    return folder, {"wall_s": round(time.perf_counter() - began, 2), "exit": done.returncode}
 
 
 def run_bounded(name: str, command: list[str], environment: dict[str, str] | None, limit_s: float,
@@ -246,6 +267,9 @@ def main() -> int:
     parser.add_argument("--dtype", default=DTYPE)
     parser.add_argument("--backend", action="append", help=f"instead of {', '.join(BACKENDS)}")
     parser.add_argument("--shape", action="append", help="instead of the built-in 16 shapes")
+    parser.add_argument("--checked", action="store_true",
+                        help="run gemmzoo check first; both runs start from its tuning database (a checked "
+                             "machine: the workers find their verdicts stored)")
     parser.add_argument("--only", choices=("one",),
                         help="one: the one-GPU run alone (a calibration on a one-GPU machine)")
     args = parser.parse_args()
@@ -277,6 +301,12 @@ def main() -> int:
     save()
     # The two-GPU run needs a little over half of the one-GPU run's time: the one-GPU run may
     # take up to about 60% of what is left, so that a slow first run still leaves the second its time.
+    checked = None
+    if args.checked:
+        checked, summary["check"] = check_first(out, backends, args.dtype)
+        print(f"gemmzoo check {' '.join(backends)} --dtype {args.dtype}: exit {summary['check']['exit']}, "
+              f"{summary['check']['wall_s']} s (before both runs, not counted in either)", flush=True)
+        save()
     runs: dict[str, dict[str, Any]] = {}
     plan = (("one", "0", 1.0),) if args.only == "one" else (("one", "0", 0.6), ("two", "0,1", 1.0))
     for name, devices, share in plan:
@@ -286,7 +316,7 @@ def main() -> int:
             break
         command = bench_command(args, devices, out, name)
         runs[name] = run_bounded(f"{name} GPU{'s' if name == 'two' else ''}", command,
-                                 fresh_environment(out, name), budget_left, out / f"{name}.log")
+                                 fresh_environment(out, name, checked), budget_left, out / f"{name}.log")
         runs[name].update(phases(run_file(out / f"{name}.json")))
         if args.executor == "slurm":  # what the workers left in the folder, stopped or not
             runs[name].update(sweep_folder(out / f"sweep-{name}"))
