@@ -114,7 +114,8 @@ def measure_case(library: str, winner: str, loaded: bool) -> dict[str, Any]:
             assert np.allclose(got, expected, rtol=1e-4, atol=1e-4), "wrong product"
             served = gemmzoo.dispatch.matmul.choice_for(a, b)
             session.close()
-    return {"library": library, "stored_winner": winner, "after": "stored problem" if loaded else "first choice",
+    after = "stored problem" if loaded else "first choice"
+    return {"library": library, "stored_winner": winner, "after": after,
             "served": served.backend.name, "source": served.source, "modules": modules, "count": len(modules)}
 
 

@@ -388,15 +388,17 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
     measuring = measuring_enabled(measure) and min(shape) > 0  # an empty product has nothing to time
-    # the caller's own work comes next: no idle worker thread is kept past the answer (see watchdog)
     session = current()
-    with session.lock, watchdog.idle_workers_ended():
+    store = session.store() if store is None else store
+    # One answer reads the store many times: from memory, the database asked once whether another
+    # process wrote since (TuningStore.held). When measuring, the caller's own work comes next: no
+    # idle worker thread is kept past the answer (see watchdog; a suite run alone ends its own).
+    with session.lock, store.held(), watchdog.idle_workers_ended() if measuring else contextlib.nullcontext():
         routed = None if measuring or device is None else _prior_choice(
             choosing.Problem(shape, dtype, device, layout, library, accuracy), store, native, reachable)
         if routed is not None:
             return routed
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
-        store = session.store() if store is None else store
         conforming, unchecked = [], []
         pending = [b.name for b in candidates if measuring and not _compiles(b)
                    and conformance_verdict(store, b, dtype, run=False) is None]
@@ -548,10 +550,13 @@ def announce(what: str) -> None:
 def _checked_before_use(store: TuningStore, backend: Any, dtype: str) -> bool:
     """Whether ``backend`` passed conformance for ``dtype`` here, running its suite first (said on
     stderr) when it has no verdict yet."""
-    if conformance_verdict(store, backend, dtype, run=False) is None:
-        announce(f"running the conformance suite of {backend.name} for {dtype} before its first use "
-                 "(once on this machine)")
-    return bool(conformance_verdict(store, backend, dtype, run=True))
+    verdict = conformance_verdict(store, backend, dtype, run=False)
+    if verdict is not None:
+        return verdict
+    announce(f"running the conformance suite of {backend.name} for {dtype} before its first use "
+             "(once on this machine)")
+    with watchdog.idle_workers_ended():  # the caller's own work comes next
+        return bool(conformance_verdict(store, backend, dtype, run=True))
 
 
 UNREACHABLE = ("computes on arrays gemmzoo.matmul cannot hand it without copying both ways through "
