@@ -91,6 +91,9 @@ class Session:
         """``gemmzoo.matmul``'s plans; they embed answers, so :meth:`forget_answers` replaces it."""
         self.verdicts: dict[tuple[str, str, str, str], bool] = {}
         """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
+        self.facts: dict[tuple[Any, ...], Any] = {}
+        """What was derived once from this session's store and backends, by a key naming it (a
+        device's copy bandwidth, a worker's verdicts): forgotten with the answers."""
         # By process id: a child made by fork() must not use its parent's SQLite connection.
         self._stores: dict[int, TuningStore] = {}
         self._scratch: dict[int, TuningStore] = {}
@@ -176,6 +179,7 @@ class Session:
     def forget_answers(self) -> None:
         """Drop cached answers and the plans built on them (new measurements were stored)."""
         self.answers.clear()
+        self.facts.clear()
         # After the answers: a plan made from an old answer goes to the old cache, read by nobody.
         self.plan_cache = PlanCache(self.cache_size)
 
