@@ -29,18 +29,19 @@ Rows hold only numbers and strings (no pickle). The schema version is ``PRAGMA u
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, fields
 from pathlib import Path
 from typing import TypeVar
 
 from gemmzoo.problems.grids import GridPoint
-from gemmzoo.tuning.known import Known
+from gemmzoo.tuning.known import Box, ConformanceRecord, Known, Record
 from gemmzoo.tuning.schema import MAX_DETAIL, stored_measurement_problem
 
 SCHEMA_VERSION = 1
@@ -190,73 +191,9 @@ def _deadline() -> float | None:
     return getattr(_local, "deadline", None)
 
 
-@dataclass(frozen=True)
-class Record:
-    """One measurement of one backend on one problem.
-
-    ``status`` is ``"ok"`` (timed; ``error_ratio`` is the largest ``|error|/bound`` when the result
-    was checked, else ``None``), ``"wrong"`` (the result was outside the conformance bound) or
-    ``"failed"`` (the backend raised); ``detail`` says what happened in the last two cases.
-    ``host_s``/``host_spread_s``: host time per call and its IQR (``None`` in rows stored before
-    host time was measured). ``loop_s``/``loop_spread_s``: the time per call of loops of calls
-    on the same operands, and its IQR over rounds that took this backend in turn with the others
-    near the fastest at this problem, all stored with one ``created`` (``None`` where no such
-    rounds were run: see :func:`gemmzoo.tuning.tune.measure_records`).
-    """
-
-    device: str
-    versions: str
-    backend: str
-    m: int
-    n: int
-    k: int
-    dtype: str
-    layout: str
-    status: str
-    median_s: float | None
-    spread_s: float | None
-    error_ratio: float | None
-    samples: int | None
-    detail: str
-    created: float
-    host_s: float | None = None
-    host_spread_s: float | None = None
-    loop_s: float | None = None
-    loop_spread_s: float | None = None
-
-    @property
-    def measured_caller_s(self) -> float | None:
-        """The larger of device and host time: the caller time measured call by call, before any
-        loop was timed."""
-        return None if self.median_s is None else max(self.median_s, self.host_s or 0.0)
-
-    @property
-    def caller_s(self) -> float | None:
-        """What a loop of calls achieves per call: the loops' time where they were measured, else
-        :attr:`measured_caller_s`."""
-        measured = self.measured_caller_s
-        return measured if measured is None or self.loop_s is None else self.loop_s
-
-
-@dataclass(frozen=True)
-class ConformanceRecord:
-    """The conformance suite's verdict on one backend for one dtype."""
-
-    device: str
-    versions: str
-    backend: str
-    dtype: str
-    passed: bool
-    checks: int
-    failures: int
-    detail: str
-    created: float
-
-
 _RECORD_COLUMNS = ", ".join(f.name for f in fields(Record))
 _CONFORMANCE_COLUMNS = ", ".join(f.name for f in fields(ConformanceRecord))
 T = TypeVar("T")
-Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 
 
 def _warn_once(kind: str, where: str, message: str) -> None:
@@ -509,7 +446,7 @@ class TuningStore:
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
         self.path = None
-        self._known.clear()
+        self._drop()
         self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._busy_ms = int(BUSY_TIMEOUT_S * 1000)
         self._create_schema()
@@ -577,7 +514,7 @@ class TuningStore:
                "SELECT 1 FROM measurements WHERE device = ? AND versions = ? AND backend = ? AND m = ? "
                "AND n = ? AND k = ? AND dtype = ? AND layout = ? AND created >= ?)")
         with self._lock:
-            self._known.clear()  # read again in full: which rows went in is the database's to say
+            self._drop()  # read again in full: which rows went in is the database's to say
             return self._insert_counted(sql, rows)
 
     def _insert_counted(self, sql: str, rows: list[tuple[object, ...]]) -> int:
@@ -671,10 +608,16 @@ class TuningStore:
             with self._lock:
                 self._held -= 1
 
+    def _drop(self) -> None:
+        """Forget what is held (and tell whoever kept a :class:`Known` of it: :meth:`Known.current`)."""
+        for known in self._known.values():
+            known.dropped = True
+        self._known.clear()
+
     def _refresh(self) -> None:
         """Forget what is held when another connection committed since it was read."""
         if self._known and self._data_version() != self._version:
-            self._known.clear()
+            self._drop()
 
     def _data_version(self) -> object:
         return self._guarded(lambda: self._db.execute("PRAGMA data_version").fetchone()[0])
@@ -698,10 +641,14 @@ class TuningStore:
         if not self._known:
             self._version = version
         elif version != self._version:  # another connection wrote between two loads: read all again
-            self._known.clear()
+            self._drop()
             self._version = version
         kept, bad = self._split(rows)
-        return Known(device, kept, verdicts, bad, self._warn_bad)
+        known = Known(device, kept, verdicts, bad, self._warn_bad)
+        known.version = version
+        # the question Known.current asks, made of the connection's own (C) methods
+        known.version_query = functools.partial(self._db.execute, "PRAGMA data_version")
+        return known
 
     def clear(self) -> None:
         """Delete every row, keeping the file: a process writing to it meanwhile (a running
@@ -714,7 +661,7 @@ class TuningStore:
 
         with self._lock:
             self._guarded(empty)
-            self._known.clear()
+            self._drop()
 
     def count(self) -> int:
         """How many measurements the database holds."""

@@ -1,4 +1,5 @@
-"""What a tuning store holds for one machine, in memory: its measurements and verdicts.
+"""The tuning store's rows (:class:`Record`, :class:`ConformanceRecord`) and what a store holds
+of one machine in memory (:class:`Known`): its measurements and verdicts.
 
 A :class:`Known` is read from the database in one transaction (:meth:`TuningStore.snapshot
 <gemmzoo.tuning.db.TuningStore.snapshot>`) and answers the store's questions about that device
@@ -11,12 +12,74 @@ another process writes is seen when the store finds the database's ``data_versio
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from gemmzoo.tuning.db import Box, Record
+from dataclasses import dataclass
+from typing import Any
 
 Shape = tuple[int, int, int]
+Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measurement of one backend on one problem.
+
+    ``status`` is ``"ok"`` (timed; ``error_ratio`` is the largest ``|error|/bound`` when the result
+    was checked, else ``None``), ``"wrong"`` (the result was outside the conformance bound) or
+    ``"failed"`` (the backend raised); ``detail`` says what happened in the last two cases.
+    ``host_s``/``host_spread_s``: host time per call and its IQR (``None`` in rows stored before
+    host time was measured). ``loop_s``/``loop_spread_s``: the time per call of loops of calls
+    on the same operands, and its IQR over rounds that took this backend in turn with the others
+    near the fastest at this problem, all stored with one ``created`` (``None`` where no such
+    rounds were run: see :func:`gemmzoo.tuning.tune.measure_records`).
+    """
+
+    device: str
+    versions: str
+    backend: str
+    m: int
+    n: int
+    k: int
+    dtype: str
+    layout: str
+    status: str
+    median_s: float | None
+    spread_s: float | None
+    error_ratio: float | None
+    samples: int | None
+    detail: str
+    created: float
+    host_s: float | None = None
+    host_spread_s: float | None = None
+    loop_s: float | None = None
+    loop_spread_s: float | None = None
+
+    @property
+    def measured_caller_s(self) -> float | None:
+        """The larger of device and host time: the caller time measured call by call, before any
+        loop was timed."""
+        return None if self.median_s is None else max(self.median_s, self.host_s or 0.0)
+
+    @property
+    def caller_s(self) -> float | None:
+        """What a loop of calls achieves per call: the loops' time where they were measured, else
+        :attr:`measured_caller_s`."""
+        measured = self.measured_caller_s
+        return measured if measured is None or self.loop_s is None else self.loop_s
+
+
+@dataclass(frozen=True)
+class ConformanceRecord:
+    """The conformance suite's verdict on one backend for one dtype."""
+
+    device: str
+    versions: str
+    backend: str
+    dtype: str
+    passed: bool
+    checks: int
+    failures: int
+    detail: str
+    created: float
 
 
 class Known:
@@ -34,6 +97,12 @@ class Known:
                  bad: Iterable[tuple[tuple[object, ...], str]] = (),
                  on_bad: Callable[[str], None] | None = None) -> None:
         self.device = device
+        self.version: object = None
+        """The database's ``data_version`` when these rows were read."""
+        self.version_query: Callable[[], Any] | None = None
+        """Asks the database's ``data_version`` again (a cursor's ``fetchone`` gives it)."""
+        self.dropped = False
+        """Set by the store when it stops adding its writes here (it read the rows again)."""
         self._on_bad = on_bad
         # (dtype, layout) -> shape -> what is wrong with a row stored there (columns as stored)
         self._bad: dict[tuple[object, object], dict[tuple[object, ...], str]] = {}
@@ -47,6 +116,19 @@ class Known:
         self.add(records)
         for row in verdicts:
             self.add_verdict(row)
+
+    def current(self) -> bool:
+        """Whether these rows are still what the database holds: the store still adds its own
+        writes here, and no other connection (another process) committed since they were read
+        (one ``PRAGMA data_version``, no row read)."""
+        if self.dropped:
+            return False
+        if self.version_query is None:
+            return True
+        try:
+            return bool(self.version_query().fetchone()[0] == self.version)
+        except Exception:  # a closed or moved connection: read again the slow way
+            return False
 
     def _take_bad(self, bad: Iterable[tuple[tuple[object, ...], str]]) -> None:
         for row, problem in bad:
