@@ -103,6 +103,9 @@ class Known:
         """Asks the database's ``data_version`` again (a cursor's ``fetchone`` gives it)."""
         self.dropped = False
         """Set by the store when it stops adding its writes here (it read the rows again)."""
+        self.verdicts_added = 0
+        """How many verdicts were taken in after the rows were read (a new verdict can change
+        which candidates a choice has)."""
         self._on_bad = on_bad
         # (dtype, layout) -> shape -> what is wrong with a row stored there (columns as stored)
         self._bad: dict[tuple[object, object], dict[tuple[object, ...], str]] = {}
@@ -160,6 +163,7 @@ class Known:
         """Take in a conformance row (the table's columns, in order) stored after those held."""
         if row[0] == self.device:
             self._verdicts[str(row[2]), str(row[1]), str(row[3])] = row
+            self.verdicts_added += 1
 
     def records(self, dtype: str, layout: str, shape: Shape | None = None,
                 status: str | None = None) -> list[Record]:

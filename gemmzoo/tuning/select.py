@@ -433,10 +433,11 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         fingerprint = device_fingerprint(device)
         loops = loop_policy()
         if not measuring and store is session.store():  # what later problems of this kind share
+            known = store.snapshot(fingerprint)
             session.facts[_menu_key(dtype, device, library, accuracy, by)] = Menu(
                 by_name, versions, dict(excluded), frozenset(b.name for b in conforming if _compiles(b)),
                 {n: declared(b, "searches_over") for n, b in by_name.items()}, loops, native, reachable,
-                session.prior, store.snapshot(fingerprint))
+                session.prior, known, known.verdicts_added)
         latest = _latest(store.records(fingerprint, dtype, layout, shape), versions)
         source = "database"
         missing = [b for b in conforming if b.name not in latest]
@@ -543,6 +544,12 @@ class Menu:
     reachable: Callable[[Any], bool] | None
     prior: Any
     known: Any
+    verdicts_seen: int
+    """``known.verdicts_added`` when it was made: a verdict stored since makes it stale."""
+
+    def current(self) -> bool:
+        """Whether it still holds: the rows are the database's and no verdict came since."""
+        return self.known.verdicts_added == self.verdicts_seen and self.known.current()
 
 
 def _menu_key(dtype: str, device: str, library: str | None, accuracy: str, by: str) -> tuple[Any, ...]:
@@ -761,7 +768,7 @@ def plan_decision(shape: tuple[int, int, int], dtype: str, device: str, layout: 
     except KeyError:
         pass
     menu = session.facts.get(_menu_key(dtype, device, library, accuracy, by))
-    if menu is not None and menu.known.current():  # a problem of a kind answered before: in memory
+    if menu is not None and menu.current():  # a problem of a kind answered before: in memory
         choice = _stored_choice(menu, choosing.Problem(shape, dtype, device, layout, library, accuracy), by)
         if choice is not None:
             session.answers[key] = choice
