@@ -24,6 +24,12 @@ Faults it survives:
   skipped when read, with one warning.
 
 Rows hold only numbers and strings (no pickle). The schema version is ``PRAGMA user_version``.
+
+Reads of measurements and verdicts are answered from memory: the first read of a device's rows
+loads them all in one transaction (:meth:`TuningStore.snapshot`), the store's own writes are added
+to them as they are made, and what another connection commits is read again once the database's
+``data_version`` has moved (asked before each read, or once for a block of reads:
+:meth:`TuningStore.held`).
 """
 
 from __future__ import annotations
