@@ -4,6 +4,7 @@ seen by the next new problem."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import time
 from pathlib import Path
@@ -131,3 +132,33 @@ def test_a_verdict_stored_after_the_first_answer_counts_for_the_next_problem(tmp
         assert conformance_verdict(store, session.get_backend("torch-cpu"), "float32") is True
         assert choice_for(*_operands((40, 24, 16))).backend.name == "torch-cpu"
         session.close()
+
+
+def test_an_answer_from_memory_is_the_answer_of_the_slow_way(tmp_path):
+    pytest.importorskip("torch")
+    shapes = [(24, 16, 8), (40, 24, 16), (56, 32, 24)]
+    with gemmzoo.Session(cache_dir=tmp_path, backends=("numpy", "torch-cpu", "jax")) as session:
+        store = session.store()
+        for name in ("numpy", "torch-cpu"):
+            assert conformance_verdict(store, session.get_backend(name), "float32") is True
+        rng = np.random.default_rng(5)
+        rows = [_row(name, shape, float(rng.uniform(1e-5, 2e-5))) for shape in shapes
+                for name in ("numpy", "torch-cpu", "jax")]
+        store.add([*rows, dataclasses.replace(_row("numpy", shapes[2], 1e-5), status="wrong")])
+        first = choice_for(*_operands(shapes[0]))  # the slow way: the kind's first answer
+        seen = _statements(session)
+        from_memory = [choice_for(*_operands(shape)) for shape in shapes[1:]]
+        assert set(seen) == {"PRAGMA data_version"}  # answered from memory indeed
+        session.close()
+    for shape, fast in zip(shapes[1:], from_memory, strict=True):
+        with gemmzoo.Session(cache_dir=tmp_path, backends=("numpy", "torch-cpu", "jax")) as fresh:
+            slow = choice_for(*_operands(shape))  # a fresh session's first answer: the slow way
+            fresh.close()
+        assert _fields(fast) == _fields(slow)
+    assert first.source == "database" and "jax" in first.excluded
+    assert "wrong" in from_memory[1].excluded["numpy"]
+
+
+def _fields(choice):
+    return (choice.backend.name, choice.source, choice.basis, choice.ranking, choice.tied, choice.note,
+            choice.excluded)

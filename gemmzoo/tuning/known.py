@@ -11,6 +11,7 @@ another process writes is seen when the store finds the database's ``data_versio
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -100,7 +101,9 @@ class Known:
         self.version: object = None
         """The database's ``data_version`` when these rows were read."""
         self.version_query: Callable[[], Any] | None = None
-        """Asks the database's ``data_version`` again (a cursor's ``fetchone`` gives it)."""
+        """Asks the database's ``data_version`` again (a cursor's ``fetchone`` gives it), on the
+        connection of process ``pid``: a child made by fork() asks nothing of it."""
+        self.pid = os.getpid()
         self.dropped = False
         """Set by the store when it stops adding its writes here (it read the rows again)."""
         self.verdicts_added = 0
@@ -124,7 +127,7 @@ class Known:
         """Whether these rows are still what the database holds: the store still adds its own
         writes here, and no other connection (another process) committed since they were read
         (one ``PRAGMA data_version``, no row read)."""
-        if self.dropped:
+        if self.dropped or os.getpid() != self.pid:
             return False
         if self.version_query is None:
             return True
