@@ -266,7 +266,8 @@ def _dispatch(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Any:
             cache.plans.move_to_end(key)  # the least recently used plans are the ones forgotten
             cache.last = key, plan
     except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
-        return _plan_and_call(a, b, backend, accuracy, by, current().plan_cache)
+        session = _get_session(None) or (_default[0] if _default else current())
+        return _plan_and_call(a, b, backend, accuracy, by, session.plan_cache)
     try:
         return plan(a, b)
     except Exception:
