@@ -1,9 +1,10 @@
 """The compiled dispatch built in the background on first use (gemmzoo.native.background), with
-stand-in builds (tests/fake_builds.py) in a real background process: started on a new problem
-of tensors that start a build, once; not started while another runs; a failure recorded, said by
-``gemmzoo cache`` and ``gemmzoo list -v``, and not tried again by itself; the process switched
-to the build at a later new problem, every product checked against NumPy's on random data;
-nothing started for CPU tensors, under ``on``/``off``, or without a compiler."""
+stand-in builds (tests/fake_builds.py) in a real background process: started on a new problem of
+tensors that start a build, once; not started while another runs (another session waits for it);
+a failure recorded, said by ``gemmzoo cache`` and ``gemmzoo list -v``, and not tried again by
+itself; the process switched to the build at a later new problem, every product checked against
+NumPy's on random data; nothing started for CPU tensors, under ``on``/``off``, or without a
+compiler."""
 
 from __future__ import annotations
 
@@ -86,6 +87,9 @@ def test_a_build_is_started_once_and_switched_to_at_a_later_new_problem(auto, co
         checked_product(4 + seed, 6, 5, seed)
         seed += 1
     assert watch.process is process and not dispatch._ROUTES
+    with gemmzoo.Session() as other:  # another session of the cache (as another process): no second build
+        checked_product(7, 5, 4, seed=seed)
+    assert other.compiled_build.process is None and not other.compiled_build.finished  # it waits for that one
     assert os.getpgid(process.pid) != os.getpgid(0)  # its own process group: the caller's Ctrl-C misses it
     gate.touch()
     process.wait(timeout=60)
@@ -102,20 +106,6 @@ def test_a_build_is_started_once_and_switched_to_at_a_later_new_problem(auto, co
     for again in range(seed + 3):  # met before and new, through the compiled dispatch
         checked_product(4 + again % 5, 6 + again % 3, 5, again)
     assert native.status().built
-
-
-def test_no_second_build_starts_while_one_runs(auto, monkeypatch):
-    session, gate = auto
-    monkeypatch.setattr(background, "BUILDER", "fake_builds:fail")
-    checked_product(6, 5, 4, seed=0)
-    first = session.compiled_build.process
-    _name, directory = native.build_directory()
-    wait_for(lambda: native.building(directory))
-    other = reconfigure()  # another session of the same cache (another process would do the same)
-    checked_product(7, 5, 4, seed=1)
-    assert other.compiled_build.process is None and not other.compiled_build.finished  # waits for it
-    gate.touch()
-    first.wait(timeout=60)
 
 
 def test_a_failed_build_is_recorded_said_and_not_started_again(auto, monkeypatch, capsys):

@@ -91,8 +91,10 @@ def step(session: Session, now: float | None = None) -> ModuleType | None:
                 return None
             watch.process = None
             watch.finished = True
-            watch.why = _ended(code)
-            return None
+            module = native.load()  # it may have ended since the look above
+            if module is None:
+                watch.why = _ended(code)
+            return module
         started, why = start(session)
         if not started and why is not None:
             watch.finished, watch.why = True, why
