@@ -172,3 +172,11 @@ def test_without_a_compiler_it_says_so_and_starts_nothing(auto, monkeypatch):
     checked_product(5, 4, 3, seed=0)
     assert session.compiled_build.finished and session.compiled_build.process is None
     assert session.compiled_build.why == "no C++ compiler (c++) on the PATH"
+
+
+def test_a_build_that_ended_without_a_module_or_a_record_is_recorded(auto):
+    _name, directory = native.build_directory()
+    directory.mkdir(parents=True)
+    why = background._ended(-9)  # killed: it could not record anything itself
+    assert "exit status -9" in why and native.background_failure(directory) == why
+    assert background.start(auto[0]) == (False, why)  # and nothing starts again

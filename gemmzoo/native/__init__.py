@@ -94,7 +94,9 @@ def background_failure(directory: Path) -> str | None:
         return None
     except OSError as error:
         return f"its record cannot be read ({type(error).__name__})"
-    said = " ".join(text.split())[:400]  # one line, bounded: it is shown as it is
+    from gemmzoo.plugins.inert import inert
+
+    said = inert(" ".join(text.split())[:400])  # one line, bounded, no control character: it is shown
     return said or "no error recorded"
 
 
