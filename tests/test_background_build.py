@@ -52,13 +52,13 @@ def auto(monkeypatch, tmp_path):
         watch.process.wait(timeout=60)
 
 
-def checked_product(m: int, n: int, k: int, seed: int) -> None:
+def checked_product(m: int, n: int, k: int, seed: int, device: str = "cpu") -> None:
     """``gemmzoo.matmul`` of random float32 operands, every element checked against NumPy's."""
     rng = np.random.default_rng(seed)
     x, y = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
-    got = gemmzoo.matmul(torch.from_numpy(x), torch.from_numpy(y))
+    got = gemmzoo.matmul(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
     expected = x.astype(np.float64) @ y.astype(np.float64)
-    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    np.testing.assert_allclose(got.cpu().numpy(), expected, rtol=1e-4, atol=1e-4 * np.sqrt(k))
 
 
 def wait_for(condition, seconds: float = 60.0) -> None:
@@ -180,3 +180,23 @@ def test_a_build_that_ended_without_a_module_or_a_record_is_recorded(auto):
     why = background._ended(-9)  # killed: it could not record anything itself
     assert "exit status -9" in why and native.background_failure(directory) == why
     assert background.start(auto[0]) == (False, why)  # and nothing starts again
+
+
+@pytest.mark.gpu
+def test_cuda_tensors_start_the_build_and_switch_to_it(auto, compiled_dispatch_module, monkeypatch):
+    session, gate = auto
+    monkeypatch.setattr(dispatch, "_builds_for", BUILDS_FOR)  # the real rule: CUDA tensors start it
+    monkeypatch.setattr(background, "BUILDER", "fake_builds:copy_prebuilt")
+    monkeypatch.setenv("FAKE_BUILD_PREBUILT", compiled_dispatch_module.__file__)
+    monkeypatch.setattr(background, "CHECK_EVERY_S", 0.05)
+    gate.touch()
+    checked_product(6, 5, 4, seed=0, device="cuda")
+    session.compiled_build.process.wait(timeout=60)
+    seed = 1
+    while not dispatch._ROUTES:
+        time.sleep(0.06)
+        checked_product(6 + seed, 5, 4, seed, device="cuda")
+        seed += 1
+        assert not session.compiled_build.finished or dispatch._ROUTES, session.compiled_build.why
+    for again in range(seed + 3):  # through the compiled dispatch
+        checked_product(6 + again % 4, 5, 4, again, device="cuda")
