@@ -172,6 +172,8 @@ def test_without_a_compiler_it_says_so_and_starts_nothing(auto, monkeypatch):
     checked_product(5, 4, 3, seed=0)
     assert session.compiled_build.finished and session.compiled_build.process is None
     assert session.compiled_build.why == "no C++ compiler (c++) on the PATH"
+    said = native.status().reason
+    assert said == "not built, and not built in the background here: no C++ compiler (c++) on the PATH"
 
 
 def test_a_build_that_ended_without_a_module_or_a_record_is_recorded(auto):

@@ -198,6 +198,11 @@ def status() -> Status:
             return Status(False, library, f"its background build failed: {failed} (log: {log}); not tried "
                                           "again by itself: gemmzoo cache --build-dispatch tries again")
         if mode() == "auto":
+            from gemmzoo.native.background import toolchain_missing
+
+            missing = toolchain_missing()
+            if missing is not None:
+                return Status(False, library, f"not built, and not built in the background here: {missing}")
             return Status(False, library, "not built yet: built in the background on the first product of "
                                           "CUDA torch tensors (compiled_dispatch=auto), or now by gemmzoo "
                                           "cache --build-dispatch")
