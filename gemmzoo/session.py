@@ -109,6 +109,9 @@ class Session:
         self.warned: set[tuple[str, str]] = set()
         """The (kind, place) of the tuning database warnings already given (each once a session)."""
         self._tokens: list[contextvars.Token[Session]] = []
+        self.compiled_build: Any = None
+        """What this session knows of the compiled dispatch's background build
+        (:class:`gemmzoo.native.background.Watch`, made when first needed)."""
 
     def __repr__(self) -> str:
         return f"gemmzoo.Session(cache_dir={str(self.config.cache_dir)!r})"

@@ -175,11 +175,16 @@ def _learn_key(array_type: type) -> None:
 
 def use_compiled(module: Any) -> None:
     """Route calls on plain torch tensors (parameters, TF32Array) through the compiled dispatch
-    ``module`` (see :mod:`gemmzoo.native`), or back through Python when ``module`` is ``None``."""
+    ``module`` (see :mod:`gemmzoo.native`), or back through Python when ``module`` is ``None``
+    (and then not switched to again by the current session's background build)."""
     import torch
 
     if module is None:
         _ROUTES.clear()
+        from gemmzoo.native.background import watch_of
+
+        watch = watch_of(current())  # nor switched back to by the session's background build
+        watch.finished, watch.why = True, "turned off by use_compiled(None)"
         return
     # the current session: the context variable's value, else the default session (its plan_cache)
     module.configure(_dispatch, _compiled_plan, _reject, _current, _default, _default_session, TF32Array)
@@ -187,6 +192,35 @@ def use_compiled(module: Any) -> None:
         _KEYS[array_type] = _torch_key  # the Python dispatch still keys them (wrapped in TF32Array, say)
         _ROUTES[array_type] = module.dispatch
     _ROUTES[TF32Array] = module.dispatch  # of torch tensors there; of others, back to Python
+
+
+def _watch_build(a: Any) -> None:
+    """On a new problem of torch tensors that start a build (:func:`_builds_for`), under the
+    session's ``compiled_dispatch="auto"``: start the compiled dispatch's build in the background
+    if it is neither built nor being built, and switch to it once it is built (looked at no more
+    than once a second: :func:`gemmzoo.native.background.step`)."""
+    inner = a.data if type(a) is TF32Array else a
+    if _KEYS.get(type(inner)) is not _torch_key:
+        return
+    session = current()
+    if session.config.compiled_dispatch != "auto":
+        return
+    try:
+        if not _builds_for(inner):
+            return
+        from gemmzoo.native import background
+
+        module = background.step(session)
+    except Exception:  # never the caller's problem: its product goes on through Python
+        return
+    if module is not None:
+        use_compiled(module)
+
+
+def _builds_for(x: Any) -> bool:
+    """Whether a product of torch tensor ``x`` starts the compiled dispatch's build: CUDA tensors
+    only (a program on the CPU, a test suite, never builds by itself)."""
+    return bool(x.is_cuda)
 
 
 def _compiled_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, Any] | None:
@@ -250,11 +284,28 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
     route = _ROUTES.get(type(a))
     if route is not None:
         return route(a, b, backend, accuracy, by)
-    return _dispatch(a, b, backend, accuracy, by)
+    # _dispatch's body, repeated here: one Python call less on every call (see _dispatch)
+    try:
+        cache = (_get_session(None) or _default[0]).plan_cache
+        key = _KEYS[type(a)](a, b, backend, accuracy, by)
+        last_key, plan = cache.last
+        if key != last_key:
+            plan = cache.plans[key]
+            cache.plans.move_to_end(key)
+            cache.last = key, plan
+    except Exception:
+        return _plan_and_call(a, b, backend, accuracy, by, current().plan_cache)
+    try:
+        return plan(a, b)
+    except Exception:
+        _reject(a, b, backend, accuracy, by)
+        raise
 
 
 def _dispatch(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Any:
-    """``gemmzoo.matmul`` in Python: find (or make) the problem's plan and call it."""
+    """``gemmzoo.matmul`` in Python: find (or make) the problem's plan and call it. The compiled
+    dispatch calls it for the operands it hands back; :func:`matmul` runs the same body inline
+    (keep the two alike)."""
     try:
         # the current session's plans: a `with` block's, else the default session's (made on a
         # first call, in the except branch below)
@@ -293,6 +344,8 @@ def _plan_and_call(a: Any, b: Any, backend: Any, accuracy: str, by: str, cache: 
         _learn_key(type(a))
     if type(a) is TF32Array and type(a.data) not in _KEYS:  # its key is the wrapped array's
         _learn_key(type(a.data))
+    if not _ROUTES:  # the compiled dispatch is not in use: it may be due to be built, or built now
+        _watch_build(a)
     plan = make_plan(a, b, backend, accuracy, by)
     try:
         cache.keep(_KEYS[type(a)](a, b, backend, accuracy, by), plan)
