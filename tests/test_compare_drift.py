@@ -276,3 +276,15 @@ def test_a_file_with_disordered_calibration_quartiles_is_refused(tmp_path, capsy
     assert main(["compare", *paths]) == 2
     err = capsys.readouterr().err
     assert "calibration_q1_s" in err and "out of order" in err
+
+
+def test_more_threads_than_usable_cores_is_said_in_the_policy(monkeypatch):
+    """The oversubscription the default policy avoids (one thread per usable core, counted from
+    the CPU affinity) is recorded when asked for by hand."""
+    from gemmzoo.measure import threads
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    assert threads.resolve_threads(2) == (2, "--threads 2")
+    count, policy = threads.resolve_threads(8)
+    assert count == 8 and "oversubscribed: more than the 2 usable cores" in policy
+    assert threads.default_threads(2) == 1
