@@ -34,10 +34,10 @@ from gemmzoo.results.compare import (
     judge,
 )
 from gemmzoo.results.runs import load_run, result_from_dict
-from gemmzoo.scale.bench import OK, bench_one
+from gemmzoo.scale.bench import OK, _ok, bench_one
 from gemmzoo_numpy import NumpyBackend
 
-POINT = GridPoint(48, 40, 32, "float32")
+POINT = GridPoint(160, 160, 160, "float32")  # twice the work of a calibration call
 FLOPS_PER_SECOND = 1e9  # the fake machine's speed at slowness 1
 
 
@@ -98,13 +98,18 @@ def machine(monkeypatch: pytest.MonkeyPatch) -> FakeMachine:
     return fake
 
 
-def _bench_row(monkeypatch: pytest.MonkeyPatch, machine: FakeMachine, slowness: float, extra: float) -> dict:
-    """One row of ``gemmzoo bench`` for slowed-numpy on the fake machine, as its file holds it."""
-    machine.slowness = slowness
+def _bench_row(monkeypatch: pytest.MonkeyPatch, machine: FakeMachine, slowness: float | list[float],
+               extra: float) -> dict:
+    """One row of ``gemmzoo bench`` for slowed-numpy on the fake machine, as its file holds it;
+    a list of slownesses: one round at each, merged as ``gemmzoo bench --rounds`` merges them."""
     monkeypatch.setenv(slowed_plugin.VARIABLE, str(extra))
-    result = bench_one(slowed_plugin.SlowedNumpy(), POINT, budget_s=0.5, threads=1, timeout=None)
-    assert result.status == OK, result.detail
-    return result.as_dict()
+    backend, measured = slowed_plugin.SlowedNumpy(), None
+    for each in slowness if isinstance(slowness, list) else [slowness]:
+        machine.slowness = each
+        result = bench_one(backend, POINT, budget_s=0.5, threads=1, timeout=None, verify=measured is None)
+        assert result.status == OK and result.measurement is not None, result.detail
+        measured = result.measurement if measured is None else measured.merged(result.measurement)
+    return _ok(backend, POINT, measured).as_dict()
 
 
 def _write(path: Path, results: list[dict]) -> str:
@@ -122,14 +127,16 @@ def _cell(tmp_path: Path, base: dict, other: dict):
 
 def _uncalibrated(record: dict) -> dict:
     """The row as a file written before calibrations existed would hold it."""
-    return {key: value for key, value in record.items() if not key.startswith("calibration")}
+    return {key: value for key, value in record.items()
+            if not key.startswith(("calibration", "in_calibrations"))}
 
 
 @pytest.mark.parametrize("slowness", [2.0, 0.5])
 def test_a_slowed_backend_is_slower_when_the_whole_machine_moved(monkeypatch, machine, tmp_path, slowness):
     base = _bench_row(monkeypatch, machine, 1.0, 0)
     slow = _bench_row(monkeypatch, machine, slowness, 0.25)
-    assert base["calibration"] == slow["calibration"] == "numpy float32 128x128x128, 1 thread"
+    assert base["calibration"] == slow["calibration"] == calibration.workload(1)
+    assert f"numpy {np.__version__} float32 128x128x128, 1 thread, " in base["calibration"]
     assert base["calibration_samples"] >= calibration.MIN_SAMPLES
     cell = _cell(tmp_path, base, slow)
     assert cell.verdict == SLOWER
@@ -152,6 +159,24 @@ def test_the_machine_moving_alone_is_not_slower(monkeypatch, machine, tmp_path, 
     assert cell.machine == pytest.approx(slowness, rel=0.03)
     assert abs(cell.relative_diff) < 0.03
     assert _cell(tmp_path, _uncalibrated(base), _uncalibrated(again)).verdict in (SLOWER, FASTER)
+
+
+@pytest.mark.parametrize(("extra", "expected"), [(0.25, SLOWER), (0, SAME)])
+def test_a_machine_that_moves_during_a_run_is_judged_in_calibrations(monkeypatch, machine, tmp_path, extra,
+                                                                     expected):
+    """The machine runs 2x slower in the middle round of the second run's three: its row's seconds
+    spread over both speeds, its row in calibrations does not."""
+    base = _bench_row(monkeypatch, machine, [1.0, 1.0, 1.0], 0)
+    moving = _bench_row(monkeypatch, machine, [1.0, 2.0, 1.0], extra)
+    assert moving["q3_s"] / moving["q1_s"] > 1.2  # the seconds spread over both speeds
+    assert moving["in_calibrations_q3"] / moving["in_calibrations_q1"] < 1.1
+    assert moving["in_calibrations_converged"] is True
+    cell = _cell(tmp_path, base, moving)
+    assert cell.verdict == expected
+    assert cell.relative_diff == pytest.approx(extra, abs=0.03)
+    # in seconds the slowdown hides in the spread (and a missed noise target)
+    as_measured = _cell(tmp_path, _uncalibrated(base), _uncalibrated(moving))
+    assert as_measured.verdict == (AMBIGUOUS if extra else SAME)
 
 
 def test_compare_says_the_machine_moved_and_judges_relative_to_it(monkeypatch, machine, tmp_path, capsys):
@@ -185,25 +210,54 @@ def test_calibration_keeps_its_share_of_the_samples(monkeypatch):
         backend_total += seconds
     report = work.report()
     spent = sum(work.samples)
-    assert SHARE * backend_total <= spent <= SHARE * backend_total + 1.02 * cost
+    # each call counts as the calibration's median at most: a call above it (the 1% wobble) adds
+    assert SHARE * backend_total <= spent <= 1.01 * SHARE * backend_total + 1.02 * cost
     assert report.timing.samples == len(work.samples)
-    assert report.workload == "numpy float32 128x128x128, 1 thread"
+    assert report.workload == calibration.workload(1)
     assert report.timing.median_s == pytest.approx(cost, rel=0.02)
+
+
+def test_one_preempted_calibration_call_does_not_stop_the_calibration(monkeypatch):
+    fake = FakeMachine()
+    fake.slowness = 0.01
+    monkeypatch.setattr(calibration, "time", types.SimpleNamespace(perf_counter=fake.perf_counter))
+    work = CalibrationWork(1)
+    calls = []
+
+    def charged(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        calls.append(1)
+        fake.charge(a, b)
+        if len(calls) == 3:
+            fake.now += 0.05  # preempted: a thousand times its usual length
+
+    work._matmul = charged
+    for _ in range(40):
+        work.after(4e-4)
+    after_the_stall = len(work.samples) - 3
+    expected = 40 * SHARE * 4e-4 / (2 * 128**3 / FLOPS_PER_SECOND * 0.01)
+    assert after_the_stall >= 0.9 * expected  # without the cap: none for 125 of the backend's samples
+    assert len(work.relative) == 40 and max(work.relative) / min(work.relative) < 1.05
 
 
 # -- the rules on result records ---------------------------------------------------------------
 
 
-def _record(median: float = 1e-3, iqr: float = 0.02, calibration_s: float | None = 4e-5, calibration_iqr=0.01,
-            workload: str = "numpy float32 128x128x128, 1 thread", **extra) -> dict:
+def _record(median: float = 1e-3, iqr: float = 0.02, calibration_s: float | None = 4e-5,
+            workload: str = "numpy 2.4.6 float32 128x128x128, 1 thread, fake cpu",
+            relative_iqr: float | None = None, **extra) -> dict:
+    """A row whose row in calibrations is its median over the calibration's, with the row's IQR
+    (or ``relative_iqr``)."""
     record = {"backend": "numpy", "device": "cpu", "m": 64, "n": 64, "k": 64, "dtype": "float32",
               "layout": "NN", "status": "ok", "median_s": median, "q1_s": median * (1 - iqr / 2),
               "q3_s": median * (1 + iqr / 2), "samples": 60, "method": "wall clock", "detail": ""}
     if calibration_s is not None:
+        relative, spread = median / calibration_s, iqr if relative_iqr is None else relative_iqr
         record.update({"calibration": workload, "calibration_s": calibration_s,
-                       "calibration_q1_s": calibration_s * (1 - calibration_iqr / 2),
-                       "calibration_q3_s": calibration_s * (1 + calibration_iqr / 2),
-                       "calibration_samples": 200, "calibration_noise": calibration_iqr / 4})
+                       "calibration_q1_s": calibration_s * 0.995, "calibration_q3_s": calibration_s * 1.005,
+                       "calibration_samples": 200, "calibration_noise": 0.002,
+                       "in_calibrations": relative, "in_calibrations_q1": relative * (1 - spread / 2),
+                       "in_calibrations_q3": relative * (1 + spread / 2), "in_calibrations_noise": spread / 4,
+                       "in_calibrations_converged": spread / 4 <= 0.02})
     record.update(extra)
     return record
 
@@ -228,11 +282,19 @@ def test_a_machine_moved_beyond_the_bound_is_never_faster_or_slower(tmp_path):
     assert cell.verdict == SAME and MOVED_TOO_FAR in cell.flags  # as measured, within the threshold
 
 
-def test_a_noisy_calibration_or_a_shared_core_decides_nothing(tmp_path):
-    noisy = _record(median=2.5e-3, calibration_s=8e-5)
-    noisy["calibration_noise"] = 0.2
+def test_the_noise_target_in_calibrations_decides(tmp_path):
+    # the seconds missed their target (the machine moved during the run), the calibrations did not
+    spread = _record(median=2.5e-3, iqr=0.4, calibration_s=8e-5, relative_iqr=0.02, converged=False,
+                     noise=0.1)
+    cell = _cell(tmp_path, _record(), spread)
+    assert cell.verdict == SLOWER and "not converged" not in cell.flags and "noisy" not in cell.flags
+    # in calibrations the target was missed too: decides nothing
+    noisy = _record(median=2.5e-3, calibration_s=8e-5, relative_iqr=0.4)
     cell = _cell(tmp_path, _record(), noisy)
-    assert cell.verdict == AMBIGUOUS and "calibration noisy" in cell.flags
+    assert cell.verdict == AMBIGUOUS and "not converged" in cell.flags and "noisy" in cell.flags
+
+
+def test_a_shared_core_decides_nothing(tmp_path):
     # a busy neighbour that slowed the calibration and not the row: contended, so never FASTER
     busy = _record(median=1e-3, calibration_s=8e-5, contended=True)
     cell = _cell(tmp_path, _record(contended=True), busy)
@@ -245,9 +307,13 @@ def test_old_files_and_other_workloads_are_judged_as_measured(tmp_path):
     assert cell.verdict == SLOWER and cell.machine is None and cell.relative_diff is None
     cell = _cell(tmp_path, _record(calibration_s=None), _record(median=1.01e-3, calibration_s=None))
     assert cell.verdict == SAME and cell.flags == ()
-    # calibrations of different workloads (another thread count) do not compare
-    other = _record(median=2e-3, calibration_s=8e-5, workload="numpy float32 128x128x128, 4 threads")
-    assert _cell(tmp_path, _record(), other).machine is None
+    # calibrations of different workloads (another thread count, NumPy or processor) do not compare
+    for workload in ("numpy 2.4.6 float32 128x128x128, 4 threads, fake cpu",
+                     "numpy 2.5.0 float32 128x128x128, 1 thread, fake cpu",
+                     "numpy 2.4.6 float32 128x128x128, 1 thread, other cpu"):
+        other = _record(median=2e-3, calibration_s=8e-5, workload=workload)
+        cell = _cell(tmp_path, _record(), other)
+        assert cell.machine is None and cell.verdict == SLOWER
 
 
 def test_relative_verdicts_are_symmetric_on_random_pairs():
@@ -258,7 +324,7 @@ def test_relative_verdicts_are_symmetric_on_random_pairs():
     seen = set()
     for _ in range(400):
         records = [_record(median=rng.uniform(0.5, 2) * 1e-3, iqr=rng.uniform(0, 0.3),
-                           calibration_s=rng.uniform(0.3, 4) * 4e-5, calibration_iqr=rng.uniform(0, 0.1))
+                           calibration_s=rng.uniform(0.3, 4) * 4e-5, relative_iqr=rng.uniform(0, 0.3))
                    for _ in range(2)]
         a, b = (result_from_dict(r) for r in records)
         ca, cb = (calibration_of(r) for r in records)

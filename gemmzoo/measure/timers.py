@@ -254,7 +254,7 @@ def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
             watch_cores.start()
             beside = work.after if work is not None else None
             samples = cpu_samples(rotating, backend.synchronize, rule, beside)
-            calibration = work.report() if work is not None else None
+            calibration = work.report(rule.target if rule.target > 0 else None) if work is not None else None
             device = rule.timing(samples, method)
             return TimedCalls(device, device, limit.report(), last=kept[0] if kept else None,
                               contention=watch_cores.stop(), calibration=calibration)

@@ -21,18 +21,18 @@ row is its interquartile range (IQR) over its median (0.04: the middle half of t
 Every rule is symmetric: swapping the two runs swaps FASTER and SLOWER and keeps the others.
 
 **Relative to the machine.** A CPU row of ``gemmzoo bench`` records the machine's *calibration*:
-a fixed GEMM timed between the row's samples (:mod:`gemmzoo.measure.calibration`). A machine can
-run one process 2x slower than the one before it while each run's rows stay within a few percent
-of themselves; no row's noise shows that. Where both runs' rows carry calibrations of the same
-workload, each run's row is judged in units of its own calibration (its median and IQR band
-divided by the calibration's median, the band widened by the calibration's own relative IQR), so
-a backend that slowed down is told from a machine that did. The cell records how far the machine
-moved (``machine``: this run's calibration over the baseline's) and says so in its flags when that
-is beyond the threshold (``machine 1.93x slower``); beyond :data:`MAX_MACHINE_MOVE` either way the
-runs are too far apart for a ratio to carry over (``machine moved too far``: judged as measured,
-never FASTER or SLOWER), and a calibration whose own noise exceeds the threshold flags its row
-(``calibration noisy``) as a noisy row is. Files without calibrations (older ones, GPU rows) are
-judged as measured, as before.
+a fixed GEMM timed between the row's samples, and the row *in calibrations* (each sample over the
+calibration's median around it; :mod:`gemmzoo.measure.calibration`). A machine can run one process
+2x slower than the one before it while each run's rows stay within a few percent of themselves;
+no row's noise shows that. Where both runs' rows carry calibrations of the same workload (the same
+GEMM, NumPy, thread count and processor), the row is judged in calibrations: the rules above on the
+rows in calibrations (their medians, IQR bands, and whether they met their noise target), so a
+backend that slowed down is told from a machine that did, also when the machine moved during a
+run. The cell records how far the machine moved (``machine``: this run's calibration over the
+baseline's) and says so in its flags when that is beyond the threshold (``machine 1.93x
+slower``); beyond :data:`MAX_MACHINE_MOVE` either way the runs are too far apart for a ratio to
+carry over (``machine moved too far``: judged as measured, never FASTER or SLOWER). Files without
+calibrations (older ones, GPU rows) are judged as measured, as before.
 
 A SLOWER row is a confident regression beyond the threshold. So is **BROKEN**: the baseline's
 result was right and this run's is wrong, failed or timed out. **FIXED** is the reverse;
@@ -67,8 +67,7 @@ MAX_MACHINE_MOVE = 3.0
 MOVED_TOO_FAR = "machine moved too far"
 #: Flags under which a row is never FASTER or SLOWER, only SAME or AMBIGUOUS: its time did not
 #: cover what varied while it was taken.
-UNTRUSTED = ("throttled", "not converged", "noisy", "contended", "beyond roofline", "calibration noisy",
-             MOVED_TOO_FAR)
+UNTRUSTED = ("throttled", "not converged", "noisy", "contended", "beyond roofline", MOVED_TOO_FAR)
 
 
 class DuplicateRowError(ValueError):
@@ -98,34 +97,35 @@ class Cell:
 
 @dataclass(frozen=True)
 class Calibration:
-    """A row's calibration as its file recorded it (:mod:`gemmzoo.measure.calibration`)."""
+    """A row's calibration as its file recorded it (:mod:`gemmzoo.measure.calibration`): the
+    workload, its median time, and the row in calibrations (median, quartiles, the median's noise
+    and whether it met the row's noise target)."""
 
     workload: str
     median_s: float
-    q1_s: float
-    q3_s: float
-    noise: float | None = None
-
-    @property
-    def spread(self) -> float:
-        """The calibration's IQR over its median."""
-        return max(0.0, self.q3_s - self.q1_s) / self.median_s
+    relative: float
+    relative_q1: float
+    relative_q3: float
+    relative_noise: float | None = None
+    relative_converged: bool | None = None
 
 
 def calibration_of(extra: dict[str, Any] | None) -> Calibration | None:
     """The calibration a result's extra fields record, or ``None`` when they record none whole."""
     extra = extra or {}
-    workload, values = extra.get("calibration"), [extra.get(k) for k in CALIBRATION_TIMES]
+    workload, values = extra.get("calibration"), [extra.get(k) for k in _CALIBRATION_NUMBERS]
     if not isinstance(workload, str) or not all(_positive(v) for v in values):
         return None
-    median, q1, q3 = (float(v) for v in values)
-    if not q1 <= median <= q3:
+    median, relative, q1, q3 = (float(v) for v in values)
+    if not q1 <= relative <= q3:
         return None
-    recorded = extra.get("calibration_noise")
-    return Calibration(workload, median, q1, q3, float(recorded) if _positive(recorded, zero=True) else None)
+    noise, converged = extra.get("in_calibrations_noise"), extra.get("in_calibrations_converged")
+    return Calibration(workload, median, relative, q1, q3,
+                       float(noise) if _positive(noise, zero=True) else None,
+                       converged if isinstance(converged, bool) else None)
 
 
-CALIBRATION_TIMES = ("calibration_s", "calibration_q1_s", "calibration_q3_s")
+_CALIBRATION_NUMBERS = ("calibration_s", "in_calibrations", "in_calibrations_q1", "in_calibrations_q3")
 
 
 def _positive(value: Any, zero: bool = False) -> bool:
@@ -193,10 +193,20 @@ def flags_of(extra: dict[str, Any] | None, threshold: float = DEFAULT_THRESHOLD)
         found.append("contended")
     if extra.get("beyond_roofline") is True:
         found.append("beyond roofline")
-    calibration = calibration_of(extra)
-    if calibration is not None and calibration.noise is not None and calibration.noise > threshold:
-        found.append("calibration noisy")
     return tuple(found)
+
+
+def _flags_in_calibrations(flags: tuple[str, ...], calibration: Calibration,
+                           threshold: float) -> tuple[str, ...]:
+    """A row's flags when it is judged in calibrations: whether its noise target was met, and its
+    noise, are the row in calibrations' (a machine that moved during the run spread the row's
+    seconds, not its calibrations); the other flags stay."""
+    kept = [flag for flag in flags if flag not in ("not converged", "noisy")]
+    if calibration.relative_converged is False:
+        kept.append("not converged")
+    if calibration.relative_noise is not None and calibration.relative_noise > threshold:
+        kept.append("noisy")
+    return tuple(kept)
 
 
 @dataclass(frozen=True)
@@ -215,12 +225,11 @@ def _band(result: BenchResult) -> _Band:
     return _Band(timing.median_s, timing.q1_s, timing.q3_s, noise(result))
 
 
-def _relative(band: _Band, calibration: Calibration) -> _Band:
-    """``band`` in units of ``calibration``'s median, widened by the calibration's own spread."""
-    scale, widen = 1.0 / calibration.median_s, calibration.spread
-    median = band.median * scale
-    return _Band(median, band.q1 * scale - median * widen / 2, band.q3 * scale + median * widen / 2,
-                 None if band.noise is None else band.noise + widen)
+def _in_calibrations(calibration: Calibration) -> _Band:
+    """The row in calibrations, as a band."""
+    spread = max(0.0, calibration.relative_q3 - calibration.relative_q1)
+    return _Band(calibration.relative, calibration.relative_q1, calibration.relative_q3,
+                 spread / calibration.relative)
 
 
 def machine_move(base: Calibration | None, other: Calibration | None) -> float | None:
@@ -262,12 +271,15 @@ def judge(base: BenchResult | None, other: BenchResult | None, threshold: float,
     machine = machine_move(base_calibration, other_calibration)
     relative_diff = None
     if machine is not None:
-        other_flags = other_flags + _machine_flags(machine, threshold)
-        if MOVED_TOO_FAR not in other_flags:
-            assert base_calibration is not None and other_calibration is not None
-            mine_band = _relative(mine_band, base_calibration)
-            their_band = _relative(their_band, other_calibration)
+        assert base_calibration is not None and other_calibration is not None
+        moved = _machine_flags(machine, threshold)
+        if MOVED_TOO_FAR in moved:
+            other_flags = other_flags + moved
+        else:
+            mine_band, their_band = _in_calibrations(base_calibration), _in_calibrations(other_calibration)
             relative_diff = their_band.median / mine_band.median - 1
+            base_flags = _flags_in_calibrations(base_flags, base_calibration, threshold)
+            other_flags = _flags_in_calibrations(other_flags, other_calibration, threshold) + moved
     untrusted = any(f in UNTRUSTED for f in base_flags + other_flags)
     verdict = _decide(mine_band, their_band, threshold, untrusted)
     return Cell(other, mine / theirs, verdict, their_noise, diff, other_flags, machine, relative_diff)

@@ -259,6 +259,9 @@ RESULT_FIELDS: dict[str, Check] = {
     "calibration": text(), "calibration_s": _SECONDS, "calibration_q1_s": _SECONDS,
     "calibration_q3_s": _SECONDS, "calibration_samples": integer(0, MAX_SAMPLES),
     "calibration_noise": number(1e6),
+    # the row's samples over the calibration's nearby median, summarised (a ratio, not seconds)
+    "in_calibrations": _RATE, "in_calibrations_q1": _RATE, "in_calibrations_q3": _RATE,
+    "in_calibrations_noise": number(1e6), "in_calibrations_converged": flag(),
     "beyond_roofline": flag(),  # faster than the device's roofline floor: not a speed to trust
     "round": integer(0, MAX_SAMPLES),
 }
@@ -375,6 +378,7 @@ def check_result(record: Any) -> dict[str, Any]:
     if calibration is not None and calibration <= 0:
         raise FieldError("a measured time must be above 0", ("field 'calibration_s'",))
     _check_quartiles(record, "calibration_s", "calibration_q1_s", "calibration_q3_s")
+    _check_quartiles(record, "in_calibrations", "in_calibrations_q1", "in_calibrations_q3")
     return record
 
 
