@@ -9,9 +9,9 @@
    ``gemmzoo compare base.json slow.json`` of each pair. Target: SLOWER with exit 1 in every pair.
    Nothing else of this script runs meanwhile (``--busy`` applies to part 2 only).
 2. **Identical runs beside a busy process.** ``--identical`` default ``gemmzoo bench`` runs
-   (``--identical-args`` added to each; none by default) while ``--busy`` processes spin on the same
-   CPUs, then ``gemmzoo compare`` of every pair. Target: no SLOWER or FASTER row, every compare
-   exits 0.
+   (``--identical-args`` added to each; none by default; the slowed plugin disabled) while
+   ``--busy`` processes spin on the same CPUs, then ``gemmzoo compare`` of every pair. Target: no
+   SLOWER or FASTER row, every compare exits 0.
 
 Every command runs on ``--cpus`` (the CPU affinity, as ``taskset -c`` sets it; default: this
 process's), with a fresh tuning cache of its own (the suites run once, in the first run). For each
@@ -161,7 +161,7 @@ def part_identical(runner: Runner, out: Path, runs: int, busy: int, extra: list[
     try:
         for number in range(1, runs + 1):
             start = time.perf_counter()
-            bench(runner, out / f"run{number}.json", extra)
+            bench(runner, out / f"run{number}.json", extra, GEMMZOO_DISABLE_PLUGINS="slowed")
             times.append(time.perf_counter() - start)
             paths.append(out / f"run{number}.json")
             print(f"run {number}: {times[-1]:.1f} s", flush=True)
