@@ -14,7 +14,9 @@
    SLOWER or FASTER row, every compare exits 0.
 
 Every command runs on ``--cpus`` (the CPU affinity, as ``taskset -c`` sets it; default: this
-process's), with a fresh tuning cache of its own (the suites run once, in the first run). For each
+process's), with a tuning cache of its own (``--keep``'s ``cache`` folder, else a fresh one: the
+suites run once, in the first run). Part 2 can be split across calls: ``--identical 5 --no-compare
+--keep DIR`` then ``--identical 5 --identical-first 6 --keep DIR`` compares all ten. For each
 run the script also prints what says where the drift comes from: the row's median, the machine's
 calibration (a fixed GEMM timed between the row's samples, ``gemmzoo.measure.calibration``), their
 ratio, and the thread pools and CPU share the row was timed with. If the row's median moves
@@ -54,14 +56,14 @@ def install_slowed(site: Path) -> None:
 class Runner:
     """``python -m gemmzoo ...`` on the chosen CPUs, with the slowed plugin and a fresh cache."""
 
-    def __init__(self, work: Path, cpus: set[int] | None) -> None:
+    def __init__(self, work: Path, cpus: set[int] | None, cache: Path) -> None:
         site = work / "site"
         install_slowed(site)
         self.cpus = cpus
         self.env = {key: value for key, value in os.environ.items() if not key.startswith("GEMMZOO_")}
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), str(ROOT), str(ROOT / "plugins"),
                                                              os.environ.get("PYTHONPATH")) if p)
-        self.env["GEMMZOO_CACHE_DIR"] = str(work / "cache")
+        self.env["GEMMZOO_CACHE_DIR"] = str(cache)
         self.env["COLUMNS"] = "200"
 
     def _pinned(self) -> None:
@@ -153,22 +155,28 @@ def part_pairs(runner: Runner, out: Path, pairs: int) -> dict[str, Any]:
     return {"summary": summary, "rows": rows}
 
 
-def part_identical(runner: Runner, out: Path, runs: int, busy: int, extra: list[str]) -> dict[str, Any]:
-    """Part 2 (see the module docstring)."""
+def part_identical(runner: Runner, out: Path, runs: int, busy: int, extra: list[str], first_number: int = 1,
+                   compare_them: bool = True) -> dict[str, Any]:
+    """Part 2 (see the module docstring): ``runs`` runs numbered from ``first_number``, then every
+    pair of the ``run*.json`` files in ``out`` compared (those of an earlier call too)."""
     print(f"\n# 2. {runs} identical runs of gemmzoo bench {' '.join(extra)} beside {busy} busy process(es)")
     spinning = runner.busy(busy)
-    paths, times = [], []
+    times = []
     try:
-        for number in range(1, runs + 1):
+        for number in range(first_number, first_number + runs):
             start = time.perf_counter()
             bench(runner, out / f"run{number}.json", extra, GEMMZOO_DISABLE_PLUGINS="slowed")
             times.append(time.perf_counter() - start)
-            paths.append(out / f"run{number}.json")
             print(f"run {number}: {times[-1]:.1f} s", flush=True)
     finally:
         for process in spinning:
             process.kill()
             process.wait()
+    seconds = [min(times), max(times)] if times else None
+    if not compare_them:
+        return {"summary": {"runs": runs, "busy": busy, "args": extra, "run_seconds": seconds}}
+    paths = sorted(out.glob("run*.json"), key=lambda path: int(path.stem[3:]))
+    runs = len(paths)
     counts: dict[str, int] = {}
     clean, wolves = 0, []
     for first, second in itertools.combinations(range(runs), 2):
@@ -180,13 +188,12 @@ def part_identical(runner: Runner, out: Path, runs: int, busy: int, extra: list[
                                "shape": f"{record['m']}x{record['n']}x{record['k']}",
                                "verdict": record["verdict"],
                                "machine": record.get("machine"), "flags": record["flags"]})
+                print(f"  {paths[first].name} {paths[second].name}: {wolves[-1]}", flush=True)
         clean += code == 0
     pairs = runs * (runs - 1) // 2
     print(f"{clean} of {pairs} compares exit 0; rows: {counts}")
-    for wolf in wolves:
-        print(f"  {wolf}")
     return {"summary": {"runs": runs, "busy": busy, "args": extra, "compares": pairs, "exit_0": clean,
-                        "verdicts": counts, "run_seconds": [min(times), max(times)]},
+                        "verdicts": counts, "run_seconds": seconds},
             "faster_or_slower": wolves}
 
 
@@ -197,6 +204,10 @@ def main() -> None:
     parser.add_argument("--identical", type=int, default=10)
     parser.add_argument("--busy", type=int, default=1, help="busy processes beside part 2 (default 1)")
     parser.add_argument("--identical-args", default="", help="added to each identical run's gemmzoo bench")
+    parser.add_argument("--identical-first", type=int, default=1, metavar="N",
+                        help="number the identical runs from N (a second call adding runs to --keep's)")
+    parser.add_argument("--no-compare", action="store_true",
+                        help="make the identical runs, compare nothing (a later call compares them all)")
     parser.add_argument("--skip-pairs", action="store_true")
     parser.add_argument("--skip-identical", action="store_true")
     parser.add_argument("--json", help="write the figures to this file")
@@ -207,7 +218,7 @@ def main() -> None:
         work = Path(scratch)
         out = Path(args.keep) if args.keep else work / "out"
         out.mkdir(parents=True, exist_ok=True)
-        runner = Runner(work, cpus)
+        runner = Runner(work, cpus, Path(args.keep) / "cache" if args.keep else work / "cache")
         figures: dict[str, Any] = {"cpus": sorted(cpus) if cpus else sorted(os.sched_getaffinity(0)),
                                    "cpu_count": os.cpu_count(), "python": sys.version.split()[0]}
         print(f"CPUs {figures['cpus']} of {figures['cpu_count']}; load average {os.getloadavg()}")
@@ -215,7 +226,8 @@ def main() -> None:
             figures["pairs"] = part_pairs(runner, out, args.pairs)
         if not args.skip_identical:
             figures["identical"] = part_identical(runner, out, args.identical, args.busy,
-                                                  shlex.split(args.identical_args))
+                                                  shlex.split(args.identical_args), args.identical_first,
+                                                  not args.no_compare)
         figures["load_average_after"] = os.getloadavg()
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=2))
