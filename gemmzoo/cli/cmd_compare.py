@@ -23,6 +23,7 @@ from gemmzoo.results.compare import (
     DEFAULT_THRESHOLD,
     FASTER,
     FIXED,
+    MAX_MACHINE_MOVE,
     MISSING,
     SAME,
     SLOWER,
@@ -97,6 +98,9 @@ def _machine_line(move: float | None, threshold: float) -> str | None:
     else:
         how = f"{move:.2f}x slower" if move > 1 else f"{1 / move:.2f}x faster"
         how += " than the baseline's"
+    if not 1 / MAX_MACHINE_MOVE <= move <= MAX_MACHINE_MOVE:
+        return (f"machine: {how}: too far for a ratio to carry over; rows judged as measured, none faster "
+                "or slower")
     return f"machine: {how}; rows judged relative to it"
 
 
