@@ -202,11 +202,11 @@ def _watch_build(a: Any) -> None:
     inner = a.data if type(a) is TF32Array else a
     if _KEYS.get(type(inner)) is not _torch_key:
         return
-    session = current()
-    if session.config.compiled_dispatch != "auto":
-        return
     try:
         if not _builds_for(inner):
+            return
+        session = current()
+        if session.config.compiled_dispatch != "auto":
             return
         from gemmzoo.native import background
 
@@ -294,7 +294,8 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
             cache.plans.move_to_end(key)
             cache.last = key, plan
     except Exception:
-        return _plan_and_call(a, b, backend, accuracy, by, current().plan_cache)
+        session = _get_session(None) or (_default[0] if _default else current())
+        return _plan_and_call(a, b, backend, accuracy, by, session.plan_cache)
     try:
         return plan(a, b)
     except Exception:
