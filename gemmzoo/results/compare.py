@@ -14,9 +14,11 @@ row is its interquartile range (IQR) over its median (0.04: the middle half of t
 - **AMBIGUOUS** otherwise: the medians differ by more than the threshold but the runs' noise
   cannot tell whether the difference does (the IQR bands overlap or sit closer than that), a
   run's noise is unknown (fewer than two samples), or a run's row is flagged: measured on a
-  throttled GPU, on CPU cores it shared with other work (``contended``), without meeting its
-  noise target (``not converged``) or with recorded noise beyond ``threshold`` (``noisy``). A
-  flagged row is never FASTER or SLOWER: its time did not cover what varied while it was taken.
+  throttled GPU, on CPU cores it shared with other work (``contended``) or with recorded noise
+  beyond ``threshold`` (``noisy``). A flagged row is never FASTER or SLOWER: its time did not
+  cover what varied while it was taken. A row that missed its noise target within its budget
+  (``not converged``) with its noise within the threshold is judged on a wider margin: FASTER
+  or SLOWER only where the bands sit apart by :data:`UNSETTLED_MARGIN` times the threshold.
 
 Every rule is symmetric: swapping the two runs swaps FASTER and SLOWER and keeps the others.
 
@@ -67,7 +69,12 @@ MAX_MACHINE_MOVE = 3.0
 MOVED_TOO_FAR = "machine moved too far"
 #: Flags under which a row is never FASTER or SLOWER, only SAME or AMBIGUOUS: its time did not
 #: cover what varied while it was taken.
-UNTRUSTED = ("throttled", "not converged", "noisy", "contended", "beyond roofline", MOVED_TOO_FAR)
+UNTRUSTED = ("throttled", "noisy", "contended", "beyond roofline", MOVED_TOO_FAR)
+#: The flag of a row that missed its noise target within its budget while its recorded noise
+#: stayed within the threshold: its band is known, its median less settled, so it is FASTER or
+#: SLOWER only when the bands sit apart by :data:`UNSETTLED_MARGIN` times the threshold.
+UNSETTLED = "not converged"
+UNSETTLED_MARGIN = 3.0
 
 
 class DuplicateRowError(ValueError):
@@ -280,12 +287,13 @@ def judge(base: BenchResult | None, other: BenchResult | None, threshold: float,
             relative_diff = their_band.median / mine_band.median - 1
             base_flags = _flags_in_calibrations(base_flags, base_calibration, threshold)
             other_flags = _flags_in_calibrations(other_flags, other_calibration, threshold) + moved
-    untrusted = any(f in UNTRUSTED for f in base_flags + other_flags)
-    verdict = _decide(mine_band, their_band, threshold, untrusted)
+    flags = base_flags + other_flags
+    untrusted = any(f in UNTRUSTED for f in flags)
+    verdict = _decide(mine_band, their_band, threshold, untrusted, UNSETTLED in flags)
     return Cell(other, mine / theirs, verdict, their_noise, diff, other_flags, machine, relative_diff)
 
 
-def _decide(mine: _Band, theirs: _Band, threshold: float, untrusted: bool) -> str:
+def _decide(mine: _Band, theirs: _Band, threshold: float, untrusted: bool, unsettled: bool = False) -> str:
     """The verdict of ``theirs`` against ``mine`` (the rules of the module docstring)."""
     gap = abs(theirs.median - mine.median)
     if gap <= threshold * min(mine.median, theirs.median):
@@ -293,8 +301,9 @@ def _decide(mine: _Band, theirs: _Band, threshold: float, untrusted: bool) -> st
     if mine.noise is not None and theirs.noise is not None \
             and gap <= min(mine.noise * mine.median, theirs.noise * theirs.median):
         return SAME
+    margin = threshold * (UNSETTLED_MARGIN if unsettled else 1.0)
     if mine.noise is None or theirs.noise is None or untrusted \
-            or _separation(mine, theirs) <= threshold * min(mine.median, theirs.median):
+            or _separation(mine, theirs) <= margin * min(mine.median, theirs.median):
         return AMBIGUOUS
     return SLOWER if theirs.median > mine.median else FASTER
 
