@@ -284,29 +284,12 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
     route = _ROUTES.get(type(a))
     if route is not None:
         return route(a, b, backend, accuracy, by)
-    # _dispatch's body, repeated here: one Python call less on every call (see _dispatch)
-    try:
-        cache = (_get_session(None) or _default[0]).plan_cache
-        key = _KEYS[type(a)](a, b, backend, accuracy, by)
-        last_key, plan = cache.last
-        if key != last_key:
-            plan = cache.plans[key]
-            cache.plans.move_to_end(key)
-            cache.last = key, plan
-    except Exception:
-        session = _get_session(None) or (_default[0] if _default else current())
-        return _plan_and_call(a, b, backend, accuracy, by, session.plan_cache)
-    try:
-        return plan(a, b)
-    except Exception:
-        _reject(a, b, backend, accuracy, by)
-        raise
+    return _dispatch(a, b, backend, accuracy, by)
 
 
 def _dispatch(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Any:
-    """``gemmzoo.matmul`` in Python: find (or make) the problem's plan and call it. The compiled
-    dispatch calls it for the operands it hands back; :func:`matmul` runs the same body inline
-    (keep the two alike)."""
+    """``gemmzoo.matmul`` in Python: find (or make) the problem's plan and call it (the compiled
+    dispatch calls it too, for the operands it hands back)."""
     try:
         # the current session's plans: a `with` block's, else the default session's (made on a
         # first call, in the except branch below)
