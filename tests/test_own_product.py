@@ -274,3 +274,28 @@ def test_a_backward_product_off_the_library_keeps_gemmzoos_autograd_function():
     torch.matmul(y, v.t()).backward(upstream)
     assert torch.equal(c, torch.matmul(y, v.t()))
     assert torch.equal(x.grad, y.grad) and torch.equal(w.grad, v.grad)
+
+
+def test_batched_products_with_nothing_measured_are_the_librarys_own_matmul():
+    """3-D operands, no backend named, nothing stored: the plan is torch.matmul or numpy.matmul
+    itself (broadcasting, the caller's switches and torch's autograd its own), and no class
+    cases run for it."""
+    generator = torch.Generator().manual_seed(10)
+    x = torch.randn(3, 1, 17, 23, generator=generator)
+    y = torch.randn(4, 23, 9, generator=generator)
+    assert dispatch.make_plan(x, y) is torch.matmul
+    assert torch.equal(gemmzoo.matmul(x, y), torch.matmul(x, y))
+    x.requires_grad_(True)
+    y.requires_grad_(True)
+    upstream = torch.randn(3, 4, 17, 9, generator=generator)
+    gemmzoo.matmul(x, y).backward(upstream)
+    u, v = x.detach().clone().requires_grad_(True), y.detach().clone().requires_grad_(True)
+    torch.matmul(u, v).backward(upstream)
+    assert torch.equal(x.grad, u.grad) and torch.equal(y.grad, v.grad)
+    rng = np.random.default_rng(14)
+    a, b = _normal(rng, 5, 6, 7).astype(np.float32), _normal(rng, 7, 3).astype(np.float32)
+    assert dispatch.make_plan(a, b) is np.matmul
+    assert np.array_equal(gemmzoo.matmul(a, b), np.matmul(a, b))
+    store = gemmzoo.session.current().store()
+    for name in ("torch-cpu", "numpy"):
+        assert conformance_verdict(store, gemmzoo.get_backend(name), "float32", run=False, cls="batched") is None
