@@ -2,6 +2,7 @@
 
     python benchmarks/empty_cache.py [--json FILE] [--calls N] [--rounds R] [--shape MxNxK-DTYPE ...]
                                      [--dispatch first-contact|background|python] [--compiled]
+                                     [--batched]
 
 The tuning cache is a fresh temporary directory: every answer comes from the shipped prior
 (:mod:`gemmzoo.tuning.prior`) or the default order, never from a measurement. Each problem's two
@@ -30,7 +31,9 @@ DTYPE is a torch dtype name, or: ``tf32`` (the operands wrapped in ``gemmzoo.TF3
 ``torch.matmul`` timed with ``allow_tf32`` on); ``float32+tf32`` (plain float32 tensors, the
 caller's ``allow_tf32`` on for both calls); ``float8_e4m3fn`` (B stored column-major, as a weight
 ``w.t()`` is; the call replaced is ``torch._scaled_mm`` with unit scales, fp32 promotion and a
-bfloat16 result, since ``torch.matmul`` takes no fp8). Needs a CUDA GPU.
+bfloat16 result, since ``torch.matmul`` takes no fp8). A shape ``bmm:B1x…xMxNxK-DTYPE`` is a
+batched product (A of ``B1x…xMxK``, B of ``B1x…xKxN``); ``--batched`` runs a set of attention
+batches instead of the 2-D problems. Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -53,10 +56,20 @@ PROBLEMS = (
 )
 
 
-def parse(text: str) -> tuple[int, int, int, str]:
+#: Attention-shaped batches (scores Q·Kᵀ and context P·V of a few models) and a broadcast one.
+BATCHED = (
+    "bmm:96x1024x1024x64-bfloat16", "bmm:96x1024x64x1024-bfloat16", "bmm:32x2048x2048x128-float16",
+    "bmm:32x2048x128x2048-float16", "bmm:8x16x128x128x64-bfloat16", "bmm:256x64x64x64-float16",
+    "bmm:4x4096x4096x128-bfloat16", "bmm:64x1x4096x128-float16",
+)
+
+
+def parse(text: str) -> tuple[tuple[int, ...], int, int, int, str]:
+    """The batch, M, N, K and dtype of ``MxNxK-DTYPE`` or ``bmm:B1x…xMxNxK-DTYPE``."""
     sizes, dtype = text.rsplit("-", 1)
-    m, n, k = (int(x) for x in sizes.split("x"))
-    return m, n, k, dtype
+    numbers = [int(x) for x in sizes.removeprefix("bmm:").split("x")]
+    *batch, m, n, k = numbers
+    return tuple(batch), m, n, k, dtype
 
 
 def misaligned(m: int, n: int, k: int, dtype: str) -> bool:
@@ -105,6 +118,7 @@ def main() -> None:
                         help="first-contact (default): compiled_dispatch=auto, the build starts at the first "
                              "product; background: wait for that build and the switch before timing; python: "
                              "the Python dispatch throughout")
+    parser.add_argument("--batched", action="store_true", help="the attention batches instead of the 2-D set")
     parser.add_argument("--limit", type=float, default=600.0,
                         help="--dispatch background: seconds to wait for the build (default 600)")
     args = parser.parse_args()
@@ -135,15 +149,15 @@ def main() -> None:
         print(f"compiled dispatch built and used ({time.perf_counter() - start:.1f} s)", flush=True)
     settings = torch.backends.cuda.matmul
     rows = []
-    for text in args.shape or PROBLEMS:
-        m, n, k, dtype = parse(text)
+    for text in args.shape or (BATCHED if args.batched else PROBLEMS):
+        batch, m, n, k, dtype = parse(text)
         allow_tf32 = dtype in ("tf32", "float32+tf32")
         storage = torch.float32 if allow_tf32 else getattr(torch, dtype)
-        a = torch.randn(m, k, device="cuda").to(storage)
+        a = torch.randn(*batch, m, k, device="cuda").to(storage)
         if dtype == "float8_e4m3fn":
             b = torch.randn(n, k, device="cuda").to(storage).t()  # column-major, as _scaled_mm takes it
         else:
-            b = torch.randn(k, n, device="cuda").to(storage)
+            b = torch.randn(*batch, k, n, device="cuda").to(storage)
         x, y = (gemmzoo.TF32Array(a), gemmzoo.TF32Array(b)) if dtype == "tf32" else (a, b)
         saved = settings.allow_tf32
         settings.allow_tf32 = allow_tf32
@@ -154,8 +168,14 @@ def main() -> None:
             first_s = time.perf_counter() - start
         finally:
             settings.allow_tf32 = saved
-        choice = choice_for(x, y)
-        picked = "torch.mm (own)" if choice.source == "library" else choice.backend.name
+        if batch:
+            plan = dispatch_module.make_plan(x, y)
+            source = "library" if plan is torch.matmul else "class"
+            picked = "torch.matmul (own)" if source == "library" else "batched backend"
+        else:
+            choice = choice_for(x, y)
+            source = choice.source
+            picked = "torch.mm (own)" if source == "library" else choice.backend.name
 
         def loop(call, calls=args.calls):
             torch.cuda.synchronize()
@@ -190,13 +210,13 @@ def main() -> None:
         finally:
             settings.allow_tf32 = saved
         served = "compiled" if dispatch_module._ROUTES else "python"
-        row = {"problem": text, "picked": picked, "source": choice.source, "first_call_s": first_s,
+        row = {"problem": text, "picked": picked, "source": source, "first_call_s": first_s,
                "dispatch": served,
                "torch_matmul_us": statistics.median(t_theirs) * 1e6,
                "gemmzoo_us": statistics.median(t_ours) * 1e6, "ratio": statistics.median(ratios),
                "misaligned": misaligned(m, n, k, dtype)}
         rows.append(row)
-        print(f"{text:28} {picked:16} {served:8} first {first_s:7.2f} s  "
+        print(f"{text:29} {picked:18} {served:8} first {first_s:7.2f} s  "
               f"torch.matmul {row['torch_matmul_us']:10.1f} us  gemmzoo {row['gemmzoo_us']:10.1f} us  "
               f"x{row['ratio']:.3f}", flush=True)
     ratios = [r["ratio"] for r in rows]
