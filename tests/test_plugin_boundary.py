@@ -313,9 +313,15 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
+def search_path(site: Path) -> str:
+    """The corpus's site and this folder first, then this process's own PYTHONPATH (where the
+    bundled plugins are found in a checkout that is not installed)."""
+    return os.pathsep.join(p for p in (str(site), str(TESTS), os.environ.get("PYTHONPATH")) if p)
+
+
 def gemmzoo_cli(site: Path, tmp_path: Path, *args: str,
                 **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    variables = {"PYTHONPATH": os.pathsep.join([str(site), str(TESTS)]),
+    variables = {"PYTHONPATH": search_path(site),
                  "GEMMZOO_CACHE_DIR": str(tmp_path / "cache"), **env}
     start = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "gemmzoo", *args], capture_output=True, text=True,
@@ -403,7 +409,7 @@ def test_matmul_in_a_process_with_every_misbehaving_plugin(site, tmp_path):
               "print(gemmzoo.best_backend((8, 8, 8)).name)\n"
               "np.testing.assert_allclose(gemmzoo.matmul(a, b), a.astype(float) @ b.astype(float), "
               "rtol=1e-5, atol=1e-5)\n")
-    env = subprocess_env(site, PYTHONPATH=os.pathsep.join([str(site), str(TESTS)]),
+    env = subprocess_env(site, PYTHONPATH=search_path(site),
                          GEMMZOO_CACHE_DIR=str(tmp_path / "cache"), GEMMZOO_TIMEOUT="1",
                          GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy,jax")
     start = time.monotonic()
