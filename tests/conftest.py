@@ -53,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # triton.jit reads TRITON_INTERPRET when it decorates a kernel. An explicit setting wins.
     if not cuda_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if os.environ.get("TRITON_INTERPRET") == "1" and not config.option.collectonly:
         skip_dead_overflow_work()
     # Nothing a test does reaches the user's own tuning cache: a test that needs a cache of its
     # own sets one (and makes a session of it); every other session of the run uses this one.
