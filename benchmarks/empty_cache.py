@@ -1,6 +1,7 @@
 """``gemmzoo.matmul`` with no tuning data at all against ``torch.matmul``, caller time, in one run.
 
     python benchmarks/empty_cache.py [--json FILE] [--calls N] [--rounds R] [--shape MxNxK-DTYPE ...]
+                                     [--dispatch first-contact|background|python] [--compiled]
 
 The tuning cache is a fresh temporary directory: every answer comes from the shipped prior
 (:mod:`gemmzoo.tuning.prior`) or the default order, never from a measurement. Each problem's two
@@ -10,8 +11,20 @@ what served gemmzoo's call (``torch.mm (own)`` where it is torch's own product u
 switches, else the backend picked) and the first call's wall time (which includes the picked
 backend's conformance suite the first time a dtype meets it).
 
-``--compiled`` builds the compiled dispatch (:mod:`gemmzoo.native`) into that fresh cache first and
-calls through it; the cache holds no tuning data either way.
+Which dispatch serves gemmzoo's calls (the cache holds no tuning data either way; each row says
+which served it, ``python`` or ``compiled``):
+
+- ``--dispatch first-contact`` (default): a new user's first process, ``compiled_dispatch="auto"``:
+  the first product starts the compiled dispatch's build in the background
+  (:mod:`gemmzoo.native.background`), and the process switches to it at the first new problem
+  after the build is done, so the first rows run through the Python dispatch and later ones may
+  not.
+- ``--dispatch background``: the same, but one small product first, then new small problems every
+  0.25 s until the process has switched to the compiled dispatch (the time is printed), then the
+  rows: what every process after the build gets.
+- ``--dispatch python``: the Python dispatch throughout (``GEMMZOO_COMPILED_DISPATCH=0``).
+- ``--compiled``: the compiled dispatch built in the foreground first (as ``gemmzoo cache
+  --build-dispatch`` does).
 
 DTYPE is a torch dtype name, or: ``tf32`` (the operands wrapped in ``gemmzoo.TF32Array``;
 ``torch.matmul`` timed with ``allow_tf32`` on); ``float32+tf32`` (plain float32 tensors, the
@@ -51,6 +64,33 @@ def misaligned(m: int, n: int, k: int, dtype: str) -> bool:
     return size is not None and any((x * size) % 16 for x in (n, k))
 
 
+def wait_for_switch(torch, gemmzoo, dispatch_module, limit_s: float) -> float | None:
+    """One small product (the first: the compiled dispatch's background build starts), then a new
+    small problem every 0.25 s until the process has switched to the compiled dispatch; the
+    seconds that took, or ``None`` (said) if the build failed or outlasted ``limit_s``."""
+    from gemmzoo.session import current
+
+    began = time.perf_counter()
+    count = 0
+    while not dispatch_module._ROUTES:
+        count += 1
+        a = torch.randn(8 + count, 16, device="cuda", dtype=torch.float16)
+        b = torch.randn(16, 8, device="cuda", dtype=torch.float16)
+        if not torch.equal(gemmzoo.matmul(a, b), torch.mm(a, b)):
+            sys.exit(f"wrong product at {8 + count}x8x16")
+        watch = current().compiled_build
+        if (watch is not None and watch.finished and not dispatch_module._ROUTES) \
+                or time.perf_counter() - began > limit_s:
+            why = getattr(watch, "why", None) or "the build outlasted --limit"
+            print(f"--dispatch background: no switch: {why}")
+            return None
+        time.sleep(0.25)
+    waited = time.perf_counter() - began
+    print(f"switched to the compiled dispatch built in the background {waited:.1f} s after the first product",
+          flush=True)
+    return waited
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the figures to this file")
@@ -60,15 +100,29 @@ def main() -> None:
     parser.add_argument("--compiled", action="store_true",
                         help="build the compiled dispatch into the fresh cache first (as gemmzoo cache "
                              "--build-dispatch does; no tuning data either way) and call through it")
+    parser.add_argument("--dispatch", choices=("first-contact", "background", "python"),
+                        default="first-contact",
+                        help="first-contact (default): compiled_dispatch=auto, the build starts at the first "
+                             "product; background: wait for that build and the switch before timing; python: "
+                             "the Python dispatch throughout")
+    parser.add_argument("--limit", type=float, default=600.0,
+                        help="--dispatch background: seconds to wait for the build (default 600)")
     args = parser.parse_args()
     os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-empty-")
+    os.environ["GEMMZOO_COMPILED_DISPATCH"] = ("on" if args.compiled else "0" if args.dispatch == "python"
+                                               else "auto")
     import torch
 
     import gemmzoo
+    from gemmzoo.dispatch import matmul as dispatch_module
     from gemmzoo.dispatch.matmul import choice_for
 
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
+    if args.dispatch == "background" and not args.compiled:
+        waited = wait_for_switch(torch, gemmzoo, dispatch_module, args.limit)
+        if waited is None:
+            sys.exit(1)
     if args.compiled:
         from gemmzoo import native
         from gemmzoo.dispatch import matmul as dispatch
@@ -135,12 +189,14 @@ def main() -> None:
                 ratios.append(t1 / t2)
         finally:
             settings.allow_tf32 = saved
+        served = "compiled" if dispatch_module._ROUTES else "python"
         row = {"problem": text, "picked": picked, "source": choice.source, "first_call_s": first_s,
+               "dispatch": served,
                "torch_matmul_us": statistics.median(t_theirs) * 1e6,
                "gemmzoo_us": statistics.median(t_ours) * 1e6, "ratio": statistics.median(ratios),
                "misaligned": misaligned(m, n, k, dtype)}
         rows.append(row)
-        print(f"{text:28} {picked:16} first {first_s:7.2f} s  "
+        print(f"{text:28} {picked:16} {served:8} first {first_s:7.2f} s  "
               f"torch.matmul {row['torch_matmul_us']:10.1f} us  gemmzoo {row['gemmzoo_us']:10.1f} us  "
               f"x{row['ratio']:.3f}", flush=True)
     ratios = [r["ratio"] for r in rows]
@@ -153,7 +209,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "dispatch": "compiled" if args.compiled else "python", "rows": rows}, out, indent=1)
+                       "dispatch": "compiled" if args.compiled else args.dispatch, "rows": rows},
+                      out, indent=1)
 
 
 if __name__ == "__main__":

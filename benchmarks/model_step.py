@@ -107,37 +107,53 @@ def layout_of(x: torch.Tensor) -> str:
     return "T" if x.stride(0) < x.stride(1) else "N"
 
 
+def operands_like(m: int, n: int, k: int, layout: str, like: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random operands of an ``m x n x k`` product in ``layout`` (T: the transposed view of a
+    row-major matrix), on ``like``'s device in its dtype."""
+    def operand(rows: int, cols: int, letter: str) -> torch.Tensor:
+        if letter == "T":
+            return torch.randn(cols, rows, device=like.device, dtype=like.dtype).t()
+        return torch.randn(rows, cols, device=like.device, dtype=like.dtype)
+
+    return operand(m, k, layout[0]), operand(k, n, layout[1])
+
+
 def problems_of_a_step(model: Any, tokens: torch.Tensor, targets: torch.Tensor
                        ) -> dict[Problem, tuple[int, str, tuple[torch.Tensor, torch.Tensor]]]:
     """Every product one gemmzoo step runs: its count, the backend ``gemmzoo.matmul`` runs it on,
-    and detached example operands (forward products through the model's ``matmul``, backward ones
-    through :mod:`gemmzoo.dispatch.autograd`'s calls of ``gemmzoo.dispatch.matmul.matmul``)."""
+    and example operands: the forward products as the model's ``matmul`` gets them, and the
+    backward products of each (dA and dB for the operands that require grad) as
+    :func:`gemmzoo.dispatch.autograd.backward_problems` names them, with random operands of their
+    layouts (torch's own autograd computes them where all three are torch's own product)."""
     import gemmzoo
     from gemmzoo.dispatch import matmul as dispatch
+    from gemmzoo.dispatch.autograd import backward_problems
 
     found: dict[Problem, list[Any]] = {}
 
-    def counting(direction: str, call: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
-            key = (a.shape[0], b.shape[1], a.shape[1], layout_of(a) + layout_of(b), direction)
-            if key in found:
-                found[key][0] += 1
-            else:
-                name = dispatch.backend_for(a, b).name
-                found[key] = [1, name, (a.detach(), b.detach())]
-            return call(a, b, *args, **kwargs)
+    def count(key: Problem, operands: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> None:
+        if key in found:
+            found[key][0] += 1
+        else:
+            a, b = operands()
+            found[key] = [1, dispatch.backend_for(a, b).name, (a, b)]
 
-        return counted
+    def counted(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+        key = (a.shape[0], b.shape[1], a.shape[1], layout_of(a) + layout_of(b), "forward")
+        count(key, lambda: (a.detach(), b.detach()))
+        if torch.is_grad_enabled():
+            for (m, n, k), layout in backward_problems(a, b):
+                count((m, n, k, layout, "backward"),
+                      lambda m=m, n=n, k=k, layout=layout: operands_like(m, n, k, layout, a))
+        return gemmzoo.matmul(a, b, *args, **kwargs)
 
-    original = dispatch.matmul
-    model.matmul = counting("forward", gemmzoo.matmul)
-    dispatch.matmul = counting("backward", original)
+    model.matmul = counted
     try:
         step(model, tokens, targets)
     finally:
-        dispatch.matmul = original
         model.matmul = gemmzoo.matmul
-    return {key: (count, name, operands) for key, (count, name, operands) in found.items()}
+    return {key: (n, name, operands) for key, (n, name, operands) in found.items()}
 
 
 def per_call(call: Callable[[], Any], clock: Clock, calls: int) -> float:

@@ -1,6 +1,6 @@
 """One sweep on one GPU against the same sweep on two, through an engine executor.
 
-    python3 benchmarks/scale_out.py OUTDIR [--executor slurm|local] [--budget SECONDS]
+    python3 benchmarks/scale_out.py OUTDIR [--executor slurm|local] [--budget SECONDS] [--fresh]
                                            [--max-seconds SECONDS] [--backend NAME ...] [--shape MxNxK ...]
 
 With ``--executor slurm`` (the default) both runs go through submitit's local executor
@@ -13,9 +13,14 @@ What each run costs is made predictable:
 - every (point, backend) samples for the whole budget (``--max-noise 0``), so a run's timing takes
   about points × backends × (budget + the point's set-up) whatever the noise;
 - each worker's set-up (imports, CUDA, each backend's conformance suite for the dtype) runs once,
-  before its first point, and each run starts from an empty tuning cache, kernel caches included
-  (``GEMMZOO_CACHE_DIR``, ``CUPY_CACHE_DIR``, ``TRITON_CACHE_DIR`` of its own), so both runs pay
-  the suites and compiles alike: once per worker, on its own GPU;
+  before its first point, and each run has caches of its own (``GEMMZOO_CACHE_DIR``,
+  ``CUPY_CACHE_DIR``, ``TRITON_CACHE_DIR``), kernel caches empty, so both runs pay the compiles
+  alike: once per worker, on its own GPU;
+- a machine already checked, as after ``gemmzoo check`` (the README's first step): ``gemmzoo
+  check BACKENDS --dtype DTYPE`` runs once first (its time reported apart), and each run starts
+  from a copy of that tuning database, so its workers find the verdicts this device's database
+  holds instead of running the suites; kernel caches still start empty. ``--fresh``: each run
+  from an empty tuning database instead, each worker running the suites on its own GPU;
 - ``--max-seconds`` bounds the whole script: a run still going when its share of the time is
   spent is stopped as Ctrl-C stops ``gemmzoo bench`` (the results so far are written), its
   workers are ended, and the script reports what finished.
@@ -45,13 +50,16 @@ from typing import Any
 BACKENDS = ("torch", "cupy")
 DTYPE = "float32"  # IEEE fp32: each GEMM of the grid runs for milliseconds, so its timing is steady
 # Shapes whose fp32 products run for milliseconds on an H100: long enough that their timings are
-# steady, few enough that the one-GPU sweep takes a couple of minutes with its suites
-# (docs/results/2026-11-27-scale-out-executor.md says what they cost).
+# steady, and enough of them that the one-GPU sweep's timing (a few minutes) outweighs what each
+# command pays once (docs/results/2026-11-27-scale-out-executor.md says what they cost).
 SHAPES = (
     "3072x3072x3072", "2048x2048x8192", "3000x3000x3000", "4096x2048x6144", "2048x8192x4096",
     "8192x2048x4096", "3072x4096x6144", "4096x3072x4096", "2500x2500x8000", "6000x2000x3000",
     "1500x7000x5000", "5120x3000x2048", "3500x3500x3500", "4000x4000x2000", "6144x3072x2048",
-    "4500x2500x4500",
+    "4500x2500x4500", "2816x2816x2816", "3584x1792x6144", "1792x6656x4096", "7168x2048x3072",
+    "2600x3900x5200", "4864x2432x3648", "3328x3328x4096", "5600x1800x4200", "1900x5700x3800",
+    "6400x2400x2400", "3200x4800x2800", "2304x9216x2304", "4224x4224x2112", "3700x2900x4300",
+    "5376x2688x2688", "2900x6100x3100",
 )
 TAIL_S = 25.0  # kept back from --max-seconds for compare, the report and the summary
 GRACE_S = 20.0  # for a stopped run to write its results and end its workers
@@ -72,9 +80,10 @@ def bench_command(args: argparse.Namespace, devices: str, out: Path, name: str) 
             "--workers", str(workers), "--results-dir", str(out / f"sweep-{name}")]
 
 
-def fresh_environment(out: Path, name: str) -> dict[str, str]:
+def fresh_environment(out: Path, name: str, checked: Path | None = None) -> dict[str, str]:
     """The environment of one run: caches of its own, empty, so it earns its verdicts and builds
-    its kernels itself."""
+    its kernels itself; with ``checked`` (a gemmzoo cache folder ``gemmzoo check`` filled), its
+    gemmzoo cache starts as a copy of that one instead."""
     caches = out / f"caches-{name}"
     shutil.rmtree(caches, ignore_errors=True)
     shutil.rmtree(out / f"sweep-{name}", ignore_errors=True)  # else its finished points are skipped
@@ -82,9 +91,25 @@ def fresh_environment(out: Path, name: str) -> dict[str, str]:
     environment = {**os.environ, "COLUMNS": "200"}
     for variable, folder in (("GEMMZOO_CACHE_DIR", "gemmzoo"), ("CUPY_CACHE_DIR", "cupy"),
                              ("TRITON_CACHE_DIR", "triton")):
+        if folder == "gemmzoo" and checked is not None:
+            shutil.copytree(checked, caches / folder)
         (caches / folder).mkdir(parents=True, exist_ok=True)
         environment[variable] = str(caches / folder)
     return environment
+
+
+def check_first(out: Path, backends: list[str], dtype: str) -> tuple[Path, dict[str, Any]]:
+    """``gemmzoo check BACKENDS --dtype DTYPE`` into a cache folder of its own (on GPU 0): the
+    checked machine's tuning database, and the check's wall time and exit status."""
+    folder = out / "caches-checked" / "gemmzoo"
+    shutil.rmtree(folder.parent, ignore_errors=True)
+    folder.mkdir(parents=True)
+    environment = {**os.environ, "GEMMZOO_CACHE_DIR": str(folder), "CUDA_VISIBLE_DEVICES": "0"}
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "gemmzoo", "check", *backends, "--dtype", dtype, "--format",
+                           "plain"], env=environment, capture_output=True, text=True)
+    (out / "check.log").write_text(done.stdout + done.stderr)
+    return folder, {"wall_s": round(time.perf_counter() - began, 2), "exit": done.returncode}
 
 
 def run_bounded(name: str, command: list[str], environment: dict[str, str] | None, limit_s: float,
@@ -239,13 +264,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("outdir")
     parser.add_argument("--executor", choices=("slurm", "local"), default="slurm")
-    parser.add_argument("--budget", type=float, default=2.0, help="seconds sampled per backend and point")
-    parser.add_argument("--max-seconds", type=float, default=420.0,
+    parser.add_argument("--budget", type=float, default=10.0,
+                        help="seconds sampled per backend and point (a row also stops at its sample limit)")
+    parser.add_argument("--max-seconds", type=float, default=560.0,
                         help="the whole script's limit: a run past its share is stopped and what finished "
                              "is reported (0: no limit)")
     parser.add_argument("--dtype", default=DTYPE)
     parser.add_argument("--backend", action="append", help=f"instead of {', '.join(BACKENDS)}")
     parser.add_argument("--shape", action="append", help="instead of the built-in 16 shapes")
+    parser.add_argument("--fresh", action="store_true",
+                        help="both runs from an empty tuning database, each worker running the suites; by "
+                             "default gemmzoo check runs first and both runs start from its database (a "
+                             "checked machine: the workers find their verdicts stored)")
     parser.add_argument("--only", choices=("one",),
                         help="one: the one-GPU run alone (a calibration on a one-GPU machine)")
     args = parser.parse_args()
@@ -277,6 +307,12 @@ def main() -> int:
     save()
     # The two-GPU run needs a little over half of the one-GPU run's time: the one-GPU run may
     # take up to about 60% of what is left, so that a slow first run still leaves the second its time.
+    checked = None
+    if not args.fresh:
+        checked, summary["check"] = check_first(out, backends, args.dtype)
+        print(f"gemmzoo check {' '.join(backends)} --dtype {args.dtype}: exit {summary['check']['exit']}, "
+              f"{summary['check']['wall_s']} s (before both runs, not counted in either)", flush=True)
+        save()
     runs: dict[str, dict[str, Any]] = {}
     plan = (("one", "0", 1.0),) if args.only == "one" else (("one", "0", 0.6), ("two", "0,1", 1.0))
     for name, devices, share in plan:
@@ -286,7 +322,7 @@ def main() -> int:
             break
         command = bench_command(args, devices, out, name)
         runs[name] = run_bounded(f"{name} GPU{'s' if name == 'two' else ''}", command,
-                                 fresh_environment(out, name), budget_left, out / f"{name}.log")
+                                 fresh_environment(out, name, checked), budget_left, out / f"{name}.log")
         runs[name].update(phases(run_file(out / f"{name}.json")))
         if args.executor == "slurm":  # what the workers left in the folder, stopped or not
             runs[name].update(sweep_folder(out / f"sweep-{name}"))

@@ -59,6 +59,22 @@ def parse_flag(text: str | None, default: bool) -> bool:
     return word not in OFF_WORDS
 
 
+#: The values of ``compiled_dispatch``: build it in the background on first use and use it
+#: (``auto``), use it where built (``on``), never (``off``).
+COMPILED_DISPATCH_MODES = ("auto", "on", "off")
+
+
+def parse_compiled_dispatch(text: str | None, default: str = "auto") -> str:
+    """``GEMMZOO_COMPILED_DISPATCH``: ``default`` when unset or blank, ``"off"`` for one of
+    :data:`OFF_WORDS`, ``"auto"`` for ``auto``, else ``"on"`` (any other word turns a switch on)."""
+    word = (text or "").strip().lower()
+    if not word:
+        return default
+    if word in OFF_WORDS:
+        return "off"
+    return "auto" if word == "auto" else "on"
+
+
 def parse_names(text: str | None) -> tuple[str, ...]:
     """Comma-separated names, stripped, empties and repeats dropped, in order."""
     return tuple(dict.fromkeys(part.strip() for part in (text or "").split(",") if part.strip()))
@@ -119,7 +135,10 @@ class Config:
     (``GEMMZOO_TUNE``, default on). ``record``: ``gemmzoo.matmul`` records problems it answered
     without a measurement (``GEMMZOO_RECORD``, default on). ``timeout``: seconds a backend task
     may take, ``None`` for no limit (``GEMMZOO_TIMEOUT``, ``--timeout``). ``compiled_dispatch``:
-    use the compiled dispatch where it is built (``GEMMZOO_COMPILED_DISPATCH``, default on).
+    ``"auto"`` (default) uses the compiled dispatch where it is built and, where it is not, builds it
+    in a background process on the first product of CUDA torch tensors; ``"on"`` uses it where it is
+    built; ``"off"`` never (``GEMMZOO_COMPILED_DISPATCH``: ``auto``, ``1``/``on``, ``0``/``off``;
+    ``True``/``False`` are taken for ``"on"``/``"off"``).
     ``triton_interpret``: Triton's CPU interpreter is on (``TRITON_INTERPRET=1``).
     ``xdist_worker``: the pytest-xdist worker this process is (``PYTEST_XDIST_WORKER``), or "".
     ``visible_devices``: ``CUDA_VISIBLE_DEVICES`` as set (``None`` when unset).
@@ -134,7 +153,7 @@ class Config:
     tune: bool = True
     record: bool = True
     timeout: float | None = DEFAULT_TIMEOUT_S
-    compiled_dispatch: bool = True
+    compiled_dispatch: str = "auto"
     triton_interpret: bool = False
     xdist_worker: str = ""
     visible_devices: str | None = None
@@ -151,7 +170,12 @@ class Config:
         if not isinstance(self.cache_dir, (str, os.PathLike)):
             raise ConfigError(f"cache_dir: a directory path; got {self.cache_dir!r}")
         object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
-        for name in ("strict_plugins", "tune", "record", "compiled_dispatch", "triton_interpret"):
+        if isinstance(self.compiled_dispatch, bool):  # the switch it was: True is on, False off
+            object.__setattr__(self, "compiled_dispatch", "on" if self.compiled_dispatch else "off")
+        if self.compiled_dispatch not in COMPILED_DISPATCH_MODES:
+            raise ConfigError(f"compiled_dispatch: one of {', '.join(COMPILED_DISPATCH_MODES)} (or "
+                              f"True/False); got {self.compiled_dispatch!r}")
+        for name in ("strict_plugins", "tune", "record", "triton_interpret"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: True or False; got {getattr(self, name)!r}")
         object.__setattr__(self, "timeout", check_timeout(self.timeout))
@@ -173,7 +197,7 @@ class Config:
             "tune": parse_flag(env.get(TUNE), True),
             "record": parse_flag(env.get(RECORD), True),
             "timeout": parse_timeout(timeout_text, TIMEOUT) if timeout_text else DEFAULT_TIMEOUT_S,
-            "compiled_dispatch": parse_flag(env.get(COMPILED_DISPATCH), True),
+            "compiled_dispatch": parse_compiled_dispatch(env.get(COMPILED_DISPATCH)),
             "triton_interpret": env.get("TRITON_INTERPRET", "0").strip() == "1",
             "xdist_worker": env.get("PYTEST_XDIST_WORKER", ""),
             "visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
@@ -207,7 +231,7 @@ class Config:
             TUNE: "1" if self.tune else "0",
             RECORD: "1" if self.record else "0",
             TIMEOUT: "0" if self.timeout is None else repr(self.timeout),
-            COMPILED_DISPATCH: "1" if self.compiled_dispatch else "0",
+            COMPILED_DISPATCH: self.compiled_dispatch,
         }
 
 

@@ -7,9 +7,17 @@ is locked. The module functions (``gemmzoo.matmul``, ``best_backend``, the CLI) 
 session: the one a ``with Session(...):`` block scopes (a context variable, so threads and asyncio
 tasks each see their own), else a default session made on first use from the environment.
 
+The tuning database's rows of this machine are read once, in one transaction, and held in memory
+(:class:`gemmzoo.tuning.known.Known`): a problem whose shape is stored is chosen from memory. What
+this process writes (``tune``, ``check``, a measured first answer) goes to the file and to memory
+together. What another process writes is seen at this session's next problem new to it, when
+the database's ``data_version`` has moved (asked once per such problem, never per call); plans
+and answers already made stay until the session is closed or forgets its answers.
+
 What stays per process, by nature: the registry of loaded plugins (imported modules are the
 process's) and what it remembers of each backend's availability, and the watchdog's threads and
-quarantines (an abandoned thread runs on whatever session started it).
+quarantines (an abandoned thread runs on whatever session started it); the whole list is in
+docs/architecture.md ("What stays per process").
 """
 
 from __future__ import annotations
@@ -91,6 +99,9 @@ class Session:
         """``gemmzoo.matmul``'s plans; they embed answers, so :meth:`forget_answers` replaces it."""
         self.verdicts: dict[tuple[str, str, str, str], bool] = {}
         """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
+        self.facts: dict[tuple[Any, ...], Any] = {}
+        """What was derived once from this session's store and backends, by a key naming it (a
+        device's copy bandwidth, a worker's verdicts): forgotten with the answers."""
         # By process id: a child made by fork() must not use its parent's SQLite connection.
         self._stores: dict[int, TuningStore] = {}
         self._scratch: dict[int, TuningStore] = {}
@@ -98,6 +109,9 @@ class Session:
         self.warned: set[tuple[str, str]] = set()
         """The (kind, place) of the tuning database warnings already given (each once a session)."""
         self._tokens: list[contextvars.Token[Session]] = []
+        self.compiled_build: Any = None
+        """What this session knows of the compiled dispatch's background build
+        (:class:`gemmzoo.native.background.Watch`, made when first needed)."""
 
     def __repr__(self) -> str:
         return f"gemmzoo.Session(cache_dir={str(self.config.cache_dir)!r})"
@@ -176,6 +190,7 @@ class Session:
     def forget_answers(self) -> None:
         """Drop cached answers and the plans built on them (new measurements were stored)."""
         self.answers.clear()
+        self.facts.clear()
         # After the answers: a plan made from an old answer goes to the old cache, read by nobody.
         self.plan_cache = PlanCache(self.cache_size)
 

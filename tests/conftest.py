@@ -58,6 +58,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Nothing a test does reaches the user's own tuning cache: a test that needs a cache of its
     # own sets one (and makes a session of it); every other session of the run uses this one.
     os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-tests-")
+    # Nor does a test start the compiled dispatch's background build by itself (on a GPU, the
+    # default "auto" would start one in every test's fresh cache): the compiled dispatch is used
+    # where built, and the tests of the background build ask for "auto" themselves.
+    os.environ.setdefault("GEMMZOO_COMPILED_DISPATCH", "on")
 
 
 # The files that take longest, most first: pytest-xdist's --dist loadfile hands out files in

@@ -93,8 +93,27 @@ def test_unknown_noise_is_ambiguous_beyond_the_threshold(tmp_path):
 def test_a_throttled_run_is_never_a_confident_verdict(tmp_path):
     cell = _verdict(tmp_path, _result(), _result(median=1.5e-3, throttled=True))
     assert cell.verdict == AMBIGUOUS and cell.flags == ("throttled",)
-    cell = _verdict(tmp_path, _result(converged=False), _result(median=1.5e-3))
-    assert cell.verdict == AMBIGUOUS  # a row that missed its noise target decides nothing
+
+
+
+@pytest.mark.parametrize(("factor", "expected"), [
+    (1.50, SLOWER), (0.60, FASTER),  # bands 2% wide, 40-50% apart: beyond the wider margin
+    (1.12, AMBIGUOUS), (0.88, AMBIGUOUS),  # apart by more than the 5% threshold, less than 3 times it
+    (1.03, SAME),
+])
+@pytest.mark.parametrize("which", ["base", "other", "both"])
+def test_a_row_that_missed_its_noise_target_decides_only_beyond_a_wider_margin(tmp_path, factor, expected,
+                                                                                which):
+    unsettled = {"converged": False}
+    base = _result(**(unsettled if which in ("base", "both") else {}))
+    other = _result(median=1e-3 * factor, **(unsettled if which in ("other", "both") else {}))
+    cell = _verdict(tmp_path, base, other)
+    assert cell.verdict == expected
+    swapped = _verdict(tmp_path, other, base)  # symmetric: the runs swapped swap FASTER and SLOWER
+    assert swapped.verdict == {SLOWER: FASTER, FASTER: SLOWER}.get(expected, expected)
+    # noisy as well (recorded noise beyond the threshold): decides nothing
+    noisy = _verdict(tmp_path, _result(converged=False, noise=0.2), _result(median=1e-3 * factor))
+    assert noisy.verdict in (SAME, AMBIGUOUS)
 
 
 def test_a_contended_or_noisy_row_is_never_faster_or_slower(tmp_path):

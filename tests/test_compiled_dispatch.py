@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("empty_cache")
 
 @pytest.fixture
 def compiled(compiled_dispatch_module, monkeypatch):
-    monkeypatch.delenv(native.ENV_SWITCH, raising=False)
+    monkeypatch.setenv(native.ENV_SWITCH, "on")
     dispatch.use_compiled(compiled_dispatch_module)
     yield compiled_dispatch_module
     dispatch.use_compiled(None)
@@ -365,7 +365,7 @@ def test_the_cli_reports_and_builds_it(compiled, capsys, monkeypatch):
 
     built_in = Path(compiled.__file__).parents[2]  # <cache>/compiled-dispatch/<name>/<name>.so
     monkeypatch.setenv("GEMMZOO_CACHE_DIR", str(built_in))
-    monkeypatch.delenv(native.ENV_SWITCH, raising=False)
+    monkeypatch.setenv(native.ENV_SWITCH, "on")
     assert main(["cache", "--build-dispatch", "--format", "json"]) == 0  # already built: found
     captured = capsys.readouterr()
     assert "compiled dispatch ready" in captured.err
@@ -450,7 +450,7 @@ def test_tf32_operands_met_before_any_plain_tensor_are_planned_once(route, compi
                                                                     monkeypatch):
     """A TF32Array's key is its tensors' key: a process whose first products are tf32 (or whose
     plain tensors all went through the compiled dispatch) still keeps their plan."""
-    monkeypatch.delenv(native.ENV_SWITCH, raising=False)
+    monkeypatch.setenv(native.ENV_SWITCH, "on")
     monkeypatch.setattr(dispatch, "_KEYS", {gemmzoo.TF32Array: dispatch._tf32_key})
     monkeypatch.setattr(dispatch, "_ROUTES", {})
     if route == "compiled":

@@ -23,7 +23,7 @@ def test_the_environment_is_read_whole_into_a_frozen_config(tmp_path):
     assert config.cache_dir == tmp_path
     assert config.disabled_plugins == ("a", "b")
     switches = config.strict_plugins, config.tune, config.record, config.compiled_dispatch
-    assert switches == (True, False, False, False)
+    assert switches == (True, False, False, "off")
     assert config.timeout == 2.5 and config.triton_interpret and config.xdist_worker == "gw1"
     assert config.visible_devices == "3,1"
     assert config.variable("GEMMZOO_TRITON_AUTOTUNE") == "full" and config.variable("UNRELATED") == ""
@@ -35,7 +35,7 @@ def test_an_empty_environment_gives_the_defaults(tmp_path):
     config = Config.from_environ({"GEMMZOO_CACHE_DIR": str(tmp_path)})
     assert config.backends == () and config.disabled_plugins == ()
     switches = config.strict_plugins, config.tune, config.record, config.compiled_dispatch
-    assert switches == (False, True, True, True)
+    assert switches == (False, True, True, "auto")
     assert config.timeout == DEFAULT_TIMEOUT_S
     assert not config.triton_interpret and config.visible_devices is None
 
@@ -128,3 +128,17 @@ def test_plugins_read_no_gemmzoo_variable_from_the_environment():
             if "os.environ" in line and "GEMMZOO_" in line:
                 offenders.append(f"{path.relative_to(ROOT)}:{number}")
     assert offenders == []
+
+
+@pytest.mark.parametrize(("text", "mode"), [("", "auto"), ("auto", "auto"), (" AUTO ", "auto"), ("1", "on"),
+                                           ("on", "on"), ("yes", "on"), ("0", "off"), ("off", "off"),
+                                           ("False", "off")])
+def test_the_compiled_dispatch_is_auto_on_or_off(tmp_path, text, mode):
+    environ = {"GEMMZOO_CACHE_DIR": str(tmp_path), "GEMMZOO_COMPILED_DISPATCH": text}
+    config = Config.from_environ(environ)
+    assert config.compiled_dispatch == mode
+    assert Config.from_environ(config.child_environment()).compiled_dispatch == mode  # a worker's is the same
+    assert config.replace(compiled_dispatch=True).compiled_dispatch == "on"  # the switch it was
+    assert config.replace(compiled_dispatch=False).compiled_dispatch == "off"
+    with pytest.raises(ConfigError, match="compiled_dispatch: one of auto, on, off"):
+        config.replace(compiled_dispatch="sometimes")

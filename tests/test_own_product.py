@@ -177,3 +177,125 @@ def test_on_cuda_the_untuned_call_is_torchs_and_the_torch_backend_keeps_fp32_red
         assert getattr(settings, switch) is True
     finally:
         setattr(settings, switch, saved)
+
+
+def _recorded_here() -> set[tuple[tuple[int, int, int], str]]:
+    store = gemmzoo.session.current().store()
+    from gemmzoo.tuning.fingerprint import device_fingerprint
+
+    return {((p.m, p.n, p.k), p.layout) for p, _count in store.recorded(device_fingerprint("cpu"))}
+
+
+def test_differentiable_library_products_are_torch_mm_under_torchs_own_autograd():
+    """With the forward and both backward products the library's own, the plan is torch.mm on the
+    operands: torch's autograd runs its own backward (no Python layer in the step), the gradients
+    are torch's bits, and all three products are recorded for `gemmzoo tune --recorded`."""
+    from gemmzoo.dispatch.autograd import backward_problems
+
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(37, 53, generator=generator).requires_grad_(True)
+    w = torch.randn(29, 53, generator=generator).requires_grad_(True)  # stored out x in, used as w.t()
+    assert dispatch.make_plan(x, w.t()) is torch.mm
+    c = gemmzoo.matmul(x, w.t())
+    assert type(c.grad_fn).__name__ == "MmBackward0"
+    upstream = torch.randn(37, 29, generator=generator)
+    c.backward(upstream)
+    y, v = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+    torch.matmul(y, v.t()).backward(upstream)
+    assert torch.equal(c, torch.matmul(y, v.t()))
+    assert torch.equal(x.grad, y.grad) and torch.equal(w.grad, v.grad)
+    expected = {((37, 29, 53), "NT"), *backward_problems(x, w.t())}
+    assert len(expected) == 3 and expected <= _recorded_here()
+
+
+@pytest.mark.parametrize("layout", ["NN", "TN", "NT", "TT"])
+def test_backward_problems_name_the_products_the_autograd_function_computes(layout, monkeypatch):
+    from gemmzoo.dispatch.autograd import backward_problems
+
+    m, n, k = 11, 7, 13
+    generator = torch.Generator().manual_seed(8)
+    def operand(rows, cols, letter):
+        if letter == "T":
+            return torch.randn(cols, rows, generator=generator).T
+        return torch.randn(rows, cols, generator=generator)
+
+    a, b = operand(m, k, layout[0]), operand(k, n, layout[1])
+    a, b = a.requires_grad_(True), b.requires_grad_(True)
+    assert dispatch._layout(a, b, "torch") == layout
+    c = gemmzoo.matmul(a, b, "torch-cpu")  # named: the autograd function's own backward products
+    seen = []
+    original = dispatch.matmul
+
+    def counting(x, y, *args, **kwargs):
+        seen.append(((x.shape[0], y.shape[1], x.shape[1]), dispatch._layout(x, y, "torch")))
+        return original(x, y, *args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "matmul", counting)
+    c.backward(torch.randn(m, n, generator=generator))
+    assert seen == backward_problems(a, b)
+
+
+def test_a_backward_product_off_the_library_keeps_gemmzoos_autograd_function():
+    """The prior sends one backward product (dX of x·wᵀ) to a torch backend whose product is its
+    own: the forward plan is then gemmzoo's autograd function, whose backward computes that
+    product on that backend and the others on torch's own product."""
+    from sessions import scoped
+    from tuning_fakes import registry_with
+
+    from gemmzoo.dispatch.autograd import backward_problems
+    from gemmzoo.tuning.prior import shipped
+    from gemmzoo_torch.backend import TorchCpuBackend
+
+    calls = []
+
+    class Twin(TorchCpuBackend):
+        name = "torch-cpu-twin"
+
+        def matmul(self, a, b):
+            calls.append((tuple(a.shape), tuple(b.shape)))
+            return super().matmul(a, b)
+
+    generator = torch.Generator().manual_seed(9)
+    x = torch.randn(21, 34, generator=generator).requires_grad_(True)
+    w = torch.randn(15, 34, generator=generator).requires_grad_(True)
+    d_x = backward_problems(x, w.t())[0]
+
+    def prior(problem):
+        return "torch-cpu-twin" if (problem.shape, problem.layout) == d_x else shipped(problem)
+
+    upstream = torch.randn(21, 15, generator=generator)
+    with scoped(prior=prior, registry=registry_with(TorchCpuBackend(), Twin())):
+        c = gemmzoo.matmul(x, w.t())
+        assert type(c.grad_fn).__name__ != "MmBackward0"
+        calls.clear()  # the twin's suite ran while the forward was planned
+        c.backward(upstream)
+    assert calls == [((21, 15), (15, 34))]  # dX = dC·W on the twin, nothing else
+    y, v = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+    torch.matmul(y, v.t()).backward(upstream)
+    assert torch.equal(c, torch.matmul(y, v.t()))
+    assert torch.equal(x.grad, y.grad) and torch.equal(w.grad, v.grad)
+
+
+def test_batched_products_with_nothing_measured_are_the_librarys_own_matmul():
+    """3-D operands, no backend named, nothing stored: the plan is torch.matmul or numpy.matmul
+    itself (broadcasting, the caller's switches and torch's autograd its own), and no class
+    cases run for it."""
+    generator = torch.Generator().manual_seed(10)
+    x = torch.randn(3, 1, 17, 23, generator=generator)
+    y = torch.randn(4, 23, 9, generator=generator)
+    assert dispatch.make_plan(x, y) is torch.matmul
+    assert torch.equal(gemmzoo.matmul(x, y), torch.matmul(x, y))
+    x.requires_grad_(True)
+    y.requires_grad_(True)
+    upstream = torch.randn(3, 4, 17, 9, generator=generator)
+    gemmzoo.matmul(x, y).backward(upstream)
+    u, v = x.detach().clone().requires_grad_(True), y.detach().clone().requires_grad_(True)
+    torch.matmul(u, v).backward(upstream)
+    assert torch.equal(x.grad, u.grad) and torch.equal(y.grad, v.grad)
+    rng = np.random.default_rng(14)
+    a, b = _normal(rng, 5, 6, 7).astype(np.float32), _normal(rng, 7, 3).astype(np.float32)
+    assert dispatch.make_plan(a, b) is np.matmul
+    assert np.array_equal(gemmzoo.matmul(a, b), np.matmul(a, b))
+    store = gemmzoo.session.current().store()
+    for name in ("torch-cpu", "numpy"):
+        assert conformance_verdict(store, gemmzoo.get_backend(name), "float32", run=False, cls="batched") is None

@@ -55,7 +55,7 @@ def test_one_worker_against_two_through_submitit_local(tmp_path: Path, empty_cac
     out = tmp_path / "out"
     shapes = [arg for shape in ("24x40x32", "40x24x16", "16x16x48", "32x32x32") for arg in ("--shape", shape)]
     command = [sys.executable, str(SCRIPT), str(out), "--backend", "numpy", *shapes, "--budget", "0.01",
-               "--max-seconds", "240"]
+               "--max-seconds", "240", "--fresh"]
     done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((out / "scale_out.json").read_text())

@@ -18,7 +18,9 @@ from gemmzoo.plugins.watchdog import call as watched
 
 _KINDS: dict[type, str] = {}
 _DTYPE_NAMES: dict[Any, str | None] = {}
-_NATIVE: dict[tuple[int, str], str | None] = {}
+# by (id(backend), dtype): the backend itself is kept beside the answer, and checked, so that a
+# new backend at a dead one's address is never given its answer
+_NATIVE: dict[tuple[int, str], tuple[Any, str | None]] = {}
 _LIBRARIES = ("numpy", "torch", "cupy")
 
 
@@ -68,18 +70,19 @@ def native_kind(backend: Any, dtype: str) -> str | None:
     raises or overruns the watchdog's limit (:mod:`gemmzoo.plugins.watchdog`; a backend of another
     distribution only)."""
     key = (id(backend), dtype)
+    entry = _NATIVE.get(key)
+    if entry is not None and entry[0] is backend:
+        return entry[1]
     try:
-        return _NATIVE[key]
-    except KeyError:
-        try:
-            probe = watched(backend, "from_numpy(1x1)", backend.from_numpy, np.ones((1, 1), dtype=np.float32),
-                            dtype, timeout=probe_timeout(backend))
-        except Exception:  # a broken backend computes on nothing gemmzoo can hand it directly
-            probe = None
-        if isinstance(probe, TF32Array):
-            probe = probe.data
-        kind = _NATIVE[key] = array_kind(type(probe))
-        return kind
+        probe = watched(backend, "from_numpy(1x1)", backend.from_numpy, np.ones((1, 1), dtype=np.float32),
+                        dtype, timeout=probe_timeout(backend))
+    except Exception:  # a broken backend computes on nothing gemmzoo can hand it directly
+        probe = None
+    if isinstance(probe, TF32Array):
+        probe = probe.data
+    kind = array_kind(type(probe))
+    _NATIVE[key] = (backend, kind)
+    return kind
 
 
 #: The dtypes each array library's own matrix product takes directly, by library: where

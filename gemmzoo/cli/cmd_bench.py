@@ -156,6 +156,14 @@ def run(args: argparse.Namespace) -> int:
         errors.print("--max-noise must be 0 or more (percent)", style="red", markup=False)
         return 2
     noise_target = args.max_noise / 100
+    from gemmzoo.measure.threads import usable_cores
+
+    cores = usable_cores()
+    if args.threads is not None and args.threads > cores:
+        plural = "s" if cores != 1 else ""
+        errors.print(f"--threads {args.threads} is more than the {cores} core{plural} this process may run "
+                     "on: the pools' threads will wait for each other (oversubscribed); CPU rows will read "
+                     "contended", style="yellow", markup=False, soft_wrap=True)
     from gemmzoo.results.atomic_file import unwritable
     from gemmzoo.scale.executors import ExecutorError
 

@@ -23,6 +23,7 @@ from gemmzoo.results.compare import (
     DEFAULT_THRESHOLD,
     FASTER,
     FIXED,
+    MAX_MACHINE_MOVE,
     MISSING,
     SAME,
     SLOWER,
@@ -80,9 +81,27 @@ def _cell(row: Row, number: int) -> tuple[str, str]:
         return text, ""
     if cell.ratio is not None:
         text += f" x{cell.ratio:.3g}"
+    if cell.relative_diff is not None and any(f.startswith("machine ") for f in cell.flags):
+        text += f" (x{1 / (1 + cell.relative_diff):.3g} relative to the machine)"
     if cell.verdict:
         text += f" {cell.verdict.upper()}"
     return text, _STYLE.get(cell.verdict or "", "")
+
+
+def _machine_line(move: float | None, threshold: float) -> str | None:
+    """The header's words on how far the machine moved against the baseline (its calibration,
+    the median over the rows), where the runs' rows carry comparable calibrations."""
+    if move is None:
+        return None
+    if 1 / (1 + threshold) <= move <= 1 + threshold:
+        how = f"within {threshold * 100:g}% of the baseline's (calibration x{move:.3g})"
+    else:
+        how = f"{move:.2f}x slower" if move > 1 else f"{1 / move:.2f}x faster"
+        how += " than the baseline's"
+    if not 1 / MAX_MACHINE_MOVE <= move <= MAX_MACHINE_MOVE:
+        return (f"machine: {how}: too far for a ratio to carry over; rows judged as measured, none faster "
+                "or slower")
+    return f"machine: {how}; rows judged relative to it"
 
 
 def _shown(rows: list[Row], show_all: bool) -> list[Row]:
@@ -114,7 +133,8 @@ def _table(rows: list[Row], count: int, threshold: float) -> Table:
     table = Table(title=title,
                   caption=f"SAME: within {threshold:g}% or within both runs' noise; SLOWER/FASTER: beyond "
                           f"{threshold:g}% even between the IQR bands' nearest edges; AMBIGUOUS: the "
-                          "runs' noise cannot tell")
+                          "runs' noise cannot tell; rows with the machine's calibration are judged "
+                          "relative to it")
     names = [f"{row.point.m}x{row.point.n}x{row.point.k}" for row in rows]
     keys = [key for key in ("dtype", "layout") if key not in said]
     columns = [("MxNxK", names), *((key, [getattr(row.point, key) for row in rows]) for key in keys),
@@ -168,7 +188,15 @@ def _print_wide(table: Table) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gemmzoo.results.compare import DuplicateRowError, compare_runs, labels, records, summary, write_plot
+    from gemmzoo.results.compare import (
+        DuplicateRowError,
+        compare_runs,
+        labels,
+        machine_moves,
+        records,
+        summary,
+        write_plot,
+    )
     from gemmzoo.results.runs import RunFileError, load_run
 
     try:
@@ -186,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
         errors.print(str(error), style="red", markup=False, soft_wrap=True)
         return 2
     names = labels(runs)
+    moves = machine_moves(rows, len(runs))
     counts = summary(rows)
     common = [row for row in rows if not row.missing]
     missing = [row for row in rows if row.missing]
@@ -198,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
         status = 1 if regressions else 0
     shown = _shown(rows, args.all)
     if args.format == "json":
-        print(json.dumps({"runs": [{"label": n, "path": r.path} for n, r in zip(names, runs, strict=True)],
+        print(json.dumps({"runs": [{"label": n, "path": r.path, "machine": m}
+                                   for n, r, m in zip(names, runs, moves, strict=True)],
                           "threshold_percent": args.threshold, "rows": records(rows, names),
                           "summary": counts, "status": status}, indent=2))
     elif args.format == "csv":
@@ -214,6 +244,9 @@ def run(args: argparse.Namespace) -> int:
             role = "baseline" if number == 0 else f"run {number}"
             console.print(f"{role}: {name}  ({run_.path}, {len(run_.results)} results)", markup=False,
                           soft_wrap=True)
+            said = _machine_line(moves[number], args.threshold / 100) if number else None
+            if said:
+                console.print(f"  {said}", markup=False, soft_wrap=True)
         if shown and args.format == "plain":
             print(_plain(shown, len(runs)))
         elif shown:

@@ -104,6 +104,20 @@ def _print_verdicts(registry: Any, stream: Any) -> None:
             print(f"  {line}", file=stream)
 
 
+def _print_compiled_dispatch(stream: Any) -> None:
+    """Whether gemmzoo.matmul's compiled dispatch is used here, or why not (built, being built in
+    the background, its background build failed, turned off: :func:`gemmzoo.native.status`)."""
+    from gemmzoo import native
+
+    try:
+        found = native.status()
+    except Exception as error:  # never stops the listing
+        print(f"compiled dispatch: unknown ({type(error).__name__})", file=stream)
+        return
+    said = f"built, {found.path}" if found.built else f"not used ({found.reason})"
+    print(f"compiled dispatch: {said}", file=stream)
+
+
 def _short(reason: str, shared: dict[str, str], room: int) -> str:
     """A reason for the table: one longer than ``room`` is given once, under the table, however
     many backends share it, and the rows say which note it is."""
@@ -143,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         if args.verbose:
             _print_tracebacks(registry, plain=True)
             _print_verdicts(registry, sys.stdout)
+            _print_compiled_dispatch(sys.stdout)
         return 0
     if args.format != "table":
         emit(listing, args.format)
@@ -171,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose:
         _print_tracebacks(registry, plain=False)
         _print_verdicts(registry, sys.stdout)
+        _print_compiled_dispatch(sys.stdout)
     elif any(failure.traceback for failure in registry.failures):
         console.print("gemmzoo list -v prints the tracebacks", style="dim")
     return 0

@@ -12,6 +12,13 @@ contiguous ``out x in`` tensor and needs no copy. Under ``torch.no_grad()`` or i
 the plan calls the forward product directly and the result does not require grad, as
 ``torch.matmul``'s would not.
 
+Where the forward product and both backward products are the caller's library's own
+(:attr:`gemmzoo.Backend.library_product`: nothing measured for them, or torch's own product
+measured fastest), :mod:`gemmzoo.dispatch.matmul` plans the call as ``torch.mm`` itself on the
+operands, and torch's own autograd computes the backward products with the same call: this module
+only names those products (:func:`backward_problems`), so they are recorded and looked up with the
+layouts the autograd function below would give them.
+
 Double backward works: with ``create_graph=True`` the backward products are themselves
 ``gemmzoo.matmul`` calls on tensors that require grad, so they are recorded in turn. torch is
 imported when the first differentiable plan is made.
@@ -34,6 +41,31 @@ def column_major(x: Any) -> bool:
     """Whether the 2-D tensor ``x`` is stored column by column with no gaps (the transposed view
     of a contiguous tensor): torch's own rule for computing its gradient transposed."""
     return x.stride(0) == 1 and x.stride(1) == x.shape[0]
+
+
+def _letter(strides: tuple[int, ...]) -> str:
+    return "T" if strides[0] < strides[1] else "N"
+
+
+def backward_problems(a: Any, b: Any) -> list[tuple[tuple[int, int, int], str]]:
+    """The backward products of ``C = A·B`` for 2-D torch operands ``a`` and ``b`` (those whose
+    operand requires grad), each as ``((M, N, K), layout)`` the way :func:`differentiable`'s
+    backward computes it, for an upstream gradient stored row by row (as autograd gives most)."""
+    (m, k), n = a.shape, b.shape[1]
+    a_strides, b_strides = a.stride(), b.stride()
+    upstream_t = _letter((1, n))  # dCᵀ: the transposed view of a row-major m x n gradient
+    problems = []
+    if a.requires_grad:  # dA = dC·Bᵀ, or (B·dCᵀ)ᵀ for a column-major A
+        if column_major(a):
+            problems.append(((k, m, n), _letter(b_strides) + upstream_t))
+        else:
+            problems.append(((m, k, n), "N" + _letter(b_strides[::-1])))
+    if b.requires_grad:  # dB = Aᵀ·dC, or (dCᵀ·A)ᵀ for a column-major B
+        if column_major(b):
+            problems.append(((n, k, m), upstream_t + _letter(a_strides)))
+        else:
+            problems.append(((k, n, m), _letter(a_strides[::-1]) + "N"))
+    return problems
 
 
 @functools.cache

@@ -349,10 +349,12 @@ def _groups_text(offsets: Any, on_device: bool, kind: str) -> str:
 
 def batched_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Callable[[Any, Any], Any]:
     """The plan of ``gemmzoo.matmul`` for operands of more than two dimensions (…×M×K and
-    …×K×N, batch dimensions broadcast as ``torch.matmul``): a backend's ``bmm`` where it declares
-    the batched class and computes on the caller's arrays, else one 2-D plan
-    (:func:`gemmzoo.dispatch.matmul.make_plan`) called on each matrix of the broadcast batch. torch
-    operands that require grad take the second route, whose 2-D products are differentiable."""
+    …×K×N, batch dimensions broadcast as ``torch.matmul``): with no backend named and nothing
+    measured faster, the caller's library's own batched product (:func:`_own_batched_product`);
+    else a backend's ``bmm`` where it declares the batched class and computes on the caller's
+    arrays, else one 2-D plan (:func:`gemmzoo.dispatch.matmul.make_plan`) called on each matrix of
+    the broadcast batch. torch operands that require grad and are not served by torch's own
+    product take the last route, whose 2-D products are differentiable."""
     if type(a) is TF32Array or type(b) is TF32Array:
         raise _error("matmul", "batched TF32Array operands are not supported; pass 2-D ones", A=a, B=b)
     kind = _library("matmul", {"A": a, "B": b})
@@ -368,13 +370,17 @@ def batched_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Callab
         raise _error("matmul", f"A is on {a.device} and B on {b.device}", A=a, B=b)
     grad = kind == "torch" and (a.requires_grad or b.requires_grad)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    text = "bmm:" + "x".join(str(d) for d in (*batch, m, n, k))
+    if backend is None:
+        own = _own_batched_product(kind, dtype, device, text)
+        if own is not None:
+            return own
     chosen = None
     if backend is not None:
         named = _named_plain(backend)
         if "batched" in declared_classes(named) and dtype in named.dtypes:
             chosen = named
     elif not grad:
-        text = "bmm:" + "x".join(str(d) for d in (*batch, m, n, k))
         try:
             chosen = choose("batched", dtype, device, kind, text)
         except BackendUnavailableError:
@@ -388,6 +394,34 @@ def batched_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Callab
 
         return native_plan
     return _looped_plan(a, b, batch, backend, accuracy, by, kind)
+
+
+def _own_batched_product(kind: str, dtype: str, device: str, text: str) -> Any:
+    """The caller's library's own batched product (``torch.matmul``, ``numpy.matmul``), called as
+    it is, under the caller's precision switches and (for torch) autograd, where nothing is
+    stored for the problem or what is stored is that library's own product; else ``None``. As
+    for 2-D products (:func:`gemmzoo.dispatch.matmul.make_plan`), the call gemmzoo.matmul replaces
+    is what it computes until a measurement says another backend is faster."""
+    from gemmzoo.arrays.libraries import has_own_product
+
+    if not has_own_product(kind, dtype):
+        return None
+    stored = _stored_winner(text, dtype, device)
+    if stored is not None:
+        from gemmzoo.contract.backend import declared
+        from gemmzoo.session import current
+
+        try:
+            winner = current().registry.get(stored)
+        except Exception:  # a winner no longer registered: the default order decides, as before
+            return None
+        if declared(winner, "library_product") != kind:
+            return None
+    if kind == "numpy":
+        return np.matmul
+    import torch
+
+    return torch.matmul
 
 
 def _named_plain(backend: Any) -> Any:

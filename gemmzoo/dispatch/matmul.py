@@ -175,11 +175,16 @@ def _learn_key(array_type: type) -> None:
 
 def use_compiled(module: Any) -> None:
     """Route calls on plain torch tensors (parameters, TF32Array) through the compiled dispatch
-    ``module`` (see :mod:`gemmzoo.native`), or back through Python when ``module`` is ``None``."""
+    ``module`` (see :mod:`gemmzoo.native`), or back through Python when ``module`` is ``None``
+    (and then not switched to again by the current session's background build)."""
     import torch
 
     if module is None:
         _ROUTES.clear()
+        from gemmzoo.native.background import watch_of
+
+        watch = watch_of(current())  # nor switched back to by the session's background build
+        watch.finished, watch.why = True, "turned off by use_compiled(None)"
         return
     # the current session: the context variable's value, else the default session (its plan_cache)
     module.configure(_dispatch, _compiled_plan, _reject, _current, _default, _default_session, TF32Array)
@@ -187,6 +192,35 @@ def use_compiled(module: Any) -> None:
         _KEYS[array_type] = _torch_key  # the Python dispatch still keys them (wrapped in TF32Array, say)
         _ROUTES[array_type] = module.dispatch
     _ROUTES[TF32Array] = module.dispatch  # of torch tensors there; of others, back to Python
+
+
+def _watch_build(a: Any) -> None:
+    """On a new problem of torch tensors that start a build (:func:`_builds_for`), under the
+    session's ``compiled_dispatch="auto"``: start the compiled dispatch's build in the background
+    if it is neither built nor being built, and switch to it once it is built (looked at no more
+    than once a second: :func:`gemmzoo.native.background.step`)."""
+    inner = a.data if type(a) is TF32Array else a
+    if _KEYS.get(type(inner)) is not _torch_key:
+        return
+    try:
+        if not _builds_for(inner):
+            return
+        session = current()
+        if session.config.compiled_dispatch != "auto":
+            return
+        from gemmzoo.native import background
+
+        module = background.step(session)
+    except Exception:  # never the caller's problem: its product goes on through Python
+        return
+    if module is not None:
+        use_compiled(module)
+
+
+def _builds_for(x: Any) -> bool:
+    """Whether a product of torch tensor ``x`` starts the compiled dispatch's build: CUDA tensors
+    only (a program on the CPU, a test suite, never builds by itself)."""
+    return bool(x.is_cuda)
 
 
 def _compiled_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tuple[Any, Any] | None:
@@ -254,7 +288,8 @@ def matmul(a: Any, b: Any, backend: Any = None, *, accuracy: str = "componentwis
 
 
 def _dispatch(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Any:
-    """``gemmzoo.matmul`` in Python: find (or make) the problem's plan and call it."""
+    """``gemmzoo.matmul`` in Python: find (or make) the problem's plan and call it (the compiled
+    dispatch calls it too, for the operands it hands back)."""
     try:
         # the current session's plans: a `with` block's, else the default session's (made on a
         # first call, in the except branch below)
@@ -266,7 +301,8 @@ def _dispatch(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Any:
             cache.plans.move_to_end(key)  # the least recently used plans are the ones forgotten
             cache.last = key, plan
     except Exception:  # a new problem, or operands gemmzoo cannot key: plan (or reject) them
-        return _plan_and_call(a, b, backend, accuracy, by, current().plan_cache)
+        session = _get_session(None) or (_default[0] if _default else current())
+        return _plan_and_call(a, b, backend, accuracy, by, session.plan_cache)
     try:
         return plan(a, b)
     except Exception:
@@ -292,6 +328,8 @@ def _plan_and_call(a: Any, b: Any, backend: Any, accuracy: str, by: str, cache: 
         _learn_key(type(a))
     if type(a) is TF32Array and type(a.data) not in _KEYS:  # its key is the wrapped array's
         _learn_key(type(a.data))
+    if not _ROUTES:  # the compiled dispatch is not in use: it may be due to be built, or built now
+        _watch_build(a)
     plan = make_plan(a, b, backend, accuracy, by)
     try:
         cache.keep(_KEYS[type(a)](a, b, backend, accuracy, by), plan)
@@ -422,11 +460,32 @@ def _differentiable_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str, d
     if dtype == "float8_e4m3fn":
         raise _input_error("float8_e4m3fn operands that require grad are not supported (its product "
                            "is bfloat16); detach them", a, b)
+    if backend is None and not tf32:
+        native = _own_product_with_autograd(a, b, accuracy, by, dtype)
+        if native is not None:
+            return native
     from gemmzoo.dispatch.autograd import differentiable
 
     wrap = TF32Array if tf32 else _same
     forward = make_plan(wrap(a.detach()), wrap(b.detach()), backend, accuracy, by)
     return differentiable(forward, _backward_product, backend, accuracy, by, tf32)
+
+
+def _own_product_with_autograd(a: Any, b: Any, accuracy: str, by: str, dtype: str) -> Any:
+    """torch's own product on operands that require grad, where it is the call for the forward
+    product and for each backward product (:func:`choice_for` of each), or ``None``: torch's
+    autograd then runs its own backward, which computes those products with the same call, and
+    no Python layer sits in the step. Each product is recorded as any other problem is."""
+    from gemmzoo.dispatch.autograd import backward_problems
+
+    device = device_of(a, "torch")
+    (m, k), n = a.shape, b.shape[1]
+    own = None
+    for shape, layout in [((m, n, k), _layout(a, b, "torch")), *backward_problems(a, b)]:
+        _chosen, own = _resolve(None, shape, dtype, device, layout, "torch", accuracy, by)
+        if own is None:
+            return None
+    return _direct(own, a, b, "torch", None, accuracy, by, False)
 
 
 def _backward_product(a: Any, b: Any, backend: Any, **options: Any) -> Any:

@@ -11,6 +11,8 @@
 - :mod:`~gemmzoo.measure.stats`: :class:`Timing`, the median's noise and the stopping rule;
 - :mod:`~gemmzoo.measure.ties`: the tie rule every ranking uses;
 - :mod:`~gemmzoo.measure.threads`: the BLAS/OpenMP thread policy while timing;
+- :mod:`~gemmzoo.measure.contention`: whether a CPU timing shared its cores;
+- :mod:`~gemmzoo.measure.calibration`: the machine's speed, timed between a CPU timing's samples;
 - :mod:`~gemmzoo.measure.clocks`: the SM clock during a measurement, and throttling;
 - :mod:`~gemmzoo.measure.measurement`: :class:`Measurement` and :func:`measure`.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gemmzoo.measure.calibration import Calibration
 from gemmzoo.measure.clocks import ClockReport
 from gemmzoo.measure.contention import ContentionReport
 from gemmzoo.measure.problems import Problem, make_problem
@@ -30,6 +31,9 @@ class Measurement:
     threads: ThreadReport | None = None
     clocks: ClockReport | None = None
     contention: ContentionReport | None = None
+    #: On the CPU, where asked for: the machine's speed during the samples
+    #: (:mod:`gemmzoo.measure.calibration`).
+    calibration: Calibration | None = None
 
     @property
     def tflops(self) -> float:
@@ -91,27 +95,31 @@ class Measurement:
         contention = self.contention
         if other.contention is not None:
             contention = other.contention if contention is None else contention.merged(other.contention)
+        calibration = self.calibration
+        if other.calibration is not None:
+            calibration = other.calibration if calibration is None else calibration.merged(other.calibration)
         return replace(self, timing=self.timing.merged(other.timing), host=host, clocks=clocks,
-                       contention=contention)
+                       contention=contention, calibration=calibration)
 
 
 def measure(backend: Any, point: GridPoint, budget_s: float = 0.5, verify: bool = True,
             seed: int = 0, timer: str = "events", gpu: Any = None, *, threads: int | None = None,
             noise_target: float = NOISE_TARGET, settle_above_s: float | None = None,
-            problem: Problem | None = None, judge: bool = True) -> Measurement:
+            problem: Problem | None = None, judge: bool = True, calibrate: bool = False) -> Measurement:
     """Make the problem, judge one result (unless ``verify`` is False), time one backend on one
     point (see :func:`gemmzoo.measure.timers.run_timing`; ``settle_above_s``: a rival's time,
     sampling stops once this backend is slower beyond doubt) and, when verifying, spot-check the
     last timed call's result too (:func:`gemmzoo.measure.reference.spot_check`). ``problem``:
     operands already made for this backend and point (by default drawn from ``seed``); ``judge``
     false skips the element-by-element judge of the first result (a large C's takes seconds on the
-    host) while ``verify`` still spot-checks the timed calls'."""
+    host) while ``verify`` still spot-checks the timed calls'. ``calibrate``: on the CPU, record the
+    machine's speed during the samples too (:mod:`gemmzoo.measure.calibration`)."""
     if problem is None:
         problem = make_problem(backend, point, seed)
     deviation = judge_problem(problem) if verify and judge else UNCHECKED
     timed = run_timing(problem, budget_s, gpu=gpu, timer=timer, threads=threads, noise_target=noise_target,
-                       settle_above_s=settle_above_s)
+                       settle_above_s=settle_above_s, calibrate=calibrate)
     if verify and timed.last is not None:
         spot_check(problem, *timed.last, seed=seed + 1)
     return Measurement(backend.name, point, timed.device, deviation.error_ratio, deviation.rel_error,
-                       timed.host, timed.threads, timed.clocks, timed.contention)
+                       timed.host, timed.threads, timed.clocks, timed.contention, timed.calibration)

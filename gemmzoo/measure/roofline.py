@@ -10,7 +10,6 @@ the device fingerprint. Which term is the larger says which bound applies: ``"co
 
 from __future__ import annotations
 
-import functools
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -69,13 +68,22 @@ def roofline(point: GridPoint, seconds: float, device: str, device_name: str,
                     "compute" if compute_s >= memory_s else "memory", floor / seconds)
 
 
-@functools.lru_cache(maxsize=4)
 def bandwidth(device: str) -> float | None:
-    """The copy bandwidth of ``device`` in bytes per second: from the tuning database, else
-    measured now and stored. ``None`` for the CPU (no roofline is claimed there) and when no
-    CUDA framework can measure it."""
+    """The copy bandwidth of ``device`` in bytes per second: from the current session's tuning
+    database, else measured now and stored; kept in the session's ``facts``. ``None`` for the CPU
+    (no roofline is claimed there) and when no CUDA framework can measure it."""
     if device != "cuda":
         return None
+    from gemmzoo.session import current
+
+    facts = current().facts
+    key = ("copy bandwidth", device)
+    if key not in facts:
+        facts[key] = _stored_or_measured(device)
+    return facts[key]
+
+
+def _stored_or_measured(device: str) -> float | None:
     from gemmzoo.tuning import state
     from gemmzoo.tuning.fingerprint import device_fingerprint
 

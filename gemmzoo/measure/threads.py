@@ -56,6 +56,10 @@ def resolve_threads(threads: int | None) -> tuple[int, str]:
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1; got {threads}")
+        cores = usable_cores()
+        if threads > cores:  # said in the file: such pools wait for each other's time slices
+            plural = "s" if cores != 1 else ""
+            return threads, f"--threads {threads}, oversubscribed: more than the {cores} usable core{plural}"
         return threads, f"--threads {threads}"
     cores = usable_cores()
     count = default_threads(cores)

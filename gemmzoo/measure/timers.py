@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gemmzoo.measure.adaptors import cuda_bench, current_cuda_device, do_bench_timing, graph_call
+from gemmzoo.measure.calibration import Calibration, CalibrationWork
 from gemmzoo.measure.clocks import ClockReport, ClockWatch, nvml_watch
 from gemmzoo.measure.contention import ContentionReport, ContentionWatch
 from gemmzoo.measure.engine import MAX_QUEUED_CALLS, Engine, gc_paused
@@ -69,6 +70,9 @@ class TimedCalls:
     last: tuple[Any, Any, Any] | None = None
     #: On the CPU: whether the timing shared its cores (:mod:`gemmzoo.measure.contention`).
     contention: ContentionReport | None = None
+    #: On the CPU, when asked for: the machine's speed during the samples
+    #: (:mod:`gemmzoo.measure.calibration`).
+    calibration: Calibration | None = None
 
 
 #: Operand allocations a CPU timing takes its samples from in turn (see
@@ -76,8 +80,10 @@ class TimedCalls:
 CPU_ALLOCATIONS = 4
 
 
-def cpu_samples(call: Callable[[], Any], synchronize: Callable[[], None], rule: StoppingRule) -> list[float]:
-    """Wall seconds of single calls until ``rule`` says stop."""
+def cpu_samples(call: Callable[[], Any], synchronize: Callable[[], None], rule: StoppingRule,
+                beside: Callable[[float], None] | None = None) -> list[float]:
+    """Wall seconds of single calls until ``rule`` says stop; ``beside`` is called with each
+    sample's seconds after it is taken (the machine's calibration, :mod:`gemmzoo.measure.calibration`)."""
     samples: list[float] = []
     rule.start()
     with gc_paused():
@@ -85,7 +91,10 @@ def cpu_samples(call: Callable[[], Any], synchronize: Callable[[], None], rule: 
             start = time.perf_counter()
             call()
             synchronize()
-            samples.append(time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            samples.append(seconds)
+            if beside is not None:
+                beside(seconds)
             if rule.done(samples):
                 return samples
 
@@ -194,14 +203,16 @@ def interleaved_caller_timings(problems: Sequence[Problem], caller_s: Sequence[f
 def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_samples: int = 1000,
                gpu: Any = None, timer: str = "events", *, threads: int | None = None,
                noise_target: float = NOISE_TARGET, clock_watch: ClockWatch | None = None,
-               settle_above_s: float | None = None) -> TimedCalls:
+               settle_above_s: float | None = None, calibrate: bool = False) -> TimedCalls:
     """Device and host time of the GEMM of ``problem``: warm-up calls, then device samples under
     the stopping rule (``noise_target`` within ``budget_s``, at most ``max_samples``), then host
     loops, all under the thread policy (``threads``; see :mod:`gemmzoo.measure.threads`).
     ``timer`` is one of :data:`TIMERS` (it matters only on CUDA); ``gpu`` replaces the CUDA device
     interface and ``clock_watch`` the NVML clock reader, for tests. ``settle_above_s``: a rival's
     time; the device samples stop once they are slower than it beyond doubt
-    (:class:`~gemmzoo.measure.stats.StoppingRule`; the engine's samples and the CPU's only)."""
+    (:class:`~gemmzoo.measure.stats.StoppingRule`; the engine's samples and the CPU's only).
+    ``calibrate``: on the CPU, time the calibration workload between the samples
+    (:mod:`gemmzoo.measure.calibration`) and return it with them."""
     if timer not in TIMERS:
         raise ValueError(f"unknown timer {timer!r}; known: {', '.join(TIMERS)}")
     backend = problem.backend
@@ -236,11 +247,17 @@ def run_timing(problem: Problem, budget_s: float = 0.5, warmup: int = 2, max_sam
                 return result
 
             method = "wall clock" + (f", {len(pairs)} allocations in turn" if len(pairs) > 1 else "")
+            work = CalibrationWork(limit.threads) if calibrate else None
+            if work is not None:
+                work.warm()
             watch_cores = ContentionWatch(limit.threads)
             watch_cores.start()
-            device = rule.timing(cpu_samples(rotating, backend.synchronize, rule), method)
+            beside = work.after if work is not None else None
+            samples = cpu_samples(rotating, backend.synchronize, rule, beside)
+            calibration = work.report(rule.target if rule.target > 0 else None) if work is not None else None
+            device = rule.timing(samples, method)
             return TimedCalls(device, device, limit.report(), last=kept[0] if kept else None,
-                              contention=watch_cores.stop())
+                              contention=watch_cores.stop(), calibration=calibration)
         watch = clock_watch if clock_watch is not None else nvml_watch()
         engine = Engine(gpu)
         if not stream_ordered(backend):  # whatever the timer: only the backend's own wait sees its work

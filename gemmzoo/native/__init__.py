@@ -11,8 +11,11 @@ launches ``at::mm`` directly for plans declared to be ``torch.mm``
 It is a torch C++ extension, built with ``torch.utils.cpp_extension`` (a C++ compiler and ninja),
 never while a product waits: :func:`build` builds it (``gemmzoo cache --build-dispatch``
 calls it), and ``gemmzoo.matmul`` uses it from then on in every process whose torch,
-Python and source match the build. ``GEMMZOO_COMPILED_DISPATCH=0`` turns it off. Without it
-nothing changes but speed.
+Python and source match the build. With the session's ``compiled_dispatch="auto"`` (the default),
+the first product of CUDA torch tensors in a process where it is not built starts the build in
+a background process (:mod:`gemmzoo.native.background`), and the process switches to it once it
+is built. ``GEMMZOO_COMPILED_DISPATCH=on`` uses it only where it is built; ``0``/``off`` turns it
+off. Without it nothing changes but speed.
 """
 
 from __future__ import annotations
@@ -53,12 +56,67 @@ class Status(NamedTuple):
     """Why it is not used here, or ``None``."""
 
 
+#: Beside the build, in its directory: the background build's output, and the record of its
+#: failure (the error, one line), which stops further background builds of that directory until a
+#: build succeeds (``gemmzoo cache --build-dispatch``).
+BACKGROUND_LOG = "background-build.log"
+BACKGROUND_FAILED = "background-build.failed"
+
+
 def enabled() -> bool:
-    """The current session's ``compiled_dispatch`` (false when ``GEMMZOO_COMPILED_DISPATCH`` is
-    0/false/no/off)."""
+    """Whether the current session's ``compiled_dispatch`` is ``"auto"`` or ``"on"`` (not
+    ``"off"``: ``GEMMZOO_COMPILED_DISPATCH=0``)."""
+    from gemmzoo.session import current
+
+    return current().config.compiled_dispatch != "off"
+
+
+def mode() -> str:
+    """The current session's ``compiled_dispatch``: ``"auto"``, ``"on"`` or ``"off"``."""
     from gemmzoo.session import current
 
     return current().config.compiled_dispatch
+
+
+def build_directory() -> tuple[str, Path] | None:
+    """The module name and build directory of the compiled dispatch for the installed torch and
+    this Python, in the current session's cache; ``None`` when torch is not installed."""
+    version = _torch_version()
+    return None if version is None else _identity(version)
+
+
+def background_failure(directory: Path) -> str | None:
+    """The error of the background build of ``directory`` that failed, as it recorded it, or
+    ``None`` where none failed since the last build that succeeded."""
+    try:
+        text = (directory / BACKGROUND_FAILED).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"its record cannot be read ({type(error).__name__})"
+    from gemmzoo.plugins.inert import inert
+
+    said = inert(" ".join(text.split())[:400])  # one line, bounded, no control character: it is shown
+    return said or "no error recorded"
+
+
+def building(directory: Path) -> bool:
+    """Whether a build holds :data:`BUILD_LOCK` of ``directory`` now (asked without waiting)."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        handle = os.open(directory / BUILD_LOCK, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(handle)  # closing lets go of a lock taken here
+    return False
 
 
 def _torch_version() -> str | None:
@@ -124,13 +182,30 @@ def verified(library: Path) -> str | None:
 def status() -> Status:
     """Whether the compiled dispatch is built for this torch and Python, and where."""
     if not enabled():
-        return Status(False, None, f"turned off ({ENV_SWITCH} or the session's compiled_dispatch=False)")
+        return Status(False, None, f"turned off ({ENV_SWITCH}=0 or the session's compiled_dispatch=\"off\")")
     version = _torch_version()
     if version is None:
         return Status(False, None, "torch is not installed")
     name, directory = _identity(version)
     library = _library(name, directory)
     if not library.exists():
+        log = directory / BACKGROUND_LOG
+        if building(directory):
+            return Status(False, library,
+                          f"being built now (log: {log}); gemmzoo cache --build-dispatch waits for it")
+        failed = background_failure(directory)
+        if failed is not None:
+            return Status(False, library, f"its background build failed: {failed} (log: {log}); not tried "
+                                          "again by itself: gemmzoo cache --build-dispatch tries again")
+        if mode() == "auto":
+            from gemmzoo.native.background import toolchain_missing
+
+            missing = toolchain_missing()
+            if missing is not None:
+                return Status(False, library, f"not built, and not built in the background here: {missing}")
+            return Status(False, library, "not built yet: built in the background on the first product of "
+                                          "CUDA torch tensors (compiled_dispatch=auto), or now by gemmzoo "
+                                          "cache --build-dispatch")
         return Status(False, library, "not built yet: gemmzoo cache --build-dispatch")
     refused = verified(library)
     if refused is not None:
@@ -237,9 +312,16 @@ def _build(name: str, directory: Path, library: Path, verbose: bool) -> None:
         said = [line.strip() for line in lines if "error" in line.lower()][:4] or lines[-6:]
         raise CompiledDispatchError(f"building the compiled dispatch in {directory} failed: "
                                     + " | ".join(said)) from error
+    record_build(library)
+
+
+def record_build(library: Path) -> None:
+    """Record ``library`` as the one gemmzoo built (its digest beside it, see :func:`verified`),
+    made writable by its owner alone, and forget any failed background build of its directory."""
     library.chmod(library.stat().st_mode & ~0o022)  # whatever the umask: no one else may edit it
     record = _manifest(library)
     temporary = record.with_name(f"{record.name}.{os.getpid()}.tmp")
     temporary.write_text(_digest(library) + "\n", encoding="ascii")
     temporary.chmod(0o644)
     os.replace(temporary, record)
+    (library.parent / BACKGROUND_FAILED).unlink(missing_ok=True)

@@ -367,7 +367,11 @@ def _compare_section(runs: Sequence[Run], run_labels: Sequence[str], threshold: 
             verdict = cell.verdict or ""
             tip = (f"{row.backend} {row.point.id}\nbaseline: {_us(_median(base.result))} "
                    f"noise {_pct(base.noise)}\nthis run: {_us(_median(cell.result))} noise {_pct(cell.noise)}"
-                   + (f"\nchange: {100 * cell.diff:+.1f}%" if cell.diff is not None else ""))
+                   + (f"\nchange: {100 * cell.diff:+.1f}%" if cell.diff is not None else "")
+                   + (f"\nmachine: calibration x{cell.machine:.3g}" if cell.machine is not None else "")
+                   + (f"\nchange relative to the machine: {100 * cell.relative_diff:+.1f}%"
+                      if cell.relative_diff is not None else "")
+                   + (f"\nflags: {', '.join(cell.flags)}" if cell.flags else ""))
             colour = VERDICT_COLOURS.get(verdict, "#fff")
             cells.append(f'<td class=n data-tip="{_e(tip)}">{_us(_median(cell.result))}</td>'
                          f'<td style="background:{colour}">{_e(verdict.upper())}</td>')
@@ -377,7 +381,8 @@ def _compare_section(runs: Sequence[Run], run_labels: Sequence[str], threshold: 
     tally = ", ".join(f"{n} {v.upper()}" for v, n in sorted(counts.items())) or "nothing to compare"
     return (f"<h2>Runs side by side</h2><p>Against run 1 ({_e(run_labels[0])}), threshold "
             f"{100 * threshold:g}%: <b>{_e(tally)}</b>. The verdicts are gemmzoo compare's (device-time "
-            "medians judged from both runs' noise).</p>"
+            "medians judged from both runs' noise; CPU rows that carry the machine's calibration relative "
+            "to it).</p>"
             f"<table><tr><th>MxNxK</th><th>dtype</th><th>backend</th><th>{_e(run_labels[0])}</th>{head}</tr>"
             f"{''.join(body)}</table>")
 

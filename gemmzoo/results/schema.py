@@ -255,6 +255,13 @@ RESULT_FIELDS: dict[str, Check] = {
     "throttled": flag(),
     # whether a CPU timing shared its cores (gemmzoo.measure.contention)
     "cpu_share": number(1.0), "others_load": number(1e6), "contended": flag(),
+    # the machine's calibration timed between a CPU row's samples (gemmzoo.measure.calibration)
+    "calibration": text(), "calibration_s": _SECONDS, "calibration_q1_s": _SECONDS,
+    "calibration_q3_s": _SECONDS, "calibration_samples": integer(0, MAX_SAMPLES),
+    "calibration_noise": number(1e6),
+    # the row's samples over the calibration's nearby median, summarised (a ratio, not seconds)
+    "in_calibrations": _RATE, "in_calibrations_q1": _RATE, "in_calibrations_q3": _RATE,
+    "in_calibrations_noise": number(1e6), "in_calibrations_converged": flag(),
     "beyond_roofline": flag(),  # faster than the device's roofline floor: not a speed to trust
     "round": integer(0, MAX_SAMPLES),
 }
@@ -363,17 +370,29 @@ def check_result(record: Any) -> dict[str, Any]:
     _check_class(record)
     if record["status"] == "ok" and record.get("median_s") is None:
         raise FieldError("missing: a result with status ok needs a time", ("field 'median_s'",))
-    median, q1, q3 = record.get("median_s"), record.get("q1_s"), record.get("q3_s")
+    median = record.get("median_s")
     if median is not None and record["status"] == "ok" and median <= 0:
         raise FieldError("a measured time must be above 0", ("field 'median_s'",))
-    if median is not None and q1 is not None and q3 is not None:
-        slack = 1e-9 * max(median, q3) + 1e-15
-        if not q1 <= q3:
-            raise FieldError(f"quartiles out of order (q1 {q1:g} > q3 {q3:g})", ("field 'q1_s'",))
-        if not q1 - slack <= median <= q3 + slack:
-            raise FieldError(f"median {median:g} outside its quartiles [{q1:g}, {q3:g}]",
-                             ("field 'median_s'",))
+    _check_quartiles(record, "median_s", "q1_s", "q3_s")
+    calibration = record.get("calibration_s")
+    if calibration is not None and calibration <= 0:
+        raise FieldError("a measured time must be above 0", ("field 'calibration_s'",))
+    _check_quartiles(record, "calibration_s", "calibration_q1_s", "calibration_q3_s")
+    _check_quartiles(record, "in_calibrations", "in_calibrations_q1", "in_calibrations_q3")
     return record
+
+
+def _check_quartiles(record: Mapping[str, Any], median_key: str, q1_key: str, q3_key: str) -> None:
+    """A median between its quartiles, the quartiles in order, where all three are given."""
+    median, q1, q3 = record.get(median_key), record.get(q1_key), record.get(q3_key)
+    if median is None or q1 is None or q3 is None:
+        return
+    slack = 1e-9 * max(median, q3) + 1e-15
+    if not q1 <= q3:
+        raise FieldError(f"quartiles out of order (q1 {q1:g} > q3 {q3:g})", (f"field {q1_key!r}",))
+    if not q1 - slack <= median <= q3 + slack:
+        raise FieldError(f"median {median:g} outside its quartiles [{q1:g}, {q3:g}]",
+                         (f"field {median_key!r}",))
 
 
 def result_class(record: Mapping[str, Any]) -> str:

@@ -116,6 +116,7 @@ def _trust_fields(measured: Measurement | None) -> dict[str, Any]:
     threads = measured.threads.as_dict() if measured and measured.threads else {}
     clocks = measured.clocks.as_dict() if measured and measured.clocks else {}
     shared = measured.contention.as_dict() if measured and measured.contention else {}
+    calibration = measured.calibration.as_dict() if measured and measured.calibration else {}
     return {
         "noise": timing.noise if timing and math.isfinite(timing.noise) else None,
         "noise_target": timing.target if timing else None,
@@ -127,18 +128,27 @@ def _trust_fields(measured: Measurement | None) -> dict[str, Any]:
         "throttled": clocks.get("throttled"),
         "cpu_share": shared.get("cpu_share"), "others_load": shared.get("others_load"),
         "contended": shared.get("contended"),
+        **_finite_values(calibration),
     }
+
+
+def _finite_values(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with a non-finite number (an unknown noise) as ``None``."""
+    return {key: None if isinstance(value, float) and not math.isfinite(value) else value
+            for key, value in fields.items()}
 
 
 def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str = "events",
               verify: bool = True, threads: int | None = None,
-              noise_target: float = NOISE_TARGET, timeout: float | str | None = "default") -> BenchResult:
+              noise_target: float = NOISE_TARGET, timeout: float | str | None = "default",
+              calibrate: bool = True) -> BenchResult:
     """Check (unless ``verify`` is False) and time ``backend`` on ``point`` with ``timer`` (see
     :data:`gemmzoo.measure.TIMERS`) under the thread policy (``threads``, see
     :mod:`gemmzoo.measure.threads`), sampling until the median's noise is at most ``noise_target``
     or the budget is spent (0: the whole budget), within ``timeout`` seconds (``"default"``: the
     watchdog's, :func:`gemmzoo.plugins.watchdog.default_timeout`; ``None``: no limit); failures become a
-    status, not an exception."""
+    status, not an exception. A CPU timing records the machine's calibration beside its samples
+    (``calibrate``, :mod:`gemmzoo.measure.calibration`), which ``gemmzoo compare`` judges against."""
     accuracy = str(accuracy_of(backend))
     if point.dtype not in backend.dtypes:
         return BenchResult(backend.name, backend.device, point, UNSUPPORTED,
@@ -146,7 +156,7 @@ def bench_one(backend: Any, point: GridPoint, budget_s: float = 0.2, timer: str 
     try:
         result = watched(backend, f"check and timing at {point.id}", measure, backend, point,
                          budget_s=budget_s, verify=verify, timer=timer, threads=threads,
-                         noise_target=noise_target, timeout=timeout)
+                         noise_target=noise_target, calibrate=calibrate, timeout=timeout)
     except WrongResultError as error:
         return BenchResult(backend.name, backend.device, point, WRONG, detail=_text(error), accuracy=accuracy)
     except BackendTimeoutError as error:

@@ -20,7 +20,6 @@ from gemmzoo.scale.shards import DevicePool, parse_devices, visible_gpus
 Extra = dict[str, Any]
 
 
-@functools.lru_cache(maxsize=8)
 def _backends(names: tuple[str, ...] | None) -> list[Any]:
     from gemmzoo.session import current
 
@@ -37,11 +36,10 @@ def gpu_extra(result: BenchResult) -> Extra:
     return {"gpu": gpu_state()}
 
 
-@functools.lru_cache(maxsize=64)
 def _available(backend: Any) -> bool:
     from gemmzoo.plugins.registry import unavailable_reason
 
-    return unavailable_reason(backend) is None
+    return unavailable_reason(backend) is None  # remembered by the registry for the process
 
 
 def warm_backends(names: tuple[str, ...] | None) -> None:
@@ -201,19 +199,22 @@ def tune_on_devices(names: Sequence[str], points: Sequence[GridPoint], budget_s:
 # through a results folder or an engine's object store and are checked before they are used.
 
 
-@functools.lru_cache(maxsize=256)
 def _verdict_here(backend: Any, dtype: str) -> bool | None:
     """The backend's conformance verdict for ``dtype`` on this worker's device, earned here (the
-    suite runs once per backend, dtype and device; ``None`` when it could not be asked). Kept for
-    the worker's life like :func:`_available`: a verdict that could not be asked (its database
-    busy, say) is not asked again, with its suite, at every point."""
-    from gemmzoo.tuning import state
+    suite runs once per backend, dtype and device; ``None`` when it could not be asked). Kept in
+    the current session's ``facts``: a verdict that could not be asked (its database busy, say)
+    is not asked again, with its suite, at every point."""
+    from gemmzoo.session import current
     from gemmzoo.tuning.tune import conformance_verdict
 
-    try:
-        return conformance_verdict(state.store(), backend, dtype, run=True)
-    except Exception:  # the timing's own check against the reference still judges every result
-        return None
+    session = current()
+    key = ("verdict here", backend, dtype)
+    if key not in session.facts:
+        try:
+            session.facts[key] = conformance_verdict(session.store(), backend, dtype, run=True)
+        except Exception:  # the timing's own check against the reference still judges every result
+            session.facts[key] = None
+    return session.facts[key]
 
 
 def _fingerprint(device: str) -> Any:

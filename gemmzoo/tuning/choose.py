@@ -163,3 +163,21 @@ def choose(problem: Problem, candidates: Sequence[str], measurements: Measuremen
         return name in broke, native is not None and name not in native, name != pick, policy.preference(name)
 
     return Decision(None, order=tuple(sorted(candidates, key=order)))
+
+
+def contenders(records: Sequence[Any], policy: Any) -> list[int]:
+    """Indices of the ``ok`` records (:class:`gemmzoo.tuning.db.Record`) whose loops of calls are
+    timed together: those whose device time is within ``policy.ratio`` of the fastest caller time
+    (the larger of device and host time: loop times, where records have them, play no part),
+    fastest caller time first, at most ``policy.max_contenders``; none when fewer than two qualify
+    or the fastest caller time is above ``policy.limit_s`` (a
+    :class:`gemmzoo.tuning.tune.LoopPolicy`)."""
+    timed = [(float(r.measured_caller_s), float(r.median_s), index) for index, r in enumerate(records)
+             if r.status == "ok" and r.median_s is not None]
+    if not timed:
+        return []
+    best = min(caller for caller, _, _ in timed)
+    near = sorted((caller, index) for caller, device, index in timed if device <= best * policy.ratio)
+    if best > policy.limit_s or len(near) < 2:
+        return []
+    return [index for _, index in near[:policy.max_contenders]]

@@ -24,22 +24,30 @@ Faults it survives:
   skipped when read, with one warning.
 
 Rows hold only numbers and strings (no pickle). The schema version is ``PRAGMA user_version``.
+
+Reads of measurements and verdicts are answered from memory: the first read of a device's rows
+loads them all in one transaction (:meth:`TuningStore.snapshot`), the store's own writes are added
+to them as they are made, and what another connection commits is read again once the database's
+``data_version`` has moved (asked before each read, or once for a block of reads:
+:meth:`TuningStore.held`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, fields
 from pathlib import Path
 from typing import TypeVar
 
 from gemmzoo.problems.grids import GridPoint
+from gemmzoo.tuning.known import Box, ConformanceRecord, Known, Record
 from gemmzoo.tuning.schema import MAX_DETAIL, stored_measurement_problem
 
 SCHEMA_VERSION = 1
@@ -189,73 +197,9 @@ def _deadline() -> float | None:
     return getattr(_local, "deadline", None)
 
 
-@dataclass(frozen=True)
-class Record:
-    """One measurement of one backend on one problem.
-
-    ``status`` is ``"ok"`` (timed; ``error_ratio`` is the largest ``|error|/bound`` when the result
-    was checked, else ``None``), ``"wrong"`` (the result was outside the conformance bound) or
-    ``"failed"`` (the backend raised); ``detail`` says what happened in the last two cases.
-    ``host_s``/``host_spread_s``: host time per call and its IQR (``None`` in rows stored before
-    host time was measured). ``loop_s``/``loop_spread_s``: the time per call of loops of calls
-    on the same operands, and its IQR over rounds that took this backend in turn with the others
-    near the fastest at this problem, all stored with one ``created`` (``None`` where no such
-    rounds were run: see :func:`gemmzoo.tuning.tune.measure_records`).
-    """
-
-    device: str
-    versions: str
-    backend: str
-    m: int
-    n: int
-    k: int
-    dtype: str
-    layout: str
-    status: str
-    median_s: float | None
-    spread_s: float | None
-    error_ratio: float | None
-    samples: int | None
-    detail: str
-    created: float
-    host_s: float | None = None
-    host_spread_s: float | None = None
-    loop_s: float | None = None
-    loop_spread_s: float | None = None
-
-    @property
-    def measured_caller_s(self) -> float | None:
-        """The larger of device and host time: the caller time measured call by call, before any
-        loop was timed."""
-        return None if self.median_s is None else max(self.median_s, self.host_s or 0.0)
-
-    @property
-    def caller_s(self) -> float | None:
-        """What a loop of calls achieves per call: the loops' time where they were measured, else
-        :attr:`measured_caller_s`."""
-        measured = self.measured_caller_s
-        return measured if measured is None or self.loop_s is None else self.loop_s
-
-
-@dataclass(frozen=True)
-class ConformanceRecord:
-    """The conformance suite's verdict on one backend for one dtype."""
-
-    device: str
-    versions: str
-    backend: str
-    dtype: str
-    passed: bool
-    checks: int
-    failures: int
-    detail: str
-    created: float
-
-
 _RECORD_COLUMNS = ", ".join(f.name for f in fields(Record))
 _CONFORMANCE_COLUMNS = ", ".join(f.name for f in fields(ConformanceRecord))
 T = TypeVar("T")
-Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 
 
 def _warn_once(kind: str, where: str, message: str) -> None:
@@ -329,6 +273,9 @@ class TuningStore:
         self.path = path
         self._lock = threading.RLock()
         self._bad_rows = 0
+        self._known: dict[str, Known] = {}
+        self._version: object = None
+        self._held = 0
         target = ":memory:" if path is None else str(path)
         self._db = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                    check_same_thread=False)
@@ -505,6 +452,7 @@ class TuningStore:
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
         self.path = None
+        self._drop()
         self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._busy_ms = int(BUSY_TIMEOUT_S * 1000)
         self._create_schema()
@@ -547,11 +495,17 @@ class TuningStore:
     # Measurements ---------------------------------------------------------------------------
 
     def add(self, records: Iterable[Record]) -> None:
-        """Store measurements, all in one transaction."""
+        """Store measurements, all in one transaction (and in what this store holds in memory)."""
         rows = [astuple(r) for r in records]
         if rows:
             marks = ", ".join("?" * len(fields(Record)))
-            self._write(f"INSERT INTO measurements ({_RECORD_COLUMNS}) VALUES ({marks})", rows)
+            with self._lock:
+                self._write(f"INSERT INTO measurements ({_RECORD_COLUMNS}) VALUES ({marks})", rows)
+                held = [row for row in rows if row[0] in self._known]
+                if held:  # a row that breaks the schema is left out here too (as a read would)
+                    added = self._valid(held, warn=False)
+                    for known in self._known.values():
+                        known.add(added)
 
     def add_newer(self, records: Iterable[Record]) -> int:
         """Store each measurement unless the database holds one as new or newer (by ``created``) of
@@ -565,7 +519,9 @@ class TuningStore:
         sql = (f"INSERT INTO measurements ({_RECORD_COLUMNS}) SELECT {marks} WHERE NOT EXISTS ("
                "SELECT 1 FROM measurements WHERE device = ? AND versions = ? AND backend = ? AND m = ? "
                "AND n = ? AND k = ? AND dtype = ? AND layout = ? AND created >= ?)")
-        return self._insert_counted(sql, rows)
+        with self._lock:
+            self._drop()  # read again in full: which rows went in is the database's to say
+            return self._insert_counted(sql, rows)
 
     def _insert_counted(self, sql: str, rows: list[tuple[object, ...]]) -> int:
         """Run ``sql`` for each row in one transaction; how many rows it inserted."""
@@ -580,10 +536,19 @@ class TuningStore:
         self._guarded(write)
         return added[0]
 
-    def _valid(self, rows: list[tuple[object, ...]]) -> list[Record]:
-        """Rows as records, leaving out (with one warning) those that break the schema."""
+    def _valid(self, rows: list[tuple[object, ...]], warn: bool = True) -> list[Record]:
+        """Rows as records, leaving out (with one warning, unless ``warn`` is false) those that
+        break the schema."""
+        kept, bad = self._split(rows)
+        if bad and warn:
+            self._warn_bad(bad[0][1])
+        return kept
+
+    def _split(self, rows: list[tuple[object, ...]]
+               ) -> tuple[list[Record], list[tuple[tuple[object, ...], str]]]:
+        """Rows as records, and the rows that break the schema with what is wrong with each."""
         names = [f.name for f in fields(Record)]
-        kept = []
+        kept, bad = [], []
         for row in rows:
             problem = stored_measurement_problem(dict(zip(names, row, strict=True)))
             if problem is None:
@@ -591,52 +556,105 @@ class TuningStore:
                 if len(record.detail) > MAX_DETAIL:
                     record = Record(*row[:13], record.detail[:MAX_DETAIL] + "...(cut)", *row[14:])  # type: ignore[arg-type]
                 kept.append(record)
-                continue
-            self._bad_rows += 1
-            _warn_once("rows", str(self.path), f"gemmzoo's tuning database {self.path or '(memory)'} holds "
-                       f"rows it cannot use (e.g. {problem}); they are skipped. `gemmzoo cache --clear` "
-                       "removes them")
-        return kept
+            else:
+                bad.append((row, problem))
+        return kept, bad
+
+    def _warn_bad(self, problem: str) -> None:
+        self._bad_rows += 1
+        _warn_once("rows", str(self.path), f"gemmzoo's tuning database {self.path or '(memory)'} holds "
+                   f"rows it cannot use (e.g. {problem}); they are skipped. `gemmzoo cache --clear` "
+                   "removes them")
 
     def records(self, device: str, dtype: str, layout: str, shape: tuple[int, int, int] | None = None,
                 status: str | None = None) -> list[Record]:
         """Measurements on ``device`` for ``dtype``/``layout`` (one shape, or all), oldest first;
-        rows that break :mod:`gemmzoo.tuning.schema` are left out."""
-        sql = f"SELECT {_RECORD_COLUMNS} FROM measurements WHERE device = ? AND dtype = ? AND layout = ?"
-        args: tuple[object, ...] = (device, dtype, layout)
-        if shape is not None:
-            sql += " AND m = ? AND n = ? AND k = ?"
-            args += tuple(shape)
-        if status is not None:
-            sql += " AND status = ?"
-            args += (status,)
-        return self._valid(self._read(sql + " ORDER BY id", args))
+        rows that break :mod:`gemmzoo.tuning.schema` are left out. Read from :meth:`snapshot`."""
+        return self.snapshot(device).records(dtype, layout, shape, status)
 
     def any_rows(self, device: str, dtype: str, layout: str) -> bool:
         """Whether any measurement (any backend, versions, shape or status) is stored on ``device``
-        for ``dtype``/``layout``: one probe of the lookup index, no row read."""
-        sql = "SELECT 1 FROM measurements WHERE device = ? AND dtype = ? AND layout = ? LIMIT 1"
-        return bool(self._read(sql, (device, dtype, layout)))
+        for ``dtype``/``layout``. Read from :meth:`snapshot`."""
+        return self.snapshot(device).any_rows(dtype, layout)
 
     def shapes_near(self, device: str, dtype: str, layout: str, backend: str, versions: str,
                     box: Box | None) -> list[tuple[int, int, int]]:
         """The distinct shapes with an ``ok`` row of ``backend`` with ``versions`` on ``device`` for
-        ``dtype``/``layout``, within ``box`` (inclusive (low, high) of M, N and K) or anywhere;
-        read from an index alone."""
-        args: tuple[object, ...] = (device, dtype, layout, backend, versions)
-        listed = 0
-        if box is not None:
-            (m_low, m_high), n_range, k_range = box
-            if m_high - m_low < NEAR_LIST_LIMIT:
-                listed = m_high - m_low + 1
-                args += (*range(m_low, m_high + 1), *n_range, *k_range)
-            else:
-                args += (m_low, m_high, *n_range, *k_range)
-        shapes = []
-        for m, n, k in self._read(near_sql(box is not None, listed), args):
-            if all(isinstance(x, int) for x in (m, n, k)):
-                shapes.append((m, n, k))
-        return shapes  # type: ignore[return-value]
+        ``dtype``/``layout``, within ``box`` (inclusive (low, high) of M, N and K) or anywhere.
+        Read from :meth:`snapshot`."""
+        return self.snapshot(device).shapes_near(dtype, layout, backend, versions, box)
+
+    # What is held in memory -----------------------------------------------------------------
+
+    def snapshot(self, device: str) -> Known:
+        """The measurements and verdicts of ``device`` (a fingerprint), held in memory: read in
+        one transaction the first time, then kept, with this store's own writes added as they
+        are made. Outside :meth:`held`, the database's ``data_version`` is checked first, and
+        what another connection committed since is read again."""
+        with self._lock:
+            if not self._held:
+                self._refresh()
+            known = self._known.get(device)
+            if known is None:
+                known = self._known[device] = self._load(device)
+            return known
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Inside the block, reads are answered from memory without asking the database whether
+        another connection wrote meanwhile: that is asked once, on entering. For one answer made
+        of many reads (:func:`gemmzoo.tuning.select.explain`)."""
+        with self._lock:
+            if not self._held:
+                self._refresh()
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held -= 1
+
+    def _drop(self) -> None:
+        """Forget what is held (and tell whoever kept a :class:`Known` of it: :meth:`Known.current`)."""
+        for known in self._known.values():
+            known.dropped = True
+        self._known.clear()
+
+    def _refresh(self) -> None:
+        """Forget what is held when another connection committed since it was read."""
+        if self._known and self._data_version() != self._version:
+            self._drop()
+
+    def _data_version(self) -> object:
+        return self._guarded(lambda: self._db.execute("PRAGMA data_version").fetchone()[0])
+
+    def _load(self, device: str) -> Known:
+        """One read transaction: the database's data_version, ``device``'s measurements and its
+        conformance verdicts."""
+        def read() -> tuple[object, list[tuple[object, ...]], list[tuple[object, ...]]]:
+            self._db.execute("BEGIN")
+            try:
+                version = self._db.execute("PRAGMA data_version").fetchone()[0]
+                rows = self._db.execute(f"SELECT {_RECORD_COLUMNS} FROM measurements WHERE device = ? "
+                                        "ORDER BY id", (device,)).fetchall()
+                verdicts = self._db.execute(f"SELECT {_CONFORMANCE_COLUMNS} FROM conformance WHERE "
+                                            "device = ? ORDER BY id", (device,)).fetchall()
+            finally:
+                self._db.execute("COMMIT")
+            return version, rows, verdicts
+
+        version, rows, verdicts = self._guarded(read)
+        if not self._known:
+            self._version = version
+        elif version != self._version:  # another connection wrote between two loads: read all again
+            self._drop()
+            self._version = version
+        kept, bad = self._split(rows)
+        known = Known(device, kept, verdicts, bad, self._warn_bad)
+        known.version = version
+        # the question Known.current asks, made of the connection's own (C) methods
+        known.version_query = functools.partial(self._db.execute, "PRAGMA data_version")
+        return known
 
     def clear(self) -> None:
         """Delete every row, keeping the file: a process writing to it meanwhile (a running
@@ -647,7 +665,9 @@ class TuningStore:
                 for table in _OWN_OBJECTS["table"]:
                     self._db.execute(f"DELETE FROM {table}")
 
-        self._guarded(empty)
+        with self._lock:
+            self._guarded(empty)
+            self._drop()
 
     def count(self) -> int:
         """How many measurements the database holds."""
@@ -740,22 +760,21 @@ class TuningStore:
     # Conformance ----------------------------------------------------------------------------
 
     def add_conformance(self, record: ConformanceRecord) -> None:
-        """Store one conformance verdict."""
+        """Store one conformance verdict (and in what this store holds in memory)."""
         marks = ", ".join("?" * len(fields(ConformanceRecord)))
-        row = astuple(record)
-        self._write(f"INSERT INTO conformance ({_CONFORMANCE_COLUMNS}) VALUES ({marks})",
-                    [(*row[:4], int(record.passed), *row[5:])])
+        values = astuple(record)
+        row = (*values[:4], int(record.passed), *values[5:])
+        with self._lock:
+            self._write(f"INSERT INTO conformance ({_CONFORMANCE_COLUMNS}) VALUES ({marks})", [row])
+            for known in self._known.values():
+                known.add_verdict(row)
 
     def conformance(self, device: str, versions: str, backend: str, dtype: str) -> ConformanceRecord | None:
-        """The latest verdict for this backend and dtype on this device with these versions."""
-        rows = self._read(
-            f"SELECT {_CONFORMANCE_COLUMNS} FROM conformance WHERE device = ? AND versions = ? "
-            "AND backend = ? AND dtype = ? ORDER BY id DESC LIMIT 1",
-            (device, versions, backend, dtype),
-        )
-        if not rows:
+        """The latest verdict for this backend and dtype on this device with these versions (read
+        from :meth:`snapshot`)."""
+        row = self.snapshot(device).verdict(versions, backend, dtype)
+        if row is None:
             return None
-        row = rows[0]
         if row[4] not in (0, 1) or isinstance(row[4], float):
             _warn_once("verdicts", str(self.path), f"gemmzoo's tuning database {self.path or '(memory)'} "
                        f"holds a conformance verdict it cannot read (passed = {str(row[4])[:40]!r}); "

@@ -93,11 +93,12 @@ from gemmzoo.measure import ties
 from gemmzoo.plugins import watchdog
 from gemmzoo.plugins.registry import unavailable_reason
 from gemmzoo.problems.grids import GridPoint
-from gemmzoo.session import current
+from gemmzoo.session import _current, current
+from gemmzoo.session import _default as _default_session
 from gemmzoo.tuning import choose as choosing
 from gemmzoo.tuning.db import Record, TuningStore, TuningStoreBusyError, patience
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
-from gemmzoo.tuning.tune import conformance_verdict, contenders, measure_records
+from gemmzoo.tuning.tune import conformance_verdict, loop_policy, measure_records
 
 MISS_BUDGET_S = 0.3
 LOCK_PATIENCE_S = 1.0
@@ -282,22 +283,24 @@ def _timed(record: Record, by: str, loops: bool = False) -> Timed:
     return Timed(record.backend, float(record.median_s), float(record.spread_s or 0.0))  # type: ignore[arg-type]
 
 
-def _loops_comparable(rows: list[Record]) -> bool:
+def _loops_comparable(rows: list[Record], loops: Any) -> bool:
     """Whether the loop times among ``rows`` (one per backend) rank against each other: every
     contender among them (:func:`gemmzoo.tuning.tune.contenders`) has one, they come from one
     round of loops (one ``created``: see :func:`gemmzoo.tuning.tune.measure_records`), and no
     row is newer than that round (a backend measured again since has no loop time beside
     theirs)."""
-    near = [rows[index] for index in contenders(rows)]
+    near = [rows[index] for index in choosing.contenders(rows, loops)]
     looped = {r.created for r in rows if r.loop_s is not None}
     return (bool(near) and all(r.loop_s is not None for r in near) and len(looped) == 1
             and max(r.created for r in rows) <= looped.pop())
 
 
-def _timings(latest: dict[str, Record], by: str = "caller") -> list[Timed]:
+def _timings(latest: dict[str, Record], by: str, loops: Any) -> list[Timed]:
+    """The timings of the ``ok`` rows, by loop time where the contenders' loops (``loops``: a
+    :class:`gemmzoo.tuning.tune.LoopPolicy`) rank against each other."""
     rows = [r for r in latest.values() if r.status == "ok" and r.median_s is not None]
-    loops = by == "caller" and _loops_comparable(rows)
-    return [_timed(r, by, loops) for r in rows]
+    looped = by == "caller" and _loops_comparable(rows, loops)
+    return [_timed(r, by, looped) for r in rows]
 
 
 def _box(shape: tuple[int, int, int], radius: float | None) -> Any:
@@ -388,15 +391,17 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
     measuring = measuring_enabled(measure) and min(shape) > 0  # an empty product has nothing to time
-    # the caller's own work comes next: no idle worker thread is kept past the answer (see watchdog)
     session = current()
-    with session.lock, watchdog.idle_workers_ended():
+    store = session.store() if store is None else store
+    # One answer reads the store many times: from memory, the database asked once whether another
+    # process wrote since (TuningStore.held). When measuring, the caller's own work comes next: no
+    # idle worker thread is kept past the answer (see watchdog; a suite run alone ends its own).
+    with session.lock, store.held(), watchdog.idle_workers_ended() if measuring else contextlib.nullcontext():
         routed = None if measuring or device is None else _prior_choice(
             choosing.Problem(shape, dtype, device, layout, library, accuracy), store, native, reachable)
         if routed is not None:
             return routed
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
-        store = session.store() if store is None else store
         conforming, unchecked = [], []
         pending = [b.name for b in candidates if measuring and not _compiles(b)
                    and conformance_verdict(store, b, dtype, run=False) is None]
@@ -426,13 +431,19 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         registry = session.registry
         versions = {name: library_versions(name, registry) for name in by_name}
         fingerprint = device_fingerprint(device)
+        loops = loop_policy()
+        if not measuring and store is session.store():  # what later problems of this kind share
+            known = store.snapshot(fingerprint)
+            session.facts[_menu_key(dtype, device, library, accuracy, by)] = Menu(
+                by_name, versions, dict(excluded), frozenset(b.name for b in conforming if _compiles(b)),
+                {n: declared(b, "searches_over") for n, b in by_name.items()}, loops, native, reachable,
+                session.prior, known, known.verdicts_added)
         latest = _latest(store.records(fingerprint, dtype, layout, shape), versions)
         source = "database"
         missing = [b for b in conforming if b.name not in latest]
         for backend in [b for b in missing if _compiles(b)]:  # seconds a problem: `gemmzoo tune` measures it
             missing.remove(backend)
-            excluded[backend.name] = (f"compiles each new problem: not measured for a first answer "
-                                      f"(gemmzoo tune --shape {m}x{n}x{k} measures it)")
+            excluded[backend.name] = _compiles_note(shape)
         if measuring and missing:
             if not pending:
                 announce(f"measuring {m}x{n}x{k} {dtype} on {device}: "
@@ -445,10 +456,8 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             store.add([r for r in fresh if not _out_of_memory(r)])
             latest.update((r.backend, r) for r in fresh)
             source = "measured now"
-        for record in latest.values():
-            if record.status != "ok":
-                excluded[record.backend] = f"{record.status} at this shape: {record.detail}"
-        timings = _timings(latest, by)
+        _exclude_failures(latest, excluded)
+        timings = _timings(latest, by, loops)
         basis: tuple[int, int, int] | None = shape
         note = ""
         if not timings and measuring:
@@ -481,15 +490,91 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                     f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
             note = "nothing measured on this device; unmeasured default (passed conformance here)"
             return Choice(pick, shape, dtype, device, "default", None, (), (pick.name,), note, excluded)
-        measured = choosing.Measurements(tuple(timings), latest if basis == shape else {},
-                                         {n: declared(b, "searches_over") for n, b in by_name.items()})
-        if native is not None:  # asked of the tied backends only: it may load their library
-            tied = choosing.tied_names(measured, policy)
-            measured = dataclasses.replace(measured, native=frozenset(n for n in tied if native(by_name[n])))
-        decision = choosing.choose(problem, list(by_name), measured, session.prior, policy)
-        assert decision.winner is not None
-        return Choice(by_name[decision.winner], shape, dtype, device, source, basis, decision.ranking,
-                      decision.tied, note, excluded)
+        searches = {n: declared(b, "searches_over") for n, b in by_name.items()}
+        return _measured_choice(problem, by_name, timings, latest if basis == shape else {}, searches, native,
+                                session.prior, by, source, basis, note, excluded)
+
+
+def _compiles_note(shape: tuple[int, int, int]) -> str:
+    return (f"compiles each new problem: not measured for a first answer "
+            f"(gemmzoo tune --shape {'x'.join(map(str, shape))} measures it)")
+
+
+def _exclude_failures(latest: dict[str, Record], excluded: dict[str, str]) -> None:
+    for record in latest.values():
+        if record.status != "ok":
+            excluded[record.backend] = f"{record.status} at this shape: {record.detail}"
+
+
+def _measured_choice(problem: choosing.Problem, by_name: dict[str, Any], timings: list[Timed],
+                     rows: dict[str, Record], searches: dict[str, Any], native: Callable[[Any], bool] | None,
+                     prior: Any, by: str, source: str, basis: tuple[int, int, int] | None, note: str,
+                     excluded: dict[str, str]) -> Choice:
+    """The answer from ``timings`` (at least one): :func:`gemmzoo.tuning.choose.choose` on them,
+    the tied backends that compute on the caller's own arrays first."""
+    policy = choosing.RankPolicy(by=by)
+    measured = choosing.Measurements(tuple(timings), rows, searches)
+    if native is not None:  # asked of the tied backends only: it may load their library
+        tied = choosing.tied_names(measured, policy)
+        measured = dataclasses.replace(measured, native=frozenset(n for n in tied if native(by_name[n])))
+    decision = choosing.choose(problem, list(by_name), measured, prior, policy)
+    assert decision.winner is not None
+    return Choice(by_name[decision.winner], problem.shape, problem.dtype, problem.device, source, basis,
+                  decision.ranking, decision.tied, note, excluded)
+
+
+@dataclass(frozen=True)
+class Menu:
+    """What a session's answers for problems of one dtype, device, caller's library, accuracy and
+    ranking share, gathered the slow way once by :func:`explain` (registry, availability,
+    verdicts, versions): the conforming candidates by name, their versions, what is excluded and
+    why, those that compile each problem, each one's declared ``searches_over``, the loop policy,
+    the caller's-arrays tests, the prior, and the store's rows of the device in memory
+    (:class:`gemmzoo.tuning.known.Known`). Kept in the session's ``facts``, forgotten with its
+    answers (a new verdict, new measurements). A problem whose own shape is stored is then
+    answered from it alone (:func:`_stored_choice`): no database, no probe, no suite."""
+
+    by_name: dict[str, Any]
+    versions: dict[str, str]
+    excluded: dict[str, str]
+    compiling: frozenset[str]
+    searches: dict[str, Any]
+    loops: Any
+    native: Callable[[Any], bool] | None
+    reachable: Callable[[Any], bool] | None
+    prior: Any
+    known: Any
+    verdicts_seen: int
+    """``known.verdicts_added`` when it was made: a verdict stored since makes it stale."""
+
+    def current(self) -> bool:
+        """Whether it still holds: the rows are the database's and no verdict came since."""
+        return self.known.verdicts_added == self.verdicts_seen and self.known.current()
+
+
+def _menu_key(dtype: str, device: str, library: str | None, accuracy: str, by: str) -> tuple[Any, ...]:
+    return ("menu", dtype, device, library, accuracy, by)
+
+
+def _stored_choice(menu: Menu, problem: choosing.Problem, by: str) -> Choice | None:
+    """The answer for a problem whose own shape has a timing of a conforming candidate, from
+    ``menu`` alone (as :func:`explain` gives it); ``None`` otherwise (the slow way answers)."""
+    latest = _latest(menu.known.records(problem.dtype, problem.layout, problem.shape), menu.versions)
+    if not latest:
+        return None
+    excluded = dict(menu.excluded)
+    for name in menu.compiling:
+        if name not in latest:
+            excluded[name] = _compiles_note(problem.shape)
+    _exclude_failures(latest, excluded)
+    wrong = {r.backend for r in latest.values() if r.status == "wrong"}
+    timings = [t for t in _timings(latest, by, menu.loops) if t.backend not in wrong]
+    if timings and menu.reachable is not None:
+        timings = _reachable_only(timings, menu.by_name, menu.reachable, excluded)
+    if not timings:
+        return None
+    return _measured_choice(problem, menu.by_name, timings, latest, menu.searches, menu.native, menu.prior,
+                            by, "database", problem.shape, "", excluded)
 
 
 def _prior_choice(problem: choosing.Problem, store: TuningStore | None,
@@ -548,10 +633,13 @@ def announce(what: str) -> None:
 def _checked_before_use(store: TuningStore, backend: Any, dtype: str) -> bool:
     """Whether ``backend`` passed conformance for ``dtype`` here, running its suite first (said on
     stderr) when it has no verdict yet."""
-    if conformance_verdict(store, backend, dtype, run=False) is None:
-        announce(f"running the conformance suite of {backend.name} for {dtype} before its first use "
-                 "(once on this machine)")
-    return bool(conformance_verdict(store, backend, dtype, run=True))
+    verdict = conformance_verdict(store, backend, dtype, run=False)
+    if verdict is not None:
+        return verdict
+    announce(f"running the conformance suite of {backend.name} for {dtype} before its first use "
+             "(once on this machine)")
+    with watchdog.idle_workers_ended():  # the caller's own work comes next
+        return bool(conformance_verdict(store, backend, dtype, run=True))
 
 
 UNREACHABLE = ("computes on arrays gemmzoo.matmul cannot hand it without copying both ways through "
@@ -672,16 +760,23 @@ def plan_decision(shape: tuple[int, int, int], dtype: str, device: str, layout: 
     by, as in :func:`best_backend`. An answer whose ``source`` is :data:`LIBRARY` is served by the
     caller's library's own product, not by its backend (see :func:`_prior_choice`).
     """
-    native = reachable = None
-    if library is not None:
-        native = functools.partial(_computes_on, library, dtype)
-        reachable = functools.partial(_reaches, dtype)
-    session = current()
+    # the current session, read without a call where one is (a `with` block's, else the default)
+    session = _current.get(None) or (_default_session[0] if _default_session else current())
     key = ("plan", shape, dtype, device, layout, library, accuracy, by)
     try:
         return session.answers[key]
     except KeyError:
         pass
+    menu = session.facts.get(_menu_key(dtype, device, library, accuracy, by))
+    if menu is not None and menu.current():  # a problem of a kind answered before: in memory
+        choice = _stored_choice(menu, choosing.Problem(shape, dtype, device, layout, library, accuracy), by)
+        if choice is not None:
+            session.answers[key] = choice
+            return choice
+    native = reachable = None
+    if library is not None:
+        native = functools.partial(_computes_on, library, dtype)
+        reachable = functools.partial(_reaches, dtype)
     with session.lock:
         try:
             with patience(LOCK_PATIENCE_S):

@@ -163,21 +163,11 @@ def loop_policy(policy: LoopPolicy | None = None) -> LoopPolicy:
 
 
 def contenders(records: Sequence[Record], policy: LoopPolicy | None = None) -> list[int]:
-    """Indices of the ``ok`` records whose loops :func:`measure_records` times: those whose device
-    time is within ``policy.ratio`` of the fastest caller time (the larger of device and host
-    time: loop times, where records have them, play no part), fastest caller time first, at most
-    ``policy.max_contenders``; none when fewer than two qualify or the fastest caller time is
-    above ``policy.limit_s`` (see :class:`LoopPolicy`; default: :func:`loop_policy`)."""
-    policy = loop_policy(policy)
-    timed = [(float(r.measured_caller_s), float(r.median_s), index) for index, r in enumerate(records)  # type: ignore[arg-type]
-             if r.status == "ok" and r.median_s is not None]
-    if not timed:
-        return []
-    best = min(caller for caller, _, _ in timed)
-    near = sorted((caller, index) for caller, device, index in timed if device <= best * policy.ratio)
-    if best > policy.limit_s or len(near) < 2:
-        return []
-    return [index for _, index in near[:policy.max_contenders]]
+    """Indices of the ``ok`` records whose loops :func:`measure_records` times
+    (:func:`gemmzoo.tuning.choose.contenders` under ``policy``, default :func:`loop_policy`)."""
+    from gemmzoo.tuning.choose import contenders as near_fastest
+
+    return near_fastest(records, loop_policy(policy))
 
 
 def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, verify: bool,

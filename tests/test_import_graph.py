@@ -1,0 +1,202 @@
+"""The core's structure, read from its source: no import circle among gemmzoo's modules, no
+module-level mutable state beyond the per-process pieces docs/architecture.md lists, no private
+``os.environ._data``, and no test that resets module state."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "gemmzoo"
+
+# What stays per process, by module, each justified in docs/architecture.md ("What stays per
+# process"). A new entry needs a reason there; state that belongs to a user belongs on the Session.
+PER_PROCESS = {
+    "gemmzoo.session": {"_current", "_default", "_default_lock"},
+    "gemmzoo.plugins.registry": {"_lock", "_registry", "_availability", "_trusted"},
+    "gemmzoo.plugins.watchdog": {"_quarantine", "_timeouts", "_lock", "_local", "_idle"},
+    "gemmzoo.tuning.db": {"_local"},
+    "gemmzoo.arrays.libraries": {"_KINDS", "_DTYPE_NAMES", "_NATIVE"},
+    "gemmzoo.contract.backend": {"_DTYPE_NAMES", "_SELF_CHECKING", "_TORCH_MM_FORMS"},
+    "gemmzoo.measure.reference": {"_reference_cache"},
+    "gemmzoo.measure.threads": {"_confined"},
+    "gemmzoo.measure.adaptors": {"_NVBENCH_NAMES"},
+    "gemmzoo.native": {"_lock", "_loaded"},
+    "gemmzoo.dispatch.matmul": {"_CONVERTERS", "_KEYS", "_ROUTES", "_compiled_tried"},
+    "gemmzoo.pytest.bench": {"SETTINGS"},
+}
+CONTAINERS = {"dict", "list", "set", "bytearray", "WeakSet", "WeakKeyDictionary", "WeakValueDictionary",
+              "defaultdict", "OrderedDict", "deque", "Counter"}
+HOLDERS = {"local", "Lock", "RLock", "count", "ContextVar"}
+MUTATORS = {"append", "add", "update", "setdefault", "clear", "pop", "popitem", "extend", "insert",
+            "remove", "discard", "__setitem__"}
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_name(p): p for p in sorted(CORE.rglob("*.py"))}
+
+
+def _resolve(name: str) -> str | None:
+    """The gemmzoo module that importing ``name`` runs last (a name inside a module: the module)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING"
+
+
+def import_time_imports(source: str, module: str, package: bool = False) -> set[str]:
+    """The gemmzoo modules that importing ``module`` (whose text is ``source``) imports: its
+    top-level imports and those of its class bodies and top-level blocks, not those inside
+    functions (run later) nor under ``if TYPE_CHECKING:``."""
+    found: set[str] = set()
+
+    def walk(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.If) and _type_checking(node):
+                walk(node.orelse)
+                continue
+            if isinstance(node, ast.Import):
+                found.update(r for alias in node.names if (r := _resolve(alias.name)))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = module.split(".") if package else module.split(".")[:-1]
+                    parts = parts[:len(parts) - node.level + 1]
+                    base = ".".join([*parts, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    target = f"{base}.{alias.name}"
+                    found.update(r for r in (_resolve(target if target in MODULES else base),) if r)
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], (ast.stmt, ast.excepthandler)):
+                    walk([getattr(h, "body", h) for h in inner] if field == "handlers" else inner)  # type: ignore[misc]
+
+    walk(ast.parse(source).body)
+    found.discard(module)
+    return found
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A circle of ``graph`` (module -> modules it imports) as the path that closes it, else ``None``."""
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return [*path, node, target]
+            if target not in state:
+                found = visit(target, [*path, node])
+                if found:
+                    return found
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node, [])
+            if found:
+                return found
+    return None
+
+
+def test_no_import_circle_among_gemmzoo_modules():
+    graph = {name: import_time_imports(path.read_text(), name, path.name == "__init__.py")
+             for name, path in MODULES.items()}
+    assert sum(len(targets) for targets in graph.values()) > 100  # the graph was read
+    assert cycle(graph) is None, " -> ".join(cycle(graph) or ())
+
+
+def test_the_circle_check_finds_a_circle():
+    a = import_time_imports("from gemmzoo.session import current\n", "gemmzoo.config")
+    b = import_time_imports("import gemmzoo.config\ndef f():\n    import gemmzoo.errors\n", "gemmzoo.session")
+    late = import_time_imports("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                               "    from gemmzoo.session import Session\n", "gemmzoo.errors")
+    assert a == {"gemmzoo.session"} and b == {"gemmzoo.config"} and late == set()
+    assert cycle({"gemmzoo.config": a, "gemmzoo.session": b}) == ["gemmzoo.config", "gemmzoo.session",
+                                                                 "gemmzoo.config"]
+
+
+def _called(value: ast.expr | None) -> str:
+    if isinstance(value, ast.Call):
+        func = value.func
+        return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return ""
+
+
+def _container(value: ast.expr | None) -> bool:
+    return isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)) \
+        or _called(value) in CONTAINERS
+
+
+def _written(tree: ast.Module) -> set[str]:
+    """Names whose container the module changes: item assignment or deletion, or a mutating method."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                and isinstance(node.value, ast.Name):
+            found.add(node.value.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in MUTATORS and isinstance(node.func.value, ast.Name):
+            found.add(node.func.value.id)
+    return found
+
+
+def module_state(source: str) -> set[str]:
+    """Names a module binds at its top level to state: a container it changes, a lock, a
+    thread-local, a context variable or a counter, and names it rebinds through ``global``
+    (a container bound once and only read is a constant table)."""
+    tree = ast.parse(source)
+    written = _written(tree)
+    found = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        value = getattr(node, "value", None)
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        if _called(value) in HOLDERS:
+            found |= names
+        elif _container(value):
+            found |= names & written
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            found.update(node.names)
+    return found
+
+
+def test_module_state_is_only_what_stays_per_process():
+    found = {name: names for name, path in MODULES.items() if (names := module_state(path.read_text()))}
+    unlisted = {name: names - PER_PROCESS.get(name, set()) for name, names in found.items()}
+    assert {name: names for name, names in unlisted.items() if names} == {}
+    gone = {name: names - found.get(name, set()) for name, names in PER_PROCESS.items()}
+    assert {name: names for name, names in gone.items() if names} == {}  # keep the list true
+
+
+def test_the_state_check_finds_state():
+    assert module_state("_seen: dict[str, int] = {}\nLIMIT = 4\nNAMES = {'a': 1}\n"
+                        "def f(x):\n    _seen[x] = NAMES[x]\n") == {"_seen"}
+    assert module_state("import threading\n_local = threading.local()\n") == {"_local"}
+    assert module_state("_tried = False\ndef f():\n    global _tried\n    _tried = True\n") == {"_tried"}
+    assert module_state("_held = []\ndef f(x):\n    _held.append(x)\n") == {"_held"}
+
+
+def test_no_private_environ_and_no_reset_of_module_state_in_tests():
+    for path in [*CORE.rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "_data":
+                assert getattr(node.value, "attr", None) != "environ", path
+    here = Path(__file__).name
+    for path in (ROOT / "tests").glob("*.py"):
+        if path.name != here:
+            assert "state.reset(" not in path.read_text(), path
