@@ -22,12 +22,39 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def skip_dead_overflow_work() -> None:
+    """Spare Triton's interpreter the overflow checks it computes and never reads.
+
+    The interpreter redoes every int32 add, sub and mul of a kernel in int64 and compares the
+    result with int32's range (``sanitize_overflow``), then hands the comparison to
+    ``device_assert``, which does nothing unless the options say ``debug``; the interpreter's never
+    do. That dead work is about half of an interpreted kernel's time (its index arithmetic).
+    Turning it off changes no value a kernel computes and drops no check; where a Triton version
+    lacks these names, or runs debug, nothing is changed (``test_triton.py`` checks the premise).
+    """
+    import dataclasses
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        return
+    from triton.runtime import interpreter
+
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if not dataclasses.is_dataclass(options) or getattr(options, "debug", True):
+        return
+    if getattr(options, "sanitize_overflow", False):
+        builder.options = dataclasses.replace(options, sanitize_overflow=False)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Without a GPU, run the Triton backends' kernels on the CPU under Triton's interpreter, so
     # the conformance suite covers them in CI. This must happen before the kernels are defined:
     # triton.jit reads TRITON_INTERPRET when it decorates a kernel. An explicit setting wins.
     if not cuda_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ.get("TRITON_INTERPRET") == "1" and not config.option.collectonly:
+        skip_dead_overflow_work()
     # Nothing a test does reaches the user's own tuning cache: a test that needs a cache of its
     # own sets one (and makes a session of it); every other session of the run uses this one.
     os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-tests-")
@@ -42,23 +69,26 @@ def pytest_configure(config: pytest.Config) -> None:
 # while the other idles (the measurements are in docs/results/2026-11-27-test-suite-time.md).
 LONGEST_FIRST = (
     "test_conformance.py",
-    "test_example_plugin_venv.py",
+    "test_plugin_boundary.py",
     "test_cli_output.py",
     "test_pytest_benchmarks.py",
-    "test_plugin_boundary.py",
-    "test_scale_executors.py",
-    "test_collection_without_torch.py",
-    "test_cli.py",
-    "test_matmul.py",
     "test_cli_behaviour.py",
+    "test_example_plugin_venv.py",
+    "test_scale_executors.py",
+    "test_matmul.py",
+    "test_timing.py",
+    "test_interrupt.py",
     "test_compare_verdicts.py",
     "test_random_cases.py",
-    "test_timing.py",
-    "test_triton_fp8.py",
-    "test_model_example.py",
-    "test_trust_plugin_bounds.py",
+    "test_cli.py",
     "test_trust_files.py",
-    "test_interrupt.py",
+    "test_scale_out.py",
+    "test_jax_backend.py",
+    "test_tune_contenders.py",
+    "test_trust_plugin_bounds.py",
+    "test_collection_without_torch.py",
+    "test_model_example.py",
+    "test_triton_fp8.py",
     "test_trust_edits.py",
 )
 

@@ -7,12 +7,14 @@ A terminal is simulated with ``TTY_COMPATIBLE=1`` (rich then writes as to a term
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import re
 
 import numpy as np
 import pytest
+from cli_forks import DEPENDENCIES, FRAMEWORKS, CliForks
 from fake_distributions import run_gemmzoo
 
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -26,8 +28,8 @@ def shown(raw: str) -> list[str]:
     return ESCAPES.sub("", raw).splitlines()
 
 
-def terminal(site, columns: int, *args: str, **env: str):
-    result = run_gemmzoo(site, *args, COLUMNS=str(columns), TTY_COMPATIBLE="1", NO_COLOR="1", **env)
+def terminal(gemmzoo, columns: int, *args: str, **env: str):
+    result = gemmzoo(*args, COLUMNS=str(columns), TTY_COMPATIBLE="1", NO_COLOR="1", **env)
     return result, shown(result.stdout)
 
 
@@ -37,14 +39,32 @@ def site(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def gemmzoo(site):
+    """``run_gemmzoo(site, ...)`` for this module's many runs, each forked from a started
+    interpreter (tests/cli_forks.py): what they print is under test here, not the start.
+    ``list -v`` runs come from a server that has the frameworks it probes imported."""
+    servers: dict[bool, CliForks] = {}
+
+    def run(*args: str, **env: str):
+        probes = args[:2] == ("list", "-v")
+        if probes not in servers:
+            servers[probes] = CliForks(site, DEPENDENCIES + (FRAMEWORKS if probes else ()))
+        return servers[probes].run(*args, **env)
+
+    yield run
+    for server in servers.values():
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, gemmzoo):
     """Two bench result files of the same grid, for compare."""
     folder = tmp_path_factory.mktemp("runs")
     files = []
     for number in range(2):
         path = folder / f"run{number}.json"
-        result = run_gemmzoo(folder, "bench", "--shape", "24x16x8", "--shape", "9x7x5", "--budget", "0.01",
-                             "--json", str(path), **LIGHT)
+        result = gemmzoo("bench", "--shape", "24x16x8", "--shape", "9x7x5", "--budget", "0.01",
+                         "--json", str(path), **LIGHT)
         assert result.returncode == 0, result.stdout + result.stderr
         files.append(str(path))
     return files
@@ -72,9 +92,9 @@ def _args(name, tmp_path):
 
 @pytest.mark.parametrize("columns", [80, 120])
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_tables_fit_the_terminal_and_keep_names_whole(site, tmp_path, name, columns):
+def test_tables_fit_the_terminal_and_keep_names_whole(gemmzoo, tmp_path, name, columns):
     args, env = _args(name, tmp_path)
-    result, lines = terminal(site, columns, *args, **env)
+    result, lines = terminal(gemmzoo, columns, *args, **env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert lines, result.stdout
     too_long = [line for line in lines if len(line) > columns]
@@ -87,8 +107,8 @@ def test_tables_fit_the_terminal_and_keep_names_whole(site, tmp_path, name, colu
         assert any(wanted in line for line in lines), (wanted, "\n".join(lines))
 
 
-def test_list_at_80_columns_is_short_and_says_each_long_reason_once(site):
-    result, lines = terminal(site, 80, "list")
+def test_list_at_80_columns_is_short_and_says_each_long_reason_once(gemmzoo):
+    result, lines = terminal(gemmzoo, 80, "list")
     assert result.returncode == 0
     backends = [line.split()[0] for line in lines if line.split() and line.split()[0] in
                 {"numpy", "torch-cpu", "torch", "triton-naive", "triton-grouped", "triton-fp8"}]
@@ -98,15 +118,15 @@ def test_list_at_80_columns_is_short_and_says_each_long_reason_once(site):
     assert len(reason_lines) <= 1, "\n".join(lines)  # the hint once, not once per Triton backend
 
 
-def test_bench_compact_and_wide_columns(site, tmp_path):
+def test_bench_compact_and_wide_columns(gemmzoo, tmp_path):
     args, env = _args("bench", tmp_path)
-    _result, compact = terminal(site, 80, *args, **env)
+    _result, compact = terminal(gemmzoo, 80, *args, **env)
     header = next(line for line in compact if "backend" in line).split()
     assert header == ["MxNxK", "backend", "caller", "us", "±", "TFLOPS", "x", "base", "verdict"]
     assert any("float32, NN" in line for line in compact)  # the same on every row: said in the title
     verdicts = ("best", "tie", "noisy")  # numpy alone: best, or noisy where a loaded machine kept it
     assert any(line.split()[-2:] in (["base", verdict] for verdict in verdicts) for line in compact)
-    _result, wide = terminal(site, 120, *args, "--wide", **env)
+    _result, wide = terminal(gemmzoo, 120, *args, "--wide", **env)
     header = next(line for line in wide if "backend" in line)
     assert "GB/s" in header and "device us" not in header  # on the CPU: one time column
     row = next(line for line in wide if line.startswith("24x16x8"))
@@ -114,9 +134,9 @@ def test_bench_compact_and_wide_columns(site, tmp_path):
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_piped_tables_never_wrap_or_cut(site, tmp_path, name):
+def test_piped_tables_never_wrap_or_cut(gemmzoo, tmp_path, name):
     args, env = _args(name, tmp_path)
-    result = run_gemmzoo(site, *args, COLUMNS="80", **env)  # a pipe, though the terminal is narrow
+    result = gemmzoo(*args, COLUMNS="80", **env)  # a pipe, though the terminal is narrow
     assert result.returncode == 0, result.stdout + result.stderr
     assert "\x1b" not in result.stdout and "…" not in result.stdout
     lines = result.stdout.splitlines()
@@ -128,20 +148,20 @@ def test_piped_tables_never_wrap_or_cut(site, tmp_path, name):
         assert any(len(line) > 80 for line in lines)
 
 
-def _data(site, tmp_path, name, fmt):
+def _data(gemmzoo, tmp_path, name, fmt):
     args, env = _args(name, tmp_path)
-    result = run_gemmzoo(site, *args, "--format", fmt, **env)
+    result = gemmzoo(*args, "--format", fmt, **env)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_json_csv_and_plain_formats_parse(site, tmp_path, name):
-    document = json.loads(_data(site, tmp_path, name, "json"))
+def test_json_csv_and_plain_formats_parse(gemmzoo, tmp_path, name):
+    document = json.loads(_data(gemmzoo, tmp_path, name, "json"))
     assert document, name
-    rows = list(csv.reader(io.StringIO(_data(site, tmp_path, name, "csv"))))
+    rows = list(csv.reader(io.StringIO(_data(gemmzoo, tmp_path, name, "csv"))))
     assert len(rows) >= 2 and all(len(row) == len(rows[0]) for row in rows)
-    plain = _data(site, tmp_path, name, "plain").splitlines()
+    plain = _data(gemmzoo, tmp_path, name, "plain").splitlines()
     assert "\x1b" not in "".join(plain) and "│" not in "".join(plain)
     for wanted in NAMES[name]:
         if name == "cache" or wanted.startswith("float16,"):
@@ -149,17 +169,17 @@ def test_json_csv_and_plain_formats_parse(site, tmp_path, name):
         assert any(wanted in cell for line in plain for cell in line.split("\t")), (wanted, plain)
 
 
-def test_bench_json_format_is_the_results_document(site, tmp_path):
+def test_bench_json_format_is_the_results_document(gemmzoo, tmp_path):
     args, env = _args("bench", tmp_path)
-    result = run_gemmzoo(site, *args, "--format", "json", **env)
+    result = gemmzoo(*args, "--format", "json", **env)
     document = json.loads(result.stdout)
     assert {r["point"] for r in document["results"]} == {"24x16x8-float32-NN", "9x7x5-float32-NN"}
     assert all(r["status"] == "ok" and r["caller_s"] > 0 for r in document["results"])
 
 
 @pytest.mark.parametrize("fmt", ["table", "plain", "json", "csv"])
-def test_compare_takes_every_format(site, runs, fmt):
-    result = run_gemmzoo(site, "compare", *runs, "--all", "--format", fmt)
+def test_compare_takes_every_format(gemmzoo, runs, fmt):
+    result = gemmzoo("compare", *runs, "--all", "--format", fmt)
     assert result.returncode in (0, 1), result.stdout + result.stderr  # 1: a regression beyond noise
     if fmt == "json":
         rows = json.loads(result.stdout)["rows"]
@@ -192,7 +212,7 @@ def test_text_from_plugins_is_never_markup(site, tmp_path):
             register(NeedsExtra())
     """})
     for columns in (80, 200):
-        _result, lines = terminal(tmp_path, columns, "list", **LIGHT)
+        _result, lines = terminal(functools.partial(run_gemmzoo, tmp_path), columns, "list", **LIGHT)
         text = " ".join(" ".join(lines).split())
         assert "libfoo[cuda]" in text and "[bold]x[/bold]" in text
 
@@ -241,17 +261,17 @@ def test_gpu_bench_rows_fit_and_say_what_was_left_out(columns, wide):
         assert "device us" in header or "left out to fit" in "".join(lines[:2])
 
 
-def test_compare_at_80_columns_cuts_no_shape_name_or_verdict(site, tmp_path):
+def test_compare_at_80_columns_cuts_no_shape_name_or_verdict(gemmzoo, tmp_path):
     """Long shapes, and cells with flags: every shape, backend and verdict whole, the shared
     dtype and layout said once in the title."""
     files = []
     for number in range(2):
         path = tmp_path / f"wide{number}.json"
-        result = run_gemmzoo(tmp_path, "bench", "--shape", "1280x1024x16", "--shape", "9x7x5", "--budget",
-                             "0.01", "--json", str(path), **LIGHT)
+        result = gemmzoo("bench", "--shape", "1280x1024x16", "--shape", "9x7x5", "--budget", "0.01",
+                         "--json", str(path), **LIGHT)
         assert result.returncode == 0, result.stdout + result.stderr
         files.append(str(path))
-    result, lines = terminal(site, 80, "compare", *files, "--all", **LIGHT)
+    result, lines = terminal(gemmzoo, 80, "compare", *files, "--all", **LIGHT)
     assert result.returncode in (0, 1), result.stdout + result.stderr
     boxed = [line for line in lines if line[:1] in "┏┃┡│└"]
     assert boxed and all(len(line) <= 80 for line in boxed), lines

@@ -10,6 +10,7 @@ setuptools.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -100,9 +101,15 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     root = tmp_path_factory.mktemp("plugin-venv")
     shutil.copytree(REPO, root / "gemmzoo", ignore=NOT_SOURCE)
     shutil.copytree(EXAMPLE, root / "gemmzoo-blocked", ignore=NOT_SOURCE)
-    subprocess.run([sys.executable, "-m", "venv", str(root / "env")], check=True, timeout=300)
+    # This pip installs into the environment (--python, pip 22.3 and later): the environment's own
+    # copy of pip would cost seconds to put there and is not what the tests are about.
+    outer_pip = tuple(int(part) for part in importlib.metadata.version("pip").split(".")[:2]) >= (22, 3)
+    venv_options = ["--without-pip"] if outer_pip else []
+    subprocess.run([sys.executable, "-m", "venv", *venv_options, str(root / "env")], check=True, timeout=300)
     venv = Venv(root)
-    installed = venv.run(venv.bin / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+    pip = [sys.executable, "-m", "pip", "--python", venv.bin / "python"] if outer_pip else [
+        venv.bin / "python", "-m", "pip"]
+    installed = venv.run(*pip, "install", "-q", "--disable-pip-version-check",
                          root / "gemmzoo", f"{root / 'gemmzoo-blocked'}[test]", timeout=600)
     _skip_when_no_index_serves(installed)
     assert installed.returncode == 0, f"pip install failed:\n{installed.stdout}\n{installed.stderr}"

@@ -298,4 +298,5 @@ def test_batched_products_with_nothing_measured_are_the_librarys_own_matmul():
     assert np.array_equal(gemmzoo.matmul(a, b), np.matmul(a, b))
     store = gemmzoo.session.current().store()
     for name in ("torch-cpu", "numpy"):
-        assert conformance_verdict(store, gemmzoo.get_backend(name), "float32", run=False, cls="batched") is None
+        verdict = conformance_verdict(store, gemmzoo.get_backend(name), "float32", run=False, cls="batched")
+        assert verdict is None

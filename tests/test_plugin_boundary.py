@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -313,23 +315,69 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
-def gemmzoo_cli(site: Path, tmp_path: Path, *args: str,
-                **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    variables = {"PYTHONPATH": os.pathsep.join([str(site), str(TESTS)]),
-                 "GEMMZOO_CACHE_DIR": str(tmp_path / "cache"), **env}
+def search_path(site: Path) -> str:
+    """The corpus's site and this folder first, then this process's own PYTHONPATH (where the
+    bundled plugins are found in a checkout that is not installed)."""
+    return os.pathsep.join(p for p in (str(site), str(TESTS), os.environ.get("PYTHONPATH")) if p)
+
+
+MATMUL_SCRIPT = ("import numpy as np, gemmzoo\n"
+                 "rng = np.random.default_rng(1)\n"
+                 "a = rng.standard_normal((8, 8)).astype(np.float32)\n"
+                 "b = rng.standard_normal((8, 8)).astype(np.float32)\n"
+                 "c = gemmzoo.matmul(a, b)\n"
+                 "np.testing.assert_allclose(c, a.astype(float) @ b.astype(float), rtol=1e-5, atol=1e-5)\n"
+                 "print(gemmzoo.best_backend((8, 8, 8)).name)\n"
+                 "np.testing.assert_allclose(gemmzoo.matmul(a, b), a.astype(float) @ b.astype(float), "
+                 "rtol=1e-5, atol=1e-5)\n")
+
+#: The processes of the tests below: the command after ``python``, and the environment. Each
+#: waits out the limits of several hung backends (seconds, idle): they run side by side.
+RUNS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "list": (("-m", "gemmzoo", "list", "--plain"),
+             {"GEMMZOO_TIMEOUT": "1", "GEMMZOO_DISABLE_PLUGINS": "triton,cupy"}),
+    "check": (("-m", "gemmzoo", "check", "--timeout", "1", "--dtype", "float32", "--format", "csv"),
+              {"GEMMZOO_DISABLE_PLUGINS": "torch,triton,cupy,jax"}),
+    "bench": (("-m", "gemmzoo", "bench", "--shape", "8x8x8", "--timeout", "1", "--plain", "--budget", "0.02"),
+              {"GEMMZOO_DISABLE_PLUGINS": "triton,cupy"}),
+    "best": (("-m", "gemmzoo", "best", "8", "8", "8", "--timeout", "1"),
+             {"GEMMZOO_DISABLE_PLUGINS": "torch,triton,cupy,jax"}),
+    "matmul": (("-c", MATMUL_SCRIPT),
+               {"GEMMZOO_TIMEOUT": "1", "GEMMZOO_DISABLE_PLUGINS": "torch,triton,cupy,jax"}),
+}
+
+
+def timed(command: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    """The finished process and the seconds it took."""
     start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "gemmzoo", *args], capture_output=True, text=True,
-                            env=subprocess_env(site, **variables), timeout=corpus.HANG_S * 3, check=False)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=corpus.HANG_S * 3,
+                            check=False)
     return result, time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def runs(site: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
+    """Each of :data:`RUNS` started at once, each with a tuning cache of its own: name -> the
+    future of :func:`timed`'s answer."""
+    with ThreadPoolExecutor(len(RUNS)) as pool:
+        futures = {}
+        for name, (args, variables) in RUNS.items():
+            futures[name] = pool.submit(timed, [sys.executable, *args],
+                                        env_of(site, tmp_path_factory.mktemp(f"{name}-cache"), **variables))
+        yield futures
+
+
+def env_of(site: Path, cache: Path, **variables: str) -> dict[str, str]:
+    """A process's environment: the corpus installed, ``cache`` its tuning cache."""
+    return subprocess_env(site, PYTHONPATH=search_path(site), GEMMZOO_CACHE_DIR=str(cache), **variables)
 
 
 def assert_no_traceback(result: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
 
 
-def test_list_shows_every_misbehaving_plugin_and_the_bundled_backends(site, tmp_path):
-    result, elapsed = gemmzoo_cli(site, tmp_path, "list", "--plain", GEMMZOO_TIMEOUT="1",
-                                  GEMMZOO_DISABLE_PLUGINS="triton,cupy")
+def test_list_shows_every_misbehaving_plugin_and_the_bundled_backends(runs):
+    result, elapsed = runs["list"].result()
 
     assert result.returncode == 0, result.stderr
     assert_no_traceback(result)
@@ -346,9 +394,8 @@ def test_list_shows_every_misbehaving_plugin_and_the_bundled_backends(site, tmp_
     assert "[red]not markup[/]" in rows[corpus.backend_name("raise-unavailable-reason")][3]
 
 
-def test_check_conforms_the_bundled_backends_and_times_out_the_hung_ones(site, tmp_path):
-    result, elapsed = gemmzoo_cli(site, tmp_path, "check", "--timeout", "1", "--dtype", "float32",
-                                  "--format", "csv", GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy,jax")
+def test_check_conforms_the_bundled_backends_and_times_out_the_hung_ones(runs):
+    result, elapsed = runs["check"].result()
 
     out = result.stdout + result.stderr  # the table on stdout, progress and TIMEOUT lines on stderr
     assert result.returncode == 1, out
@@ -366,9 +413,8 @@ def test_check_conforms_the_bundled_backends_and_times_out_the_hung_ones(site, t
             assert "does not conform" in summary[corpus.backend_name(case)], case
 
 
-def test_bench_times_the_bundled_backends_next_to_every_misbehaving_one(site, tmp_path):
-    result, elapsed = gemmzoo_cli(site, tmp_path, "bench", "--shape", "8x8x8", "--timeout", "1", "--plain",
-                                  "--budget", "0.02", GEMMZOO_DISABLE_PLUGINS="triton,cupy")
+def test_bench_times_the_bundled_backends_next_to_every_misbehaving_one(runs):
+    result, elapsed = runs["bench"].result()
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert_no_traceback(result)
@@ -381,9 +427,8 @@ def test_bench_times_the_bundled_backends_next_to_every_misbehaving_one(site, tm
         assert "TIMEOUT" in rows[corpus.backend_name(case)]
 
 
-def test_best_answers_with_a_bundled_backend(site, tmp_path):
-    result, elapsed = gemmzoo_cli(site, tmp_path, "best", "8", "8", "8", "--timeout", "1",
-                                  GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy,jax")
+def test_best_answers_with_a_bundled_backend(runs):
+    result, elapsed = runs["best"].result()
 
     assert_no_traceback(result)
     assert elapsed < corpus.HANG_S
@@ -393,31 +438,19 @@ def test_best_answers_with_a_bundled_backend(site, tmp_path):
         assert f"TIMEOUT {corpus.backend_name(case)}: " in result.stdout + result.stderr
 
 
-def test_matmul_in_a_process_with_every_misbehaving_plugin(site, tmp_path):
-    script = ("import numpy as np, gemmzoo\n"
-              "rng = np.random.default_rng(1)\n"
-              "a = rng.standard_normal((8, 8)).astype(np.float32)\n"
-              "b = rng.standard_normal((8, 8)).astype(np.float32)\n"
-              "c = gemmzoo.matmul(a, b)\n"
-              "np.testing.assert_allclose(c, a.astype(float) @ b.astype(float), rtol=1e-5, atol=1e-5)\n"
-              "print(gemmzoo.best_backend((8, 8, 8)).name)\n"
-              "np.testing.assert_allclose(gemmzoo.matmul(a, b), a.astype(float) @ b.astype(float), "
-              "rtol=1e-5, atol=1e-5)\n")
-    env = subprocess_env(site, PYTHONPATH=os.pathsep.join([str(site), str(TESTS)]),
-                         GEMMZOO_CACHE_DIR=str(tmp_path / "cache"), GEMMZOO_TIMEOUT="1",
-                         GEMMZOO_DISABLE_PLUGINS="torch,triton,cupy,jax")
-    start = time.monotonic()
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                            timeout=corpus.HANG_S * 3, check=False)
+def test_matmul_in_a_process_with_every_misbehaving_plugin(runs):
+    result, elapsed = runs["matmul"].result()
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert time.monotonic() - start < corpus.HANG_S
+    assert elapsed < corpus.HANG_S
     assert result.stdout.strip() in ("numpy", corpus.backend_name("value-synchronize"))
 
 
 def test_the_target_a_sleeping_backend_is_timeout_and_numpy_is_timed(site, tmp_path):
-    result, elapsed = gemmzoo_cli(site, tmp_path, "bench", "--backend", corpus.backend_name("hang-matmul"),
-                                  "--backend", "numpy", "--shape", "8x8x8", "--timeout", "2", "--plain")
+    # alone, not among the runs above: its bound is the limit and a few seconds
+    result, elapsed = timed([sys.executable, "-m", "gemmzoo", "bench", "--backend",
+                             corpus.backend_name("hang-matmul"), "--backend", "numpy", "--shape", "8x8x8",
+                             "--timeout", "2", "--plain"], env_of(site, tmp_path / "cache"))
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert_no_traceback(result)

@@ -31,10 +31,26 @@ FAST = ("--benchmark-only", "--gemmzoo-grid", "smoke", "-q", "-p", "no:cacheprov
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One tuning cache for the module's runs: a backend's suite runs in the first run that times
-    it, and the later runs find its verdict, as on a user's machine (and never in the user's own
-    cache)."""
-    return tmp_path_factory.mktemp("cache")
+    """One tuning cache for the module's runs (never the user's own): the plugin's suite runs in
+    the first run that times it, and the later runs find its verdict, as on a user's machine. The
+    bundled backends' float32 verdicts are given: their suites are test_conformance.py's, case by
+    case, and torch-compile's (one Inductor compile per case) was most of a run's time."""
+    from gemmzoo import Session
+    from gemmzoo.conformance.runner import CheckResult, ConformanceReport
+    from gemmzoo.tuning.verdicts import store_report
+
+    cache = tmp_path_factory.mktemp("cache")
+    with Session(cache_dir=cache):
+        for backend in _cpu_backends():
+            given = CheckResult(backend.name, "float32-given-by-the-test", True)
+            assert store_report(backend, ConformanceReport(backend.name, [given]), ["float32"])
+    return cache
+
+
+def _cpu_backends() -> list:
+    """The bundled backends a run on this machine's CPU times (the interpreted ones it leaves out)."""
+    return [b for b in gemmzoo.backends() if b.device == "cpu" and "float32" in b.dtypes
+            and b.unavailable_reason() is None and not interpreted(b)]
 
 
 @pytest.fixture
@@ -84,8 +100,7 @@ def _check(data, names):
 
 
 def test_pyargs_from_an_empty_directory_runs_every_cpu_backend_and_the_plugin(tmp_path, site, cache):
-    names = [b.name for b in gemmzoo.backends() if b.device == "cpu" and "float32" in b.dtypes
-             and b.unavailable_reason() is None and not interpreted(b)]
+    names = [b.name for b in _cpu_backends()]
     assert {"numpy", "torch-cpu"} <= set(names)
     data = _run(tmp_path / "empty", site, cache, "--pyargs", "gemmzoo.benchmarks")
     _check(data, [*names, "numpy-blocked"])

@@ -280,3 +280,36 @@ def test_operands_on_the_wrong_device_are_a_clear_error():
     a, b = torch.randn(8, 4), torch.randn(4, 6)
     with pytest.raises(GemmInputError, match=r"triton-tiled.*A is on cpu"):
         backend.matmul(a, b)
+
+
+def test_the_interpreters_overflow_check_fires_only_in_debug_so_the_suite_skips_it():
+    """tests/conftest.py turns the interpreter's ``sanitize_overflow`` off because, without debug,
+    the check it pays for is never made: with it on, an int32 product that overflows still runs
+    and wraps, the same values as with it off; only debug options make it fail."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("about Triton's interpreter; this run compiles kernels")
+    import dataclasses
+
+    from overflow_kernel import times_kernel
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    kept = builder.options
+    assert not kept.debug and not kept.sanitize_overflow  # as conftest left it
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy(rng.integers(2**20, 2**30, size=16, dtype=np.int32))
+    wrapped = (x.numpy().astype(np.int64) * 4099 + 2**31) % 2**32 - 2**31
+    assert (np.abs(x.numpy().astype(np.int64) * 4099) > 2**31).all()  # every product overflows
+    try:
+        for sanitize in (False, True):
+            builder.options = dataclasses.replace(kept, sanitize_overflow=sanitize)
+            out = torch.zeros_like(x)
+            times_kernel[(1,)](x, out, 4099, size=16)
+            np.testing.assert_array_equal(out.numpy(), wrapped.astype(np.int32))
+        builder.options = dataclasses.replace(kept, sanitize_overflow=True, debug=True)
+        with pytest.raises(Exception, match="overflow"):
+            times_kernel[(1,)](x, torch.zeros_like(x), 4099, size=16)
+    finally:
+        builder.options = kept

@@ -5,6 +5,8 @@ a daemon does not keep a command from exiting."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -76,11 +78,29 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_list_names_each_blocking_plugin_within_the_time_limit(site: Path, tmp_path: Path) -> None:
+def timed_run(site: Path, *args: str, **env: str):
+    """``run_gemmzoo``'s answer and the seconds it took."""
     start = time.monotonic()
-    done = run_gemmzoo(site, "list", "--format", "plain", GEMMZOO_TIMEOUT="2",
-                       GEMMZOO_CACHE_DIR=str(tmp_path / "cache"))
-    took = time.monotonic() - start
+    done = run_gemmzoo(site, *args, **env)
+    return done, time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def runs(site: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
+    """The two commands below, started at once: each waits out the limits of the three blocking
+    plugins (seconds of sleep), side by side they wait once. Name -> future of ``timed_run``."""
+    with ThreadPoolExecutor(2) as pool:
+        yield {
+            "list": pool.submit(timed_run, site, "list", "--format", "plain", GEMMZOO_TIMEOUT="2",
+                                GEMMZOO_CACHE_DIR=str(tmp_path_factory.mktemp("list-cache"))),
+            "best": pool.submit(timed_run, site, "best", "64", "64", "64", "--no-measure",
+                                GEMMZOO_TIMEOUT="2", GEMMZOO_BACKENDS="numpy",
+                                GEMMZOO_CACHE_DIR=str(tmp_path_factory.mktemp("best-cache"))),
+        }
+
+
+def test_list_names_each_blocking_plugin_within_the_time_limit(runs) -> None:
+    done, took = runs["list"].result()
     assert done.returncode == 0, done.stdout + done.stderr
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     for case in ("blocks-at-import", "blocks-in-hook", "blocks-in-dtypes"):
@@ -89,7 +109,6 @@ def test_list_names_each_blocking_plugin_within_the_time_limit(site: Path, tmp_p
     assert took < 120  # three 2 s limits and the imports; never the 600 s a plugin asks for
 
 
-def test_a_plugins_lingering_thread_does_not_keep_a_command_from_exiting(site: Path, tmp_path: Path) -> None:
-    done = run_gemmzoo(site, "best", "64", "64", "64", "--no-measure", GEMMZOO_TIMEOUT="2",
-                       GEMMZOO_BACKENDS="numpy", GEMMZOO_CACHE_DIR=str(tmp_path / "cache"))
+def test_a_plugins_lingering_thread_does_not_keep_a_command_from_exiting(runs) -> None:
+    done, _took = runs["best"].result()
     assert done.returncode in (0, 1, 2), done.stdout + done.stderr  # it exited, whatever it answered
