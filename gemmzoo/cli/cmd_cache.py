@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         listing.rows = [{**row, "bytes": str(size)}]
     emit(listing, args.format, args.wide)
     say.print(f"compiled dispatch: built, {compiled.path}" if compiled.built
-              else f"compiled dispatch: not used ({compiled.reason})", markup=False, soft_wrap=True)
+              else f"compiled dispatch: not used ({compiled.reason})", markup=False)
     return 0
 
 

@@ -115,7 +115,10 @@ def _print_compiled_dispatch(stream: Any) -> None:
         print(f"compiled dispatch: unknown ({type(error).__name__})", file=stream)
         return
     said = f"built, {found.path}" if found.built else f"not used ({found.reason})"
-    print(f"compiled dispatch: {said}", file=stream)
+    if stream is sys.stdout:  # folded to a terminal's width, one line when piped (the console's rule)
+        console.print(f"compiled dispatch: {said}", markup=False)
+    else:
+        print(f"compiled dispatch: {said}", file=stream)
 
 
 def _short(reason: str, shared: dict[str, str], room: int) -> str:
