@@ -239,6 +239,36 @@ def test_the_torch_backends_declare_their_plans():
     assert torch_mm_form(lambda x, y: x @ y) is None
 
 
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((3, 5, 7), (3, 7, 4)), ((2, 1, 6, 5), (3, 5, 4)),
+                                                ((4, 6, 8), (8, 3)), ((6, 8), (2, 8, 3))])
+@pytest.mark.parametrize("backend", [None, "torch-cpu"])
+def test_batched_products_are_kept_in_the_table_and_are_the_python_dispatchs(compiled, a_shape, b_shape,
+                                                                            backend):
+    """Operands of up to four dimensions are keyed in C++ (a batched plan called as it is); each
+    result is the Python dispatch's bit for bit, and a transposed or reshaped operand is another
+    problem."""
+    generator = torch.Generator().manual_seed(11)
+    a, b = torch.randn(*a_shape, generator=generator), torch.randn(*b_shape, generator=generator)
+    compiled.forget()
+    got = [gemmzoo.matmul(a, b, backend) for _ in range(3)]
+    assert compiled.planned() == 1
+    other = gemmzoo.matmul(a.transpose(-1, -2).contiguous().transpose(-1, -2), b, backend)
+    assert compiled.planned() == 2  # the same values in other strides: another key
+    dispatch.use_compiled(None)
+    want = gemmzoo.matmul(a, b, backend)
+    dispatch.use_compiled(compiled)
+    for c in [*got, other]:
+        assert torch.equal(c, want)
+    torch.testing.assert_close(want, torch.matmul(a, b))
+    if backend is None:  # nothing measured: torch's own batched product, its bits
+        assert torch.equal(want, torch.matmul(a, b))
+    five = torch.randn(1, 1, 1, *a_shape[-2:], generator=generator)
+    held = compiled.planned()
+    assert torch.equal(gemmzoo.matmul(five, b, backend), dispatch._dispatch(five, b, backend, "componentwise",
+                                                                           "caller"))
+    assert compiled.planned() == held  # five dimensions: the Python dispatch's, not the table's
+
+
 def test_operands_it_does_not_take_go_to_the_python_dispatch(compiled):
     class Marked(torch.Tensor):
         pass

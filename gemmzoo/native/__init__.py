@@ -4,9 +4,11 @@ On a warm problem, ``gemmzoo.matmul`` does three things: it reads the problem's 
 operands, finds the plan kept for it, and calls the plan. From Python, reading the key (shapes,
 strides, dtype, device and autograd state of both tensors) costs more than the rest, and a plan
 that is ``torch.mm`` itself still goes through torch's Python argument parsing. The compiled
-dispatch reads the key in C++, keeps its own table of the plans the Python dispatch made, and
-launches ``at::mm`` directly for plans declared to be ``torch.mm``
-(:func:`gemmzoo.contract.backend.declare_torch_mm`).
+dispatch reads the key in C++ (operands of two to four dimensions: products and batched
+products), keeps its own table of the plans the Python dispatch made, and launches ``at::mm``
+directly for plans declared to be ``torch.mm``
+(:func:`gemmzoo.contract.backend.declare_torch_mm`); other plans (``torch.matmul`` for a batched
+product, say) are called as they are.
 
 It is a torch C++ extension, built with ``torch.utils.cpp_extension`` (a C++ compiler and ninja),
 never while a product waits: :func:`build` builds it (``gemmzoo cache --build-dispatch``

@@ -24,6 +24,9 @@
 namespace {
 
 constexpr size_t kMaxPlans = 4096;  // as gemmzoo.dispatch.plan_cache.PlanCache.MAX_PLANS
+// Operands of up to this many dimensions are keyed here (2: a product; more: a batched one, whose
+// plan is called as it is); others go to the Python dispatch.
+constexpr int64_t kMaxDims = 4;
 
 // What a problem is, as far as a plan is concerned.
 struct Key {
@@ -35,7 +38,8 @@ struct Key {
   PyObject* by;
   PyTypeObject* type_a;
   PyTypeObject* type_b;
-  std::array<int64_t, 8> extents;  // A's sizes and strides, then B's
+  std::array<int64_t, 4 * kMaxDims> extents;  // A's sizes and strides, then B's (unused: 0)
+  int8_t dims_a, dims_b;
   int16_t dtype_a, dtype_b;
   int16_t device_type_a, device_type_b;
   int16_t device_index_a, device_index_b;
@@ -43,7 +47,8 @@ struct Key {
 
   bool operator==(const Key& other) const {
     return backend == other.backend && accuracy == other.accuracy && by == other.by &&
-           type_a == other.type_a && type_b == other.type_b && extents == other.extents &&
+           type_a == other.type_a && type_b == other.type_b && dims_a == other.dims_a &&
+           dims_b == other.dims_b && extents == other.extents &&
            dtype_a == other.dtype_a && dtype_b == other.dtype_b &&
            device_type_a == other.device_type_a && device_type_b == other.device_type_b &&
            device_index_a == other.device_index_a && device_index_b == other.device_index_b &&
@@ -63,6 +68,7 @@ struct KeyHash {
                     (static_cast<uint64_t>(static_cast<uint16_t>(k.device_index_a)) << 32) |
                     (static_cast<uint64_t>(static_cast<uint16_t>(k.device_index_b)) << 48);
     h = (h ^ rest) * 0x100000001b3ULL;
+    h = (h ^ (static_cast<uint64_t>(k.dims_a) | (static_cast<uint64_t>(k.dims_b) << 8))) * 0x100000001b3ULL;
     return static_cast<size_t>(h ^ (k.grad_a ? 0x9e37 : 0) ^ (k.grad_b ? 0x79b9 : 0));
   }
 };
@@ -152,8 +158,18 @@ Key key_of(PyObject* const* args, const at::Tensor& a, const at::Tensor& b) {
   key.by = args[4];
   key.type_a = Py_TYPE(a_object);
   key.type_b = Py_TYPE(b_object);
-  auto sa = a.sizes(), ta = a.strides(), sb = b.sizes(), tb = b.strides();
-  key.extents = {sa[0], sa[1], ta[0], ta[1], sb[0], sb[1], tb[0], tb[1]};
+  key.extents.fill(0);
+  size_t at = 0;
+  for (const at::Tensor* operand : {&a, &b}) {
+    auto sizes = operand->sizes(), strides = operand->strides();
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      key.extents[at + 2 * d] = sizes[d];
+      key.extents[at + 2 * d + 1] = strides[d];
+    }
+    at += 2 * kMaxDims;
+  }
+  key.dims_a = static_cast<int8_t>(a.dim());
+  key.dims_b = static_cast<int8_t>(b.dim());
   key.dtype_a = static_cast<int16_t>(a.scalar_type());
   key.dtype_b = static_cast<int16_t>(b.scalar_type());
   key.device_type_a = static_cast<int16_t>(a.device().type());
@@ -386,7 +402,10 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
   // has to take the GIL back to do it.
   const at::Tensor a = THPVariable_Unpack(operands.a);
   const at::Tensor b = THPVariable_Unpack(operands.b);
-  if (a.dim() != 2 || b.dim() != 2) return PyObject_Vectorcall(config.fallback, args, 5, nullptr);
+  // 2-D, or batched (its plan is called as it is); others (1-D, more dimensions) through Python
+  if (a.dim() < 2 || b.dim() < 2 || a.dim() > kMaxDims || b.dim() > kMaxDims) {
+    return PyObject_Vectorcall(config.fallback, args, 5, nullptr);
+  }
   if (check_generation() < 0) return nullptr;
 
   Key key = key_of(args, a, b);
