@@ -276,7 +276,7 @@ def test_pytest_benchmark_compare_fail_sees_the_slowed_backend(site, tmp_path):
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     against = "--benchmark-compare=0001"
     # the same work again: within pytest-benchmark's bound (a wide one: the other xdist worker's tests
-    # share the machine, and a loaded moment moves a 3 us median by half)
+    # share the machine, and a loaded moment moves a microsecond-scale median a long way)
     same = _pytest_benchmark(site, storage, 0, against, "--benchmark-compare-fail=median:150%")
     assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-3000:]
     slow = _pytest_benchmark(site, storage, 1.0, against, "--benchmark-compare-fail=median:30%",
