@@ -43,29 +43,36 @@ def column_major(x: Any) -> bool:
     return x.stride(0) == 1 and x.stride(1) == x.shape[0]
 
 
-def _letter(strides: tuple[int, ...]) -> str:
-    return "T" if strides[0] < strides[1] else "N"
+def gradient_products(a: Any, b: Any, grad: Any, need_a: bool, need_b: bool) -> list[tuple[Any, Any, bool]]:
+    """The products that give ``C = A·B``'s gradients from the upstream gradient ``grad``: for dA
+    (where ``need_a``), then dB (where ``need_b``), the operands ``(x, y)`` and whether ``x·y`` is
+    the gradient's transpose. Each gradient comes in its operand's own layout, as torch's mm
+    backward gives it: a column-major operand (a weight's transposed view) gets the transposed
+    product's transpose, so its gradient needs no copy to match the parameter's strides."""
+    found = []
+    if need_a:  # dA = dC·Bᵀ, or (B·dCᵀ)ᵀ for a column-major A
+        found.append((b, grad.t(), True) if column_major(a) else (grad, b.t(), False))
+    if need_b:  # dB = Aᵀ·dC, or (dCᵀ·A)ᵀ for a column-major B
+        found.append((grad.t(), a, True) if column_major(b) else (a.t(), grad, False))
+    return found
 
 
 def backward_problems(a: Any, b: Any) -> list[tuple[tuple[int, int, int], str]]:
     """The backward products of ``C = A·B`` for 2-D torch operands ``a`` and ``b`` (those whose
-    operand requires grad), each as ``((M, N, K), layout)`` the way :func:`differentiable`'s
-    backward computes it, for an upstream gradient stored row by row (as autograd gives most)."""
-    (m, k), n = a.shape, b.shape[1]
-    a_strides, b_strides = a.stride(), b.stride()
-    upstream_t = _letter((1, n))  # dCᵀ: the transposed view of a row-major m x n gradient
-    problems = []
-    if a.requires_grad:  # dA = dC·Bᵀ, or (B·dCᵀ)ᵀ for a column-major A
-        if column_major(a):
-            problems.append(((k, m, n), _letter(b_strides) + upstream_t))
-        else:
-            problems.append(((m, k, n), "N" + _letter(b_strides[::-1])))
-    if b.requires_grad:  # dB = Aᵀ·dC, or (dCᵀ·A)ᵀ for a column-major B
-        if column_major(b):
-            problems.append(((n, k, m), upstream_t + _letter(a_strides)))
-        else:
-            problems.append(((k, n, m), _letter(a_strides[::-1]) + "N"))
-    return problems
+    operand requires grad), each as ``((M, N, K), layout)`` as :func:`differentiable`'s backward
+    computes it (:func:`gradient_products`), for an upstream gradient stored row by row (as
+    autograd gives most): worked out on meta tensors of the operands' strides, nothing computed."""
+    import torch
+
+    def meta(x: Any) -> Any:
+        return torch.empty_strided(x.shape, x.stride(), device="meta", dtype=x.dtype)
+
+    def letter(x: Any) -> str:
+        return "T" if x.stride(0) < x.stride(1) else "N"
+
+    upstream = torch.empty((a.shape[0], b.shape[1]), device="meta", dtype=a.dtype)
+    return [((x.shape[0], y.shape[1], x.shape[1]), letter(x) + letter(y))
+            for x, y, _ in gradient_products(meta(a), meta(b), upstream, a.requires_grad, b.requires_grad)]
 
 
 @functools.cache
@@ -96,20 +103,13 @@ def _function() -> Any:
             multiply, backend, accuracy, by, tf32 = ctx.gemm
             if 0 in grad.stride():  # an expanded gradient (of a sum, say): give the GEMM real rows
                 grad = grad.contiguous()
-            grad_a = grad_b = None
-            # each gradient in its operand's own layout, as torch's mm backward gives it: a
-            # column-major operand (a weight's transposed view) gets the transposed product's
-            # transpose, so its gradient needs no copy to match the parameter's strides
-            if ctx.needs_input_grad[0]:
-                if column_major(a):
-                    grad_a = product(multiply, b, grad.t(), backend, accuracy, by, tf32).t()
-                else:
-                    grad_a = product(multiply, grad, b.t(), backend, accuracy, by, tf32)
-            if ctx.needs_input_grad[1]:
-                if column_major(b):
-                    grad_b = product(multiply, grad.t(), a, backend, accuracy, by, tf32).t()
-                else:
-                    grad_b = product(multiply, a.t(), grad, backend, accuracy, by, tf32)
+            need_a, need_b = ctx.needs_input_grad[:2]
+            grads = []
+            for x, y, transposed in gradient_products(a, b, grad, need_a, need_b):
+                c = product(multiply, x, y, backend, accuracy, by, tf32)
+                grads.append(c.t() if transposed else c)
+            grad_a = grads.pop(0) if need_a else None
+            grad_b = grads.pop(0) if need_b else None
             return grad_a, grad_b, None, None, None, None, None, None
 
     return GemmzooMatmul
