@@ -81,10 +81,10 @@ def _cell(row: Row, number: int) -> tuple[str, str]:
         return text, ""
     if cell.ratio is not None:
         text += f" x{cell.ratio:.3g}"
+    if cell.verdict:  # beside the ratio, so that a wrapped cell keeps the two on one line
+        text += f" {cell.verdict.upper()}"
     if cell.relative_diff is not None and any(f.startswith("machine ") for f in cell.flags):
         text += f" (x{1 / (1 + cell.relative_diff):.3g} relative to the machine)"
-    if cell.verdict:
-        text += f" {cell.verdict.upper()}"
     return text, _STYLE.get(cell.verdict or "", "")
 
 
