@@ -163,6 +163,11 @@ def run(args: argparse.Namespace) -> int:
     if other is not None:
         console.print(f"  runner-up: {other.backend}, {_us(other.median_s)} median "
                       f"({other.bound} time), IQR {_us(other.spread_s)}")
+    elif choice.unchecked:
+        other = choice.unchecked[0]
+        console.print(f"  runner-up: {other.backend}, {_us(other.median_s)} median "
+                      f"({other.bound} time), IQR {_us(other.spread_s)}; timed, its conformance suite "
+                      f"not yet run here (gemmzoo check {other.backend})", markup=False)
     else:
         console.print("  runner-up: none measured")
     if choice.tie:

@@ -161,6 +161,9 @@ class Choice:
     tied: tuple[str, ...] = ()
     note: str = ""
     excluded: dict[str, str] = field(default_factory=dict)
+    unchecked: tuple[Timed, ...] = ()
+    """Timings taken now of candidates whose conformance suite has not run here (a first answer
+    runs the suites of those that could be the answer only), fastest first: shown, never ranked."""
 
     @property
     def timing(self) -> Timed | None:
@@ -402,21 +405,20 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         if routed is not None:
             return routed
         candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
-        conforming, unchecked = [], []
-        pending = [b.name for b in candidates if measuring and not _compiles(b)
-                   and conformance_verdict(store, b, dtype, run=False) is None]
-        if pending:
-            announce(f"measuring {m}x{n}x{k} {dtype} on {device}: the conformance suite of "
-                     f"{', '.join(pending)} first (once on this machine), then timings")
+        # Measuring, a candidate with no verdict here is timed first (each timed result judged
+        # at this shape) and its suite runs only when it would be the answer (_checked_winner).
+        conforming, unchecked, provisional = [], [], []
         for backend in candidates:
-            verdict = conformance_verdict(store, backend, dtype, run=measuring and not _compiles(backend))
+            verdict = conformance_verdict(store, backend, dtype, run=False)
             if verdict is False:
                 excluded[backend.name] = _failed(backend.name, dtype)
+            elif verdict is None and measuring and not _compiles(backend):
+                provisional.append(backend)
             elif verdict is None:
                 unchecked.append(backend)
             else:
                 conforming.append(backend)
-        if not conforming and not unchecked:
+        if not conforming and not unchecked and not provisional:
             raise BackendUnavailableError(
                 f"no backend computing {dtype} on {device} passed conformance on this machine "
                 f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
@@ -438,16 +440,19 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 by_name, versions, dict(excluded), frozenset(b.name for b in conforming if _compiles(b)),
                 {n: declared(b, "searches_over") for n, b in by_name.items()}, loops, native, reachable,
                 session.prior, known, known.verdicts_added)
+        versions.update((b.name, library_versions(b.name, registry)) for b in provisional)
         latest = _latest(store.records(fingerprint, dtype, layout, shape), versions)
         source = "database"
-        missing = [b for b in conforming if b.name not in latest]
+        missing = [b for b in conforming + provisional if b.name not in latest]
         for backend in [b for b in missing if _compiles(b)]:  # seconds a problem: `gemmzoo tune` measures it
             missing.remove(backend)
             excluded[backend.name] = _compiles_note(shape)
         if measuring and missing:
-            if not pending:
-                announce(f"measuring {m}x{n}x{k} {dtype} on {device}: "
-                         f"{', '.join(b.name for b in missing)} (stored for next time)")
+            unsuited = [b.name for b in provisional]
+            announce(f"measuring {m}x{n}x{k} {dtype} on {device}: "
+                     f"{', '.join(b.name for b in missing)} (stored for next time)"
+                     + (f"; then the conformance suite of the fastest of {', '.join(unsuited)} "
+                        "if it would be the answer (once on this machine)" if unsuited else ""))
             point = GridPoint(m, n, k, dtype, layout)
             budget = MISS_BUDGET_S / len(missing)
             fresh = measure_records(missing, point, budget, verify=m * n * k <= VERIFY_LIMIT)
@@ -456,6 +461,20 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             store.add([r for r in fresh if not _out_of_memory(r)])
             latest.update((r.backend, r) for r in fresh)
             source = "measured now"
+        unsuited: tuple[Timed, ...] = ()
+        if provisional:
+            passed = _checked_winners(store, provisional, latest, dtype, by, loops, excluded)
+            waiting = {b.name for b in provisional} - {b.name for b in passed} - {
+                r.backend for r in latest.values() if r.status != "ok"}
+            unsuited = tuple(sorted((t for t in _timings(latest, by, loops) if t.backend in waiting),
+                                    key=lambda t: t.median_s))
+            conforming += passed
+            by_name.update((b.name, b) for b in passed)
+            if not conforming and not unchecked:
+                raise BackendUnavailableError(
+                    f"no backend computing {dtype} on {device} passed conformance on this machine "
+                    f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
+            latest = {name: row for name, row in latest.items() if name in by_name}
         _exclude_failures(latest, excluded)
         timings = _timings(latest, by, loops)
         basis: tuple[int, int, int] | None = shape
@@ -491,8 +510,47 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             note = "nothing measured on this device; unmeasured default (passed conformance here)"
             return Choice(pick, shape, dtype, device, "default", None, (), (pick.name,), note, excluded)
         searches = {n: declared(b, "searches_over") for n, b in by_name.items()}
-        return _measured_choice(problem, by_name, timings, latest if basis == shape else {}, searches, native,
-                                session.prior, by, source, basis, note, excluded)
+        rows = latest if basis == shape else {}
+        choice = _measured_choice(problem, by_name, timings, rows, searches, native, session.prior, by,
+                                  source, basis, note, excluded)
+        return dataclasses.replace(choice, unchecked=unsuited) if unsuited else choice
+
+
+def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[str, Record], dtype: str,
+                     by: str, loops: Any, excluded: dict[str, str]) -> list[Any]:
+    """Of ``provisional`` (candidates timed before their suite ran), those that passed their suite,
+    which runs only on those that could be the answer: the fastest of the timings in ``latest``
+    and those tied with it (:func:`rank`). While any of them is provisional, their suites run
+    (said on stderr); a pass makes one a candidate, a failure excludes it, and the ranking is
+    looked at again. Those never reached are excluded with a note saying so; their timings rank
+    nothing until they pass."""
+    waiting = {b.name: b for b in provisional}
+    passed = []
+    while waiting:
+        wrong = {r.backend for r in latest.values() if r.status == "wrong"}
+        timings = [t for t in _timings(latest, by, loops) if t.backend not in wrong
+                   and t.backend not in excluded]
+        if not timings:
+            break
+        winner, _ordered, tied = rank(timings)
+        contenders = [name for name in dict.fromkeys((winner, *tied)) if name in waiting]
+        if not contenders:
+            break
+        for name in contenders:
+            backend = waiting.pop(name)
+            if _checked_before_use(store, backend, dtype):
+                passed.append(backend)
+            else:
+                excluded[name] = _failed(name, dtype)
+    for name in waiting:
+        row = latest.get(name)
+        if row is not None and row.status != "ok":
+            excluded[name] = f"{row.status} at this shape: {row.detail}"
+            continue
+        excluded[name] = (f"timed, not yet checked for {dtype} on this machine: its suite runs when it "
+                          "would be the answer, and its timings rank nothing until it passes "
+                          f"(gemmzoo check {name})")
+    return passed
 
 
 def _compiles_note(shape: tuple[int, int, int]) -> str:
