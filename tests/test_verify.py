@@ -161,3 +161,55 @@ def test_operands_reach_from_numpy_in_float64_only_for_float64_points(dtype, pre
     rtol = {"float16": 2.0**-11, "bfloat16": 2.0**-8}.get(dtype, 0.0)
     np.testing.assert_allclose(problem.a_host, received[0], rtol=rtol, atol=0)
     np.testing.assert_allclose(problem.b_host, received[1].T, rtol=rtol, atol=0)
+
+
+class _AsCuda:
+    """torch-cpu's backend posing as a CUDA one (the suite then asks for the GPU reference), with
+    C off by ``nudge`` at one element when ``nudge`` is set."""
+
+    def __init__(self, backend, nudge: float = 0.0) -> None:
+        self._backend, self._nudge = backend, nudge
+        self.device = "cuda"
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def prepare(self, a, b):
+        run = self._backend.prepare(a, b)
+
+        def nudged(x, y):
+            c = run(x, y)
+            if self._nudge and c.numel():
+                c[c.shape[0] // 2, c.shape[1] // 3] += self._nudge
+            return c
+
+        return nudged
+
+
+def test_the_suite_takes_the_device_reference_for_large_cuda_cases(monkeypatch):
+    from gemmzoo.conformance import judge, runner
+    from gemmzoo.conformance.cases import Case
+
+    asked = []
+
+    def reference_here(a, b):
+        asked.append((tuple(a.shape), tuple(b.shape)))
+        return verify.torch_reference(a, b)
+
+    monkeypatch.setattr(verify, "device_reference", reference_here)
+    host = judge.reference_product
+    monkeypatch.setattr(judge, "reference_product", lambda *args, **kwargs: pytest.fail("host reference"))
+    large = Case("random", 512, 520, 256, "float32", "TN")
+    assert large.m * large.n * large.k >= runner.DEVICE_REFERENCE_WORK
+    result = runner.run_case(_AsCuda(_torch_cpu()), large)
+    assert result.passed, result.detail
+    assert asked == [((512, 256), (256, 520))]
+    # one element off by a tenth: caught against the device reference as against the host one
+    wrong = runner.run_case(_AsCuda(_torch_cpu(), nudge=0.1), large)
+    assert not wrong.passed and "1 of 266240 elements outside the error bound" in wrong.detail
+    # small cases, float64 and NaN/Inf cases keep the host reference
+    monkeypatch.setattr(judge, "reference_product", host)
+    for case in (Case("random", 64, 48, 40, "float32"), Case("random", 512, 520, 256, "float64"),
+                 Case("nonfinite", 512, 520, 256, "float32")):
+        assert runner.run_case(_AsCuda(_torch_cpu()), case).passed
+    assert len(asked) == 2

@@ -148,6 +148,24 @@ def _prime_allocator(backend: Any, m: int, n: int, dtype: str) -> None:
     del poison
 
 
+#: M·N·K from which a CUDA backend's case takes its float64 reference from the GPU: the large
+#: GPU-only cases, whose host reference is most of the suite's time.
+DEVICE_REFERENCE_WORK = 2**26
+
+
+def _device_reference(backend: Any, case: Case, a: Any, b: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(A·B, |A|·|B|)`` computed on the GPU (:func:`gemmzoo.conformance.verify.device_reference`)
+    for a large case of a CUDA backend, else ``None`` (the judge computes it on the host). Never
+    for float64, whose GPU reference would be a float64 product judging one, nor for the cases
+    with NaN and Inf, whose reference follows IEEE rules term by term on the host."""
+    if (backend.device != "cuda" or case.dtype == "float64" or case.kind == "nonfinite"
+            or case.m * case.n * case.k < DEVICE_REFERENCE_WORK):
+        return None
+    from gemmzoo.conformance.verify import device_reference
+
+    return device_reference(a, b)
+
+
 def run_case(backend: Any, case: Case) -> CheckResult:
     """Run one conformance case; the result says what failed and where."""
     return _checked(backend, case.id, lambda: _run_case(backend, case))
@@ -206,7 +224,8 @@ def _run_case(backend: Any, case: Case) -> str:
     operands = {"A": (a, a_host), "B": (b, b_host)}
     _unchanged(backend, operands, "matmul (the prepared plan)")
     check_fresh(c, {"A": a, "B": b})
-    verdict = judge_result(backend, case.dtype, a, c, a_host, b_host, exact_ieee=case.kind == "nonfinite")
+    verdict = judge_result(backend, case.dtype, a, c, a_host, b_host, exact_ieee=case.kind == "nonfinite",
+                           reference=_device_reference(backend, case, a, b))
     detail, c_host = verdict.detail, verdict.host
     if case.kind == "repeat":
         # Call 2 through matmul, call 3 through the plan again: both paths must agree bitwise,
