@@ -6,8 +6,10 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    declare ``dtype``, are available, are of an accuracy class the caller accepts (``accuracy``:
    componentwise only by default, see :mod:`gemmzoo.contract.accuracy`), and have passed conformance for
    ``dtype`` *on this machine* (see :mod:`gemmzoo.tuning.tune`; verdicts are never imported).
-   With measuring on, the suite runs now for a candidate that has no verdict here; with it off,
-   such a candidate's stored rows rank nothing (``gemmzoo check NAME`` earns the verdict).
+   With measuring on, a candidate that has no verdict here is timed with the others (step 3) and
+   its suite runs only if it could be the answer: the fastest, or tied with the fastest
+   (:func:`_checked_winners`); a failure passes it over and the next is looked at. Until it
+   passes, its rows rank nothing (``gemmzoo check NAME`` earns the verdict).
 2. The latest stored measurement of each candidate for exactly this shape, this device
    fingerprint and the candidate's current library versions. Rows from another device or other
    versions are never used.
@@ -451,8 +453,8 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             unsuited = [b.name for b in provisional]
             announce(f"measuring {m}x{n}x{k} {dtype} on {device}: "
                      f"{', '.join(b.name for b in missing)} (stored for next time)"
-                     + (f"; then the conformance suite of the fastest of {', '.join(unsuited)} "
-                        "if it would be the answer (once on this machine)" if unsuited else ""))
+                     + (f"; then the conformance suite of whichever of {', '.join(unsuited)} would be "
+                        "the answer (once on this machine)" if unsuited else ""))
             point = GridPoint(m, n, k, dtype, layout)
             budget = MISS_BUDGET_S / len(missing)
             fresh = measure_records(missing, point, budget, verify=m * n * k <= VERIFY_LIMIT)
