@@ -7,9 +7,9 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    componentwise only by default, see :mod:`gemmzoo.contract.accuracy`), and have passed conformance for
    ``dtype`` *on this machine* (see :mod:`gemmzoo.tuning.tune`; verdicts are never imported).
    With measuring on, a candidate that has no verdict here is timed with the others (step 3) and
-   its suite runs only if it could be the answer: the fastest, or tied with the fastest
-   (:func:`_checked_winners`); a failure passes it over and the next is looked at. Until it
-   passes, its rows rank nothing (``gemmzoo check NAME`` earns the verdict).
+   its suite runs only if it would be the answer by the rule below (:func:`_checked_winners`); a
+   failure passes it over and the rule is asked again. Until it passes, its rows rank nothing
+   (``gemmzoo check NAME`` earns the verdict).
 2. The latest stored measurement of each candidate for exactly this shape, this device
    fingerprint and the candidate's current library versions. Rows from another device or other
    versions are never used.
@@ -465,7 +465,18 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             source = "measured now"
         unsuited: tuple[Timed, ...] = ()
         if provisional:
-            passed = _checked_winners(store, provisional, latest, dtype, by, loops, excluded)
+            problem = choosing.Problem(shape, dtype, device, layout, library, accuracy)
+
+            def decide(backends: dict[str, Any], rows: dict[str, Record]) -> str | None:
+                timings = _timings(rows, by, loops)
+                if not timings:
+                    return None
+                searches = {n: declared(b, "searches_over") for n, b in backends.items()}
+                return _measured_choice(problem, backends, timings, rows, searches, native, session.prior, by,
+                                        source, shape, "", {}).backend.name
+
+            everyone = {**by_name, **{b.name: b for b in provisional}}
+            passed = _checked_winners(store, provisional, latest, dtype, decide, everyone, excluded)
             waiting = {b.name for b in provisional} - {b.name for b in passed} - {
                 r.backend for r in latest.values() if r.status != "ok"}
             unsuited = tuple(sorted((t for t in _timings(latest, by, loops) if t.backend in waiting),
@@ -519,31 +530,29 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
 
 
 def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[str, Record], dtype: str,
-                     by: str, loops: Any, excluded: dict[str, str]) -> list[Any]:
+                     decide: Callable[[dict[str, Any], dict[str, Record]], str | None],
+                     candidates: dict[str, Any], excluded: dict[str, str]) -> list[Any]:
     """Of ``provisional`` (candidates timed before their suite ran), those that passed their suite,
-    which runs only on those that could be the answer: the fastest of the timings in ``latest``
-    and those tied with it (:func:`rank`). While any of them is provisional, their suites run
-    (said on stderr); a pass makes one a candidate, a failure excludes it, and the ranking is
-    looked at again. Those never reached are excluded with a note saying so; their timings rank
-    nothing until they pass."""
+    which runs only on the one that would be the answer: ``decide(backends, rows)`` names the
+    winner among ``candidates`` (the conforming ones and the provisional ones still waiting) by
+    the rule every answer follows. While it names a provisional one, that one's suite runs (said
+    on stderr); a pass makes it a candidate, a failure passes it over, and the rule is asked
+    again. Those never reached are excluded with a note saying so; their timings rank nothing
+    until they pass."""
     waiting = {b.name: b for b in provisional}
     passed = []
     while waiting:
         wrong = {r.backend for r in latest.values() if r.status == "wrong"}
-        timings = [t for t in _timings(latest, by, loops) if t.backend not in wrong
-                   and t.backend not in excluded]
-        if not timings:
+        eligible = {name: b for name, b in candidates.items() if name not in wrong and name not in excluded}
+        winner = decide(eligible, {name: row for name, row in latest.items() if name in eligible})
+        if winner is None or winner not in waiting:
             break
-        winner, _ordered, tied = rank(timings)
-        contenders = [name for name in dict.fromkeys((winner, *tied)) if name in waiting]
-        if not contenders:
-            break
-        for name in contenders:
-            backend = waiting.pop(name)
-            if _checked_before_use(store, backend, dtype):
-                passed.append(backend)
-            else:
-                excluded[name] = _failed(name, dtype)
+        backend = waiting.pop(winner)
+        if _checked_before_use(store, backend, dtype):
+            passed.append(backend)
+        else:
+            excluded[winner] = _failed(winner, dtype)
+            del candidates[winner]
     for name in waiting:
         row = latest.get(name)
         if row is not None and row.status != "ok":
