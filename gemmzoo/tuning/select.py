@@ -7,9 +7,9 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    componentwise only by default, see :mod:`gemmzoo.contract.accuracy`), and have passed conformance for
    ``dtype`` *on this machine* (see :mod:`gemmzoo.tuning.tune`; verdicts are never imported).
    With measuring on, a candidate that has no verdict here is timed with the others (step 3) and
-   its suite runs only if it would be the answer by the rule below (:func:`_checked_winners`); a
-   failure passes it over and the rule is asked again. Until it passes, its rows rank nothing
-   (``gemmzoo check NAME`` earns the verdict).
+   its suite runs only if it would be the answer by the rule below among the conforming
+   candidates and it (:func:`_checked_winners`, fastest first); a failure passes it over. Until it
+   passes, its rows rank nothing (``gemmzoo check NAME`` earns the verdict).
 2. The latest stored measurement of each candidate for exactly this shape, this device
    fingerprint and the candidate's current library versions. Rows from another device or other
    versions are never used.
@@ -475,8 +475,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 return _measured_choice(problem, backends, timings, rows, searches, native, session.prior, by,
                                         source, shape, "", {}).backend.name
 
-            everyone = {**by_name, **{b.name: b for b in provisional}}
-            passed = _checked_winners(store, provisional, latest, dtype, decide, everyone, excluded)
+            passed = _checked_winners(store, provisional, latest, dtype, decide, dict(by_name), excluded)
             waiting = {b.name for b in provisional} - {b.name for b in passed} - {
                 r.backend for r in latest.values() if r.status != "ok"}
             unsuited = tuple(sorted((t for t in _timings(latest, by, loops) if t.backend in waiting),
@@ -531,29 +530,32 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
 
 def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[str, Record], dtype: str,
                      decide: Callable[[dict[str, Any], dict[str, Record]], str | None],
-                     candidates: dict[str, Any], excluded: dict[str, str]) -> list[Any]:
-    """Of ``provisional`` (candidates timed before their suite ran), those that passed their suite,
-    which runs only on the one that would be the answer: ``decide(backends, rows)`` names the
-    winner among ``candidates`` (the conforming ones and the provisional ones still waiting) by
-    the rule every answer follows. While it names a provisional one, that one's suite runs (said
-    on stderr); a pass makes it a candidate, a failure passes it over, and the rule is asked
-    again. Those never reached are excluded with a note saying so; their timings rank nothing
-    until they pass."""
-    waiting = {b.name: b for b in provisional}
-    passed = []
-    while waiting:
-        wrong = {r.backend for r in latest.values() if r.status == "wrong"}
-        eligible = {name: b for name, b in candidates.items() if name not in wrong and name not in excluded}
-        winner = decide(eligible, {name: row for name, row in latest.items() if name in eligible})
-        if winner is None or winner not in waiting:
+                     conforming: dict[str, Any], excluded: dict[str, str]) -> list[Any]:
+    """Of ``provisional`` (candidates timed before their suite ran), the one that passed its suite,
+    if any: a suite runs only on a backend that would be the answer, by the rule every answer
+    follows (``decide(backends, rows)`` names the winner), among the ``conforming`` ones and it.
+    The provisional ones are looked at fastest first; the first whose suite passes is the answer
+    (said on stderr), one that fails is passed over. Those not checked are excluded with a note
+    saying so; their timings rank nothing until they pass."""
+    wrong = {r.backend for r in latest.values() if r.status == "wrong"}
+    timed = {t.backend: t.median_s for t in _timings(latest, "device", None)}
+    waiting = sorted((b for b in provisional if b.name in timed and b.name not in wrong),
+                     key=lambda b: timed[b.name])
+    passed: list[Any] = []
+    for backend in waiting:
+        if passed:
             break
-        backend = waiting.pop(winner)
+        pool = {**conforming, backend.name: backend}
+        if decide(pool, {name: row for name, row in latest.items() if name in pool}) != backend.name:
+            continue
         if _checked_before_use(store, backend, dtype):
             passed.append(backend)
         else:
-            excluded[winner] = _failed(winner, dtype)
-            del candidates[winner]
-    for name in waiting:
+            excluded[backend.name] = _failed(backend.name, dtype)
+    for backend in provisional:
+        name = backend.name
+        if backend in passed or name in excluded:
+            continue
         row = latest.get(name)
         if row is not None and row.status != "ok":
             excluded[name] = f"{row.status} at this shape: {row.detail}"
