@@ -25,6 +25,9 @@ from typing import Any
 
 from gemmzoo.errors import GemmError
 
+#: gemmzoo's version (``gemmzoo.__version__``; a stored measurement records it).
+VERSION = "0.1.0"
+
 #: The words that turn a switch off (any case, surrounding spaces ignored); any other non-empty
 #: value turns it on, and an empty or unset variable leaves the switch at its default.
 OFF_WORDS = frozenset({"0", "false", "no", "off"})
