@@ -27,7 +27,6 @@ import contextlib
 import importlib
 import math
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -117,18 +116,6 @@ def _ended(code: int) -> str:
     return failed
 
 
-def toolchain_missing() -> str | None:
-    """What a build needs and this machine lacks (a C++ compiler, ninja), or ``None``."""
-    from gemmzoo.config import environment_value
-
-    compiler = environment_value("CXX") or "c++"  # the compiler torch's extension builder runs
-    if shutil.which(compiler) is None:
-        return f"no C++ compiler ({compiler}) on the PATH"
-    if shutil.which("ninja") is None:
-        return "no ninja on the PATH (pip install ninja)"
-    return None
-
-
 def start(session: Session) -> tuple[bool, str | None]:
     """Start the background build for the session's cache, torch and Python, unless one runs (then
     ``(False, None)``: wait for it), one failed, or it cannot build here (``(False, why)``).
@@ -140,7 +127,7 @@ def start(session: Session) -> tuple[bool, str | None]:
     failed = native.background_failure(directory)
     if failed is not None:
         return False, failed
-    missing = toolchain_missing()
+    missing = native.toolchain_missing()
     if missing is not None:
         return False, missing
     try:
