@@ -13,7 +13,7 @@ CORE = ROOT / "gemmzoo"
 # What stays per process, by module, each justified in docs/architecture.md ("What stays per
 # process"). A new entry needs a reason there; state that belongs to a user belongs on the Session.
 PER_PROCESS = {
-    "gemmzoo.session": {"_current", "_default", "_default_lock"},
+    "gemmzoo.config": {"_current", "_default", "_default_lock"},
     "gemmzoo.plugins.registry": {"_lock", "_registry", "_availability", "_trusted"},
     "gemmzoo.plugins.watchdog": {"_quarantine", "_timeouts", "_lock", "_local", "_idle"},
     "gemmzoo.tuning.db": {"_local"},

@@ -48,8 +48,8 @@ def _declaring(cls: str, dtype: str, device: str) -> list[Any]:
     """The selected backends that declare ``cls`` and ``dtype`` on ``device``, in the default
     order of :func:`gemmzoo.tuning.select.preference` (read from attributes alone: nothing is
     imported or probed)."""
-    from gemmzoo.session import current
     from gemmzoo.tuning.select import preference
+    from gemmzoo.tuning.state import current
 
     found = []
     for backend in current().select():
@@ -148,7 +148,7 @@ def _stored_winner(problem_text: str, dtype: str, device: str) -> str | None:
 
 def _named(backend: Any, cls: str, dtype: str, operation: str, shapes: dict[str, Any]) -> Any:
     if isinstance(backend, str):
-        from gemmzoo.session import current
+        from gemmzoo.tuning.state import current
 
         backend = current().registry.get(backend)
     reason = _state.unavailable_reason(backend)
@@ -411,7 +411,7 @@ def _own_batched_product(kind: str, dtype: str, device: str, text: str) -> Any:
     stored = _stored_winner(text, dtype, device)
     if stored is not None:
         from gemmzoo.contract.backend import declared
-        from gemmzoo.session import current
+        from gemmzoo.tuning.state import current
 
         try:
             winner = current().registry.get(stored)
@@ -428,7 +428,7 @@ def _own_batched_product(kind: str, dtype: str, device: str, text: str) -> Any:
 
 def _named_plain(backend: Any) -> Any:
     if isinstance(backend, str):
-        from gemmzoo.session import current
+        from gemmzoo.tuning.state import current
 
         return current().registry.get(backend)
     return backend

@@ -41,9 +41,9 @@ from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.dispatch.plan_cache import PlanCache
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
 from gemmzoo.plugins.registry import unavailable_reason
-from gemmzoo.session import _current, _default, current
-from gemmzoo.session import default as _default_session
 from gemmzoo.tuning.select import RANK_BY, plan_decision
+from gemmzoo.tuning.state import _current, _default, current
+from gemmzoo.tuning.state import default as _default_session
 
 _get_session = _current.get
 
@@ -518,7 +518,7 @@ def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str,
         own = declared(choice.backend, "library_product") == kind
         return choice.backend, own_product(kind, dtype) if own else None
     if isinstance(backend, str):
-        from gemmzoo.session import current
+        from gemmzoo.tuning.state import current
 
         backend = current().registry.get(backend)
     reason = unavailable_reason(backend)

@@ -69,14 +69,14 @@ BACKGROUND_FAILED = "background-build.failed"
 def enabled() -> bool:
     """Whether the current session's ``compiled_dispatch`` is ``"auto"`` or ``"on"`` (not
     ``"off"``: ``GEMMZOO_COMPILED_DISPATCH=0``)."""
-    from gemmzoo.session import current
+    from gemmzoo.tuning.state import current
 
     return current().config.compiled_dispatch != "off"
 
 
 def mode() -> str:
     """The current session's ``compiled_dispatch``: ``"auto"``, ``"on"`` or ``"off"``."""
-    from gemmzoo.session import current
+    from gemmzoo.tuning.state import current
 
     return current().config.compiled_dispatch
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from gemmzoo import native
 
 if TYPE_CHECKING:
-    from gemmzoo.session import Session
+    from gemmzoo.tuning.state import SessionState
 
 #: Seconds between two looks at a background build from the calls of one session.
 CHECK_EVERY_S = 1.0
@@ -62,7 +62,7 @@ class Watch:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def watch_of(session: Session) -> Watch:
+def watch_of(session: SessionState) -> Watch:
     """The session's :class:`Watch` (made on first use)."""
     found = session.compiled_build
     if found is None:
@@ -70,7 +70,7 @@ def watch_of(session: Session) -> Watch:
     return found
 
 
-def step(session: Session, now: float | None = None) -> ModuleType | None:
+def step(session: SessionState, now: float | None = None) -> ModuleType | None:
     """Look at the compiled dispatch's build, at most once a :data:`CHECK_EVERY_S`: the built
     module, once it can be loaded (the caller switches to it); else ``None``, having started the
     build where none runs, none failed, and this session started none before."""
@@ -116,7 +116,7 @@ def _ended(code: int) -> str:
     return failed
 
 
-def start(session: Session) -> tuple[bool, str | None]:
+def start(session: SessionState) -> tuple[bool, str | None]:
     """Start the background build for the session's cache, torch and Python, unless one runs (then
     ``(False, None)``: wait for it), one failed, or it cannot build here (``(False, why)``).
     ``(True, None)``: started; the process is on the session's :class:`Watch`."""
@@ -161,7 +161,7 @@ def start(session: Session) -> tuple[bool, str | None]:
     return True, None
 
 
-def _child_environment(session: Session) -> dict[str, str]:
+def _child_environment(session: SessionState) -> dict[str, str]:
     """The background process's environment: this one's, the session's configuration, and this
     gemmzoo first on the import path (the process builds for the code that started it)."""
     from gemmzoo.config import COMPILED_DISPATCH, process_environment

@@ -221,7 +221,7 @@ class _Here:
     """This machine's device fingerprints and each backend's library versions, asked once."""
 
     def __init__(self) -> None:
-        from gemmzoo.session import current
+        from gemmzoo.tuning.state import current
 
         self.registry = current().registry
         self.names = {b.name: b for b in self.registry.backends()}
