@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gemmzoo.config import VERSION
 from gemmzoo.contract.backend import Backend, TF32Array
 from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.errors import (
@@ -22,7 +23,7 @@ from gemmzoo.errors import (
 from gemmzoo.hookspecs import hookimpl, hookspec
 from gemmzoo.plugins.registry import get_registry  # noqa: F401 - the process's registry, for tools and tests
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "DTYPES",

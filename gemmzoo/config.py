@@ -9,21 +9,32 @@ the variable or option and what it accepts (the command line exits 2 on it).
 
 Code elsewhere asks the current session's config (:func:`gemmzoo.session.current`), never the
 environment. Worker processes inherit the parent's config through :meth:`Config.child_environment`.
+
+This module also keeps which session is current (the context variable ``with Session(...)`` sets,
+and the slot of the default session), so that the modules below the session (the plugin host's
+watchdog, the tuning database, the grids, the shipped prior) read the configuration in force
+without importing the session, which imports them: :func:`active` and :func:`current_config`.
+The session itself is made above (:func:`gemmzoo.tuning.state.default`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 import os
 import sys
-from collections.abc import Mapping, MutableMapping
+import threading
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from gemmzoo.errors import GemmError
+
+#: gemmzoo's version (``gemmzoo.__version__``; a stored measurement records it).
+VERSION = "0.1.0"
 
 #: The words that turn a switch off (any case, surrounding spaces ignored); any other non-empty
 #: value turns it on, and an empty or unset variable leaves the switch at its default.
@@ -247,3 +258,46 @@ def process_environment() -> MutableMapping[str, str]:
     of this process or for the processes it starts (a worker's ``CUDA_VISIBLE_DEVICES``, the
     configuration a worker inherits); gemmzoo's own settings are read from :class:`Config`."""
     return os.environ
+
+
+# The session in force --------------------------------------------------------------------------
+# The sessions are gemmzoo.tuning.state.SessionState objects (gemmzoo.Session among them); this
+# module does not import them, it only holds them.
+
+_current: contextvars.ContextVar[Any] = contextvars.ContextVar("gemmzoo_session")
+# The default session, made on first use: a one-slot list so that making it needs no `global`.
+_default: list[Any] = []
+_default_lock = threading.Lock()
+
+
+def active() -> Any:
+    """The current session where one exists already (the innermost ``with Session(...)`` block's,
+    else the default one once made), else ``None``: none is made."""
+    found = _current.get(None)
+    if found is not None:
+        return found
+    return _default[0] if _default else None
+
+
+def current_config() -> Config:
+    """The current session's configuration; before any session exists, the environment's, read
+    now (no session is made: see :func:`active`)."""
+    found = active()
+    return Config.from_environ() if found is None else found.config
+
+
+def default_session(make: Callable[[], Any]) -> Any:
+    """The default session, made by ``make()`` on the first call (one thread makes it)."""
+    if not _default:
+        with _default_lock:
+            if not _default:
+                _default.append(make())
+    return _default[0]
+
+
+def swap_default_session(session: Any) -> list[Any]:
+    """Make ``session`` the default session; returns the one it replaces (``[]`` if none)."""
+    with _default_lock:
+        old = _default[:]
+        _default[:] = [session]
+    return old

@@ -14,6 +14,12 @@ together. What another process writes is seen at this session's next problem new
 the database's ``data_version`` has moved (asked once per such problem, never per call); plans
 and answers already made stay until the session is closed or forgets its answers.
 
+This module is the public face, above the call path: :class:`Session` is a
+:class:`~gemmzoo.tuning.state.SessionState` (where its state and the current session are kept, for
+the modules below to read) with ``matmul`` and ``best_backend``, which go through the dispatch and
+the choice. The default session is a ``SessionState``: ``gemmzoo.matmul`` and
+``gemmzoo.best_backend`` are its two calls.
+
 What stays per process, by nature: the registry of loaded plugins (imported modules are the
 process's) and what it remembers of each backend's availability, and the watchdog's threads and
 quarantines (an abandoned thread runs on whatever session started it); the whole list is in
@@ -22,193 +28,26 @@ docs/architecture.md ("What stays per process").
 
 from __future__ import annotations
 
-import contextvars
-import os
-import threading
-import warnings
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gemmzoo.config import Config
-from gemmzoo.dispatch.plan_cache import CACHE_SIZE, LRUCache, PlanCache
+from gemmzoo.config import _current, _default, _default_lock
+from gemmzoo.tuning.state import Prior, SessionState, active, current, default, replace_default
 
-if TYPE_CHECKING:
-    from gemmzoo.plugins.registry import Registry
-    from gemmzoo.tuning.choose import Problem
-    from gemmzoo.tuning.db import TuningStore
-    from gemmzoo.tuning.tune import LoopPolicy
-
-Prior = Callable[["Problem"], str | None]
-"""``prior(problem)``: a backend name for a problem nothing measured ranks, or ``None``
-(``problem``: a :class:`gemmzoo.tuning.choose.Problem`)."""
-
-_current: contextvars.ContextVar[Session] = contextvars.ContextVar("gemmzoo_session")
-# The default session, made on first use: a one-slot list so that making it needs no `global`.
-_default: list[Session] = []
-_default_lock = threading.Lock()
+__all__ = ["Prior", "Session", "SessionState", "_current", "_default", "_default_lock", "active", "current",
+           "default", "replace_default"]
 
 
-class Session:
-    """One user's gemmzoo: configuration, store, verdicts and caches.
-
-    ``Session()`` reads the environment now (:meth:`Config.from_environ`); ``Session(config)``
-    takes a config made elsewhere; keywords override its fields (``Session(tune=False,
-    cache_dir=path)``) and are validated (:class:`~gemmzoo.config.ConfigError`). ``registry``
-    gives a registry of its own (default: that of the session current where it is made, else the
-    process's, loaded from the entry points).
-
-    ``prior`` answers an unmeasured problem: a callable ``prior(problem)`` (a
-    :class:`gemmzoo.tuning.choose.Problem`: shape, dtype, device, layout, the caller's array
-    library, the accuracy accepted) giving a backend name, or ``None``. With nothing measured at
-    or near the problem on its device, the backend it names answers first, once available,
-    reachable with the caller's arrays and conforming here (only that backend is probed);
-    otherwise it is tried first among the default candidates. Default: the shipped prior
-    (:func:`gemmzoo.tuning.prior.shipped`, the routes the backends declare). It must be cheap
-    and do no I/O; one that raises counts as no advice.
-
-    ``cache_size`` bounds each per-problem cache (the answers, the plans): past it, the least
-    recently used problem is forgotten first and answered or planned again when it comes back
-    (default :data:`gemmzoo.dispatch.plan_cache.CACHE_SIZE`).
-
-    ``loops`` says which backends' loops of calls a measurement times and a ranking reads
-    (:class:`gemmzoo.tuning.tune.LoopPolicy`; default: its defaults).
+class Session(SessionState):
+    """One user's gemmzoo: configuration, store, verdicts and caches
+    (:class:`~gemmzoo.tuning.state.SessionState`, which documents the keywords), and the public
+    functions called in it.
 
     ``with session:`` makes it the current session inside the block (nested blocks stack);
     ``session.matmul``, ``best_backend``, ``backends`` and ``get_backend`` do the same for one
     call. :meth:`close` closes the databases it opened.
     """
 
-    def __init__(self, config: Config | None = None, *, registry: Registry | None = None,
-                 prior: Prior | None = None, loops: LoopPolicy | None = None, cache_size: int = CACHE_SIZE,
-                 **overrides: Any) -> None:
-        base = Config.from_environ() if config is None else config
-        self.config: Config = base.replace(**overrides) if overrides else base
-        if registry is None:  # made inside another session's block: the same backends
-            outer = _current.get(None)
-            registry = outer._registry if outer is not None else None
-        self._registry = registry
-        self.prior: Prior = _shipped_prior() if prior is None else prior
-        self.loops = loops
-        self.lock = threading.RLock()
-        """Held while a question is answered the slow way, so one session never measures twice at once."""
-        self.cache_size = cache_size
-        self.answers: LRUCache = LRUCache(cache_size)
-        """``best_backend`` answers by (shape, dtype, device, measure, layout, accuracy, by): at most
-        ``cache_size``, the least recently used forgotten first."""
-        self.plan_cache = PlanCache(cache_size)
-        """``gemmzoo.matmul``'s plans; they embed answers, so :meth:`forget_answers` replaces it."""
-        self.verdicts: dict[tuple[str, str, str, str], bool] = {}
-        """Conformance verdicts by (device fingerprint, versions, backend, dtype)."""
-        self.facts: dict[tuple[Any, ...], Any] = {}
-        """What was derived once from this session's store and backends, by a key naming it (a
-        device's copy bandwidth, a worker's verdicts): forgotten with the answers."""
-        # By process id: a child made by fork() must not use its parent's SQLite connection.
-        self._stores: dict[int, TuningStore] = {}
-        self._scratch: dict[int, TuningStore] = {}
-        self._busy_warned = False
-        self.warned: set[tuple[str, str]] = set()
-        """The (kind, place) of the tuning database warnings already given (each once a session)."""
-        self._tokens: list[contextvars.Token[Session]] = []
-        self.compiled_build: Any = None
-        """What this session knows of the compiled dispatch's background build
-        (:class:`gemmzoo.native.background.Watch`, made when first needed)."""
-
-    def __repr__(self) -> str:
-        return f"gemmzoo.Session(cache_dir={str(self.config.cache_dir)!r})"
-
-    # Scope -----------------------------------------------------------------------------------
-
-    def __enter__(self) -> Session:
-        self._tokens.append(_current.set(self))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _current.reset(self._tokens.pop())
-
-    # What it owns ----------------------------------------------------------------------------
-
-    @property
-    def registry(self) -> Registry:
-        """The backends this session sees: its own registry, else the process's (built on first
-        use under this session's plugin settings)."""
-        if self._registry is not None:
-            return self._registry
-        from gemmzoo.plugins.registry import get_registry
-
-        return get_registry(self.config)
-
-    def select(self, names: Sequence[str] | None = None) -> list[Any]:
-        """The backends named, else those of this session's ``backends`` (``GEMMZOO_BACKENDS``),
-        else all of them (:meth:`Registry.select <gemmzoo.plugins.registry.Registry.select>`)."""
-        return self.registry.select(list(names) if names else list(self.config.backends))
-
-    def drift(self, backend: Any) -> str | None:
-        """What moved in ``backend``'s name, device or dtypes since this session's registry
-        registered it, or ``None`` (:meth:`Registry.drift <gemmzoo.plugins.registry.Registry.drift>`)."""
-        return self.registry.drift(backend)
-
-    def unavailable_reason(self, backend: Any) -> str | None:
-        """``backend.unavailable_reason()``, guarded and remembered for the process, its members
-        checked against this session's registry (:func:`gemmzoo.plugins.registry.unavailable_reason`)."""
-        from gemmzoo.plugins.registry import unavailable_reason
-
-        return unavailable_reason(backend, self.registry)
-
-    def store(self) -> TuningStore:
-        """The tuning database in ``config.cache_dir``, opened on first use in each process."""
-        pid = os.getpid()
-        with self.lock:
-            found = self._stores.get(pid)
-            if found is None:
-                from gemmzoo.tuning.db import open_store
-
-                found = self._stores[pid] = open_store(self.config.cache_dir)
-            return found
-
-    def scratch(self) -> TuningStore:
-        """An in-memory store of this process, for answers given while the database is locked."""
-        pid = os.getpid()
-        with self.lock:
-            found = self._scratch.get(pid)
-            if found is None:
-                from gemmzoo.tuning.db import TuningStore
-
-                found = self._scratch[pid] = TuningStore(None)
-            return found
-
-    def warn_busy(self, why: str) -> None:
-        """One :class:`~gemmzoo.tuning.db.TuningCacheWarning` per session: answering without the
-        database."""
-        if self._busy_warned:
-            return
-        self._busy_warned = True
-        from gemmzoo.tuning.db import TuningCacheWarning
-
-        warnings.warn(f"{why}; gemmzoo.matmul answered without it rather than wait (the answer is kept "
-                      "for this process)", TuningCacheWarning, stacklevel=4)
-
-    def forget_answers(self) -> None:
-        """Drop cached answers and the plans built on them (new measurements were stored)."""
-        self.answers.clear()
-        self.facts.clear()
-        # After the answers: a plan made from an old answer goes to the old cache, read by nobody.
-        self.plan_cache = PlanCache(self.cache_size)
-
-    def close(self) -> None:
-        """Close the databases this session opened in this process, and forget its answers and
-        verdicts (it can be used again: they reopen on demand)."""
-        with self.lock:
-            self.forget_answers()
-            self.verdicts.clear()
-            pid = os.getpid()
-            for opened in (self._stores.pop(pid, None), self._scratch.pop(pid, None)):
-                if opened is not None:
-                    opened.close()
-            self._stores.clear()
-            self._scratch.clear()
-            self._busy_warned = False
-
-    # The public functions, in this session ---------------------------------------------------
+    _shown_as = "gemmzoo.Session"
 
     def matmul(self, a: Any, b: Any, backend: Any = None, **options: Any) -> Any:
         """:func:`gemmzoo.matmul` in this session."""
@@ -224,55 +63,3 @@ class Session:
 
         with self:
             return best_backend(shape, dtype, device, **options)
-
-    def backends(self) -> list[Any]:
-        """Every backend this session sees, available or not, in a stable order."""
-        return self.registry.backends()
-
-    def get_backend(self, name: str) -> Any:
-        """The backend called ``name`` (an unknown name raises an error listing the known ones)."""
-        return self.registry.get(name)
-
-
-def _shipped_prior() -> Prior:
-    from gemmzoo.tuning.prior import shipped
-
-    return shipped
-
-
-def current() -> Session:
-    """The current session: the innermost ``with Session(...)`` block's, else the default one."""
-    try:
-        return _current.get()
-    except LookupError:
-        return default()
-
-
-def active() -> Session | None:
-    """The current session where one exists already, else ``None`` (none is made)."""
-    found = _current.get(None)
-    if found is not None:
-        return found
-    return _default[0] if _default else None
-
-
-def default() -> Session:
-    """The default session, made from the environment on first use."""
-    if not _default:
-        with _default_lock:
-            if not _default:
-                _default.append(Session())
-    return _default[0]
-
-
-def replace_default(session: Session | None = None) -> Session:
-    """Make ``session`` (default: a new one read from the environment now) the default session,
-    closing the one it replaces; returns it."""
-    fresh = Session() if session is None else session
-    with _default_lock:
-        old = _default[:]
-        _default[:] = [fresh]
-    for session_before in old:
-        if session_before is not fresh:
-            session_before.close()
-    return fresh

@@ -41,7 +41,7 @@ def auto(monkeypatch, tmp_path):
     gate = tmp_path / "gate"
     monkeypatch.setenv("FAKE_BUILD_GATE", str(gate))
     monkeypatch.setattr(dispatch, "_builds_for", lambda x: True)
-    monkeypatch.setattr(background, "toolchain_missing", lambda: None)
+    monkeypatch.setattr(native, "toolchain_missing", lambda: None)
     dispatch.use_compiled(None)
     session = reconfigure()
     yield session, gate
@@ -168,7 +168,7 @@ def test_cpu_tensors_start_nothing(auto, monkeypatch):
 
 def test_without_a_compiler_it_says_so_and_starts_nothing(auto, monkeypatch):
     session, _gate = auto
-    monkeypatch.setattr(background, "toolchain_missing", lambda: "no C++ compiler (c++) on the PATH")
+    monkeypatch.setattr(native, "toolchain_missing", lambda: "no C++ compiler (c++) on the PATH")
     checked_product(5, 4, 3, seed=0)
     assert session.compiled_build.finished and session.compiled_build.process is None
     assert session.compiled_build.why == "no C++ compiler (c++) on the PATH"

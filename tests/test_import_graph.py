@@ -1,6 +1,7 @@
-"""The core's structure, read from its source: no import circle among gemmzoo's modules, no
-module-level mutable state beyond the per-process pieces docs/architecture.md lists, no private
-``os.environ._data``, and no test that resets module state."""
+"""The core's structure, read from its source: no import circle among gemmzoo's modules (neither
+at import time nor through the imports inside functions), no module-level mutable state beyond the
+per-process pieces docs/architecture.md lists, no private ``os.environ._data``, and no test that
+resets module state."""
 
 from __future__ import annotations
 
@@ -13,19 +14,41 @@ CORE = ROOT / "gemmzoo"
 # What stays per process, by module, each justified in docs/architecture.md ("What stays per
 # process"). A new entry needs a reason there; state that belongs to a user belongs on the Session.
 PER_PROCESS = {
-    "gemmzoo.session": {"_current", "_default", "_default_lock"},
+    "gemmzoo.config": {"_current", "_default", "_default_lock"},
     "gemmzoo.plugins.registry": {"_lock", "_registry", "_availability", "_trusted"},
     "gemmzoo.plugins.watchdog": {"_quarantine", "_timeouts", "_lock", "_local", "_idle"},
     "gemmzoo.tuning.db": {"_local"},
-    "gemmzoo.arrays.libraries": {"_KINDS", "_DTYPE_NAMES", "_NATIVE"},
+    "gemmzoo.arrays.libraries": {"_KINDS", "_DTYPE_NAMES", "_NATIVE", "_CONVERTERS"},
     "gemmzoo.contract.backend": {"_DTYPE_NAMES", "_SELF_CHECKING", "_TORCH_MM_FORMS"},
     "gemmzoo.measure.reference": {"_reference_cache"},
     "gemmzoo.measure.threads": {"_confined"},
     "gemmzoo.measure.adaptors": {"_NVBENCH_NAMES"},
     "gemmzoo.native": {"_lock", "_loaded"},
-    "gemmzoo.dispatch.matmul": {"_CONVERTERS", "_KEYS", "_ROUTES", "_compiled_tried"},
+    "gemmzoo.dispatch.matmul": {"_KEYS", "_ROUTES", "_compiled_tried"},
     "gemmzoo.pytest.bench": {"SETTINGS"},
 }
+# The layers of docs/architecture.md ("Layers"), bottom to top: a module imports (anywhere in it)
+# only modules of its own layer or of a layer below. A module belongs to the layer of the longest
+# name below that names it or a package above it.
+LAYERS = (
+    ("foundations", ("gemmzoo.errors", "gemmzoo.hookspecs", "gemmzoo.config", "gemmzoo.contract",
+                     "gemmzoo.problems.classes", "gemmzoo.problems.class_math",
+                     "gemmzoo.problems.model_grids", "gemmzoo.dispatch.plan_cache", "gemmzoo.adapters",
+                     "gemmzoo.measure.host_work", "gemmzoo.measure.ties")),
+    ("plugin host", ("gemmzoo.plugins",)),
+    ("problems, arrays, checking, timing and the store",
+     ("gemmzoo.problems", "gemmzoo.arrays", "gemmzoo.conformance", "gemmzoo.measure", "gemmzoo.tuning.known",
+      "gemmzoo.tuning.choose", "gemmzoo.tuning.fingerprint", "gemmzoo.tuning.prior", "gemmzoo.tuning.schema",
+      "gemmzoo.tuning.db", "gemmzoo.tuning.contenders")),
+    ("session state", ("gemmzoo.tuning.state",)),
+    ("work in the current session", ("gemmzoo.tuning", "gemmzoo.dispatch", "gemmzoo.native",
+                                     "gemmzoo.measure.roofline", "gemmzoo.measure.timers",
+                                     "gemmzoo.measure.measurement", "gemmzoo.measure.nvbench_child")),
+    ("public face", ("gemmzoo.session", "gemmzoo.__init__")),
+    ("applications", ("gemmzoo.results", "gemmzoo.scale", "gemmzoo.pytest", "gemmzoo.cli", "gemmzoo.testing",
+                      "gemmzoo.benchmarks", "gemmzoo.__main__")),
+)
+
 CONTAINERS = {"dict", "list", "set", "bytearray", "WeakSet", "WeakKeyDictionary", "WeakValueDictionary",
               "defaultdict", "OrderedDict", "deque", "Counter"}
 HOLDERS = {"local", "Lock", "RLock", "count", "ContextVar"}
@@ -53,6 +76,37 @@ def _type_checking(node: ast.If) -> bool:
     return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING"
 
 
+def _targets(node: ast.Import | ast.ImportFrom, module: str, package: bool) -> set[str]:
+    """The gemmzoo modules one import statement of ``module`` names: for ``from X import y``, the
+    module ``X.y`` where there is one (``from gemmzoo import tuning``: the package), else ``X``."""
+    if isinstance(node, ast.Import):
+        return {r for alias in node.names if (r := _resolve(alias.name))}
+    base = node.module or ""
+    if node.level:
+        parts = module.split(".") if package else module.split(".")[:-1]
+        parts = parts[:len(parts) - node.level + 1]
+        base = ".".join([*parts, *([node.module] if node.module else [])])
+    found = set()
+    for alias in node.names:
+        target = f"{base}.{alias.name}"
+        resolved = _resolve(target if target in MODULES else base)
+        if resolved:
+            found.add(resolved)
+    return found
+
+
+def all_imports(source: str, module: str, package: bool = False) -> set[str]:
+    """Every gemmzoo module that ``module`` (whose text is ``source``) imports anywhere: at its
+    top level, inside functions and methods, and under ``if TYPE_CHECKING:`` (a dependency all
+    the same)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= _targets(node, module, package)
+    found.discard(module)
+    return found
+
+
 def import_time_imports(source: str, module: str, package: bool = False) -> set[str]:
     """The gemmzoo modules that importing ``module`` (whose text is ``source``) imports: its
     top-level imports and those of its class bodies and top-level blocks, not those inside
@@ -66,17 +120,8 @@ def import_time_imports(source: str, module: str, package: bool = False) -> set[
             if isinstance(node, ast.If) and _type_checking(node):
                 walk(node.orelse)
                 continue
-            if isinstance(node, ast.Import):
-                found.update(r for alias in node.names if (r := _resolve(alias.name)))
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = module.split(".") if package else module.split(".")[:-1]
-                    parts = parts[:len(parts) - node.level + 1]
-                    base = ".".join([*parts, *([node.module] if node.module else [])])
-                for alias in node.names:
-                    target = f"{base}.{alias.name}"
-                    found.update(r for r in (_resolve(target if target in MODULES else base),) if r)
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.update(_targets(node, module, package))
             for field in ("body", "orelse", "finalbody", "handlers"):
                 inner = getattr(node, field, None)
                 if isinstance(inner, list) and inner and isinstance(inner[0], (ast.stmt, ast.excepthandler)):
@@ -126,6 +171,64 @@ def test_the_circle_check_finds_a_circle():
     assert a == {"gemmzoo.session"} and b == {"gemmzoo.config"} and late == set()
     assert cycle({"gemmzoo.config": a, "gemmzoo.session": b}) == ["gemmzoo.config", "gemmzoo.session",
                                                                  "gemmzoo.config"]
+
+
+def test_no_import_circle_at_all_function_level_imports_included():
+    """The layers of docs/architecture.md ("Layers"): every import of a gemmzoo module, wherever
+    it is made, goes down or sideways, never back up."""
+    graph = {name: all_imports(path.read_text(), name, path.name == "__init__.py")
+             for name, path in MODULES.items()}
+    assert sum(len(targets) for targets in graph.values()) > 100  # the graph was read
+    assert "gemmzoo.dispatch.matmul" in graph["gemmzoo.session"]  # Session.matmul's, inside a method
+    circle = cycle(graph)
+    assert circle is None, "import circle: " + " -> ".join(circle or ())
+
+
+def layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of ``module``'s layer (``gemmzoo`` itself: ``gemmzoo.__init__``)."""
+    name = "gemmzoo.__init__" if module == "gemmzoo" else module
+    found: tuple[int, int] | None = None
+    for index, (_title, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            named = name == prefix or name.startswith(prefix + ".")
+            if named and (found is None or len(prefix) > found[0]):
+                found = (len(prefix), index)
+    return None if found is None else found[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of ``graph`` that goes up the layers, as ``importer (layer) -> imported (layer)``."""
+    return [f"{name} ({LAYERS[layer_of(name)][0]}) -> {target} ({LAYERS[layer_of(target)][0]})"  # type: ignore[index]
+            for name, targets in sorted(graph.items()) for target in sorted(targets)
+            if layer_of(target) > layer_of(name)]  # type: ignore[operator]
+
+
+def test_every_import_goes_down_the_layers():
+    assert [name for name in MODULES if layer_of(name) is None] == []
+    graph = {name: all_imports(path.read_text(), name, path.name == "__init__.py")
+             for name, path in MODULES.items()}
+    assert upward_imports(graph) == []
+
+
+def test_the_layer_check_finds_an_upward_import():
+    order = ["gemmzoo", "gemmzoo.session", "gemmzoo.tuning.select", "gemmzoo.tuning.state",
+             "gemmzoo.tuning.db", "gemmzoo.plugins.watchdog", "gemmzoo.config"]
+    assert [layer_of(name) for name in order] == [5, 5, 4, 3, 2, 1, 0]
+    assert upward_imports({"gemmzoo.plugins.watchdog": {"gemmzoo.tuning.state", "gemmzoo.config"}}) == [
+        "gemmzoo.plugins.watchdog (plugin host) -> gemmzoo.tuning.state (session state)"]
+
+
+def test_the_whole_graph_check_finds_a_circle_through_a_function():
+    low = all_imports("def f():\n    from gemmzoo.session import current\n", "gemmzoo.config")
+    high = all_imports("import gemmzoo.config\n", "gemmzoo.session")
+    typed = all_imports("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                        "    from gemmzoo.session import Session\n", "gemmzoo.errors")
+    packages = all_imports("def f():\n    from gemmzoo import tuning, matmul\n    from . import state\n",
+                           "gemmzoo.dispatch.classes")
+    assert low == {"gemmzoo.session"} and high == {"gemmzoo.config"} and typed == {"gemmzoo.session"}
+    assert packages == {"gemmzoo.tuning", "gemmzoo", "gemmzoo.dispatch"}
+    assert cycle({"gemmzoo.config": low, "gemmzoo.session": high}) == ["gemmzoo.config", "gemmzoo.session",
+                                                                      "gemmzoo.config"]
 
 
 def _called(value: ast.expr | None) -> str:

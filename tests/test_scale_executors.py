@@ -18,11 +18,11 @@ from gemmzoo.scale.executors import (
     ExecutorError,
     ExecutorSettings,
     PointFolder,
-    make_executor,
     parse_option,
     require,
     sweep_key,
 )
+from gemmzoo.scale.jobs import make_executor
 
 POINTS = [GridPoint(m, 8 + m % 5, 16, "float32") for m in (3, 17, 29, 41, 53, 67)]
 

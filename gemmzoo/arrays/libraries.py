@@ -1,12 +1,14 @@
 """What gemmzoo knows of the array libraries it takes: which library an array type belongs to,
-a gemmzoo dtype name of an array, its device, and which library a backend computes on.
+a gemmzoo dtype name of an array, its device, which library a backend computes on, and how an
+array moves from one library to another (zero-copy on one device, or to the host).
 
-Each answer is learned once per type (or backend and dtype) and kept for the process: these are
-facts of the loaded libraries and registered backends, which are the process's.
+Each answer is learned once per type (or backend and dtype, or pair of libraries) and kept for the
+process: these are facts of the loaded libraries and registered backends, which are the process's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -115,3 +117,55 @@ def own_product(kind: str, dtype: str) -> Any:
     import torch
 
     return declare_torch_mm(self_checking(torch.mm))
+
+
+def _converter(source: str, target: str) -> Callable[[Any], Any]:
+    """A zero-copy conversion of a same-device array from library ``source`` to ``target``."""
+    if target == "numpy":
+        if source == "torch":
+            return lambda x: x.numpy()
+        return np.from_dlpack
+    if target == "torch":
+        import torch
+
+        if source == "numpy":
+            return torch.from_numpy
+        return torch.from_dlpack
+    import cupy
+
+    return cupy.from_dlpack
+
+
+_CONVERTERS: dict[tuple[str, str], Callable[[Any], Any]] = {}
+
+
+def convert(x: Any, source: str, target: str) -> Any:
+    """``x``, an array of library ``source``, as an array of library ``target`` on the same device,
+    without a copy (``x`` itself when the libraries are one)."""
+    if source == target:
+        return x
+    try:
+        conversion = _CONVERTERS[source, target]
+    except KeyError:
+        conversion = _CONVERTERS[source, target] = _converter(source, target)
+    return conversion(x)
+
+
+def to_host(x: Any, kind: str) -> np.ndarray:
+    """``x``, an array of library ``kind``, as a NumPy array on the host (bfloat16 as float32,
+    float8_e4m3fn as ml_dtypes' E4M3)."""
+    if kind == "numpy":
+        return x
+    if kind == "cupy":
+        import cupy
+
+        return cupy.asnumpy(x)
+    import torch
+
+    if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds every value exactly
+        x = x.float()
+    if x.dtype == getattr(torch, "float8_e4m3fn", None):  # nor float8: ml_dtypes' array of its bytes
+        from gemmzoo.contract.fp8 import E4M3
+
+        return x.view(torch.uint8).cpu().numpy().view(E4M3)
+    return x.cpu().numpy()

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from gemmzoo.arrays.libraries import array_kind, convert, device_of, dtype_of, native_kind, to_host
 from gemmzoo.contract.backend import TF32Array, shape_text
 from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.contract.dtypes import dtype_name as name_of_dtype
-from gemmzoo.dispatch.matmul import _convert, _to_host, array_kind, device_of, dtype_of, native_kind
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
 from gemmzoo.problems.class_math import batched_problem, declared_classes, offsets_problem, scaled_problem
 from gemmzoo.problems.classes import SCALED_OUT_DTYPES
@@ -48,8 +48,8 @@ def _declaring(cls: str, dtype: str, device: str) -> list[Any]:
     """The selected backends that declare ``cls`` and ``dtype`` on ``device``, in the default
     order of :func:`gemmzoo.tuning.select.preference` (read from attributes alone: nothing is
     imported or probed)."""
-    from gemmzoo.session import current
     from gemmzoo.tuning.select import preference
+    from gemmzoo.tuning.state import current
 
     found = []
     for backend in current().select():
@@ -148,7 +148,7 @@ def _stored_winner(problem_text: str, dtype: str, device: str) -> str | None:
 
 def _named(backend: Any, cls: str, dtype: str, operation: str, shapes: dict[str, Any]) -> Any:
     if isinstance(backend, str):
-        from gemmzoo.session import current
+        from gemmzoo.tuning.state import current
 
         backend = current().registry.get(backend)
     reason = _state.unavailable_reason(backend)
@@ -189,15 +189,15 @@ def _host_result(h: np.ndarray, kind: str, like: Any, dtype: str) -> Any:
 
 
 def _host_side(x: Any, kind: str) -> np.ndarray:
-    """``x`` on the host, keeping E4M3 (``_to_host`` gives ml_dtypes E4M3 for torch fp8)."""
-    return _to_host(x, kind) if kind != "numpy" else np.asarray(x)
+    """``x`` on the host, keeping E4M3 (``to_host`` gives ml_dtypes E4M3 for torch fp8)."""
+    return to_host(x, kind) if kind != "numpy" else np.asarray(x)
 
 
 def _small_host(x: Any, kind: str, dtype: Any) -> np.ndarray:
     """A small argument (a scale, offsets) as a NumPy array of ``dtype``."""
     if kind == "numpy" or array_kind(type(x)) is None:
         return np.asarray(x, dtype=dtype)
-    return np.asarray(_to_host(x, kind), dtype=dtype)
+    return np.asarray(to_host(x, kind), dtype=dtype)
 
 
 # scaled_mm ---------------------------------------------------------------------------------
@@ -247,18 +247,18 @@ def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = "b
 
     def scale(x: Any) -> Any:
         if target is not None and array_kind(type(x)) == kind:
-            return _convert(x, kind, target)
+            return convert(x, kind, target)
         host = _small_host(x, kind, np.float32)
         return host.reshape(()) if scaling == "tensorwise" and host.size == 1 and host.ndim else host
 
     if target is not None:
         try:
-            native_a, native_b = _convert(a, kind, target), _convert(b, kind, target)
+            native_a, native_b = convert(a, kind, target), convert(b, kind, target)
         except Exception:  # no zero-copy route for fp8 between these libraries: host copies instead
             target = None
     sa, sb = scale(scale_a), scale(scale_b)
     if target is not None:
-        return _convert(chosen.scaled_mm(native_a, native_b, sa, sb, out), target, kind)
+        return convert(chosen.scaled_mm(native_a, native_b, sa, sb, out), target, kind)
     native_a = chosen.from_numpy(_fp8_values(_host_side(a, kind)), "float8_e4m3fn")
     native_b = chosen.from_numpy(_fp8_values(_host_side(b, kind)), "float8_e4m3fn")
     c = chosen.to_numpy(chosen.scaled_mm(native_a, native_b, sa, sb, out))
@@ -323,10 +323,10 @@ def grouped_mm(a: Any, b: Any, offsets: Any, *, backend: Any = None) -> Any:
     if target is not None and dtype == "float8_e4m3fn" and target != kind:
         target = None  # fp8 has no zero-copy route between libraries: host copies instead
     if target is not None:
-        offs = _convert(offsets, kind, target) if array_kind(type(offsets)) == kind \
+        offs = convert(offsets, kind, target) if array_kind(type(offsets)) == kind \
             else _small_host(offsets, kind, np.int32)
-        c = chosen.grouped_mm(_convert(a, kind, target), _convert(b, kind, target), offs)
-        return _convert(c, target, kind)
+        c = chosen.grouped_mm(convert(a, kind, target), convert(b, kind, target), offs)
+        return convert(c, target, kind)
     host_a, host_b = _host_side(a, kind), _host_side(b, kind)
     if dtype == "float8_e4m3fn":
         host_a, host_b = _fp8_values(host_a), _fp8_values(host_b)
@@ -347,14 +347,16 @@ def _groups_text(offsets: Any, on_device: bool, kind: str) -> str:
 # batched matmul ----------------------------------------------------------------------------
 
 
-def batched_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Callable[[Any, Any], Any]:
+def batched_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str,
+                 make_plan: Callable[..., Callable[[Any, Any], Any]]) -> Callable[[Any, Any], Any]:
     """The plan of ``gemmzoo.matmul`` for operands of more than two dimensions (…×M×K and
     …×K×N, batch dimensions broadcast as ``torch.matmul``): with no backend named and nothing
     measured faster, the caller's library's own batched product (:func:`_own_batched_product`);
     else a backend's ``bmm`` where it declares the batched class and computes on the caller's
-    arrays, else one 2-D plan (:func:`gemmzoo.dispatch.matmul.make_plan`) called on each matrix of
-    the broadcast batch. torch operands that require grad and are not served by torch's own
-    product take the last route, whose 2-D products are differentiable."""
+    arrays, else one 2-D plan (``make_plan``: :func:`gemmzoo.dispatch.matmul.make_plan`, which
+    hands its batched operands here) called on each matrix of the broadcast batch. torch operands
+    that require grad and are not served by torch's own product take the last route, whose 2-D
+    products are differentiable."""
     if type(a) is TF32Array or type(b) is TF32Array:
         raise _error("matmul", "batched TF32Array operands are not supported; pass 2-D ones", A=a, B=b)
     kind = _library("matmul", {"A": a, "B": b})
@@ -390,10 +392,10 @@ def batched_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> Callab
         run = chosen.bmm
 
         def native_plan(a: Any, b: Any) -> Any:
-            return _convert(run(_convert(a, kind, target), _convert(b, kind, target)), target, kind)
+            return convert(run(convert(a, kind, target), convert(b, kind, target)), target, kind)
 
         return native_plan
-    return _looped_plan(a, b, batch, backend, accuracy, by, kind)
+    return _looped_plan(a, b, batch, backend, accuracy, by, kind, make_plan)
 
 
 def _own_batched_product(kind: str, dtype: str, device: str, text: str) -> Any:
@@ -409,7 +411,7 @@ def _own_batched_product(kind: str, dtype: str, device: str, text: str) -> Any:
     stored = _stored_winner(text, dtype, device)
     if stored is not None:
         from gemmzoo.contract.backend import declared
-        from gemmzoo.session import current
+        from gemmzoo.tuning.state import current
 
         try:
             winner = current().registry.get(stored)
@@ -426,16 +428,14 @@ def _own_batched_product(kind: str, dtype: str, device: str, text: str) -> Any:
 
 def _named_plain(backend: Any) -> Any:
     if isinstance(backend, str):
-        from gemmzoo.session import current
+        from gemmzoo.tuning.state import current
 
         return current().registry.get(backend)
     return backend
 
 
 def _looped_plan(a: Any, b: Any, batch: tuple[int, ...], backend: Any, accuracy: str, by: str,
-                 kind: str) -> Callable[[Any, Any], Any]:
-    from gemmzoo.dispatch.matmul import make_plan
-
+                 kind: str, make_plan: Callable[..., Callable[[Any, Any], Any]]) -> Callable[[Any, Any], Any]:
     m, n = a.shape[-2], b.shape[-1]
     count = int(np.prod(batch)) if batch else 1
     if count == 0:

@@ -27,15 +27,23 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gemmzoo.arrays.libraries import array_kind, device_of, dtype_of, native_kind, own_product
+from gemmzoo.arrays.libraries import (
+    array_kind,
+    convert,
+    device_of,
+    dtype_of,
+    native_kind,
+    own_product,
+    to_host,
+)
 from gemmzoo.contract.backend import TF32Array, declared, is_self_checking, shape_text
 from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.dispatch.plan_cache import PlanCache
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
 from gemmzoo.plugins.registry import unavailable_reason
-from gemmzoo.session import _current, _default, current
-from gemmzoo.session import default as _default_session
 from gemmzoo.tuning.select import RANK_BY, plan_decision
+from gemmzoo.tuning.state import _current, _default, current
+from gemmzoo.tuning.state import default as _default_session
 
 _get_session = _current.get
 
@@ -45,54 +53,6 @@ def _input_error(problem: str, a: Any, b: Any) -> GemmInputError:
         f"gemmzoo.matmul of A {shape_text(getattr(a, 'shape', ()))}, "
         f"B {shape_text(getattr(b, 'shape', ()))}: {problem}"
     )
-
-
-def _converter(source: str, target: str) -> Callable[[Any], Any]:
-    """A zero-copy conversion of a same-device array from library ``source`` to ``target``."""
-    if target == "numpy":
-        if source == "torch":
-            return lambda x: x.numpy()
-        return np.from_dlpack
-    if target == "torch":
-        import torch
-
-        if source == "numpy":
-            return torch.from_numpy
-        return torch.from_dlpack
-    import cupy
-
-    return cupy.from_dlpack
-
-
-_CONVERTERS: dict[tuple[str, str], Callable[[Any], Any]] = {}
-
-
-def _convert(x: Any, source: str, target: str) -> Any:
-    if source == target:
-        return x
-    try:
-        convert = _CONVERTERS[source, target]
-    except KeyError:
-        convert = _CONVERTERS[source, target] = _converter(source, target)
-    return convert(x)
-
-
-def _to_host(x: Any, kind: str) -> np.ndarray:
-    if kind == "numpy":
-        return x
-    if kind == "cupy":
-        import cupy
-
-        return cupy.asnumpy(x)
-    import torch
-
-    if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds every value exactly
-        x = x.float()
-    if x.dtype == getattr(torch, "float8_e4m3fn", None):  # nor float8: ml_dtypes' array of its bytes
-        from gemmzoo.contract.fp8 import E4M3
-
-        return x.view(torch.uint8).cpu().numpy().view(E4M3)
-    return x.cpu().numpy()
 
 
 def _from_host(h: np.ndarray, kind: str, like: Any, dtype: str = "") -> Any:
@@ -407,7 +367,7 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
     if len(getattr(a, "shape", ())) > 2 or len(getattr(b, "shape", ())) > 2:  # the batched class
         from gemmzoo.dispatch.classes import batched_plan
 
-        return batched_plan(a, b, backend, accuracy, by)
+        return batched_plan(a, b, backend, accuracy, by, make_plan)
     a, b, kind, dtype, tf32, (m, n, k), device = _checked(a, b, by)
     if kind == "torch" and (a.requires_grad or b.requires_grad):
         return _differentiable_plan(a, b, backend, accuracy, by, dtype, tf32)
@@ -417,7 +377,7 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
     target = native_kind(chosen, dtype) if chosen.device == device else None
     if target is not None:
         try:
-            a_native, b_native = _convert(a, kind, target), _convert(b, kind, target)
+            a_native, b_native = convert(a, kind, target), convert(b, kind, target)
         except Exception:  # no zero-copy route (negative strides, a dtype DLPack lacks): copy instead
             target = None
     if target is None:  # another device, or arrays gemmzoo cannot exchange: host copies both ways
@@ -431,8 +391,8 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
     def plan(a: Any, b: Any) -> Any:
         if tf32:
             a, b = a.data, b.data
-        c = run(wrap(_convert(a, kind, target)), wrap(_convert(b, kind, target)))
-        c = _convert(c.data if tf32 else c, target, kind)
+        c = run(wrap(convert(a, kind, target)), wrap(convert(b, kind, target)))
+        c = convert(c.data if tf32 else c, target, kind)
         return TF32Array(c) if tf32 else c
 
     if kind == "torch" and target == "cupy" and min(m, n, k) > 0:  # views planned once, no DLPack per call
@@ -514,14 +474,14 @@ def _same(x: Any) -> Any:
 
 def _host_plan(chosen: Any, a: Any, b: Any, kind: str, dtype: str,
                tf32: bool) -> Callable[[Any, Any], Any]:
-    run = chosen.prepare(chosen.from_numpy(_to_host(a, kind), dtype),
-                         chosen.from_numpy(_to_host(b, kind), dtype))
+    run = chosen.prepare(chosen.from_numpy(to_host(a, kind), dtype),
+                         chosen.from_numpy(to_host(b, kind), dtype))
 
     def plan(a: Any, b: Any) -> Any:
         if tf32:
             a, b = a.data, b.data
-        c = chosen.to_numpy(run(chosen.from_numpy(_to_host(a, kind), dtype),
-                                chosen.from_numpy(_to_host(b, kind), dtype)))
+        c = chosen.to_numpy(run(chosen.from_numpy(to_host(a, kind), dtype),
+                                chosen.from_numpy(to_host(b, kind), dtype)))
         c = _from_host(c, kind, a, dtype)
         return TF32Array(c) if tf32 else c
 
@@ -558,7 +518,7 @@ def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str,
         own = declared(choice.backend, "library_product") == kind
         return choice.backend, own_product(kind, dtype) if own else None
     if isinstance(backend, str):
-        from gemmzoo.session import current
+        from gemmzoo.tuning.state import current
 
         backend = current().registry.get(backend)
     reason = unavailable_reason(backend)

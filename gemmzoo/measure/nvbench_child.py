@@ -75,13 +75,13 @@ def timing_from_record(record: dict[str, Any]) -> Timing:
 
 def main() -> int:
     """The child: read the request, time it, print one JSON line."""
-    import gemmzoo
     from gemmzoo.measure.adaptors import nvbench_timing
     from gemmzoo.measure.problems import make_problem, planned
     from gemmzoo.problems.grids import GridPoint
+    from gemmzoo.tuning.state import current
 
     asked = json.loads(sys.stdin.read())
-    backend = gemmzoo.get_backend(asked["backend"])
+    backend = current().get_backend(asked["backend"])
     point = GridPoint(asked["m"], asked["n"], asked["k"], asked["dtype"], asked["layout"])
     problem = make_problem(backend, point)
     run = planned(backend, problem.a, problem.b)

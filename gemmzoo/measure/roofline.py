@@ -74,7 +74,7 @@ def bandwidth(device: str) -> float | None:
     (no roofline is claimed there) and when no CUDA framework can measure it."""
     if device != "cuda":
         return None
-    from gemmzoo.session import current
+    from gemmzoo.tuning.state import current
 
     facts = current().facts
     key = ("copy bandwidth", device)

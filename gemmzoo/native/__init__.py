@@ -28,6 +28,7 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import shutil
 import sys
 import threading
 from collections.abc import Iterator
@@ -35,7 +36,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
-from gemmzoo.config import COMPILED_DISPATCH
+from gemmzoo.config import COMPILED_DISPATCH, environment_value
 from gemmzoo.errors import GemmError
 
 SOURCE = Path(__file__).with_name("dispatch.cpp")
@@ -68,14 +69,14 @@ BACKGROUND_FAILED = "background-build.failed"
 def enabled() -> bool:
     """Whether the current session's ``compiled_dispatch`` is ``"auto"`` or ``"on"`` (not
     ``"off"``: ``GEMMZOO_COMPILED_DISPATCH=0``)."""
-    from gemmzoo.session import current
+    from gemmzoo.tuning.state import current
 
     return current().config.compiled_dispatch != "off"
 
 
 def mode() -> str:
     """The current session's ``compiled_dispatch``: ``"auto"``, ``"on"`` or ``"off"``."""
-    from gemmzoo.session import current
+    from gemmzoo.tuning.state import current
 
     return current().config.compiled_dispatch
 
@@ -181,6 +182,16 @@ def verified(library: Path) -> str | None:
     return None
 
 
+def toolchain_missing() -> str | None:
+    """What a build needs and this machine lacks (a C++ compiler, ninja), or ``None``."""
+    compiler = environment_value("CXX") or "c++"  # the compiler torch's extension builder runs
+    if shutil.which(compiler) is None:
+        return f"no C++ compiler ({compiler}) on the PATH"
+    if shutil.which("ninja") is None:
+        return "no ninja on the PATH (pip install ninja)"
+    return None
+
+
 def status() -> Status:
     """Whether the compiled dispatch is built for this torch and Python, and where."""
     if not enabled():
@@ -200,8 +211,6 @@ def status() -> Status:
             return Status(False, library, f"its background build failed: {failed} (log: {log}); not tried "
                                           "again by itself: gemmzoo cache --build-dispatch tries again")
         if mode() == "auto":
-            from gemmzoo.native.background import toolchain_missing
-
             missing = toolchain_missing()
             if missing is not None:
                 return Status(False, library, f"not built, and not built in the background here: {missing}")

@@ -27,7 +27,6 @@ import contextlib
 import importlib
 import math
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from gemmzoo import native
 
 if TYPE_CHECKING:
-    from gemmzoo.session import Session
+    from gemmzoo.tuning.state import SessionState
 
 #: Seconds between two looks at a background build from the calls of one session.
 CHECK_EVERY_S = 1.0
@@ -63,7 +62,7 @@ class Watch:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def watch_of(session: Session) -> Watch:
+def watch_of(session: SessionState) -> Watch:
     """The session's :class:`Watch` (made on first use)."""
     found = session.compiled_build
     if found is None:
@@ -71,7 +70,7 @@ def watch_of(session: Session) -> Watch:
     return found
 
 
-def step(session: Session, now: float | None = None) -> ModuleType | None:
+def step(session: SessionState, now: float | None = None) -> ModuleType | None:
     """Look at the compiled dispatch's build, at most once a :data:`CHECK_EVERY_S`: the built
     module, once it can be loaded (the caller switches to it); else ``None``, having started the
     build where none runs, none failed, and this session started none before."""
@@ -117,19 +116,7 @@ def _ended(code: int) -> str:
     return failed
 
 
-def toolchain_missing() -> str | None:
-    """What a build needs and this machine lacks (a C++ compiler, ninja), or ``None``."""
-    from gemmzoo.config import environment_value
-
-    compiler = environment_value("CXX") or "c++"  # the compiler torch's extension builder runs
-    if shutil.which(compiler) is None:
-        return f"no C++ compiler ({compiler}) on the PATH"
-    if shutil.which("ninja") is None:
-        return "no ninja on the PATH (pip install ninja)"
-    return None
-
-
-def start(session: Session) -> tuple[bool, str | None]:
+def start(session: SessionState) -> tuple[bool, str | None]:
     """Start the background build for the session's cache, torch and Python, unless one runs (then
     ``(False, None)``: wait for it), one failed, or it cannot build here (``(False, why)``).
     ``(True, None)``: started; the process is on the session's :class:`Watch`."""
@@ -140,7 +127,7 @@ def start(session: Session) -> tuple[bool, str | None]:
     failed = native.background_failure(directory)
     if failed is not None:
         return False, failed
-    missing = toolchain_missing()
+    missing = native.toolchain_missing()
     if missing is not None:
         return False, missing
     try:
@@ -174,7 +161,7 @@ def start(session: Session) -> tuple[bool, str | None]:
     return True, None
 
 
-def _child_environment(session: Session) -> dict[str, str]:
+def _child_environment(session: SessionState) -> dict[str, str]:
     """The background process's environment: this one's, the session's configuration, and this
     gemmzoo first on the import path (the process builds for the code that started it)."""
     from gemmzoo.config import COMPILED_DISPATCH, process_environment

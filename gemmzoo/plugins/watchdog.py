@@ -85,10 +85,9 @@ def parse_timeout(text: str) -> float | None:
 def default_timeout() -> float | None:
     """The limit of a task when none is given: the current session's ``timeout``
     (``--timeout``, ``GEMMZOO_TIMEOUT``, else :data:`DEFAULT_TIMEOUT_S`; validated when the
-    configuration was read, see :mod:`gemmzoo.config`)."""
-    from gemmzoo.session import current
-
-    return current().config.timeout
+    configuration was read, see :mod:`gemmzoo.config`; before any session exists, the
+    environment's: :func:`gemmzoo.config.current_config`)."""
+    return config.current_config().timeout
 
 
 

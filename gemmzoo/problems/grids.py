@@ -153,12 +153,13 @@ _BUILTIN_GRIDS = (
 
 def _plugin_grids() -> list[Grid]:
     """Grids registered by plugins through ``gemmzoo_register_grids``; a failing plugin warns."""
-    from gemmzoo.plugins.registry import warn_at_plugin
+    from gemmzoo.config import active, current_config
+    from gemmzoo.plugins.registry import get_registry, warn_at_plugin
     from gemmzoo.plugins.source import plugin_roots, raised_at
-    from gemmzoo.session import current
 
     found: list[Grid] = []
-    registry = current().registry
+    session = active()  # the current session's registry; with none yet, the process's
+    registry = get_registry(current_config()) if session is None else session.registry
     hook = registry.plugin_manager.hook.gemmzoo_register_grids
 
     for impl in hook.get_hookimpls():

@@ -116,21 +116,6 @@ def parse_option(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def make_executor(settings: ExecutorSettings) -> Executor:
-    """The executor ``settings.name`` names (its engine imported now: a clear error if missing)."""
-    if settings.name == "local":
-        return LocalExecutor(settings)
-    if settings.name == "slurm":
-        from gemmzoo.scale.slurm_executor import SlurmExecutor
-
-        return SlurmExecutor(settings)
-    if settings.name == "ray":
-        from gemmzoo.scale.ray_executor import RayExecutor
-
-        return RayExecutor(settings)
-    raise ExecutorError(f"--executor {settings.name!r}: expected one of {', '.join(EXECUTORS)}")
-
-
 class Executor:
     """The interface: :meth:`run` a job over points; see the module docstring."""
 

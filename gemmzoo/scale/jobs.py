@@ -10,12 +10,15 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gemmzoo.measure.stats import NOISE_TARGET
 from gemmzoo.problems.grids import GridPoint
 from gemmzoo.scale.bench import ERROR, BenchResult, bench_one
 from gemmzoo.scale.shards import DevicePool, parse_devices, visible_gpus
+
+if TYPE_CHECKING:
+    from gemmzoo.scale.executors import Executor, ExecutorSettings
 
 Extra = dict[str, Any]
 
@@ -309,6 +312,25 @@ def bench_pairs(value: Any) -> list[tuple[BenchResult, Extra]]:
     return pairs
 
 
+def make_executor(settings: ExecutorSettings) -> Executor:
+    """The executor ``settings.name`` names (its engine imported now: a clear error if missing):
+    :class:`gemmzoo.scale.executors.LocalExecutor`, or the engine executors built on that
+    module's interface."""
+    from gemmzoo.scale.executors import EXECUTORS, ExecutorError, LocalExecutor
+
+    if settings.name == "local":
+        return LocalExecutor(settings)
+    if settings.name == "slurm":
+        from gemmzoo.scale.slurm_executor import SlurmExecutor
+
+        return SlurmExecutor(settings)
+    if settings.name == "ray":
+        from gemmzoo.scale.ray_executor import RayExecutor
+
+        return RayExecutor(settings)
+    raise ExecutorError(f"--executor {settings.name!r}: expected one of {', '.join(EXECUTORS)}")
+
+
 def bench_with_executor(settings: Any, backends: Sequence[Any], points: Sequence[GridPoint], budget_s: float,
                         on_result: Callable[[BenchResult], None] | None = None, timer: str = "events",
                         threads: int | None = None, noise_target: float = NOISE_TARGET,
@@ -316,8 +338,6 @@ def bench_with_executor(settings: Any, backends: Sequence[Any], points: Sequence
     """``gemmzoo bench --executor slurm|ray``: the sweep on the engine's workers (see
     :mod:`gemmzoo.scale.executors`); results of ``backends`` in grid order, their extra records
     (``gpu``, ``worker_device``, ``conformance``, ``worker``) and the workers' reports."""
-    from gemmzoo.scale.executors import make_executor
-
     names = tuple(b.name for b in backends)
     job = functools.partial(bench_records, names, budget_s, timer, threads=threads, noise_target=noise_target)
     workers: dict[GridPoint, Any] = {}
@@ -379,7 +399,6 @@ def tune_with_executor(settings: Any, names: Sequence[str], points: Sequence[Gri
     import tempfile
     from pathlib import Path
 
-    from gemmzoo.scale.executors import make_executor
     from gemmzoo.tuning import state
     from gemmzoo.tuning.portable import import_tuning, read_measurements, write_measurements
 

@@ -25,7 +25,7 @@ class ClassAnswer(NamedTuple):
 
 
 def _versions(backend: str) -> str:
-    from gemmzoo.session import current
+    from gemmzoo.tuning.state import current
 
     return library_versions(backend, current().registry)
 

@@ -46,6 +46,7 @@ from dataclasses import astuple, fields
 from pathlib import Path
 from typing import TypeVar
 
+from gemmzoo.config import active, current_config
 from gemmzoo.problems.grids import GridPoint
 from gemmzoo.tuning.known import Box, ConformanceRecord, Known, Record
 from gemmzoo.tuning.schema import MAX_DETAIL, stored_measurement_problem
@@ -203,9 +204,8 @@ T = TypeVar("T")
 
 
 def _warn_once(kind: str, where: str, message: str) -> None:
-    from gemmzoo.session import current
-
-    warned = current().warned
+    session = active()  # the session's warnings are given once each; with none yet, each time
+    warned: set[tuple[str, str]] = set() if session is None else session.warned
     if (kind, where) in warned:
         return
     warned.add((kind, where))
@@ -214,10 +214,9 @@ def _warn_once(kind: str, where: str, message: str) -> None:
 
 def default_cache_dir() -> Path:
     """The current session's cache directory: ``GEMMZOO_CACHE_DIR`` if set, else the user cache
-    directory (see the module docstring and :class:`gemmzoo.config.Config`)."""
-    from gemmzoo.session import current
-
-    return current().config.cache_dir
+    directory (see the module docstring and :class:`gemmzoo.config.Config`; before any session
+    exists, the environment's: :func:`gemmzoo.config.current_config`)."""
+    return current_config().cache_dir
 
 
 def _is_busy(error: sqlite3.Error) -> bool:

@@ -55,9 +55,9 @@ def library_versions(backend_name: str, registry: Any) -> str:
     """Canonical JSON of what a measurement of ``backend_name`` depends on: gemmzoo, the
     distribution that provides the backend, every installed framework, and the digest of the
     backend's code (:mod:`gemmzoo.plugins.code_digest`: an edit of an editable install is a new backend)."""
-    from gemmzoo import __version__
+    from gemmzoo.config import VERSION
 
-    versions = {"gemmzoo": __version__, **framework_versions()}
+    versions = {"gemmzoo": VERSION, **framework_versions()}
     try:
         provider = registry.provider(backend_name)
     except Exception:  # a backend not from the registry: gemmzoo and the frameworks only

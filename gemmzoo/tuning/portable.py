@@ -128,7 +128,7 @@ def export_tuning(store: TuningStore, path: str | Path) -> tuple[int, int]:
     """Write the newest measurement of every problem (plain products under ``measurements``, the
     other classes under ``class_measurements``) and the newest verdict of every backend and dtype
     to ``path``; returns (measurements of both kinds, verdicts) written."""
-    from gemmzoo import __version__
+    from gemmzoo.config import VERSION as GEMMZOO_VERSION
 
     records = _newest(store.all_records(), _problem)
     verdicts = _newest(store.all_conformance(), _verdict_key)
@@ -137,7 +137,7 @@ def export_tuning(store: TuningStore, path: str | Path) -> tuple[int, int]:
         "format": FORMAT,
         "version": VERSION,
         "exported": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "gemmzoo": __version__,
+        "gemmzoo": GEMMZOO_VERSION,
         "measurements": [_as_json(r) for r in records],
         "conformance": [_as_json(v) for v in verdicts],
         "class_measurements": [_class_as_json(r) for r in classes],
@@ -160,10 +160,10 @@ def write_measurements(rows: Sequence[dict[str, Any]], path: str | Path) -> int:
     """Write ``rows`` (:func:`measurement_row`: measurements made elsewhere, e.g. by a sweep's
     workers; not checked here) to ``path`` as a tuning file, which :func:`import_tuning` checks
     whole when it takes it in; returns how many were written."""
-    from gemmzoo import __version__
+    from gemmzoo.config import VERSION as GEMMZOO_VERSION
 
     data = {"format": FORMAT, "version": VERSION,
-            "exported": datetime.now(timezone.utc).isoformat(timespec="seconds"), "gemmzoo": __version__,
+            "exported": datetime.now(timezone.utc).isoformat(timespec="seconds"), "gemmzoo": GEMMZOO_VERSION,
             "measurements": list(rows), "conformance": []}
     Path(path).write_text(json.dumps(data, indent=1) + "\n")
     return len(rows)
@@ -221,7 +221,7 @@ class _Here:
     """This machine's device fingerprints and each backend's library versions, asked once."""
 
     def __init__(self) -> None:
-        from gemmzoo.session import current
+        from gemmzoo.tuning.state import current
 
         self.registry = current().registry
         self.names = {b.name: b for b in self.registry.backends()}

@@ -123,13 +123,20 @@ def offered(problem: Problem) -> dict[str, Any]:
     """The backends the current session offers for ``problem``, by name: on its device, computing
     its dtype, of an accuracy class the caller accepts, and selectable by default or named in
     the session's ``backends``."""
+    from gemmzoo.config import active, current_config
     from gemmzoo.contract.accuracy import accepts, accuracy_of
     from gemmzoo.contract.backend import declared
-    from gemmzoo.session import current
 
-    session = current()
-    named = set(session.config.backends)
-    return {b.name: b for b in session.select()
+    session = active()  # called as the current session's prior; with none yet, the process's backends
+    if session is None:
+        from gemmzoo.plugins.registry import get_registry
+
+        config = current_config()
+        offered = get_registry(config).select(list(config.backends))
+    else:
+        config, offered = session.config, session.select()
+    named = set(config.backends)
+    return {b.name: b for b in offered
             if b.device == problem.device and problem.dtype in b.dtypes
             and accepts(problem.accuracy, accuracy_of(b)) and (declared(b, "selectable") or b.name in named)}
 

@@ -95,11 +95,11 @@ from gemmzoo.measure import ties
 from gemmzoo.plugins import watchdog
 from gemmzoo.plugins.registry import unavailable_reason
 from gemmzoo.problems.grids import GridPoint
-from gemmzoo.session import _current, current
-from gemmzoo.session import _default as _default_session
 from gemmzoo.tuning import choose as choosing
 from gemmzoo.tuning.db import Record, TuningStore, TuningStoreBusyError, patience
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
+from gemmzoo.tuning.state import _current, current
+from gemmzoo.tuning.state import _default as _default_session
 from gemmzoo.tuning.tune import conformance_verdict, loop_policy, measure_records
 
 MISS_BUDGET_S = 0.3

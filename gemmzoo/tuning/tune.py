@@ -27,10 +27,10 @@ from gemmzoo.contract.backend import declared
 from gemmzoo.plugins.watchdog import BackendTimeoutError, idle_workers_ended
 from gemmzoo.plugins.watchdog import call as watched
 from gemmzoo.problems.grids import GridPoint
-from gemmzoo.session import current
 from gemmzoo.tuning import state
 from gemmzoo.tuning.db import ConformanceRecord, Record, TuningStore
 from gemmzoo.tuning.fingerprint import canonical, device_fingerprint, library_versions
+from gemmzoo.tuning.state import current
 
 #: The conformance suite's revision: part of a stored verdict's key, so a verdict from a suite
 #: with other cases or bounds is not reused. Bump it when the cases or the bounds change.
