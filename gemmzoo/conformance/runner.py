@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import traceback
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,12 +61,38 @@ class ConformanceReport:
 # Inputs ----------------------------------------------------------------------------------------
 
 
+#: Elements from which an operand's normal values are drawn in :data:`DRAW_CHUNKS` chunks side by
+#: side (the large GPU cases), each chunk from its own generator seeded from the case's.
+PARALLEL_DRAW = 1 << 22
+DRAW_CHUNKS = 16
+
+
+def _normal(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    """Standard normal values of ``shape`` from ``rng``; a large array is drawn in chunks by
+    threads (NumPy's generators release the GIL as they fill), its values fixed by ``rng`` alone."""
+    size = shape[0] * shape[1]
+    if size < PARALLEL_DRAW:
+        return rng.standard_normal(shape)
+    seeds = rng.integers(0, 2**63, size=DRAW_CHUNKS)
+    out = np.empty(shape)
+    flat = out.reshape(-1)
+    step = -(-size // DRAW_CHUNKS)
+
+    def fill(chunk: int) -> None:
+        np.random.default_rng(int(seeds[chunk])).standard_normal(out=flat[chunk * step:(chunk + 1) * step])
+
+    workers = min(DRAW_CHUNKS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        list(pool.map(fill, range(DRAW_CHUNKS)))
+    return out
+
+
 def _values(case: Case, rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     if case.kind == "integers":
         return rng.integers(-2, 3, size=shape).astype(np.float64)
     if case.kind == "extremes":  # magnitudes 2**-12 .. 2**10: below E4M3's subnormals to past 448
         return rng.standard_normal(shape) * 2.0 ** rng.integers(-12, 11, size=shape)
-    return rng.standard_normal(shape)
+    return _normal(rng, shape)
 
 
 def _scaled(x: np.ndarray, rng: np.random.Generator, decades: float) -> np.ndarray:
