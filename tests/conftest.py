@@ -93,6 +93,35 @@ LONGEST_FIRST = (
 )
 
 
+# Files that check again what another file checks, run by the worker that runs that file, after it:
+# its process has then compiled the same problems already (Inductor, JAX's jit), and what these files
+# check is checked without the compilers' start-up a second time. The key's tests keep their ids.
+SAME_WORKER = {
+    "test_torch_compile_backend.py": "test_conformance.py",
+    "test_jax_backend.py": "test_conformance.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """pytest-xdist's ``--dist loadfile``, with the files of :data:`SAME_WORKER` in the scope of
+    the file they name (other modes: pytest-xdist's own)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedWarmth(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            folder, _, name = scope.rpartition("/")
+            shared = SAME_WORKER.get(name)
+            if shared is None:
+                return scope
+            return f"{folder}/{shared}" if folder else shared
+
+    return SharedWarmth(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's order kept
