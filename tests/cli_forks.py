@@ -33,13 +33,33 @@ DEPENDENCIES = ("numpy", "numpy.random", "ml_dtypes", "pluggy", "platformdirs", 
 FRAMEWORKS = ("torch", "jax", "triton")
 
 SERVER = r'''
-import importlib, json, os, runpy, sys
+import importlib, json, os, pkgutil, runpy, sys
+from importlib import _bootstrap_external as external
+from pathlib import Path
 
 for name in sys.argv[1:]:
     try:
         importlib.import_module(name)
     except ImportError:
         pass
+# gemmzoo's and its plugins' sources compiled once here (not imported): a child's import compiles
+# none of them again, as where Python may keep its bytecode caches; a source changed since (other
+# bytes) is compiled as usual.
+compiled = {}
+for module in pkgutil.iter_modules():
+    if module.ispkg and module.name.startswith("gemmzoo") and hasattr(module.module_finder, "path"):
+        for source in (Path(module.module_finder.path) / module.name).rglob("*.py"):
+            data = source.read_bytes()
+            compiled[str(source), data] = compile(data, str(source), "exec", dont_inherit=True)
+compile_source = external.SourceLoader.source_to_code
+
+
+def source_to_code(self, data, path, *, _optimize=-1):
+    code = compiled.get((path, bytes(data))) if _optimize == -1 else None
+    return code if code is not None else compile_source(self, data, path, _optimize=_optimize)
+
+
+external.SourceLoader.source_to_code = source_to_code
 sys.stdout.write("ready\n")
 sys.stdout.flush()
 for line in sys.stdin:
