@@ -5,9 +5,11 @@ and for runs that probe them, the frameworks), never gemmzoo itself, then forks 
 The child takes the run's environment and working directory, redirects its output to files, and
 runs ``gemmzoo`` as ``python -m gemmzoo`` does: gemmzoo is imported afresh in every run, its
 consoles read the run's ``COLUMNS`` and ``TTY_COMPATIBLE``, and its exit code, traceback and
-exit handlers are those of a process of its own. For tests about what a command prints, where the
-interpreter's start is not what is tested (tests of imports and of the start itself run
-``python -m gemmzoo`` as a plain subprocess).
+exit handlers are those of a process of its own. The server also compiles gemmzoo's and its
+plugins' sources once (without importing them), so that a child's imports compile none of them
+again, as where Python keeps its bytecode caches. For tests about what a command prints and its
+exit code, where the interpreter's start is not what is tested (tests of imports and of the start
+itself, and of signals, run ``python -m gemmzoo`` as a plain subprocess).
 """
 
 from __future__ import annotations
