@@ -47,14 +47,24 @@ def skip_dead_overflow_work() -> None:
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
 
 
+def hands_tests_out(config: pytest.Config) -> bool:
+    """Whether this process is pytest-xdist's controller: it starts the workers and runs no test."""
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return False
+    return getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", None))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Without a GPU, run the Triton backends' kernels on the CPU under Triton's interpreter, so
     # the conformance suite covers them in CI. This must happen before the kernels are defined:
     # triton.jit reads TRITON_INTERPRET when it decorates a kernel. An explicit setting wins.
-    if not cuda_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    if os.environ.get("TRITON_INTERPRET") == "1" and not config.option.collectonly:
-        skip_dead_overflow_work()
+    # Each process that runs tests decides it (xdist's controller runs none: torch and Triton
+    # stay unimported there).
+    if not hands_tests_out(config):
+        if not cuda_available():
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        if os.environ.get("TRITON_INTERPRET") == "1" and not config.option.collectonly:
+            skip_dead_overflow_work()
     # Nothing a test does reaches the user's own tuning cache: a test that needs a cache of its
     # own sets one (and makes a session of it); every other session of the run uses this one.
     os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-tests-")
