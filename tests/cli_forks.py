@@ -35,7 +35,7 @@ DEPENDENCIES = ("numpy", "numpy.random", "ml_dtypes", "pluggy", "platformdirs", 
 FRAMEWORKS = ("torch", "jax", "triton")
 
 SERVER = r'''
-import importlib, json, os, pkgutil, runpy, sys
+import importlib, importlib.metadata, importlib.util, json, os, runpy, sys
 from importlib import _bootstrap_external as external
 from pathlib import Path
 
@@ -47,10 +47,17 @@ for name in sys.argv[1:]:
 # gemmzoo's and its plugins' sources compiled once here (not imported): a child's import compiles
 # none of them again, as where Python may keep its bytecode caches; a source changed since (other
 # bytes) is compiled as usual.
+# (Found as an import finds them, an editable install's finder included; none is imported.)
 compiled = {}
-for module in pkgutil.iter_modules():
-    if module.ispkg and module.name.startswith("gemmzoo") and hasattr(module.module_finder, "path"):
-        for source in (Path(module.module_finder.path) / module.name).rglob("*.py"):
+entries = importlib.metadata.entry_points(group="gemmzoo")
+plugins = {entry.value.split(":")[0].split(".")[0] for entry in entries}
+for name in sorted({"gemmzoo", *plugins}):
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        continue
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for source in Path(folder).rglob("*.py"):
             data = source.read_bytes()
             compiled[str(source), data] = compile(data, str(source), "exec", dont_inherit=True)
 compile_source = external.SourceLoader.source_to_code
