@@ -5,9 +5,11 @@ and for runs that probe them, the frameworks), never gemmzoo itself, then forks 
 The child takes the run's environment and working directory, redirects its output to files, and
 runs ``gemmzoo`` as ``python -m gemmzoo`` does: gemmzoo is imported afresh in every run, its
 consoles read the run's ``COLUMNS`` and ``TTY_COMPATIBLE``, and its exit code, traceback and
-exit handlers are those of a process of its own. For tests about what a command prints, where the
-interpreter's start is not what is tested (tests of imports and of the start itself run
-``python -m gemmzoo`` as a plain subprocess).
+exit handlers are those of a process of its own. The server also compiles gemmzoo's and its
+plugins' sources once (without importing them), so that a child's imports compile none of them
+again, as where Python keeps its bytecode caches. For tests about what a command prints and its
+exit code, where the interpreter's start is not what is tested (tests of imports and of the start
+itself, and of signals, run ``python -m gemmzoo`` as a plain subprocess).
 """
 
 from __future__ import annotations
@@ -33,13 +35,40 @@ DEPENDENCIES = ("numpy", "numpy.random", "ml_dtypes", "pluggy", "platformdirs", 
 FRAMEWORKS = ("torch", "jax", "triton")
 
 SERVER = r'''
-import importlib, json, os, runpy, sys
+import importlib, importlib.metadata, importlib.util, json, os, runpy, sys
+from importlib import _bootstrap_external as external
+from pathlib import Path
 
 for name in sys.argv[1:]:
     try:
         importlib.import_module(name)
     except ImportError:
         pass
+# gemmzoo's and its plugins' sources compiled once here (not imported): a child's import compiles
+# none of them again, as where Python may keep its bytecode caches; a source changed since (other
+# bytes) is compiled as usual.
+# (Found as an import finds them, an editable install's finder included; none is imported.)
+compiled = {}
+entries = importlib.metadata.entry_points(group="gemmzoo")
+plugins = {entry.value.split(":")[0].split(".")[0] for entry in entries}
+for name in sorted({"gemmzoo", *plugins}):
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        continue
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for source in Path(folder).rglob("*.py"):
+            data = source.read_bytes()
+            compiled[str(source), data] = compile(data, str(source), "exec", dont_inherit=True)
+compile_source = external.SourceLoader.source_to_code
+
+
+def source_to_code(self, data, path, *, _optimize=-1):
+    code = compiled.get((path, bytes(data))) if _optimize == -1 else None
+    return code if code is not None else compile_source(self, data, path, _optimize=_optimize)
+
+
+external.SourceLoader.source_to_code = source_to_code
 sys.stdout.write("ready\n")
 sys.stdout.flush()
 for line in sys.stdin:

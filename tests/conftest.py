@@ -47,14 +47,24 @@ def skip_dead_overflow_work() -> None:
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
 
 
+def hands_tests_out(config: pytest.Config) -> bool:
+    """Whether this process is pytest-xdist's controller: it starts the workers and runs no test."""
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return False
+    return getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", None))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Without a GPU, run the Triton backends' kernels on the CPU under Triton's interpreter, so
     # the conformance suite covers them in CI. This must happen before the kernels are defined:
     # triton.jit reads TRITON_INTERPRET when it decorates a kernel. An explicit setting wins.
-    if not cuda_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    if os.environ.get("TRITON_INTERPRET") == "1" and not config.option.collectonly:
-        skip_dead_overflow_work()
+    # Each process that runs tests decides it (xdist's controller runs none: torch and Triton
+    # stay unimported there).
+    if not hands_tests_out(config):
+        if not cuda_available():
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        if os.environ.get("TRITON_INTERPRET") == "1" and not config.option.collectonly:
+            skip_dead_overflow_work()
     # Nothing a test does reaches the user's own tuning cache: a test that needs a cache of its
     # own sets one (and makes a session of it); every other session of the run uses this one.
     os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-tests-")
@@ -91,6 +101,35 @@ LONGEST_FIRST = (
     "test_triton_fp8.py",
     "test_trust_edits.py",
 )
+
+
+# Files that check again what another file checks, run by the worker that runs that file, after it:
+# its process has then compiled the same problems already (Inductor, JAX's jit), and what these files
+# check is checked without the compilers' start-up a second time. The key's tests keep their ids.
+SAME_WORKER = {
+    "test_torch_compile_backend.py": "test_conformance.py",
+    "test_jax_backend.py": "test_conformance.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """pytest-xdist's ``--dist loadfile``, with the files of :data:`SAME_WORKER` in the scope of
+    the file they name (other modes: pytest-xdist's own)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedWarmth(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            folder, _, name = scope.rpartition("/")
+            shared = SAME_WORKER.get(name)
+            if shared is None:
+                return scope
+            return f"{folder}/{shared}" if folder else shared
+
+    return SharedWarmth(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

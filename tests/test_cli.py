@@ -1,22 +1,43 @@
-"""The command line, run as users run it: ``python -m gemmzoo ...`` in a subprocess."""
+"""The command line, run as users run it: ``python -m gemmzoo ...`` in a process of its own (forked
+from a started interpreter that has the frameworks imported, see tests/cli_forks.py; the plugin's
+runs in a plain subprocess)."""
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable, Iterator
+from subprocess import CompletedProcess
 
 import pytest
+from cli_forks import DEPENDENCIES, FRAMEWORKS, CliForks
 from fake_distributions import run_gemmzoo, write_distribution
 
 import gemmzoo
 
 
-@pytest.fixture
-def nowhere(tmp_path):
-    return tmp_path  # an empty directory: no extra plugins on the path
+@pytest.fixture(scope="module")
+def nowhere(tmp_path_factory):
+    return tmp_path_factory.mktemp("nowhere")  # an empty directory: no extra plugins on the path
 
 
-def test_list_shows_cpu_backends_available_and_cuda_torch_with_a_reason(nowhere):
-    result = run_gemmzoo(nowhere, "list", "--plain", "-v")
+@pytest.fixture(scope="module")
+def gemmzoo_run(nowhere) -> Iterator[Callable[..., CompletedProcess[str]]]:
+    """``run_gemmzoo(nowhere, ...)``, each run forked from one server with the frameworks that
+    ``list -v`` and the torch checks import already imported (gemmzoo itself is imported afresh)."""
+    servers: list[CliForks] = []
+
+    def run(*args: str, **env: str) -> CompletedProcess[str]:
+        if not servers:
+            servers.append(CliForks(nowhere, DEPENDENCIES + FRAMEWORKS))
+        return servers[0].run(*args, **env)
+
+    yield run
+    for server in servers:
+        server.close()
+
+
+def test_list_shows_cpu_backends_available_and_cuda_torch_with_a_reason(gemmzoo_run):
+    result = gemmzoo_run("list", "--plain", "-v")
     assert result.returncode == 0, result.stderr
     rows = {line.split("\t")[0]: line.split("\t") for line in result.stdout.splitlines()}
     assert rows["numpy"][1:4] == ["cpu", "float16,float32,float64,float8_e4m3fn", "yes"]
@@ -29,9 +50,9 @@ def test_list_shows_cpu_backends_available_and_cuda_torch_with_a_reason(nowhere)
     assert rows["numpy"][4] == "numpy (gemmzoo 0.1.0)"
 
 
-def test_check_passes_for_conforming_backends(nowhere):
+def test_check_passes_for_conforming_backends(gemmzoo_run):
     pytest.importorskip("torch")
-    result = run_gemmzoo(nowhere, "check", "numpy", "torch-cpu")
+    result = gemmzoo_run("check", "numpy", "torch-cpu")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("conforms") == 2
     lines = result.stdout.splitlines()
@@ -41,17 +62,17 @@ def test_check_passes_for_conforming_backends(nowhere):
     assert finished[-1] < table  # each backend's line as it finishes, then the table
 
 
-def test_check_of_an_unavailable_backend_fails_with_its_reason(nowhere):
+def test_check_of_an_unavailable_backend_fails_with_its_reason(gemmzoo_run):
     reason = gemmzoo.get_backend("torch").unavailable_reason()
     if reason is None:
         pytest.skip("torch (cuBLAS) is available here")
-    result = run_gemmzoo(nowhere, "check", "numpy", "torch")
+    result = gemmzoo_run("check", "numpy", "torch")
     assert result.returncode == 1
     assert "unavailable" in result.stdout and reason in " ".join(result.stdout.split())
 
 
-def test_check_of_an_unknown_backend_lists_the_known_ones(nowhere):
-    result = run_gemmzoo(nowhere, "check", "no-such")
+def test_check_of_an_unknown_backend_lists_the_known_ones(gemmzoo_run):
+    result = gemmzoo_run("check", "no-such")
     assert result.returncode == 2
     assert "no-such" in result.stdout and "numpy" in result.stdout
 

@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 import pytest
-from fake_distributions import run_gemmzoo, subprocess_env, write_distribution
+from cli_forks import CliForks
+from fake_distributions import subprocess_env, write_distribution
 
 import gemmzoo
 from gemmzoo.cli import main
@@ -53,10 +54,32 @@ def site(tmp_path_factory):
     return folder
 
 
-def test_version(tmp_path):
+@pytest.fixture(scope="module")
+def nowhere(tmp_path_factory):
+    return tmp_path_factory.mktemp("nowhere")  # an empty directory: no extra plugins on the path
+
+
+@pytest.fixture(scope="module")
+def run_gemmzoo():
+    """``fake_distributions.run_gemmzoo(where, ...)`` for this module's runs, each forked from a
+    started interpreter with ``where`` on its path (tests/cli_forks.py): what they print and
+    their exit codes are under test here, not the start. Ctrl-C's runs are plain processes."""
+    servers: dict[object, CliForks] = {}
+
+    def run(where, *args: str, **env: str):
+        if where not in servers:
+            servers[where] = CliForks(where)
+        return servers[where].run(*args, **env)
+
+    yield run
+    for server in servers.values():
+        server.close()
+
+
+def test_version(run_gemmzoo, nowhere):
     from importlib.metadata import version
 
-    result = run_gemmzoo(tmp_path, "--version")
+    result = run_gemmzoo(nowhere, "--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"gemmzoo {version('gemmzoo')}"
 
@@ -70,8 +93,8 @@ def test_version(tmp_path):
     (["best", "-1", "8", "8"], "M: -1 is out of range"),
     (["check", "numpy", "--random", "-2"], "--random: -2 is out of range"),
 ])
-def test_numbers_are_checked_with_a_one_line_error(tmp_path, args, said):
-    result = run_gemmzoo(tmp_path, *args, **LIGHT)
+def test_numbers_are_checked_with_a_one_line_error(run_gemmzoo, nowhere, args, said):
+    result = run_gemmzoo(nowhere, *args, **LIGHT)
     assert result.returncode == 2, result.stdout + result.stderr
     assert said in result.stderr + result.stdout
     assert "expected one argument" not in result.stderr and "Traceback" not in result.stderr
@@ -97,9 +120,9 @@ def test_too_large_names_the_largest_point(monkeypatch):
 
 
 @pytest.mark.parametrize("command", ["bench", "tune"])
-def test_a_shape_too_large_is_refused_before_any_work(tmp_path, command):
+def test_a_shape_too_large_is_refused_before_any_work(run_gemmzoo, nowhere, tmp_path, command):
     started = time.monotonic()
-    result = run_gemmzoo(tmp_path, command, "--shape", "40000x40000x40000", "--backend", "numpy",
+    result = run_gemmzoo(nowhere, command, "--shape", "40000x40000x40000", "--backend", "numpy",
                          GEMMZOO_CACHE_DIR=str(tmp_path / "cache"), **LIGHT)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "40000x40000x40000 float32 needs about" in result.stderr and "GB" in result.stderr
@@ -107,7 +130,7 @@ def test_a_shape_too_large_is_refused_before_any_work(tmp_path, command):
     assert "MemoryError" not in result.stdout + result.stderr
 
 
-def test_an_error_row_exits_1_and_names_the_backend(site, tmp_path):
+def test_an_error_row_exits_1_and_names_the_backend(run_gemmzoo, site, tmp_path):
     result = run_gemmzoo(site, "bench", "--backend", "numpy", "--backend", "sleepy", "--shape", "47x8x8",
                          "--budget", "0.005", SLEEPY_MARK=str(tmp_path / "mark"), **LIGHT)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -214,23 +237,23 @@ def test_interpreted_triton_backends_are_left_out_unless_named(monkeypatch, caps
     assert "left out under TRITON_INTERPRET=1" in captured.err and slow[0].name in captured.err
 
 
-def test_cache_shows_and_clears_the_tuning_database(tmp_path):
+def test_cache_shows_and_clears_the_tuning_database(run_gemmzoo, nowhere, tmp_path):
     cache = tmp_path / "cache"
     env = {"GEMMZOO_CACHE_DIR": str(cache), **LIGHT}
-    empty = json.loads(run_gemmzoo(tmp_path, "cache", "--format", "json", **env).stdout)
+    empty = json.loads(run_gemmzoo(nowhere, "cache", "--format", "json", **env).stdout)
     compiled = empty[0].pop("compiled_dispatch")
     assert compiled["built"] is False and compiled["reason"]
     assert empty == [{"path": str(cache / "tuning.sqlite3"), "exists": False, "bytes": 0, "measurements": 0,
                       "conformance_verdicts": 0}]
     assert not cache.exists()  # looking does not create a database
-    tuned = run_gemmzoo(tmp_path, "tune", "--shape", "16x8x8", "--shape", "8x8x8", "--budget", "0.005", **env)
+    tuned = run_gemmzoo(nowhere, "tune", "--shape", "16x8x8", "--shape", "8x8x8", "--budget", "0.005", **env)
     assert tuned.returncode == 0, tuned.stdout + tuned.stderr
-    [shown] = json.loads(run_gemmzoo(tmp_path, "cache", "--format", "json", **env).stdout)
+    [shown] = json.loads(run_gemmzoo(nowhere, "cache", "--format", "json", **env).stdout)
     assert shown["exists"] and shown["bytes"] > 0 and shown["measurements"] == 2
     assert shown["conformance_verdicts"] == 1
-    cleared = run_gemmzoo(tmp_path, "cache", "--clear", **env)
+    cleared = run_gemmzoo(nowhere, "cache", "--clear", **env)
     assert cleared.returncode == 0 and "cleared" in cleared.stdout
-    [after] = json.loads(run_gemmzoo(tmp_path, "cache", "--format", "json", **env).stdout)
+    [after] = json.loads(run_gemmzoo(nowhere, "cache", "--format", "json", **env).stdout)
     assert after["measurements"] == 0 and after["conformance_verdicts"] == 0  # emptied in place
 
 
@@ -250,7 +273,7 @@ def test_best_backend_takes_numpy_and_torch_dtype_objects(empty_cache):
         gemmzoo.best_backend((16, 16, 16), dtype=np.int32)
 
 
-def test_zero_sizes_are_an_empty_product_everywhere(empty_cache, monkeypatch):
+def test_zero_sizes_are_an_empty_product_everywhere(run_gemmzoo, nowhere, empty_cache, monkeypatch):
     from gemmzoo.tuning import select
 
     monkeypatch.setattr(select, "measure_records", lambda *a, **k: pytest.fail("measured an empty product"))
@@ -262,14 +285,14 @@ def test_zero_sizes_are_an_empty_product_everywhere(empty_cache, monkeypatch):
     assert empty.shape == (0, 2)
     with pytest.raises(ValueError, match="non-negative"):
         gemmzoo.best_backend((-1, 10, 10))
-    result = run_gemmzoo(empty_cache.parent, "best", "0", "10", "10", GEMMZOO_CACHE_DIR=str(empty_cache),
+    result = run_gemmzoo(nowhere, "best", "0", "10", "10", GEMMZOO_CACHE_DIR=str(empty_cache),
                          **LIGHT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "for 0x10x10 float32" in result.stdout
 
 
-def test_best_refuses_to_measure_a_shape_too_large(tmp_path):
-    result = run_gemmzoo(tmp_path, "best", "40000", "40000", "40000", GEMMZOO_CACHE_DIR=str(tmp_path / "c"),
+def test_best_refuses_to_measure_a_shape_too_large(run_gemmzoo, nowhere, tmp_path):
+    result = run_gemmzoo(nowhere, "best", "40000", "40000", "40000", GEMMZOO_CACHE_DIR=str(tmp_path / "c"),
                          **LIGHT)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "40000x40000x40000 float32 needs about" in result.stderr and "--no-measure" in result.stderr

@@ -9,18 +9,51 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("jax")
 
+#: How long the interrupted command runs at most before Ctrl-C (where its JAX threads cannot be seen).
+LONGEST_S = 6.0
+#: How long it runs on after JAX's runtime has started its threads: the command is then computing with it.
+AFTER_JAX_S = 1.0
 
-def _interrupted(tmp_path, args: list[str], after_s: float) -> tuple[subprocess.CompletedProcess, bool]:
+
+def _xla_threads(pid: int) -> bool:
+    """Whether process ``pid`` runs the threads of XLA's CPU client (Linux's ``/proc`` names them;
+    False where it cannot be read)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            if "XLA" in (task / "comm").read_text():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _wait_for_jax(process: subprocess.Popen) -> None:
+    """Wait until ``process`` has run JAX for :data:`AFTER_JAX_S`, or :data:`LONGEST_S` in all
+    (where JAX's threads cannot be seen, or do not come)."""
+    deadline = time.monotonic() + LONGEST_S
+    while time.monotonic() < deadline and process.poll() is None:
+        if _xla_threads(process.pid):
+            time.sleep(min(AFTER_JAX_S, max(0.0, deadline - time.monotonic())))
+            return
+        time.sleep(0.05)
+
+
+def _interrupted(tmp_path, args: list[str]) -> tuple[subprocess.CompletedProcess, bool]:
     env = {**os.environ, "GEMMZOO_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("GEMMZOO_BACKENDS", None)
     process = subprocess.Popen([sys.executable, "-m", "gemmzoo", *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, env=env, text=True, cwd=tmp_path)
-    time.sleep(after_s)
+    _wait_for_jax(process)
     running = process.poll() is None
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=300)
@@ -28,7 +61,7 @@ def _interrupted(tmp_path, args: list[str], after_s: float) -> tuple[subprocess.
 
 
 def test_ctrl_c_during_check_of_jax_exits_130(tmp_path):
-    done, running = _interrupted(tmp_path, ["check", "jax"], 6.0)
+    done, running = _interrupted(tmp_path, ["check", "jax"])
     if not running:
         pytest.skip("the check ended before it was interrupted")
     assert done.returncode == 130, done.stderr
@@ -40,7 +73,7 @@ def test_ctrl_c_during_bench_with_jax_exits_130_and_writes_the_results_so_far(tm
     path = tmp_path / "partial.json"
     done, running = _interrupted(tmp_path, ["bench", "--backend", "jax", "--backend", "numpy",
                                             *(f"--shape={s}x{s}x{s}" for s in range(200, 1400, 100)),
-                                            "--json", str(path)], 6.0)
+                                            "--json", str(path)])
     if not running:
         pytest.skip("the bench ended before it was interrupted")
     assert done.returncode == 130, done.stderr

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -187,21 +188,29 @@ def test_slurm_parameters_reach_a_slurm_executor(tmp_path: Path, monkeypatch: py
         make_executor(bad).run(job, POINTS)
 
 
-def test_ray_on_a_local_cluster_with_fake_gpus_survives_a_killed_actor(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """One local Ray cluster with two fake GPUs for the module's Ray tests (each sweep makes
+    actors of its own on it); its workers see this process's ``PYTHONPATH``."""
     ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def test_ray_on_a_local_cluster_with_fake_gpus_survives_a_killed_actor(tmp_path: Path,
+                                                                       local_ray: None) -> None:
     _by_value()
     log = tmp_path / "log"
     log.mkdir()
     kill_at = POINTS[1].id
     job = functools.partial(traced_job, str(log), kill_at)
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
-    try:
-        settings = ExecutorSettings("ray", folder=str(tmp_path / "sweep"))
-        setup = functools.partial(traced_setup, str(log))
-        outcomes, reports = make_executor(settings).run(job, POINTS, setup=setup)
-    finally:
-        ray.shutdown()
+    settings = ExecutorSettings("ray", folder=str(tmp_path / "sweep"))
+    setup = functools.partial(traced_setup, str(log))
+    outcomes, reports = make_executor(settings).run(job, POINTS, setup=setup)
     _check_sweep(log, outcomes, kill_at)
     _check_setups(log)
     assert all(r.began_s <= r.ready_s <= r.done_s and r.setup["seconds"] >= 0 for r in reports if r.points)
@@ -275,17 +284,13 @@ def test_bench_through_slurm_writes_one_result_file_compare_reads(tmp_path: Path
     assert len(rows) == 3 and all(row["verdict"] in ("same", "faster", "slower", "ambiguous") for row in rows)
 
 
-def test_tune_through_ray_stores_rows_through_the_import(tmp_path: Path, empty_cache: Path) -> None:
-    ray = pytest.importorskip("ray")
+def test_tune_through_ray_stores_rows_through_the_import(tmp_path: Path, empty_cache: Path,
+                                                        local_ray: None) -> None:
     from gemmzoo.cli import main
     from gemmzoo.tuning import state
 
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        code = main(["tune", "--backend", "numpy", "--shape", "24x40x32", "--shape", "40x24x16",
-                     "--budget", "0.01", "--executor", "ray", "--results-dir", str(tmp_path / "sweep")])
-    finally:
-        ray.shutdown()
+    code = main(["tune", "--backend", "numpy", "--shape", "24x40x32", "--shape", "40x24x16",
+                 "--budget", "0.01", "--executor", "ray", "--results-dir", str(tmp_path / "sweep")])
     assert code == 0
     rows = [r for r in state.store().all_records() if r.backend == "numpy"]
     assert sorted((r.m, r.n, r.k) for r in rows) == [(24, 40, 32), (40, 24, 16)]

@@ -132,6 +132,19 @@ def test_results_are_written_atomically(tmp_path: Path, monkeypatch) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary left behind
 
 
+def _verdict_stored(cache: Path) -> bool:
+    """Whether the tuning cache in ``cache`` holds a conformance verdict (read only; False while
+    there is none to read)."""
+    try:
+        db = sqlite3.connect(f"{(cache / DB_NAME).as_uri()}?mode=ro", uri=True, timeout=0.1)
+        try:
+            return db.execute("SELECT COUNT(*) FROM conformance").fetchone()[0] > 0
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return False
+
+
 def test_sigterm_during_bench_writes_the_results_so_far(tmp_path: Path) -> None:
     import json
     import signal
@@ -149,7 +162,12 @@ def test_sigterm_during_bench_writes_the_results_so_far(tmp_path: Path) -> None:
                               *[x for shape in shapes for x in ("--shape", shape)]],
                              env=subprocess_env(tmp_path, GEMMZOO_CACHE_DIR=str(tmp_path / "cache")),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(8)
+    # SIGTERM once the bench is measuring: its suite's verdict is stored first, then each shape
+    # takes its 0.5 s (8 s in all where the verdict is not seen)
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline and child.poll() is None and not _verdict_stored(tmp_path / "cache"):
+        time.sleep(0.05)
+    time.sleep(2.5 if time.monotonic() < deadline else 0)
     child.send_signal(signal.SIGTERM)
     stdout, stderr = child.communicate(timeout=120)
     assert child.returncode == 130, stdout + stderr
