@@ -126,6 +126,8 @@ def test_the_fastest_is_checked_before_it_is_the_answer():
         assert verdicts[FAST].passed and verdicts[SLOW] is None
         assert "failed conformance" in choice.excluded["strided-wrong"]
         assert "not yet checked" in choice.excluded[SLOW]
+        # shown as timed and unchecked: the one not checked yet, never the one that failed
+        assert [t.backend for t in choice.unchecked] == [SLOW]
         # the timed rows of all three are stored; the unchecked one's rank nothing until it passes
         stored = {r.backend for r in store.records(device_fingerprint("cpu"), "float32", "NN", (8, 8, 8))}
         assert stored == {"strided-wrong", FAST, SLOW}

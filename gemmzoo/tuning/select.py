@@ -475,9 +475,8 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 return _measured_choice(problem, backends, timings, rows, searches, native, session.prior, by,
                                         source, shape, "", {}).backend.name
 
-            passed = _checked_winners(store, provisional, latest, dtype, decide, dict(by_name), excluded)
-            waiting = {b.name for b in provisional} - {b.name for b in passed} - {
-                r.backend for r in latest.values() if r.status != "ok"}
+            passed, waiting = _checked_winners(store, provisional, latest, dtype, decide, dict(by_name),
+                                               excluded)
             unsuited = tuple(sorted((t for t in _timings(latest, by, loops) if t.backend in waiting),
                                     key=lambda t: t.median_s))
             conforming += passed
@@ -530,13 +529,14 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
 
 def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[str, Record], dtype: str,
                      decide: Callable[[dict[str, Any], dict[str, Record]], str | None],
-                     conforming: dict[str, Any], excluded: dict[str, str]) -> list[Any]:
+                     conforming: dict[str, Any], excluded: dict[str, str]) -> tuple[list[Any], set[str]]:
     """Of ``provisional`` (candidates timed before their suite ran), the one that passed its suite,
-    if any: a suite runs only on a backend that would be the answer, by the rule every answer
-    follows (``decide(backends, rows)`` names the winner), among the ``conforming`` ones and it.
-    The provisional ones are looked at fastest first; the first whose suite passes is the answer
-    (said on stderr), one that fails is passed over. Those not checked are excluded with a note
-    saying so; their timings rank nothing until they pass."""
+    if any, and the names of those whose timings stand unchecked: a suite runs only on a backend
+    that would be the answer, by the rule every answer follows (``decide(backends, rows)`` names
+    the winner), among the ``conforming`` ones and it. The provisional ones are looked at fastest
+    first; the first whose suite passes is the answer (said on stderr), one that fails is passed
+    over. Those not checked are excluded with a note saying so; their timings rank nothing until
+    they pass."""
     wrong = {r.backend for r in latest.values() if r.status == "wrong"}
     timed = {t.backend: t.median_s for t in _timings(latest, "device", None)}
     waiting = sorted((b for b in provisional if b.name in timed and b.name not in wrong),
@@ -552,6 +552,7 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
             passed.append(backend)
         else:
             excluded[backend.name] = _failed(backend.name, dtype)
+    unchecked = set()
     for backend in provisional:
         name = backend.name
         if backend in passed or name in excluded:
@@ -560,10 +561,11 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
         if row is not None and row.status != "ok":
             excluded[name] = f"{row.status} at this shape: {row.detail}"
             continue
+        unchecked.add(name)
         excluded[name] = (f"timed, not yet checked for {dtype} on this machine: its suite runs when it "
                           "would be the answer, and its timings rank nothing until it passes "
                           f"(gemmzoo check {name})")
-    return passed
+    return passed, unchecked
 
 
 def _compiles_note(shape: tuple[int, int, int]) -> str:
