@@ -71,9 +71,8 @@ def wait_for(condition, seconds: float = 60.0) -> None:
 def test_a_build_is_started_once_and_switched_to_at_a_later_new_problem(auto, compiled_dispatch_module,
                                                                         monkeypatch):
     session, gate = auto
-    monkeypatch.setattr(background, "BUILDER", "fake_builds:copy_prebuilt")
+    session.compiled_build = background.Watch(check_every_s=0.05, builder="fake_builds:copy_prebuilt")
     monkeypatch.setenv("FAKE_BUILD_PREBUILT", compiled_dispatch_module.__file__)
-    monkeypatch.setattr(background, "CHECK_EVERY_S", 0.05)
     checked_product(5, 7, 3, seed=0)  # the first product: the build starts, the product goes on
     watch = session.compiled_build
     process = watch.process
@@ -108,10 +107,9 @@ def test_a_build_is_started_once_and_switched_to_at_a_later_new_problem(auto, co
     assert native.status().built
 
 
-def test_a_failed_build_is_recorded_said_and_not_started_again(auto, monkeypatch, capsys):
+def test_a_failed_build_is_recorded_said_and_not_started_again(auto, capsys):
     session, gate = auto
-    monkeypatch.setattr(background, "BUILDER", "fake_builds:fail")
-    monkeypatch.setattr(background, "CHECK_EVERY_S", 0.05)
+    session.compiled_build = background.Watch(check_every_s=0.05, builder="fake_builds:fail")
     gate.touch()
     checked_product(6, 5, 4, seed=0)
     process = session.compiled_build.process
@@ -188,9 +186,8 @@ def test_a_build_that_ended_without_a_module_or_a_record_is_recorded(auto):
 def test_cuda_tensors_start_the_build_and_switch_to_it(auto, compiled_dispatch_module, monkeypatch):
     session, gate = auto
     monkeypatch.setattr(dispatch, "_builds_for", BUILDS_FOR)  # the real rule: CUDA tensors start it
-    monkeypatch.setattr(background, "BUILDER", "fake_builds:copy_prebuilt")
+    session.compiled_build = background.Watch(check_every_s=0.05, builder="fake_builds:copy_prebuilt")
     monkeypatch.setenv("FAKE_BUILD_PREBUILT", compiled_dispatch_module.__file__)
-    monkeypatch.setattr(background, "CHECK_EVERY_S", 0.05)
     gate.touch()
     checked_product(6, 5, 4, seed=0, device="cuda")
     session.compiled_build.process.wait(timeout=60)

@@ -481,6 +481,8 @@ def test_tf32_operands_met_before_any_plain_tensor_are_planned_once(route, compi
     """A TF32Array's key is its tensors' key: a process whose first products are tf32 (or whose
     plain tensors all went through the compiled dispatch) still keeps their plan."""
     monkeypatch.setenv(native.ENV_SWITCH, "on")
+    # A process that has met no plain tensor yet: the dispatch's per-process tables emptied (they
+    # are no setting a caller passes; test_import_graph's allowlist names these two lines).
     monkeypatch.setattr(dispatch, "_KEYS", {gemmzoo.TF32Array: dispatch._tf32_key})
     monkeypatch.setattr(dispatch, "_ROUTES", {})
     if route == "compiled":

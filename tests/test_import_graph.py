@@ -1,7 +1,7 @@
 """The core's structure, read from its source: no import circle among gemmzoo's modules (neither
 at import time nor through the imports inside functions), no module-level mutable state beyond the
 per-process pieces docs/architecture.md lists, no private ``os.environ._data``, and no test that
-resets module state."""
+resets module state or patches a module constant (a setting is passed instead)."""
 
 from __future__ import annotations
 
@@ -292,6 +292,67 @@ def test_the_state_check_finds_state():
     assert module_state("import threading\n_local = threading.local()\n") == {"_local"}
     assert module_state("_tried = False\ndef f():\n    global _tried\n    _tried = True\n") == {"_tried"}
     assert module_state("_held = []\ndef f(x):\n    _held.append(x)\n") == {"_held"}
+
+
+# The module constants a test may still replace with monkeypatch.setattr, by test file: each
+# with why it is no setting that a caller could pass instead.
+PATCHED_CONSTANTS = {
+    # the dispatch's per-process tables (gemmzoo.dispatch.matmul), emptied to stand for a process
+    # that has met no plain tensor yet
+    "test_compiled_dispatch.py": {"_KEYS", "_ROUTES"},
+}
+
+
+def _upper(name: str) -> bool:
+    bare = name.lstrip("_")
+    return bool(bare) and bare[0].isalpha() and bare.upper() == bare
+
+
+def patched_constants(source: str) -> set[str]:
+    """The UPPER_CASE module attributes that ``source`` replaces with ``<name>.setattr(...)``
+    (pytest's monkeypatch, or a ``with monkeypatch.context() as mp`` block's): by object and name,
+    ``setattr(module, "NAME", value)``, or by dotted path, ``setattr("package.module.NAME", value)``."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "setattr" and isinstance(node.func.value, ast.Name) and node.args):
+            continue
+        first, second = node.args[0], node.args[1] if len(node.args) > 1 else None
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            name = first.value.rpartition(".")[2]  # the dotted form: the attribute is the last part
+        elif isinstance(second, ast.Constant) and isinstance(second.value, str):
+            name = second.value
+        else:
+            continue
+        if _upper(name):
+            found.add(name)
+    return found
+
+
+def test_the_patch_check_finds_patched_constants():
+    source = ("def test(monkeypatch):\n"
+              "    monkeypatch.setattr(watchdog, 'IDLE_S', 0.2)\n"
+              "    monkeypatch.setattr('gemmzoo.conformance.judge.PLAIN_CHUNK', 7)\n"
+              "    monkeypatch.setattr(dispatch, '_ROUTES', {})\n"
+              "    monkeypatch.setattr(native, 'load', lambda: None)\n"
+              "    monkeypatch.setattr(sys, 'platform', 'linux')\n"
+              "    monkeypatch.setattr(Tuner, 'run', run)\n"
+              "    monkeypatch.setenv('GEMMZOO_TUNE', '0')\n"
+              "    with monkeypatch.context() as mp:\n"
+              "        mp.setattr(autotune, 'QUICK_CONFIGS', 1)\n"
+              "    setattr(portable, 'MAX_ROWS', 2)\n")
+    assert patched_constants(source) == {"IDLE_S", "PLAIN_CHUNK", "_ROUTES", "QUICK_CONFIGS"}
+
+
+def test_tests_pass_settings_instead_of_patching_module_constants():
+    """A constant a test needs changed is a setting: an argument, a constructor option or a
+    configuration field, with the constant as its default."""
+    found = {path.name: names for path in sorted((ROOT / "tests").rglob("*.py"))
+             if (names := patched_constants(path.read_text()))}
+    assert {name: names - PATCHED_CONSTANTS.get(name, set()) for name, names in found.items()
+            if names - PATCHED_CONSTANTS.get(name, set())} == {}
+    gone = {name: names - found.get(name, set()) for name, names in PATCHED_CONSTANTS.items()}
+    assert {name: names for name, names in gone.items() if names} == {}  # keep the allowlist true
 
 
 def test_no_private_environ_and_no_reset_of_module_state_in_tests():

@@ -206,15 +206,15 @@ def test_the_watchdog_returns_values_reraises_errors_and_quarantines_on_overrun(
     assert [t.backend for t in watchdog.timeouts()] == [backend.name]
 
 
-def test_workers_are_reused_back_to_back_and_end_when_idle(monkeypatch):
-    """Tasks that follow each other run on one worker thread; a worker left idle for IDLE_S ends
-    (a kept thread kept the OpenMP team of the backend work it ran alive, and the caller's own
-    OpenMP work slow); a task after that gets a new worker."""
+def test_workers_are_reused_back_to_back_and_end_when_idle():
+    """Tasks that follow each other run on one worker thread; a worker left idle for its idle_s
+    ends (a kept thread kept the OpenMP team of the backend work it ran alive, and the caller's
+    own OpenMP work slow); a task after that gets a new worker."""
     import threading
 
-    monkeypatch.setattr(watchdog, "IDLE_S", 0.2)
+    watchdog.end_idle_workers()  # the first call makes its worker, with its idle_s
     which = threading.current_thread
-    first, second = (watchdog.call(None, "which", which, timeout=LIMIT_S) for _ in range(2))
+    first, second = (watchdog.call(None, "which", which, timeout=LIMIT_S, idle_s=0.2) for _ in range(2))
     assert first is second is not threading.current_thread()
     deadline = time.monotonic() + SLACK_S
     while first.is_alive() and time.monotonic() < deadline:
@@ -225,12 +225,15 @@ def test_workers_are_reused_back_to_back_and_end_when_idle(monkeypatch):
 
 
 def _new_workers_end(run) -> bool:
-    """Whether the worker threads that appear while ``run()`` runs end without further tasks
-    (those from before are left out: other tests' hung calls keep their abandoned workers)."""
+    """Whether the worker threads that appear while ``run()`` runs, and one made just before it
+    that would wait an hour for a task, end without further tasks (those from before are left
+    out: other tests' hung calls keep their abandoned workers)."""
     import threading
 
     watchdog.end_idle_workers()  # none left idle from before, to be reused unseen
     earlier = set(threading.enumerate())
+    # idle for an hour unless the run ends it: its first task (if any) reuses it
+    watchdog.call(None, "which", threading.current_thread, timeout=LIMIT_S, idle_s=3600.0)
     run()
     workers = [t for t in threading.enumerate() if t not in earlier and t.name == "gemmzoo-watchdog-worker"]
     for worker in workers:
@@ -240,21 +243,20 @@ def _new_workers_end(run) -> bool:
 
 @pytest.mark.parametrize("run", ["block", "best_backend", "check_backend", "run_bench", "tune"])
 def test_a_run_of_tasks_leaves_no_idle_worker_behind(empty_cache, monkeypatch, run):
-    """The workers a run of tasks leaves idle end with it, however long IDLE_S is: an
+    """The workers a run of tasks leaves idle end with it, however long their idle time is: an
     idle_workers_ended() block, and the entry points that run tasks for a caller."""
     import threading
 
     from gemmzoo.tuning.select import explain
     from gemmzoo.tuning.tune import tune
 
-    monkeypatch.setattr(watchdog, "IDLE_S", 3600.0)
     monkeypatch.setenv("GEMMZOO_BACKENDS", "numpy,torch-cpu")
     reconfigure()
     point = GridPoint(21, 13, 8)
 
     def block() -> None:
         with watchdog.idle_workers_ended():
-            worker = watchdog.call(None, "which", threading.current_thread, timeout=LIMIT_S)
+            worker = watchdog.call(None, "which", threading.current_thread, timeout=LIMIT_S, idle_s=3600.0)
             assert watchdog.call(None, "which", threading.current_thread, timeout=LIMIT_S) is worker
 
     def best_backend() -> None:

@@ -270,14 +270,12 @@ def test_a_plan_reuses_its_copy_buffer_per_thread_and_stays_right():
     assert other and other[0] != first
 
 
-def test_large_copy_buffers_are_not_kept(monkeypatch):
+def test_large_copy_buffers_are_not_kept():
     pytest.importorskip("triton")
-    from gemmzoo_triton.core import stream_buffers as padded_module
-
-    monkeypatch.setattr(padded_module, "REUSED_BUFFER_BYTES", 0)
     x, y = _on_copy_device(operand(13, 21, "N", torch.float32, 1), operand(21, 11, "N", torch.float32, 2))
     kp, np_ = padded_length(21, 4), padded_length(11, 4)
-    pair = PaddedPair(PaddedCopy(x, 13, kp, column_major=False), PaddedCopy(y, kp, np_, column_major=False))
+    pair = PaddedPair(PaddedCopy(x, 13, kp, column_major=False), PaddedCopy(y, kp, np_, column_major=False),
+                      reused_buffer_bytes=0)
     kept = [pair(x, y) for _ in range(2)]
     assert kept[0][0].data_ptr() != kept[1][0].data_ptr()
     assert all(torch.equal(a[:, :21], x) and torch.equal(b[:21, :11], y) for a, b in kept)

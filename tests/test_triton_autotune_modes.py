@@ -44,12 +44,24 @@ def stamp_kernel(out_ptr, M, N, K, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.
     tl.store(out_ptr + 1, BLOCK_SIZE_N)
 
 
+@autotune.autotuned(configs=CONFIGS, key=["M", "N", "K"], quick_configs=1)
+@triton.jit
+def stamp_one_kernel(out_ptr, M, N, K, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+                     BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
+    """``stamp_kernel`` whose quick autotune keeps one config: the model's best."""
+    tl.store(out_ptr, BLOCK_SIZE_M)
+    tl.store(out_ptr + 1, BLOCK_SIZE_N)
+
+
+KERNELS = ("stamp_kernel", "stamp_one_kernel")
+
+
 @pytest.fixture(autouse=True)
 def forget_picks(empty_cache):
     """Each test starts as a new process would: no picks in memory, the disk file (in the test's
     own cache directory) read again."""
     def clear() -> None:
-        for key in [k for k in autotune.PICKED if k[0] == "stamp_kernel"]:
+        for key in [k for k in autotune.PICKED if k[0] in KERNELS]:
             del autotune.PICKED[key]
             autotune.FULL_PICKS.discard(key)
         picks_store.forget()
@@ -59,9 +71,9 @@ def forget_picks(empty_cache):
     clear()
 
 
-def launch(m: int, mode: str) -> tuple[triton.Config, tuple[int, int]]:
+def launch(m: int, mode: str, kernel=stamp_kernel) -> tuple[triton.Config, tuple[int, int]]:
     out = torch.zeros(2, dtype=torch.float32)
-    picked = autotune.launch_tuned(stamp_kernel, lambda meta: (1,), (out, m, m, m), {}, (m, m, m), mode)
+    picked = autotune.launch_tuned(kernel, lambda meta: (1,), (out, m, m, m), {}, (m, m, m), mode)
     return picked, (int(out[0]), int(out[1]))
 
 
@@ -170,6 +182,8 @@ def test_quick_pruning_keeps_the_models_best_few_of_what_full_pruning_keeps():
     costs = {id(c): cost(c, 2000, 3000, 1000, 2, autotune.DEFAULT_SMS) for c in full}
     assert sorted(costs[id(c)] for c in quick) == sorted(costs.values())[: autotune.QUICK_CONFIGS]
     assert quick[0] is CONFIGS[2]  # 64x64: the most reuse, no edge to speak of
+    assert autotune.quick_prune(CONFIGS, named, keep=len(full)) == full  # keep= all: nothing dropped
+    assert autotune.quick_prune(CONFIGS, named, keep=1) == [CONFIGS[2]]
 
 
 # Quick and full launches -------------------------------------------------------------------------
@@ -186,12 +200,17 @@ def test_quick_times_only_the_models_best_configs(monkeypatch):
 
 
 def test_quick_with_one_config_left_launches_it_without_the_autotuner(monkeypatch):
-    monkeypatch.setattr(autotune, "QUICK_CONFIGS", 1)
-    fake = FakeTuner(autotune._TUNERS["stamp_kernel"].quick, monkeypatch, lambda configs: configs[0])
-    picked, ran = launch(500, "quick")
+    fake = FakeTuner(autotune._TUNERS["stamp_one_kernel"].quick, monkeypatch, lambda configs: configs[0])
+    picked, ran = launch(500, "quick", stamp_one_kernel)
     best = min(CONFIGS, key=lambda c: cost(c, 500, 500, 500, 4, autotune.DEFAULT_SMS))  # fp32 stamps
     assert fake.timed == [] and picked is best
     assert ran == (best.kwargs["BLOCK_SIZE_M"], best.kwargs["BLOCK_SIZE_N"])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_a_kernel_keeps_at_least_one_quick_config(bad):
+    with pytest.raises(ValueError, match=f"quick_configs: a whole number of configs, at least 1; got {bad}"):
+        autotune.autotuned(configs=CONFIGS, key=["M"], quick_configs=bad)
 
 
 def test_full_times_every_config_and_later_quick_processes_launch_its_pick(monkeypatch):

@@ -180,10 +180,9 @@ def test_each_thread_and_stream_keeps_its_own_buffer(aligned_route, monkeypatch)
 
 
 def test_large_buffers_are_not_kept(aligned_route, monkeypatch):
-    monkeypatch.setattr(stream_buffers, "REUSED_BUFFER_BYTES", 0)
     spies = Spies(monkeypatch)
     x, y = operands(37, 43, 53, "NN", aligned_route, 5)
-    run = TritonGroupedBackend(gluon=False).prepare(x, y)
+    run = TritonGroupedBackend(gluon=False, reused_buffer_bytes=0).prepare(x, y)
     first = run(x, y)
     spies.start()
     assert torch.equal(run(x, y), first) and torch.equal(run(x, y), first)

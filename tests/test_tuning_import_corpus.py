@@ -209,22 +209,24 @@ def test_a_malformed_file_is_rejected_whole(seeded, empty_cache, tmp_path, capsy
     assert _database(empty_cache) == seeded
 
 
-def test_a_file_over_the_size_limit_is_not_read(seeded, empty_cache, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(portable, "MAX_FILE_BYTES", 100)
+def test_a_file_over_the_size_limit_is_not_read(seeded, empty_cache, tmp_path):
     big = tmp_path / "big.json"
     big.write_text(json.dumps(_document()))
-    assert main(["tune", "--import", str(big)]) == 2
-    assert "more than the 100" in capsys.readouterr().out
+    with pytest.raises(portable.TuningFileError, match=r"big\.json: rejected, nothing imported: \d+ "
+                       r"bytes, more than the 100 a tuning file may have"):
+        portable.import_tuning(state.store(), big, max_bytes=100)
     assert _database(empty_cache) == seeded
+    assert portable.load(big, max_bytes=big.stat().st_size)["format"] == portable.FORMAT  # at the limit: read
 
 
-def test_too_many_rows_are_refused(seeded, empty_cache, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(portable, "MAX_ROWS", 2)
+def test_too_many_rows_are_refused(seeded, empty_cache, tmp_path):
     many = tmp_path / "many.json"
     many.write_text(json.dumps(_document(_row(1, 1, 1), _row(2, 2, 2), _row(3, 3, 3))))
-    assert main(["tune", "--import", str(many)]) == 2
-    assert "measurements: more than 2 rows" in capsys.readouterr().out
+    with pytest.raises(portable.TuningFileError, match=r"many\.json: rejected, nothing imported: "
+                       r"measurements: more than 2 rows \(3\)"):
+        portable.import_tuning(state.store(), many, max_rows=2)
     assert _database(empty_cache) == seeded
+    assert len(portable.load(many, max_rows=3)["measurements"]) == 3  # at the limit: read
 
 
 def test_the_poisoned_file_of_the_report_leaves_matmul_working(tmp_path, capsys):

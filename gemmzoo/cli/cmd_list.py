@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from gemmzoo.cli.console import console
@@ -48,11 +49,13 @@ NO_GPU_NOTE = ("installed, no GPU here: a CUDA backend whose framework is instal
                "TRITON_INTERPRET=1); gemmzoo list -v asks every backend")
 
 
-def _availability(backend: Any, probe: bool) -> tuple[bool | None, str | None]:
+def _availability(backend: Any, probe: bool,
+                  gpu_nodes: Sequence[str] | None = None) -> tuple[bool | None, str | None]:
     """(available, reason): asked of the backend when ``probe`` is on or asking is cheap (a module
     it requires is missing, or all of them are imported already); else ``(None, NO_GPU)`` for a CUDA
     backend on a machine with no GPU device (:func:`gemmzoo.measure.device.no_gpu_reason`: told without
-    importing anything), ``(None, NOT_PROBED)`` for the others."""
+    importing anything, from ``gpu_nodes``, default its :data:`~gemmzoo.measure.device.GPU_DEVICE_NODES`),
+    ``(None, NOT_PROBED)`` for the others."""
     try:
         required = tuple(declared(backend, "requires") or ())
         cheap = probe or not required or any(importlib.util.find_spec(m) is None for m in required) \
@@ -63,7 +66,7 @@ def _availability(backend: Any, probe: bool) -> tuple[bool | None, str | None]:
     if gpu:
         from gemmzoo.measure.device import no_gpu_reason
 
-        if no_gpu_reason() is not None:
+        if (no_gpu_reason() if gpu_nodes is None else no_gpu_reason(gpu_nodes)) is not None:
             return None, NO_GPU
     if not cheap:
         return None, NOT_PROBED

@@ -41,15 +41,16 @@ class Verdict:
 PLAIN_CHUNK = 1 << 24
 
 
-def plain_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def plain_product(a: np.ndarray, b: np.ndarray, chunk: int = PLAIN_CHUNK) -> np.ndarray:
     """``a @ b`` in float64 as elementwise products and plain sums, so IEEE's NaN and Inf rules
     hold (0·Inf is NaN, Inf - Inf is NaN) with no BLAS shortcut. The sum runs over slices of K
-    sized so that no temporary holds more than :data:`PLAIN_CHUNK` elements."""
+    sized so that no temporary holds more than ``chunk`` elements (default :data:`PLAIN_CHUNK`;
+    at least one step of K whatever ``chunk``)."""
     m, k = a.shape
     n = b.shape[1]
     a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
     out = np.zeros((m, n))
-    step = max(1, PLAIN_CHUNK // max(1, m * n))
+    step = max(1, chunk // max(1, m * n))
     with np.errstate(invalid="ignore", over="ignore"):
         for start in range(0, k, step):
             out += (a64[:, start:start + step, None] * b64[None, start:start + step, :]).sum(axis=1)

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
@@ -91,13 +92,13 @@ GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/d
                     "/dev/kfd", "/dev/dxg")
 
 
-def no_gpu_reason() -> str | None:
+def no_gpu_reason(nodes: Sequence[str] = GPU_DEVICE_NODES) -> str | None:
     """Why no CUDA backend can run on this machine, told from the device nodes alone (no library
     loaded, no driver called), or ``None`` where a GPU may be there or the system does not say
-    (outside Linux)."""
+    (outside Linux). ``nodes``: the paths looked for (default :data:`GPU_DEVICE_NODES`)."""
     if not sys.platform.startswith("linux"):
         return None
-    if any(os.path.exists(node) for node in GPU_DEVICE_NODES):
+    if any(os.path.exists(node) for node in nodes):
         return None
     return "no GPU on this machine (no NVIDIA, ROCm or WSL GPU device node)"
 

@@ -7,8 +7,9 @@ in a new session (the caller's Ctrl-C and exit do not reach it), at low priority
 output in :data:`~gemmzoo.native.BACKGROUND_LOG` in the build directory. The caller's product
 goes on at once through the Python dispatch; starting the process is all it waits for. At a
 later call that plans a new problem (never on the hot path), at most once a second
-(:data:`CHECK_EVERY_S`), the process looks whether the build is done and switches to it; every
-later process loads it when it starts, as after ``gemmzoo cache --build-dispatch``.
+(:data:`CHECK_EVERY_S`, a :class:`Watch`'s ``check_every_s``), the process looks whether the
+build is done and switches to it; every later process loads it when it starts, as after
+``gemmzoo cache --build-dispatch``.
 
 One build at a time: a process takes the build directory's lock (:data:`gemmzoo.native.BUILD_LOCK`)
 without waiting and hands it to the process it starts, which holds it until its build takes it
@@ -52,8 +53,13 @@ NICENESS = 10
 @dataclass
 class Watch:
     """What a session knows of the background build: when it last looked, the process it
-    started (at most one), and whether there is nothing more to look for."""
+    started (at most one), and whether there is nothing more to look for; and how it looks:
+    ``check_every_s`` (seconds between two looks, default :data:`CHECK_EVERY_S`) and ``builder``
+    (what the process it starts calls, default :data:`BUILDER`). A session makes one with the
+    defaults on first use (:func:`watch_of`); a session given one beforehand uses it."""
 
+    check_every_s: float = CHECK_EVERY_S
+    builder: str = BUILDER
     checked_at: float = -math.inf
     process: subprocess.Popen[bytes] | None = None
     finished: bool = False
@@ -71,12 +77,14 @@ def watch_of(session: SessionState) -> Watch:
 
 
 def step(session: SessionState, now: float | None = None) -> ModuleType | None:
-    """Look at the compiled dispatch's build, at most once a :data:`CHECK_EVERY_S`: the built
-    module, once it can be loaded (the caller switches to it); else ``None``, having started the
-    build where none runs, none failed, and this session started none before."""
+    """Look at the compiled dispatch's build, at most once every ``check_every_s`` of the
+    session's :class:`Watch`: the built module, once it can be loaded (the caller switches to
+    it); else ``None``, having started the build where none runs, none failed, and this session
+    started none before."""
     watch = watch_of(session)
     now = time.monotonic() if now is None else now
-    if watch.finished or now - watch.checked_at < CHECK_EVERY_S or not watch.lock.acquire(blocking=False):
+    if watch.finished or now - watch.checked_at < watch.check_every_s \
+            or not watch.lock.acquire(blocking=False):
         return None
     try:
         watch.checked_at = now
@@ -148,7 +156,7 @@ def start(session: SessionState) -> tuple[bool, str | None]:
             with open(directory / native.BACKGROUND_LOG, "wb") as log:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "gemmzoo.native.background", "--lock-fd", str(held),
-                     "--directory", str(directory), "--builder", BUILDER],
+                     "--directory", str(directory), "--builder", watch_of(session).builder],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(held,),
                     start_new_session=True, env=_child_environment(session))
         except OSError as error:

@@ -10,14 +10,14 @@ calling it again, so one hung backend costs one time limit per process, not one 
 
 Worker threads are kept and reused between tasks that follow each other (a backend's
 thread-local state, such as a CUDA library handle, is made once), and end after :data:`IDLE_S`
-without one, or when a run of tasks for a caller ends (:func:`idle_workers_ended`); a worker
-that was abandoned is never reused. An idle worker is not kept for longer: a thread that ran a
-backend's OpenMP work keeps that work's thread team alive, and where the process's OpenMP
-threads then outnumber the cores, libgomp stops letting its threads spin between parallel
-regions, which made the caller's own small CPU products several times slower for as long as
-the worker lived. A task runs on the caller's current CUDA device (torch's and CuPy's, where the
-process uses them). A task asked for from a worker thread runs inline, under the limit of the
-task that contains it.
+(:func:`call`'s ``idle_s``) without one, or when a run of tasks for a caller ends
+(:func:`idle_workers_ended`); a worker that was abandoned is never reused. An idle worker is
+not kept for longer: a thread that ran a backend's OpenMP work keeps that work's thread team
+alive, and where the process's OpenMP threads then outnumber the cores, libgomp stops letting
+its threads spin between parallel regions, which made the caller's own small CPU products
+several times slower for as long as the worker lived. A task runs on the caller's current CUDA
+device (torch's and CuPy's, where the process uses them). A task asked for from a worker thread
+runs inline, under the limit of the task that contains it.
 
 The limit comes from the ``timeout`` argument, else from ``GEMMZOO_TIMEOUT`` (seconds; ``0``
 or ``off`` for none), else :data:`DEFAULT_TIMEOUT_S`. What a thread cannot do: stop a call that
@@ -136,9 +136,10 @@ IDLE_S = 0.5
 
 class _Worker:
     """A daemon thread that runs tasks handed to it one at a time, and ends once idle for
-    :data:`IDLE_S` (or when handed ``None``)."""
+    ``idle_s`` seconds (or when handed ``None``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle_s: float) -> None:
+        self.idle_s = idle_s
         self.jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._loop, name="gemmzoo-watchdog-worker", daemon=True)
         self.thread.start()
@@ -147,7 +148,7 @@ class _Worker:
         _local.worker = True
         while True:
             try:
-                job = self.jobs.get(timeout=IDLE_S)
+                job = self.jobs.get(timeout=self.idle_s)
             except queue.Empty:
                 with _lock:
                     if self in _idle:  # still unclaimed: end; a claimed one has a task on its way
@@ -163,11 +164,11 @@ _local = threading.local()
 _idle: list[_Worker] = []
 
 
-def _take_worker() -> _Worker:
+def _take_worker(idle_s: float) -> _Worker:
     with _lock:
         if _idle:
             return _idle.pop()
-    return _Worker()
+    return _Worker(idle_s)
 
 
 def _give_back(worker: _Worker) -> None:
@@ -179,7 +180,7 @@ def _give_back(worker: _Worker) -> None:
 
 
 def end_idle_workers() -> None:
-    """End the worker threads that wait for a task now, rather than :data:`IDLE_S` later."""
+    """End the worker threads that wait for a task now, rather than once idle for their ``idle_s``."""
     with _lock:
         idle, _idle[:] = list(_idle), []
     for worker in idle:
@@ -198,9 +199,11 @@ def idle_workers_ended() -> Iterator[None]:
 
 
 def call(backend: Any, what: str, fn: Callable[..., T], *args: Any,
-         timeout: float | str | None = "default", **kwargs: Any) -> T:
+         timeout: float | str | None = "default", idle_s: float = IDLE_S, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``, a task of ``backend`` described by ``what``, within ``timeout``
-    seconds (``"default"``: :func:`default_timeout`; ``None``: no limit, run inline).
+    seconds (``"default"``: :func:`default_timeout`; ``None``: no limit, run inline). A worker
+    thread that none is idle for is made for it, and ends once idle for ``idle_s`` seconds
+    (default :data:`IDLE_S`; a worker reused keeps the idle time it was made with).
 
     Returns what ``fn`` returns and raises what it raises (a ``BaseException`` that is not an
     ``Exception`` as :class:`BackendCrashError`). Raises :class:`BackendTimeoutError` when it overruns (the
@@ -228,7 +231,7 @@ def call(backend: Any, what: str, fn: Callable[..., T], *args: Any,
         finally:
             done.set()
 
-    worker = _take_worker()
+    worker = _take_worker(idle_s)
     worker.jobs.put(job)
     start = time.monotonic()
     if not done.wait(limit):

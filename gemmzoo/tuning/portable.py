@@ -320,15 +320,18 @@ class _Parser:
                           parse_float=self.real, parse_constant=self.constant)
 
 
-def load(path: str | Path) -> dict[str, Any]:
+def load(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, max_rows: int = MAX_ROWS) -> dict[str, Any]:
     """Read and check a whole tuning file (see the module docstring); :class:`TuningFileError`
-    names the file, the entry and the field of the first problem."""
+    names the file, the entry and the field of the first problem. A file of more than
+    ``max_bytes`` is not read, and one with more than ``max_rows`` rows in a list is refused
+    (defaults :data:`MAX_FILE_BYTES` and :data:`MAX_ROWS`; the parse's own bounds stay those of
+    :data:`MAX_ROWS`)."""
     path = Path(path)
     try:
         size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
+        if size > max_bytes:
             raise TuningFileError(f"{path}: rejected, nothing imported: {size} bytes, more than the "
-                                  f"{MAX_FILE_BYTES} a tuning file may have")
+                                  f"{max_bytes} a tuning file may have")
         raw = path.read_bytes()
     except OSError as error:
         why = error.strerror or error
@@ -349,11 +352,11 @@ def load(path: str | Path) -> dict[str, Any]:
     if version > VERSION:
         raise TuningFileError(f"{path}: tuning file format version {version}; this gemmzoo reads "
                               f"version {VERSION} and older (upgrade gemmzoo to import it)")
-    _check_rows(path, data)
+    _check_rows(path, data, max_rows)
     return data
 
 
-def _check_rows(path: Path, data: dict[str, Any]) -> None:
+def _check_rows(path: Path, data: dict[str, Any], max_rows: int) -> None:
     def reject(where: str, why: str) -> TuningFileError:
         return TuningFileError(f"{path}: rejected, nothing imported: {where}: {why}")
 
@@ -372,8 +375,8 @@ def _check_rows(path: Path, data: dict[str, Any]) -> None:
         rows = data.get(name, [])
         if not isinstance(rows, list):
             raise reject(name, f"must be an array, got {schema.shown(rows)}")
-        if len(rows) > MAX_ROWS:
-            raise reject(name, f"more than {MAX_ROWS} rows ({len(rows)})")
+        if len(rows) > max_rows:
+            raise reject(name, f"more than {max_rows} rows ({len(rows)})")
         for index, row in enumerate(rows):
             try:
                 check(row, now)
@@ -396,12 +399,13 @@ def _record(row: dict[str, Any]) -> Record:
     )
 
 
-def import_tuning(store: TuningStore, path: str | Path, *, check: bool = True) -> ImportReport:
+def import_tuning(store: TuningStore, path: str | Path, *, check: bool = True,
+                  max_bytes: int = MAX_FILE_BYTES, max_rows: int = MAX_ROWS) -> ImportReport:
     """Add the measurements of ``path`` made on this machine's device with its library versions,
     all in one transaction after the whole file passed its checks (see the module docstring), and
     (with ``check``) earn conformance verdicts here for the backends they are of; returns what
-    was done."""
-    data = load(path)
+    was done. ``max_bytes`` and ``max_rows``: the file's limits (:func:`load`)."""
+    data = load(path, max_bytes=max_bytes, max_rows=max_rows)
     here = _Here()
     report = ImportReport(verdicts_left_out=len(data.get("conformance", [])))
     records = sorted((_record(row) for row in _made_here(data.get("measurements", []), here, report)),

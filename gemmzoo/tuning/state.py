@@ -115,7 +115,7 @@ class SessionState:
         self._tokens: list[contextvars.Token[Any]] = []
         self.compiled_build: Any = None
         """What this session knows of the compiled dispatch's background build
-        (:class:`gemmzoo.native.background.Watch`, made when first needed)."""
+        (:class:`gemmzoo.native.background.Watch`, made when first needed unless given before)."""
 
     def __repr__(self) -> str:
         return f"{self._shown_as}(cache_dir={str(self.config.cache_dir)!r})"

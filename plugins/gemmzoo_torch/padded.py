@@ -30,7 +30,7 @@ from gemmzoo.contract.backend import TF32Array, dtype_name
 from gemmzoo_torch.backend import TorchBackend
 from gemmzoo_torch.precision import needless_switches
 from gemmzoo_triton.core.aligned import padded, units
-from gemmzoo_triton.core.stream_buffers import StreamBuffers
+from gemmzoo_triton.core.stream_buffers import REUSED_BUFFER_BYTES, StreamBuffers
 
 #: Bytes a K or N is rounded up to where its operand is copied anyway: cuBLAS ran padded products
 #: faster with K and N in whole 128-byte units than in 16-byte ones on most shapes measured
@@ -65,10 +65,12 @@ def _triton_copies(like: Any) -> bool:
 class PaddedCopy:
     """A copy of a 2-D tensor like ``like`` into a zeroed ``rows`` x ``cols`` tensor (the
     tensor's values top left), stored column-major when ``column_major``. The Triton copy writes a
-    buffer the copy keeps (:class:`~gemmzoo_triton.core.stream_buffers.StreamBuffers`); the result
-    is a view of it, valid until the next copy on the same thread and stream."""
+    buffer the copy keeps (:class:`~gemmzoo_triton.core.stream_buffers.StreamBuffers`, where it
+    has at most ``reused_buffer_bytes``); the result is a view of it, valid until the next copy
+    on the same thread and stream."""
 
-    def __init__(self, like: Any, rows: int, cols: int, column_major: bool) -> None:
+    def __init__(self, like: Any, rows: int, cols: int, column_major: bool,
+                 reused_buffer_bytes: int = REUSED_BUFFER_BYTES) -> None:
         self.column_major = column_major
         # what is written: the transposed problem for a column-major copy, so rows are adjacent
         self.shape = (cols, rows) if column_major else (rows, cols)
@@ -85,7 +87,8 @@ class PaddedCopy:
             self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(*self.shape),),
                                        copy_kernel.constexprs(units(like.element_size())), pointers=(0, 1),
                                        device=like.device)
-            self._buffers = StreamBuffers(self.numel, like.dtype, like.device, self._views)
+            self._buffers = StreamBuffers(self.numel, like.dtype, like.device, self._views,
+                                          reused_buffer_bytes)
 
     def _views(self, buffer: Any) -> tuple[Any, Any]:
         """What the kernel writes (the buffer in :attr:`shape`) and the padded operand it is."""
@@ -123,10 +126,11 @@ class PaddedCopy:
 
 
 class PaddedPair:
-    """Both copies, A's and B's, into one buffer (kept as :class:`PaddedCopy`'s are) by one launch
-    of the Triton kernel."""
+    """Both copies, A's and B's, into one buffer (kept as :class:`PaddedCopy`'s are, where it has
+    at most ``reused_buffer_bytes``) by one launch of the Triton kernel."""
 
-    def __init__(self, copy_a: PaddedCopy, copy_b: PaddedCopy) -> None:
+    def __init__(self, copy_a: PaddedCopy, copy_b: PaddedCopy,
+                 reused_buffer_bytes: int = REUSED_BUFFER_BYTES) -> None:
         from gemmzoo_triton.core import copy_kernel
         from gemmzoo_triton.core.launch import BoundLaunch
 
@@ -138,7 +142,8 @@ class PaddedPair:
         self._launch = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10),
                                    device=copy_a.device)
         self._blocks_a = blocks_a
-        self._buffers = StreamBuffers(self._numel, copy_a.dtype, copy_a.device, self._views)
+        self._buffers = StreamBuffers(self._numel, copy_a.dtype, copy_a.device, self._views,
+                                      reused_buffer_bytes)
 
     def _views(self, buffer: Any) -> tuple[Any, Any, Any, Any]:
         """What the kernel writes for A and for B, and the padded operands they are."""

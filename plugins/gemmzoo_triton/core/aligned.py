@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gemmzoo_triton.core.padding import padded, units
+from gemmzoo_triton.core.stream_buffers import REUSED_BUFFER_BYTES
 
 
 def aligned_copy(tensor: Any, column_major: bool | None = None) -> Any:
@@ -110,13 +111,14 @@ class KeptCopies:
 
     ``describe(operand_x, operand_y)`` (None for an operand not copied) is called once per
     buffer; its result comes back with the operands on every call, so that a plan makes the
-    TMA descriptors of its kept operands once.
+    TMA descriptors of its kept operands once. ``reused_buffer_bytes``: the largest buffer kept
+    (default :data:`~gemmzoo_triton.core.stream_buffers.REUSED_BUFFER_BYTES`).
     """
 
     __slots__ = ("_blocks_x", "_buffers", "_copy_x", "_copy_y", "_describe", "_pair")
 
     def __init__(self, copy_x: AlignedCopy | None, copy_y: AlignedCopy | None,
-                 describe: Any) -> None:
+                 describe: Any, reused_buffer_bytes: int = REUSED_BUFFER_BYTES) -> None:
         from gemmzoo_triton.core.stream_buffers import StreamBuffers
 
         self._copy_x, self._copy_y, self._describe = copy_x, copy_y, describe
@@ -124,7 +126,7 @@ class KeptCopies:
         if first is None:
             raise ValueError("KeptCopies needs at least one copy")
         numel = (copy_x.numel if copy_x is not None else 0) + (copy_y.numel if copy_y is not None else 0)
-        self._buffers = StreamBuffers(numel, first.dtype, first.device, self._make)
+        self._buffers = StreamBuffers(numel, first.dtype, first.device, self._make, reused_buffer_bytes)
         self._pair = None
         kernels = copy_x is not None and copy_y is not None and None not in (copy_x.launch, copy_y.launch)
         if kernels:

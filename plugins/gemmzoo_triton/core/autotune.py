@@ -7,8 +7,9 @@ default :data:`~gemmzoo_triton.core.env.AUTOTUNE_ENV`, else ``"quick"``):
 - ``"quick"``, for a problem met for the first time (``best_backend`` on a miss, a program's first
   call): a cheap model of the problem (:func:`estimated_cost`: tile waste at the M and N edges,
   waves of programs over the SMs, K steps, the tile's operand reuse) ranks the configs that
-  :func:`prune_configs` keeps, and only the best :data:`QUICK_CONFIGS` are compiled and timed (the
-  best alone is launched without timing when the others are pruned away);
+  :func:`prune_configs` keeps, and only the best :data:`QUICK_CONFIGS` (a kernel's
+  ``quick_configs``, :func:`autotuned`) are compiled and timed (the best alone is launched without
+  timing when the others are pruned away);
 - ``"full"``, for ``gemmzoo tune``, the deliberate path: every config :func:`prune_configs` keeps is
   compiled and timed. Its picks are kept on disk (:mod:`~gemmzoo_triton.core.picks_store`), and a
   quick backend launches a problem's full pick wherever one exists, in any later process.
@@ -16,6 +17,7 @@ default :data:`~gemmzoo_triton.core.env.AUTOTUNE_ENV`, else ``"quick"``):
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable
@@ -156,12 +158,12 @@ def estimated_cost(config: triton.Config, m: int, n: int, k: int, element_size: 
 
 
 def quick_prune(
-    configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any
+    configs: list[triton.Config], named_args: dict[str, Any], *, keep: int = QUICK_CONFIGS, **kwargs: Any
 ) -> list[triton.Config]:
-    """:func:`prune_configs`, then the :data:`QUICK_CONFIGS` best by :func:`estimated_cost`
-    (equal costs keep the configs' order)."""
+    """:func:`prune_configs`, then the ``keep`` best by :func:`estimated_cost` (default
+    :data:`QUICK_CONFIGS`; equal costs keep the configs' order)."""
     kept = prune_configs(configs, named_args, **kwargs)
-    if len(kept) <= QUICK_CONFIGS:
+    if len(kept) <= keep:
         return kept
     m, n, k = named_args["M"], named_args["N"], named_args["K"]
     a = next(iter(named_args.values()))
@@ -172,34 +174,39 @@ def quick_prune(
 
         sms = hopper.num_sms(device)
     size = _element_size(named_args)
-    return sorted(kept, key=lambda c: estimated_cost(c, m, n, k, size, sms))[:QUICK_CONFIGS]
+    return sorted(kept, key=lambda c: estimated_cost(c, m, n, k, size, sms))[:keep]
 
 
 class _Tuners:
-    """A kernel's two autotuners over one ``triton.jit`` function, and the configs they share."""
+    """A kernel's two autotuners over one ``triton.jit`` function, the configs they share, and how
+    many of them the quick one times at most."""
 
-    __slots__ = ("configs", "full", "quick")
+    __slots__ = ("configs", "full", "quick", "quick_configs")
 
-    def __init__(self, full: Any, quick: Any, configs: list[triton.Config]) -> None:
-        self.full, self.quick, self.configs = full, quick, configs
+    def __init__(self, full: Any, quick: Any, configs: list[triton.Config], quick_configs: int) -> None:
+        self.full, self.quick, self.configs, self.quick_configs = full, quick, configs, quick_configs
 
 
 #: Each autotuned kernel's tuners, by the kernel's name.
 _TUNERS: dict[str, _Tuners] = {}
 
 
-def autotuned(configs: list[triton.Config], key: list[str]) -> Callable[[Any], Any]:
+def autotuned(configs: list[triton.Config], key: list[str],
+              quick_configs: int = QUICK_CONFIGS) -> Callable[[Any], Any]:
     """``triton.autotune`` in both modes: decorates a ``triton.jit`` function and returns the full
     mode's autotuner (pruned by :func:`prune_configs`); :func:`launch_tuned` finds the quick one
-    (pruned by :func:`quick_prune`). Both keep their results on disk where Triton can."""
+    (pruned by :func:`quick_prune` to the ``quick_configs`` best, default :data:`QUICK_CONFIGS`).
+    Both keep their results on disk where Triton can."""
+    if isinstance(quick_configs, bool) or not isinstance(quick_configs, int) or quick_configs < 1:
+        raise ValueError(f"quick_configs: a whole number of configs, at least 1; got {quick_configs!r}")
 
     def decorate(fn: Any) -> Any:
         def tuner(prune: Callable[..., list[triton.Config]]) -> Any:
             return triton.autotune(configs=configs, key=key, prune_configs_by={"early_config_prune": prune},
                                    **autotune_options())(fn)
 
-        full, quick = tuner(prune_configs), tuner(quick_prune)
-        _TUNERS[fn.__name__] = _Tuners(full, quick, list(configs))
+        full, quick = tuner(prune_configs), tuner(functools.partial(quick_prune, keep=quick_configs))
+        _TUNERS[fn.__name__] = _Tuners(full, quick, list(configs), quick_configs)
         return full
 
     return decorate
@@ -259,7 +266,7 @@ def launch_tuned(
                 picks_store.save(picked_key, config)
             return config
         named_args = dict(zip(triton_internals.argument_names(kernel), args, strict=False))
-        quick = quick_prune(tuners.configs, named_args, **options)
+        quick = quick_prune(tuners.configs, named_args, keep=tuners.quick_configs, **options)
         if len(quick) > 1:
             tuners.quick[grid](*args, **options)
             config = PICKED[picked_key] = triton_internals.picked_config(tuners.quick)

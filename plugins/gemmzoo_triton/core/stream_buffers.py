@@ -5,10 +5,11 @@ otherwise allocate, view and describe new copies on every call. One thread's cal
 stream run in order on the GPU, so a call's copy never overwrites a buffer that the previous
 call's product is still reading: each (thread, stream) pair can keep one buffer, with whatever a
 plan derives from it once (views, TMA descriptors). Not kept, and made afresh each call:
-buffers of more than :data:`REUSED_BUFFER_BYTES` (their copies take long enough that the
-allocation does not show, and a plan does not hold that much memory), and those of a call made
-while a CUDA graph is being captured (the graph keeps its own, and a kept buffer would be shared
-between the graph's replays and eager calls).
+buffers of more than :data:`REUSED_BUFFER_BYTES` (a :class:`StreamBuffers`'
+``reused_buffer_bytes``; their copies take long enough that the allocation does not show, and a
+plan does not hold that much memory), and those of a call made while a CUDA graph is being
+captured (the graph keeps its own, and a kept buffer would be shared between the graph's replays
+and eager calls).
 """
 
 from __future__ import annotations
@@ -44,14 +45,16 @@ def _capture_reader(device: Any) -> Callable[[], bool]:
 
 class StreamBuffers:
     """``get()``: what ``make`` derived from a buffer of ``numel`` elements of ``dtype`` on
-    ``device``, one kept per thread and CUDA stream (see the module's docstring)."""
+    ``device``, one kept per thread and CUDA stream (see the module's docstring), where the
+    buffer has at most ``reused_buffer_bytes`` (default :data:`REUSED_BUFFER_BYTES`)."""
 
     __slots__ = ("_capturing", "_device", "_dtype", "_kept", "_make", "_numel", "_reuse", "_stream")
 
-    def __init__(self, numel: int, dtype: Any, device: Any, make: Callable[[Any], Any]) -> None:
+    def __init__(self, numel: int, dtype: Any, device: Any, make: Callable[[Any], Any],
+                 reused_buffer_bytes: int = REUSED_BUFFER_BYTES) -> None:
         self._numel, self._dtype, self._device, self._make = numel, dtype, device, make
         self._kept: dict[tuple[int, Any], Any] = {}
-        self._reuse = numel * dtype.itemsize <= REUSED_BUFFER_BYTES
+        self._reuse = numel * dtype.itemsize <= reused_buffer_bytes
         self._stream = _stream_reader(device)
         self._capturing = _capture_reader(device)
 

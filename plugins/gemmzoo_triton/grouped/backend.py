@@ -9,6 +9,7 @@ from typing import Any
 
 from gemmzoo import TF32Array
 from gemmzoo_triton.core.backend import TritonBackend
+from gemmzoo_triton.core.stream_buffers import REUSED_BUFFER_BYTES
 
 #: The fused epilogues ``triton-grouped`` offers, by the name callers pass as ``activation``.
 ACTIVATIONS = ("leaky_relu", "relu")
@@ -48,7 +49,9 @@ class TritonGroupedBackend(TritonBackend):
     (the Gluon kernel does not take those problems); ``autotune="full"`` times every config of the
     autotuned kernels on a problem's first call instead of the few a model of the problem ranks
     best (``"quick"``, the default unless ``GEMMZOO_TRITON_AUTOTUNE`` says otherwise; see
-    :mod:`~gemmzoo_triton.core.autotune`). Pass such an instance wherever a backend goes:
+    :mod:`~gemmzoo_triton.core.autotune`); ``reused_buffer_bytes`` bounds the copy buffers a plan
+    keeps from call to call (default :data:`~gemmzoo_triton.core.stream_buffers.REUSED_BUFFER_BYTES`;
+    larger ones are made per call). Pass such an instance wherever a backend goes:
     ``gemmzoo.matmul(a, b, backend=TritonGroupedBackend(contiguous_c=True))``.
 
     Each kernel autotunes once per problem in a process: per shape, dtype and precision, and for
@@ -75,8 +78,10 @@ class TritonGroupedBackend(TritonBackend):
         return grouped_mm_kernel.grouped_mm(self, a, b, offsets)
 
     def __init__(self, *, gluon: bool = True, contiguous_c: bool = False,
-                 autotune: str | None = None, routes: Any = None) -> None:
+                 autotune: str | None = None, routes: Any = None,
+                 reused_buffer_bytes: int = REUSED_BUFFER_BYTES) -> None:
         super().__init__(autotune=autotune)
+        self.reused_buffer_bytes = reused_buffer_bytes
         self.gluon = gluon
         self.contiguous_c = contiguous_c
         #: The thresholds its plans route by (:class:`~gemmzoo_triton.grouped.plan.RoutePolicy`;
@@ -99,7 +104,8 @@ class TritonGroupedBackend(TritonBackend):
             return self.empty_plan(a, x, y)
         return GroupedPlan(x, y, precision, activation, isinstance(a, TF32Array),
                            gluon=self.gluon, contiguous_c=self.contiguous_c, autotune=self.autotune,
-                           routes=self.routes or MEASURED_ROUTES)
+                           routes=self.routes or MEASURED_ROUTES,
+                           reused_buffer_bytes=self.reused_buffer_bytes)
 
     def matmul(self, a: Any, b: Any, activation: str | None = None) -> Any:
         if activation is None:

@@ -47,6 +47,7 @@ from gemmzoo_triton.core import hopper
 from gemmzoo_triton.core.aligned import AlignedCopy, KeptCopies, aligned_copy
 from gemmzoo_triton.core.backend import MAX_OFFSET, output_allocator
 from gemmzoo_triton.core.padding import padded
+from gemmzoo_triton.core.stream_buffers import REUSED_BUFFER_BYTES
 
 #: The aligned route copies A and/or B: (M·K + K·N) elements read and written once more, against
 #: 2·M·N·K flops, a share of the product's time proportional to (1/M + 1/N) times the GPU's ratio
@@ -188,12 +189,16 @@ class GroupedPlan:
     contiguous (stored through masked pointers) rather than as a view of a padded buffer.
     ``autotune``: how the pointer and TMA kernels tune a problem not tuned before, ``"quick"`` or
     ``"full"`` (:mod:`~gemmzoo_triton.core.autotune`). ``routes``: the thresholds of :func:`route`.
+    ``reused_buffer_bytes``: the largest copy buffer kept from call to call
+    (:mod:`~gemmzoo_triton.core.stream_buffers`).
     """
 
     def __init__(self, x: Any, y: Any, precision: str, activation: str | None, wrap: bool,
                  gluon: bool = True, contiguous_c: bool = False, autotune: str = "quick",
-                 routes: RoutePolicy = MEASURED_ROUTES) -> None:
+                 routes: RoutePolicy = MEASURED_ROUTES,
+                 reused_buffer_bytes: int = REUSED_BUFFER_BYTES) -> None:
         self.route = route(x, y, precision, gluon, routes)
+        self._reused_buffer_bytes = reused_buffer_bytes
         if self.route == "copied" and activation:  # the one-launch kernel fuses no activation
             self.route = "pointer"
         self._autotune = autotune
@@ -277,7 +282,7 @@ class GroupedPlan:
         def describe(x: Any, y: Any) -> tuple[Any, Any]:
             return (None if x is None else a_desc(x)), (None if y is None else b_desc(y))
 
-        copies = KeptCopies(self._copy_x, self._copy_y, describe)
+        copies = KeptCopies(self._copy_x, self._copy_y, describe, self._reused_buffer_bytes)
         new_c, wrap, x_layout, y_layout = self._new_c, self._wrap, self._x_layout, self._y_layout
         if self._copy_x is not None and self._copy_y is not None:
             def run_both(a: Any, b: Any) -> Any:
