@@ -64,6 +64,34 @@ def test_matmul_on_cpu_tensors_imports_torch_only(tmp_path):
     assert found["err"] < 1e-4 and found["backend"] == "torch-cpu"
 
 
+def test_a_stored_problem_imports_only_what_can_answer_it(tmp_path):
+    """With measurements stored (a first answer ran the suite of its winner only), a torch caller's
+    first product in a new process asks the availability of backends with a verdict here, not of
+    those without one: JAX is not imported for a torch CPU tensor."""
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    measured = ("import gemmzoo\n"
+                "backend = gemmzoo.best_backend((48, 40, 32), 'float32', 'cpu')\n"
+                "extra = {'backend': backend.name}\n" + IMPORTED)
+    first = _run(measured, str(tmp_path))
+    assert "jax" in first["imported"]  # measuring times every candidate, JAX's included
+    code = ("import torch, gemmzoo\n"
+            "from gemmzoo.tuning.tune import conformance_verdict\n"
+            "from gemmzoo.tuning import state\n"
+            "torch.manual_seed(3)\n"
+            "a, b = torch.randn(48, 32), torch.randn(32, 40)\n"
+            "c = gemmzoo.matmul(a, b)\n"
+            "err = float((c.double() - a.double() @ b.double()).abs().max())\n"
+            "from gemmzoo.dispatch.matmul import backend_for\n"
+            "jax = gemmzoo.get_backend('jax')\n"
+            "verdict = conformance_verdict(state.store(), jax, 'float32', run=False)\n"
+            "extra = {'err': err, 'backend': backend_for(a, b).name, 'jax_verdict': verdict}\n" + IMPORTED)
+    found = _run(code, str(tmp_path))
+    assert found["err"] < 1e-4 and found["backend"] in ("torch-cpu", "numpy"), found
+    if found["jax_verdict"] is None:  # JAX's suite did not run (it would not have been the answer)
+        assert "jax" not in found["imported"] and "jaxlib" not in found["imported"]
+
+
 def test_list_imports_no_framework(tmp_path):
     code = ("import contextlib, io, gemmzoo.cli\n"
             "out = io.StringIO()\n"

@@ -240,8 +240,12 @@ def _compiles(backend: Any) -> bool:
         return False
 
 
-def _candidates(dtype: str, device: str | None,
-                accuracy: str = COMPONENTWISE) -> tuple[list[Any], str, dict[str, str]]:
+def _candidates(dtype: str, device: str | None, accuracy: str = COMPONENTWISE,
+                defer: Callable[[Any, str], bool] | None = None
+                ) -> tuple[list[Any], str, dict[str, str], list[Any]]:
+    """The available candidates for ``dtype`` on ``device``, the device, what is excluded and why,
+    and the backends ``defer(backend, device)`` held back before their availability was asked
+    (which can import their framework): the caller asks it only where it needs to."""
     session = current()
     named = set(session.config.backends)
     selected = session.registry.select(session.config.backends or None)
@@ -249,7 +253,8 @@ def _candidates(dtype: str, device: str | None,
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu', 'cuda' or None; got {device!r}")
     excluded: dict[str, str] = {}
-    candidates = []
+    candidates: list[Any] = []
+    deferred: list[Any] = []
     for backend in selected:
         if backend.device != device or dtype not in backend.dtypes:
             continue
@@ -259,15 +264,23 @@ def _candidates(dtype: str, device: str | None,
         if not accepts(accuracy, accuracy_of(backend)):
             excluded[backend.name] = f"{accuracy_of(backend)} accuracy, not accepted (accuracy={accuracy!r})"
             continue
+        if defer is not None and defer(backend, device):
+            deferred.append(backend)
+            continue
         reason = unavailable_reason(backend)
         if reason is None:
             candidates.append(backend)
         else:
             excluded[backend.name] = f"unavailable: {reason}"
-    if not candidates:
+    if not candidates and not deferred:
         why = "; ".join(f"{name}: {text}" for name, text in excluded.items()) or "none declares it"
         raise BackendUnavailableError(f"no available backend computes {dtype} on {device} ({why})")
-    return candidates, device, excluded
+    return candidates, device, excluded, deferred
+
+
+def _without_pass(store: TuningStore, dtype: str, backend: Any, device: str) -> bool:
+    """Whether ``backend`` has no passing verdict for ``dtype`` here (asked of the store only)."""
+    return conformance_verdict(store, backend, dtype, run=False) is not True
 
 
 def _latest(records: list[Record], versions: dict[str, str]) -> dict[str, Record]:
@@ -406,11 +419,14 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             choosing.Problem(shape, dtype, device, layout, library, accuracy), store, native, reachable)
         if routed is not None:
             return routed
-        candidates, device, excluded = _candidates(dtype, device, check_accuracy(accuracy))
+        # Not measuring, a backend with no passing verdict here ranks nothing: its availability,
+        # which can import its framework, is asked only if the unmeasured default reaches it.
+        defer = None if measuring else functools.partial(_without_pass, store, dtype)
+        candidates, device, excluded, deferred = _candidates(dtype, device, check_accuracy(accuracy), defer)
         # Measuring, a candidate with no verdict here is timed first (each timed result judged
         # at this shape) and its suite runs only when it would be the answer (_checked_winner).
         conforming, unchecked, provisional = [], [], []
-        for backend in candidates:
+        for backend in deferred + candidates:
             verdict = conformance_verdict(store, backend, dtype, run=False)
             if verdict is False:
                 excluded[backend.name] = _failed(backend.name, dtype)
@@ -755,6 +771,10 @@ def _default(store: Any, order: list[Any], dtype: str, excluded: dict[str, str],
     arrays reach and that passed conformance here, running the suite on those not checked yet;
     ``None`` if none."""
     for backend in order:
+        reason = unavailable_reason(backend)  # asked here first for a backend held back (_candidates)
+        if reason is not None:
+            excluded[backend.name] = f"unavailable: {reason}"
+            continue
         if reachable is not None and not reachable(backend):
             excluded[backend.name] = UNREACHABLE
             continue
