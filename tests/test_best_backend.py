@@ -304,3 +304,34 @@ def test_ties_prefer_the_default_order_before_names(monkeypatch):
     choice = explain(shape, measure=False)
     assert choice.backend.name == "torch" and choice.tied == ("torch", "numpy")
     assert DEFAULT_ORDER.index("torch") < DEFAULT_ORDER.index("numpy")
+
+
+class CompilingCounted(DelayedBackend):
+    """Compiles each new problem (as torch.compile and XLA do); counts how often it is asked
+    whether it is available (for a real one, that imports its framework)."""
+
+    compiles_per_problem = True
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.asked = 0
+
+    def unavailable_reason(self):
+        self.asked += 1
+        return None
+
+
+def test_a_backend_that_ranks_nothing_here_is_not_asked_its_availability():
+    compiling = CompilingCounted("compiling-fake")
+    with scoped(registry=registry_with(DelayedBackend(FAST), DelayedBackend(SLOW, 0.003), compiling)):
+        measured = explain((24, 16, 8))  # a first answer: neither its suite nor its timings run
+        assert measured.backend.name == FAST
+        assert "compiles each new problem" in measured.excluded["compiling-fake"]
+        stored = explain((24, 16, 8), measure=False)  # no verdict here: it ranks nothing
+        assert stored.backend.name == FAST and "not yet run" in stored.excluded["compiling-fake"]
+        assert compiling.asked == 0
+        passed_here("compiling-fake")  # its suite asks (once a process), and earns a verdict
+        assert compiling.asked > 0
+        # with a verdict here it is a candidate: left out only for having no timing at this shape
+        again = explain((24, 16, 8), measure=False)
+        assert "gemmzoo tune --shape 24x16x8" in again.excluded["compiling-fake"]

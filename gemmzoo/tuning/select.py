@@ -278,8 +278,11 @@ def _candidates(dtype: str, device: str | None, accuracy: str = COMPONENTWISE,
     return candidates, device, excluded, deferred
 
 
-def _without_pass(store: TuningStore, dtype: str, backend: Any, device: str) -> bool:
-    """Whether ``backend`` has no passing verdict for ``dtype`` here (asked of the store only)."""
+def _without_pass(store: TuningStore, dtype: str, measuring: bool, backend: Any, device: str) -> bool:
+    """Whether ``backend`` has no passing verdict for ``dtype`` here (asked of the store only) and,
+    when ``measuring``, compiles each new problem."""
+    if measuring and not _compiles(backend):
+        return False
     return conformance_verdict(store, backend, dtype, run=False) is not True
 
 
@@ -419,9 +422,11 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             choosing.Problem(shape, dtype, device, layout, library, accuracy), store, native, reachable)
         if routed is not None:
             return routed
-        # Not measuring, a backend with no passing verdict here ranks nothing: its availability,
-        # which can import its framework, is asked only if the unmeasured default reaches it.
-        defer = None if measuring else functools.partial(_without_pass, store, dtype)
+        # A backend that ranks nothing here is not asked its availability, which can import its
+        # framework, unless the unmeasured default reaches it: not measuring, one with no passing
+        # verdict here; measuring, one that compiles each new problem and has none (neither its
+        # suite nor its timings run for a first answer).
+        defer = functools.partial(_without_pass, store, dtype, measuring)
         candidates, device, excluded, deferred = _candidates(dtype, device, check_accuracy(accuracy), defer)
         # Measuring, a candidate with no verdict here is timed first (each timed result judged
         # at this shape) and its suite runs only when it would be the answer (_checked_winner).
