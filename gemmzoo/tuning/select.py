@@ -429,7 +429,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         defer = functools.partial(_without_pass, store, dtype, measuring)
         candidates, device, excluded, deferred = _candidates(dtype, device, check_accuracy(accuracy), defer)
         # Measuring, a candidate with no verdict here is timed first (each timed result judged
-        # at this shape) and its suite runs only when it would be the answer (_checked_winner).
+        # at this shape) and its suite runs only when it would be the answer (_checked_winners).
         conforming, unchecked, provisional = [], [], []
         for backend in deferred + candidates:
             verdict = conformance_verdict(store, backend, dtype, run=False)
@@ -471,11 +471,11 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             missing.remove(backend)
             excluded[backend.name] = _compiles_note(shape)
         if measuring and missing:
-            unsuited = [b.name for b in provisional]
+            no_verdict = ", ".join(b.name for b in provisional)
             announce(f"measuring {m}x{n}x{k} {dtype} on {device}: "
                      f"{', '.join(b.name for b in missing)} (stored for next time)"
-                     + (f"; then the conformance suite of whichever of {', '.join(unsuited)} would be "
-                        "the answer (once on this machine)" if unsuited else ""))
+                     + (f"; then the conformance suite of whichever of {no_verdict} would be "
+                        "the answer (once on this machine)" if no_verdict else ""))
             point = GridPoint(m, n, k, dtype, layout)
             budget = MISS_BUDGET_S / len(missing)
             fresh = measure_records(missing, point, budget, verify=m * n * k <= VERIFY_LIMIT)
