@@ -335,3 +335,19 @@ def test_a_backend_that_ranks_nothing_here_is_not_asked_its_availability():
         # with a verdict here it is a candidate: left out only for having no timing at this shape
         again = explain((24, 16, 8), measure=False)
         assert "gemmzoo tune --shape 24x16x8" in again.excluded["compiling-fake"]
+
+
+class NotInstalled(DelayedBackend):
+    """Requires a module that is not installed: its availability says so, with a hint."""
+
+    requires = ("gemmzoo_no_such_framework",)
+
+    def unavailable_reason(self):
+        return "gemmzoo_no_such_framework is not installed (pip install gemmzoo-no-such-framework)"
+
+
+def test_a_backend_whose_framework_is_missing_says_so_without_a_verdict():
+    with scoped(registry=registry_with(DelayedBackend(FAST), NotInstalled("not-installed"))):
+        for measure in (False, True):
+            choice = explain((24, 16, 8), measure=measure)
+            assert choice.excluded["not-installed"].startswith("unavailable: gemmzoo_no_such_framework")

@@ -80,6 +80,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import importlib.util
 import math
 import sys
 from collections.abc import Callable
@@ -264,7 +265,7 @@ def _candidates(dtype: str, device: str | None, accuracy: str = COMPONENTWISE,
         if not accepts(accuracy, accuracy_of(backend)):
             excluded[backend.name] = f"{accuracy_of(backend)} accuracy, not accepted (accuracy={accuracy!r})"
             continue
-        if defer is not None and defer(backend, device):
+        if defer is not None and not _lacks_a_requirement(backend) and defer(backend, device):
             deferred.append(backend)
             continue
         reason = unavailable_reason(backend)
@@ -276,6 +277,15 @@ def _candidates(dtype: str, device: str | None, accuracy: str = COMPONENTWISE,
         why = "; ".join(f"{name}: {text}" for name, text in excluded.items()) or "none declares it"
         raise BackendUnavailableError(f"no available backend computes {dtype} on {device} ({why})")
     return candidates, device, excluded, deferred
+
+
+def _lacks_a_requirement(backend: Any) -> bool:
+    """Whether a module ``backend`` declares it requires is not installed (told without importing
+    anything; its availability then says so, with the install hint, at no cost)."""
+    try:
+        return any(importlib.util.find_spec(name) is None for name in declared(backend, "requires") or ())
+    except Exception:  # a malformed declaration or module name: asking the backend says what is wrong
+        return True
 
 
 def _without_pass(store: TuningStore, dtype: str, measuring: bool, backend: Any, device: str) -> bool:
