@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import traceback
 from collections.abc import Callable, Iterable
@@ -20,6 +19,7 @@ from gemmzoo.conformance.long_sums import same_sign_operands
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
 from gemmzoo.contract.dtypes import DTYPES, result_dtype
 from gemmzoo.contract.validation import backend_problem
+from gemmzoo.measure.threads import usable_cores
 from gemmzoo.plugins.inert import inert
 from gemmzoo.plugins.registry import probe_availability
 from gemmzoo.plugins.watchdog import BackendTimeoutError, idle_workers_ended, quarantined
@@ -81,8 +81,7 @@ def _normal(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     def fill(chunk: int) -> None:
         np.random.default_rng(int(seeds[chunk])).standard_normal(out=flat[chunk * step:(chunk + 1) * step])
 
-    workers = min(DRAW_CHUNKS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-    with ThreadPoolExecutor(max(1, workers)) as pool:
+    with ThreadPoolExecutor(min(DRAW_CHUNKS, usable_cores())) as pool:
         list(pool.map(fill, range(DRAW_CHUNKS)))
     return out
 
