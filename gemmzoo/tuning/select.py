@@ -242,10 +242,10 @@ def _compiles(backend: Any) -> bool:
 
 
 def _candidates(dtype: str, device: str | None, accuracy: str = COMPONENTWISE,
-                defer: Callable[[Any, str], bool] | None = None
+                defer: Callable[[Any], bool] | None = None
                 ) -> tuple[list[Any], str, dict[str, str], list[Any]]:
     """The available candidates for ``dtype`` on ``device``, the device, what is excluded and why,
-    and the backends ``defer(backend, device)`` held back before their availability was asked
+    and the backends ``defer(backend)`` held back before their availability was asked
     (which can import their framework): the caller asks it only where it needs to."""
     session = current()
     named = set(session.config.backends)
@@ -265,7 +265,7 @@ def _candidates(dtype: str, device: str | None, accuracy: str = COMPONENTWISE,
         if not accepts(accuracy, accuracy_of(backend)):
             excluded[backend.name] = f"{accuracy_of(backend)} accuracy, not accepted (accuracy={accuracy!r})"
             continue
-        if defer is not None and not _lacks_a_requirement(backend) and defer(backend, device):
+        if defer is not None and not _lacks_a_requirement(backend) and defer(backend):
             deferred.append(backend)
             continue
         reason = unavailable_reason(backend)
@@ -288,7 +288,7 @@ def _lacks_a_requirement(backend: Any) -> bool:
         return True
 
 
-def _without_pass(store: TuningStore, dtype: str, measuring: bool, backend: Any, device: str) -> bool:
+def _without_pass(store: TuningStore, dtype: str, measuring: bool, backend: Any) -> bool:
     """Whether ``backend`` has no passing verdict for ``dtype`` here (asked of the store only) and,
     when ``measuring``, compiles each new problem."""
     if measuring and not _compiles(backend):
@@ -452,9 +452,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             else:
                 conforming.append(backend)
         if not conforming and not unchecked and not provisional:
-            raise BackendUnavailableError(
-                f"no backend computing {dtype} on {device} passed conformance on this machine "
-                f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
+            raise _none_conforms(dtype, device, excluded)
         for backend in unchecked:
             if measuring and _compiles(backend):
                 excluded[backend.name] = (f"compiles each new problem: its suite and timings are not run "
@@ -513,9 +511,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             conforming += passed
             by_name.update((b.name, b) for b in passed)
             if not conforming and not unchecked:
-                raise BackendUnavailableError(
-                    f"no backend computing {dtype} on {device} passed conformance on this machine "
-                    f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
+                raise _none_conforms(dtype, device, excluded)
             latest = {name: row for name, row in latest.items() if name in by_name}
         _exclude_failures(latest, excluded)
         timings = _timings(latest, by, loops)
@@ -546,9 +542,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             decision = choosing.choose(problem, list(everyone), unmeasured, session.prior, policy)
             pick = _default(store, [everyone[n] for n in decision.order], dtype, excluded, broke, reachable)
             if pick is None:
-                raise BackendUnavailableError(
-                    f"no backend computing {dtype} on {device} passed conformance on this machine "
-                    f"({'; '.join(f'{name}: {why}' for name, why in excluded.items())})")
+                raise _none_conforms(dtype, device, excluded)
             note = "nothing measured on this device; unmeasured default (passed conformance here)"
             return Choice(pick, shape, dtype, device, "default", None, (), (pick.name,), note, excluded)
         searches = {n: declared(b, "searches_over") for n, b in by_name.items()}
@@ -597,6 +591,14 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
                           "would be the answer, and its timings rank nothing until it passes "
                           f"(gemmzoo check {name})")
     return passed, unchecked
+
+
+def _none_conforms(dtype: str, device: str, excluded: dict[str, str]) -> BackendUnavailableError:
+    """The error of an answer with no backend left that passed conformance here, saying why each
+    was left out."""
+    why = "; ".join(f"{name}: {reason}" for name, reason in excluded.items())
+    return BackendUnavailableError(f"no backend computing {dtype} on {device} passed conformance on this "
+                                   f"machine ({why})")
 
 
 def _compiles_note(shape: tuple[int, int, int]) -> str:
