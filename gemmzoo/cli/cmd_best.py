@@ -159,15 +159,13 @@ def run(args: argparse.Namespace) -> int:
         ranked = ("caller time (timed loops of calls where the near-fastest had them, else the larger "
                   "of device and host time per call)") if args.by == "caller" else "device time"
         console.print(f"  ranked by: {ranked}; {choice.backend.name}'s figure is its {bound}")
-    other = choice.runner_up
+    # the fastest other checked backend, else the fastest timed one whose suite has not run here
+    other = choice.runner_up or (choice.unchecked[0] if choice.unchecked else None)
     if other is not None:
+        unchecked = "" if other is choice.runner_up else \
+            f"; timed, its conformance suite not yet run here (gemmzoo check {other.backend})"
         console.print(f"  runner-up: {other.backend}, {_us(other.median_s)} median "
-                      f"({other.bound} time), IQR {_us(other.spread_s)}")
-    elif choice.unchecked:
-        other = choice.unchecked[0]
-        console.print(f"  runner-up: {other.backend}, {_us(other.median_s)} median "
-                      f"({other.bound} time), IQR {_us(other.spread_s)}; timed, its conformance suite "
-                      f"not yet run here (gemmzoo check {other.backend})", markup=False)
+                      f"({other.bound} time), IQR {_us(other.spread_s)}{unchecked}", markup=False)
     else:
         console.print("  runner-up: none measured")
     if choice.tie:
