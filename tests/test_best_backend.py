@@ -214,6 +214,27 @@ def test_ties_within_noise_go_to_the_first_name(monkeypatch, fast_median, slow_m
     assert TIE_FLOOR == 0.01
 
 
+@pytest.mark.parametrize(("fast_median", "checked_answers"), [(0.996e-3, True), (0.900e-3, False)])
+def test_an_unchecked_backend_tied_with_a_checked_one_runs_no_suite(monkeypatch, fast_median,
+                                                                    checked_answers):
+    shape = (128, 96, 64)
+    # FAST timed before its suite ran, SLOW checked here: within the 1% floor they tie, and the
+    # checked one answers with no suite run; 10% apart, FAST would be the answer, so it is checked
+    state.store().add([row(FAST, shape, fast_median, 1e-6), row(SLOW, shape, 1.000e-3, 1e-6)])
+    passed_here(SLOW)
+    forbid_measuring(monkeypatch)
+    monkeypatch.setenv("GEMMZOO_BACKENDS", f"{FAST},{SLOW}")
+    reconfigure()
+    choice = explain(shape, measure=True)
+    versions = verdict_versions(current().registry.get(FAST))
+    verdict = state.store().conformance(device_fingerprint("cpu"), versions, FAST, "float32")
+    if checked_answers:
+        assert choice.backend.name == SLOW and verdict is None
+        assert [t.backend for t in choice.unchecked] == [FAST] and "not yet checked" in choice.excluded[FAST]
+    else:
+        assert choice.backend.name == FAST and verdict.passed and not choice.unchecked
+
+
 def test_latest_row_wins_for_a_backend(monkeypatch):
     shape = (64, 32, 16)
     store = state.store()

@@ -18,7 +18,7 @@ tl = pytest.importorskip("triton.language")
 from sessions import reconfigure  # noqa: E402
 
 from gemmzoo_triton.core import autotune, picks_store  # noqa: E402
-from gemmzoo_triton.core.env import AUTOTUNE_ENV, autotune_mode  # noqa: E402
+from gemmzoo_triton.core.env import AUTOTUNE_ENV, autotune_mode, interpreter_mode  # noqa: E402
 from gemmzoo_triton.fp8.backend import TritonFp8Backend  # noqa: E402
 from gemmzoo_triton.grouped.backend import TritonGroupedBackend, TritonGroupedTmaBackend  # noqa: E402
 
@@ -72,7 +72,8 @@ def forget_picks(empty_cache):
 
 
 def launch(m: int, mode: str, kernel=stamp_kernel) -> tuple[triton.Config, tuple[int, int]]:
-    out = torch.zeros(2, dtype=torch.float32)
+    # the interpreter runs kernels on host tensors; a compiled kernel needs the GPU's
+    out = torch.zeros(2, dtype=torch.float32, device="cpu" if interpreter_mode() else "cuda")
     picked = autotune.launch_tuned(kernel, lambda meta: (1,), (out, m, m, m), {}, (m, m, m), mode)
     return picked, (int(out[0]), int(out[1]))
 

@@ -496,13 +496,14 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         if provisional:
             problem = choosing.Problem(shape, dtype, device, layout, library, accuracy)
 
-            def decide(backends: dict[str, Any], rows: dict[str, Record]) -> str | None:
+            def decide(backends: dict[str, Any], rows: dict[str, Record]) -> Decided:
                 timings = _timings(rows, by, loops)
                 if not timings:
-                    return None
+                    return None, ()
                 searches = {n: declared(b, "searches_over") for n, b in backends.items()}
-                return _measured_choice(problem, backends, timings, rows, searches, native, session.prior, by,
-                                        source, shape, "", {}).backend.name
+                choice = _measured_choice(problem, backends, timings, rows, searches, native, session.prior,
+                                          by, source, shape, "", {})
+                return choice.backend.name, choice.tied
 
             passed, waiting = _checked_winners(store, provisional, latest, dtype, decide, dict(by_name),
                                                excluded)
@@ -552,16 +553,21 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         return dataclasses.replace(choice, unchecked=unsuited) if unsuited else choice
 
 
+Decided = tuple["str | None", tuple[str, ...]]
+"""A ranking's winner (``None``: nothing timed) and the names tied with the fastest."""
+
+
 def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[str, Record], dtype: str,
-                     decide: Callable[[dict[str, Any], dict[str, Record]], str | None],
+                     decide: Callable[[dict[str, Any], dict[str, Record]], Decided],
                      conforming: dict[str, Any], excluded: dict[str, str]) -> tuple[list[Any], set[str]]:
     """Of ``provisional`` (candidates timed before their suite ran), the one that passed its suite,
     if any, and the names of those whose timings stand unchecked: a suite runs only on a backend
     that would be the answer, by the rule every answer follows (``decide(backends, rows)`` names
-    the winner), among the ``conforming`` ones and it. The provisional ones are looked at fastest
-    first; the first whose suite passes is the answer (said on stderr), one that fails is passed
-    over. Those not checked are excluded with a note saying so; their timings rank nothing until
-    they pass."""
+    the winner and those tied with the fastest), among the ``conforming`` ones and it, and that
+    no conforming backend ties with (that one answers as well, with no suite to run). The
+    provisional ones are looked at fastest first; the first whose suite passes is the answer
+    (said on stderr), one that fails is passed over. Those not checked are excluded with a note
+    saying so; their timings rank nothing until they pass."""
     wrong = {r.backend for r in latest.values() if r.status == "wrong"}
     timed = {t.backend: t.median_s for t in _timings(latest, "device", None)}
     waiting = sorted((b for b in provisional if b.name in timed and b.name not in wrong),
@@ -571,7 +577,8 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
         if passed:
             break
         pool = {**conforming, backend.name: backend}
-        if decide(pool, {name: row for name, row in latest.items() if name in pool}) != backend.name:
+        winner, tied = decide(pool, {name: row for name, row in latest.items() if name in pool})
+        if winner != backend.name or any(name in conforming for name in tied):
             continue
         if _checked_before_use(store, backend, dtype):
             passed.append(backend)
