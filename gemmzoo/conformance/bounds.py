@@ -49,6 +49,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gemmzoo.conformance.rows import by_rows
 from gemmzoo.contract.accuracy import NORMWISE
 from gemmzoo.contract.dtypes import dtype_info
 
@@ -93,13 +94,19 @@ def must_be_exact(dtype: str, a: np.ndarray, b: HostOperand, magnitude: np.ndarr
     """Whether the product of these operands is exactly representable, so C must be exact (B's
     values are read only when A's are all integers)."""
     info = dtype_info(dtype)
-    integral = bool(np.all(a == np.round(a)))
-    if integral:  # only now B's values, which may have to be copied back from a device
-        values = host_values(b)
-        integral = bool(np.all(values == np.round(values)))
+    # B's values only for an integral A: they may have to be copied back from a device
+    if not (_integral(a) and _integral(host_values(b))):
+        return False
     largest = float(magnitude.max(initial=0.0))
     accumulator_exact = 2.0**24 if info.accumulate_roundoff >= 2.0**-24 else 2.0**53
-    return integral and largest <= min(info.exact_integers, accumulator_exact)
+    return largest <= min(info.exact_integers, accumulator_exact)
+
+
+def _integral(x: np.ndarray) -> bool:
+    """Whether every value of ``x`` is an integer (a matrix's in row blocks, side by side)."""
+    if x.ndim != 2:
+        return bool(np.all(x == np.round(x)))
+    return all(by_rows(lambda rows: bool(np.all(x[rows] == np.round(x[rows]))), *x.shape))
 
 
 def normwise_magnitude(a: np.ndarray, b: np.ndarray) -> float:
@@ -114,11 +121,20 @@ def class_bound(accuracy: str, dtype: str, a: np.ndarray, b: HostOperand, ref: n
     """The per-element bound on ``|C - ref|`` for a backend of accuracy class ``accuracy``, from
     the host operands ``a`` and ``b`` and :func:`reference`'s ``ref`` and ``magnitude``. Where
     ``b`` is a function, B's values are copied only for an integral A or the normwise class."""
+    return bound_rule(accuracy, dtype, a, b, magnitude)(ref, magnitude)
+
+
+def bound_rule(accuracy: str, dtype: str, a: np.ndarray, b: HostOperand,
+               magnitude: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """:func:`class_bound` as a function of any block of elements' ``(ref, magnitude)``: what
+    concerns the whole problem (exact or not, the normwise scale) decided once, here."""
     if must_be_exact(dtype, a, b, magnitude):
-        return np.zeros_like(ref)
+        return lambda ref, _magnitude: np.zeros_like(ref)
+    k = a.shape[1]
     if accuracy == NORMWISE:
-        magnitude = np.full_like(magnitude, NORMWISE_FACTOR * normwise_magnitude(a, host_values(b)))
-    return error_bound(dtype, a.shape[1], ref, magnitude)
+        scale = NORMWISE_FACTOR * normwise_magnitude(a, host_values(b))
+        return lambda ref, block: error_bound(dtype, k, ref, np.full_like(block, scale))
+    return lambda ref, block: error_bound(dtype, k, ref, block)
 
 
 def scaled_error_bound(out_dtype: str, k: int, reference: np.ndarray, magnitude: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ from gemmzoo.conformance.independence import check_fresh, check_held
 from gemmzoo.conformance.judge import CheckFailedError, judge_result
 from gemmzoo.conformance.long_sums import same_sign_operands
 from gemmzoo.conformance.random_problems import DEFAULT_MAX_WORK, random_cases
+from gemmzoo.conformance.rows import same_values
 from gemmzoo.contract.dtypes import DTYPES, result_dtype
 from gemmzoo.contract.validation import backend_problem
 from gemmzoo.measure.threads import usable_cores
@@ -226,7 +227,7 @@ def _exception_text(error: BaseException) -> str:
 
 def _unchanged(backend: Any, operands: dict[str, tuple[Any, np.ndarray]], after: str) -> None:
     for label, (operand, before) in operands.items():
-        if not np.array_equal(backend.to_numpy(operand), before, equal_nan=True):
+        if not same_values(backend.to_numpy(operand), before):
             raise CheckFailedError(f"{label} was changed by {after}")
 
 
