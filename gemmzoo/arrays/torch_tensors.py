@@ -67,7 +67,11 @@ class TorchTensors:
 
             raw = torch.from_numpy(np.ascontiguousarray(e4m3_bytes(x)))
             return raw.view(torch.float8_e4m3fn).to(device=self.device)
-        host = torch.from_numpy(np.array(x, copy=True))
+        # A copy to another device is the tensor's own; a CPU tensor must not share the caller's
+        # array, nor wrap one it may not write to.
+        values = np.asarray(x)
+        shared = self.device != "cpu" and values.flags.writeable and values.flags.c_contiguous
+        host = torch.from_numpy(values if shared else np.array(values, copy=True))
         tensor = host.to(device=self.device, dtype=getattr(torch, _TORCH_DTYPES[dtype]))
         return TF32Array(tensor) if dtype == "tf32" else tensor
 
