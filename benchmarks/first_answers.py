@@ -5,12 +5,15 @@
 Every cache a new user starts without is a fresh temporary directory: gemmzoo's tuning store,
 Triton's and TorchInductor's kernel caches, CuPy's. The problems are answered in order in one
 process, as a program meets them; the first of each dtype is the one that pays for conformance
-suites. Printed per problem: the wall seconds of the answer, the backend, where the answer came
+suites. On the GPU, torch is imported and CUDA started first and that time is reported apart, as
+a program that already uses torch has paid it (``--cold-framework`` leaves it to the first
+answer). Printed per problem: the wall seconds of the answer, the backend, where the answer came
 from, and the suites that ran for it (backend and seconds); then the first answer of each dtype
 against the 10 s target and the median of the others against 5 s. With ``--regret``, every
 problem is then tuned the deliberate way (``gemmzoo tune``: every conforming backend, Triton's
-full autotune) and each first answer's device time is set against the fastest one's: the
-regret, against the target of at most 3% on 90% of the problems.
+full autotune; ``--regret-skip NAME`` leaves a backend out of it, and says so) and each first
+answer's device time is set against the fastest one's: the regret, against the target of at
+most 3% on 90% of the problems.
 """
 
 from __future__ import annotations
@@ -50,15 +53,20 @@ def fresh_caches() -> str:
     return root
 
 
-def print_regrets(rows: list[dict]) -> None:
-    """Tune each answered problem fully and add to its row the regret of the first answer: its
-    backend's device time over the fastest backend's, less one, from the same tuning run."""
+def print_regrets(rows: list[dict], skip: list[str]) -> None:
+    """Tune each answered problem fully (every backend but those in ``skip``) and add to its row
+    the regret of the first answer: its backend's device time over the fastest backend's, less
+    one, from the same tuning run."""
+    from gemmzoo.plugins.registry import get_registry
     from gemmzoo.problems.grids import GridPoint
     from gemmzoo.tuning import tune
 
+    backends = [name for name in get_registry().names() if name not in skip]
+    if skip:
+        print(f"regret against a full tune of every backend but {', '.join(skip)}", flush=True)
     for row in rows:
         point = GridPoint(*row["shape"], row["dtype"])
-        times = {r.backend: r.median_s for r in tune([point], budget_s=0.3) if r.status == "ok"}
+        times = {r.backend: r.median_s for r in tune([point], backends, budget_s=0.3) if r.status == "ok"}
         if row["backend"] not in times:
             row["regret"] = None
             print(f"{point.id}: {row['backend']} has no tuned time; regret unknown")
@@ -79,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--regret", action="store_true",
                         help="then tune every problem fully and report each first answer's regret")
+    parser.add_argument("--regret-skip", action="append", metavar="NAME",
+                        help="leave this backend out of --regret's full tune (repeatable)")
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--cold-framework", action="store_true",
+                        help="leave torch's import and CUDA's start to the first answer (by default "
+                             "they come first and are reported apart)")
     args = parser.parse_args(argv)
     problems = args.problem or [parse_problem(p) for p in DEFAULT_PROBLEMS]
     fresh_caches()
@@ -89,6 +102,15 @@ def main(argv: list[str] | None = None) -> int:
 
     imported = time.perf_counter() - started
     print(f"gemmzoo {gemmzoo.__version__}: imported in {imported:.2f} s; caches fresh", flush=True)
+    framework_s = None
+    if args.device == "cuda" and not args.cold_framework:
+        started = time.perf_counter()
+        import torch
+
+        torch.zeros(1, device="cuda")
+        framework_s = time.perf_counter() - started
+        print(f"torch imported and CUDA started in {framework_s:.2f} s, before the first answer "
+              "(as in a program that already uses torch on the GPU)", flush=True)
     rows = []
     seen_dtypes: set[str] = set()
     for dtype, shape in problems:
@@ -113,13 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"later answers: median {statistics.median(later):.1f} s (target 5 s), "
               f"worst {max(later):.1f} s")
     if args.regret:
-        print_regrets(rows)
+        print_regrets(rows, args.regret_skip or [])
     if args.json:
         import torch
 
         facts = {"python": sys.version.split()[0], "torch": torch.__version__,
                  "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-                 "imported_s": imported}
+                 "imported_s": imported, "framework_start_s": framework_s}
         with open(args.json, "w") as out:
             json.dump({"facts": facts, "answers": rows}, out, indent=1)
     return 0
