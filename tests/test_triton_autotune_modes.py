@@ -143,6 +143,7 @@ def test_a_plan_passes_its_backends_mode_to_the_kernel(monkeypatch):
     for mode in ("quick", "full"):
         backend = TritonGroupedBackend(autotune=mode)
         x, y = torch.randn(29, 31, generator=gen), torch.randn(31, 27 + len(seen), generator=gen)
+        x, y = x.to(backend.device), y.to(backend.device)  # the host under the interpreter, else the GPU
         c = backend.matmul(x, y)
         torch.testing.assert_close(c, x @ y, rtol=1e-4, atol=1e-4)
     assert seen == ["quick", "full"]
