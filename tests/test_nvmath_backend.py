@@ -38,6 +38,9 @@ class CpuDouble(NvmathCublasLtBackend):
     device = "cpu"
     tensor_device = "cpu"
 
+    def __init__(self, autotune=True, min_autotune_work=1, **keywords):
+        super().__init__(autotune, min_autotune_work=min_autotune_work, **keywords)
+
     def unavailable_reason(self):
         return None
 
@@ -92,7 +95,8 @@ def test_the_heuristic_variant_does_not_compile_per_problem():
     assert backend.compiles_per_problem is False and backend.iterations == 0
 
 
-@pytest.mark.parametrize("keywords", [{"iterations": 0}, {"iterations": True}, {"limit": 0}, {"limit": 2.5}])
+@pytest.mark.parametrize("keywords", [{"iterations": 0}, {"iterations": True}, {"limit": 0}, {"limit": 2.5},
+                                      {"min_autotune_work": 0}])
 def test_bad_settings_are_refused_naming_the_backend(keywords):
     with pytest.raises(ValueError, match=NAME):
         NvmathCublasLtBackend(**keywords)
@@ -172,6 +176,16 @@ def test_a_problem_is_planned_and_autotuned_once_then_each_call_resets_executes_
     assert backend.prepare(_random((5, 7), seed=3), _random((7, 3), seed=4)) is run
     _assert_product(backend.matmul(a, b), a, b)
     assert fake.count("autotune") == 1 and fake.count("construct") == 1
+
+
+def test_small_problems_run_the_heuristics_pick_without_autotuning(fake):
+    backend = CpuDouble(min_autotune_work=1000)
+    small, large = (_random((5, 7)), _random((7, 3), seed=1)), (_random((10, 10)), _random((10, 10), seed=1))
+    for a, b in (small, large):
+        _assert_product(backend.matmul(a, b), a, b)
+    assert fake.count("autotune") == 1  # 10·10·10 = 1000 multiply-adds only
+    assert [event["algorithm"] for event in fake.of("execute")] == [0, 2]
+    assert gemmzoo.get_backend(NAME).min_autotune_work == nvmath_cublaslt.MIN_AUTOTUNE_WORK == 256**3
 
 
 def test_without_autotune_the_heuristics_first_pick_runs(fake):

@@ -11,7 +11,8 @@ What a problem costs, and when:
   ``Matmul`` from the operands, ``plan``\\ s it (the heuristic's candidates, at most
   :data:`ALGORITHM_LIMIT`) and ``autotune``\\ s it (each candidate timed
   :data:`AUTOTUNE_ITERATIONS` times, nvmath flushing the L2 cache between runs): a fraction of a
-  second to seconds per new problem, so the backend declares ``compiles_per_problem``. The plan is
+  second to seconds per new problem, so the backend declares ``compiles_per_problem``. Problems of
+  fewer than :data:`MIN_AUTOTUNE_WORK` multiply-adds run the heuristic's first pick. The plan is
   kept by the backend (:data:`REMEMBERED_PLANS` problems, the least recently used dropped), so
   ``matmul`` and later ``prepare`` calls of the same problem run the same algorithm.
 - a call resets the ``Matmul``'s operands, executes it and releases the operands again (a plan
@@ -85,6 +86,10 @@ REDUCTION_SCHEMES = {
 ALGORITHM_LIMIT = 8
 #: Timed runs of each candidate when autotuning (nvmath's default).
 AUTOTUNE_ITERATIONS = 10
+#: Multiply-adds (M·N·K) from which a problem is autotuned: below (under 256³) every candidate runs
+#: in microseconds, and autotuning, which flushes the L2 cache from the host before each of its
+#: timed runs, would cost most of a second per problem to save at most microseconds per call.
+MIN_AUTOTUNE_WORK = 1 << 24
 #: Problems whose plans the backend keeps.
 REMEMBERED_PLANS = 256
 #: The largest alignment (bytes) nvmath tells cuBLASLt's heuristic about.
@@ -235,8 +240,9 @@ class CublasLtPlan:
 
 class NvmathCublasLtBackend(TorchTensors, Backend):
     """cuBLASLt through nvmath-python's ``Matmul`` on torch CUDA tensors, its heuristic's
-    algorithms autotuned once per problem (``autotune=False``: the heuristic's first pick, as
-    nvmath's ``plan`` gives it, for comparison).
+    algorithms autotuned once per problem of at least ``min_autotune_work`` multiply-adds
+    (``autotune=False``: the heuristic's first pick everywhere, as nvmath's ``plan`` gives it, for
+    comparison); ``iterations`` timed runs of each of at most ``limit`` candidates.
 
     Not ``searches_over`` the ``torch`` backend: the candidates it times are cuBLASLt's heuristic
     list for its own workspace and alignment preferences, which need not hold the kernel that
@@ -251,16 +257,18 @@ class NvmathCublasLtBackend(TorchTensors, Backend):
     tensor_device = "cuda"
 
     def __init__(self, autotune: bool = True, *, iterations: int = AUTOTUNE_ITERATIONS,
-                 limit: int = ALGORITHM_LIMIT, name: str | None = None) -> None:
-        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-            raise ValueError(f"{self.name}: iterations must be a positive int, not {iterations!r}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"{self.name}: limit must be a positive int, not {limit!r}")
+                 limit: int = ALGORITHM_LIMIT, min_autotune_work: int = MIN_AUTOTUNE_WORK,
+                 name: str | None = None) -> None:
+        settings = (("iterations", iterations), ("limit", limit), ("min_autotune_work", min_autotune_work))
+        for label, value in settings:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{self.name}: {label} must be a positive int, not {value!r}")
         if name is not None:
             self.name = name
         self.autotune = autotune
         self.iterations = iterations if autotune else 0
         self.limit = limit
+        self.min_autotune_work = min_autotune_work
         #: Autotuning times every candidate on the device, a fraction of a second to seconds per
         #: new problem; the heuristic's pick alone is milliseconds.
         self.compiles_per_problem = autotune
@@ -286,7 +294,8 @@ class NvmathCublasLtBackend(TorchTensors, Backend):
                                 logger=logging.getLogger(__name__))
         preferences = MatmulPlanPreferences(
             reduction_scheme_mask=getattr(MatmulReductionScheme, REDUCTION_SCHEMES[dtype]), limit=self.limit)
-        return ChosenAlgorithm(x, y, options, preferences, self.iterations)
+        tuned = x.shape[0] * y.shape[1] * x.shape[1] >= self.min_autotune_work
+        return ChosenAlgorithm(x, y, options, preferences, self.iterations if tuned else 0)
 
     def _check_tensors(self, a: Any, b: Any) -> None:
         """Raise unless A and B are torch tensors on one device of :attr:`tensor_device`."""
