@@ -10,6 +10,7 @@ the autotuned pick from the heuristic's.
 
 from __future__ import annotations
 
+import importlib.machinery
 import sys
 import threading
 import types
@@ -53,6 +54,8 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Log:
     log = Log()
 
     class Matmul:
+        algorithms: tuple[FakeAlgorithm, ...] = ()  # a property of the real class
+
         def __init__(self, a: Any, b: Any, /, *, options: Any = None) -> None:
             for name, operand in (("a", a), ("b", b)):
                 if any(extent <= 0 for extent in operand.shape):
@@ -62,7 +65,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Log:
             self.options = options
             self.operands = [a, b]
             self.thread = threading.get_ident()
-            self.algorithms: tuple[FakeAlgorithm, ...] = ()
+            self.algorithms = ()
             self.freed = False
             log.events.append(("construct", {"shapes": (tuple(a.shape), tuple(b.shape)),
                                              "strides": (a.stride(), b.stride()),
@@ -118,9 +121,10 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Log:
     compute_type = types.SimpleNamespace(**{name: name for name in names})
     schemes = types.SimpleNamespace(NONE="NONE", INPLACE="INPLACE", COMPUTE_TYPE="COMPUTE_TYPE",
                                     OUTPUT_TYPE="OUTPUT_TYPE", MASK="MASK")
-    root = types.ModuleType("nvmath")
-    linalg = types.ModuleType("nvmath.linalg")
-    advanced = types.ModuleType("nvmath.linalg.advanced")
+    names = ("nvmath", "nvmath.linalg", "nvmath.linalg.advanced")
+    root, linalg, advanced = (types.ModuleType(name) for name in names)
+    for module in (root, linalg, advanced):  # importlib.util.find_spec reads it of a loaded module
+        module.__spec__ = importlib.machinery.ModuleSpec(module.__name__, None)
     linalg.ComputeType = compute_type
     advanced.Matmul = Matmul
     advanced.MatmulOptions = MatmulOptions

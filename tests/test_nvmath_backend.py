@@ -124,6 +124,17 @@ def test_the_extra_the_hint_names_exists():
     assert extra is not None and '"nvmath-python' in extra.group(1)
 
 
+def test_an_nvmath_without_the_members_a_plan_calls_is_said_to_be_too_old(fake, monkeypatch):
+    from nvmath.linalg.advanced import Matmul
+
+    assert importlib.util.find_spec("nvmath") is not None  # the double counts as installed
+    monkeypatch.delattr(Matmul, "release_operands")
+    monkeypatch.delattr(Matmul, "reset_operands_unchecked")
+    reason = nvmath_cublaslt._probe_reason()
+    assert reason == ("nvmath-python's Matmul lacks release_operands, reset_operands_unchecked (1.0 or later "
+                      "is needed: pip install -U 'nvmath-python>=1.0')")
+
+
 def test_alignment_is_the_largest_power_of_two_up_to_256():
     assert [alignment(address) for address in (512, 256, 96, 6, 1, 1 << 40)] == [256, 256, 32, 2, 1, 256]
 
@@ -316,7 +327,9 @@ def test_random_products_match_the_float64_reference_on_the_gpu(shape, dtype, la
     from gemmzoo.measure.reference import judge_problem
     from gemmzoo.problems.grids import GridPoint
 
-    backend = available(NAME) if autotune else NvmathCublasLtBackend(autotune=False)
+    backend = available(NAME)
+    if not autotune:
+        backend = NvmathCublasLtBackend(autotune=False)
     problem = make_problem(backend, GridPoint(*shape, dtype, layout), seed=7)
     deviation = judge_problem(problem)  # every element within the suite's bound, or it raises
     assert deviation.error_ratio <= 1

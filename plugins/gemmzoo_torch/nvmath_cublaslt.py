@@ -350,13 +350,23 @@ class NvmathCublasLtBackend(TorchTensors, Backend):
         torch.cuda.synchronize()
 
 
+#: The members of nvmath's ``Matmul`` that a plan calls (``release_operands`` and
+#: ``reset_operands_unchecked`` are nvmath-python 1.0's).
+MATMUL_MEMBERS = ("plan", "autotune", "algorithms", "release_operands", "reset_operands_unchecked", "execute",
+                  "free")
+
+
 def _probe_reason() -> str | None:
-    """Why nvmath cannot run cuBLASLt here (it imports, loads the library and multiplies two 1×1
-    matrices on torch's current device), or ``None``."""
+    """Why nvmath cannot run cuBLASLt here (it imports, has the ``Matmul`` members a plan calls,
+    loads the library and multiplies two 1×1 matrices on torch's current device), or ``None``."""
     try:
         import torch
         from nvmath.linalg.advanced import Matmul
 
+        lacking = [name for name in MATMUL_MEMBERS if not hasattr(Matmul, name)]
+        if lacking:
+            return (f"nvmath-python's Matmul lacks {', '.join(lacking)} (1.0 or later is needed: "
+                    f"pip install -U 'nvmath-python>=1.0')")
         one = torch.ones((1, 1), device="cuda")
         with Matmul(one, one, options={"logger": logging.getLogger(__name__)}) as matmul:
             matmul.plan()
