@@ -117,8 +117,8 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Log:
         def __init__(self, reduction_scheme_mask: Any = None, limit: int = 8) -> None:
             self.reduction_scheme_mask, self.limit = reduction_scheme_mask, limit
 
-    names = ("COMPUTE_32F", "COMPUTE_32F_FAST_TF32", "COMPUTE_64F")
-    compute_type = types.SimpleNamespace(**{name: name for name in names})
+    compute_types = ("COMPUTE_32F", "COMPUTE_32F_FAST_TF32", "COMPUTE_64F")
+    compute_type = types.SimpleNamespace(**{name: name for name in compute_types})
     schemes = types.SimpleNamespace(NONE="NONE", INPLACE="INPLACE", COMPUTE_TYPE="COMPUTE_TYPE",
                                     OUTPUT_TYPE="OUTPUT_TYPE", MASK="MASK")
     names = ("nvmath", "nvmath.linalg", "nvmath.linalg.advanced")

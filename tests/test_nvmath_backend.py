@@ -227,6 +227,21 @@ def test_each_dtype_gets_its_compute_type_and_reductions(fake, dtype, compute, r
         _assert_product(c, a, b, rtol=2**-7)
 
 
+def test_a_product_nvmath_cannot_plan_is_said_with_the_backend_and_the_problem(fake, monkeypatch):
+    from nvmath.linalg.advanced import Matmul
+
+    def no_algorithm(self, **keywords):
+        raise RuntimeError("Planning failed to find any suitable algorithm.")
+
+    monkeypatch.setattr(Matmul, "plan", no_algorithm)
+    backend = CpuDouble()
+    with pytest.raises(RuntimeError, match=r"^nvmath-cublaslt-double: nvmath could not plan cuBLASLt's "
+                       r"product of A \(3, 4\) strides \(4, 1\), B \(4, 2\) strides \(2, 1\), float32, .*"
+                       r"RuntimeError: Planning failed"):
+        backend.prepare(_random((3, 4)), _random((4, 2)))
+    assert fake.count("construct") == 1
+
+
 def test_a_plan_keeps_no_operand_alive(fake):
     backend = CpuDouble()
     a, b = _random((8, 5)), _random((5, 4), seed=1)

@@ -295,7 +295,14 @@ class NvmathCublasLtBackend(TorchTensors, Backend):
         preferences = MatmulPlanPreferences(
             reduction_scheme_mask=getattr(MatmulReductionScheme, REDUCTION_SCHEMES[dtype]), limit=self.limit)
         tuned = x.shape[0] * y.shape[1] * x.shape[1] >= self.min_autotune_work
-        return ChosenAlgorithm(x, y, options, preferences, self.iterations if tuned else 0)
+        try:
+            return ChosenAlgorithm(x, y, options, preferences, self.iterations if tuned else 0)
+        except Exception as error:  # said with the problem: which product nvmath could not plan
+            aligned = f"{alignment(x.data_ptr())} and {alignment(y.data_ptr())} bytes"
+            where = (f"A {tuple(x.shape)} strides {x.stride()}, B {tuple(y.shape)} strides {y.stride()}, "
+                     f"{dtype}, addresses aligned to {aligned}")
+            raise RuntimeError(f"{self.name}: nvmath could not plan cuBLASLt's product of {where}: "
+                               f"{type(error).__name__}: {error}") from error
 
     def _check_tensors(self, a: Any, b: Any) -> None:
         """Raise unless A and B are torch tensors on one device of :attr:`tensor_device`."""
