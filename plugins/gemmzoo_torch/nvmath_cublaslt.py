@@ -13,7 +13,7 @@ What a problem costs, and when:
   :data:`AUTOTUNE_ITERATIONS` times, nvmath flushing the L2 cache between runs): a fraction of a
   second to seconds per new problem, so the backend declares ``compiles_per_problem``. Problems of
   fewer than :data:`MIN_AUTOTUNE_WORK` multiply-adds run the heuristic's first pick. The plan is
-  kept by the backend (:data:`REMEMBERED_PLANS` problems, the least recently used dropped), so
+  kept by the backend (:data:`KEPT_PLANS` problems, the least recently used dropped), so
   ``matmul`` and later ``prepare`` calls of the same problem run the same algorithm.
 - a call resets the ``Matmul``'s operands, executes it and releases the operands again (a plan
   keeps no operand alive): nvmath allocates a new result tensor each call, on torch's current
@@ -47,11 +47,11 @@ torch and nvmath are imported inside the methods only.
 
 from __future__ import annotations
 
-import collections
 import importlib.util
 import logging
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -91,7 +91,7 @@ AUTOTUNE_ITERATIONS = 10
 #: timed runs, would cost most of a second per problem to save at most microseconds per call.
 MIN_AUTOTUNE_WORK = 1 << 24
 #: Problems whose plans the backend keeps.
-REMEMBERED_PLANS = 256
+KEPT_PLANS = 256
 #: The largest alignment (bytes) nvmath tells cuBLASLt's heuristic about.
 MAX_ALIGNMENT = 256
 
@@ -272,8 +272,8 @@ class NvmathCublasLtBackend(TorchTensors, Backend):
         #: Autotuning times every candidate on the device, a fraction of a second to seconds per
         #: new problem; the heuristic's pick alone is milliseconds.
         self.compiles_per_problem = autotune
-        self._plans: collections.OrderedDict[tuple[Any, ...], CublasLtPlan] = collections.OrderedDict()
-        self._plans_lock = threading.Lock()
+        self._problem_plans: OrderedDict[tuple[Any, ...], CublasLtPlan] = OrderedDict()
+        self._problem_plans_lock = threading.Lock()
 
     def unavailable_reason(self) -> str | None:
         missing = torch_missing_reason(cuda=True) or nvmath_missing_reason()
@@ -330,22 +330,22 @@ class NvmathCublasLtBackend(TorchTensors, Backend):
         except (AttributeError, TypeError):  # not tensors: the checks say what is wrong
             key = None
         if key is not None:
-            with self._plans_lock:
-                plan = self._plans.get(key)
+            with self._problem_plans_lock:
+                plan = self._problem_plans.get(key)
                 if plan is not None:
-                    self._plans.move_to_end(key)
+                    self._problem_plans.move_to_end(key)
                     return plan
         self.check_operands(a, b)
         self._check_tensors(a, b)
         # one problem is planned at a time: a second thread asking for the same problem waits
         # and gets the first's plan, never an algorithm of its own autotuning
-        with self._plans_lock:
-            plan = self._plans.get(key)
+        with self._problem_plans_lock:
+            plan = self._problem_plans.get(key)
             if plan is None:
                 plan = CublasLtPlan(self, a, b)
-                self._plans[key] = plan
-                if len(self._plans) > REMEMBERED_PLANS:
-                    self._plans.popitem(last=False)
+                self._problem_plans[key] = plan
+                if len(self._problem_plans) > KEPT_PLANS:
+                    self._problem_plans.popitem(last=False)
             return plan
 
     def matmul(self, a: Any, b: Any) -> Any:
