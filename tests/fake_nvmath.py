@@ -92,7 +92,9 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Log:
             self.operands = None
             log.events.append(("release", None))
 
-        def reset_operands_unchecked(self, *, a: Any = None, b: Any = None) -> None:
+        def reset_operands(self, *, a: Any = None, b: Any = None) -> None:
+            if self.operands is None and (a is None or b is None):
+                raise ValueError("After release_operands(), all required operands must be provided")
             self.operands = [a, b]
             log.events.append(("reset", None))
 

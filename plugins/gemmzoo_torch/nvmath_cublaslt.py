@@ -176,9 +176,9 @@ class ChosenAlgorithm:
 
     def __call__(self, x: Any, y: Any) -> Any:
         matmul = self._thread_matmul(x, y)
-        # the operands are those of the problem planned (the plan's caller's promise): nvmath's
-        # checks of shapes, strides, dtype and device would be made again for nothing
-        matmul.reset_operands_unchecked(a=x, b=y)
+        # the checked reset (nvmath's unchecked one is experimental): operands unlike the planned
+        # ones (shapes, strides, dtype, device) raise instead of being read wrongly
+        matmul.reset_operands(a=x, b=y)
         try:
             return matmul.execute(release_workspace=True)
         finally:
@@ -357,10 +357,8 @@ class NvmathCublasLtBackend(TorchTensors, Backend):
         torch.cuda.synchronize()
 
 
-#: The members of nvmath's ``Matmul`` that a plan calls (``release_operands`` and
-#: ``reset_operands_unchecked`` are nvmath-python 1.0's).
-MATMUL_MEMBERS = ("plan", "autotune", "algorithms", "release_operands", "reset_operands_unchecked", "execute",
-                  "free")
+#: The members of nvmath's ``Matmul`` that a plan calls (``release_operands`` came with 0.9).
+MATMUL_MEMBERS = ("plan", "autotune", "algorithms", "release_operands", "reset_operands", "execute", "free")
 
 
 def _probe_reason() -> str | None:
