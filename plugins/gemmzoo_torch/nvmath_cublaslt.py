@@ -87,8 +87,8 @@ ALGORITHM_LIMIT = 8
 #: Timed runs of each candidate when autotuning (nvmath's default).
 AUTOTUNE_ITERATIONS = 10
 #: Multiply-adds (M·N·K) from which a problem is autotuned: below (under 256³) every candidate runs
-#: in microseconds, and autotuning, which flushes the L2 cache from the host before each of its
-#: timed runs, would cost most of a second per problem to save at most microseconds per call.
+#: in microseconds, and each of autotuning's timed runs (candidates × iterations) follows an L2
+#: flush from the host, far costlier than the microseconds a call could save.
 MIN_AUTOTUNE_WORK = 1 << 24
 #: Problems whose plans the backend keeps.
 KEPT_PLANS = 256
