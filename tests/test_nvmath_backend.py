@@ -380,3 +380,17 @@ def test_calls_run_on_the_current_stream_and_from_other_threads():
     thread.join()
     torch.cuda.synchronize()
     assert torch.equal(results[0], c)  # the same algorithm in every thread: bitwise the same
+
+
+@pytest.mark.gpu
+def test_an_operand_starting_inside_an_allocation_runs_an_algorithm_for_its_alignment_on_the_gpu():
+    backend = available(NAME)
+    big = torch.randn((1500, 1025), device="cuda", dtype=torch.bfloat16)
+    b = torch.randn((1024, 700), device="cuda", dtype=torch.bfloat16)
+    aligned, shifted = big[:, :-1], big[:, 1:]  # one problem (shape, strides); 2 bytes apart
+    run = backend.prepare(aligned, b)
+    bound = 2**-7 * (shifted.double().abs() @ b.double().abs()) + 2**-100
+    for a in (shifted, aligned, shifted):
+        c = run(a, b)
+        assert bool(((c.double() - a.double() @ b.double()).abs() <= bound).all())
+    assert torch.equal(big[:, 1:], shifted)
