@@ -198,9 +198,8 @@ def test_small_problems_run_the_heuristics_pick_without_autotuning(fake):
     assert gemmzoo.get_backend(NAME).min_autotune_work == nvmath_cublaslt.MIN_AUTOTUNE_WORK == 256**3
 
 
-def test_the_least_recently_used_plan_is_dropped_beyond_the_kept_number(fake, monkeypatch):
-    monkeypatch.setattr(nvmath_cublaslt, "KEPT_PLANS", 2)
-    backend = CpuDouble()
+def test_the_least_recently_used_plan_is_dropped_beyond_the_kept_number(fake):
+    backend = CpuDouble(kept_plans=2)
     operands = [(_random((m, 4)), _random((4, 3), seed=m)) for m in (2, 3, 5)]
     plans = [backend.prepare(a, b) for a, b in operands]
     assert backend.prepare(*operands[1]) is plans[1] and backend.prepare(*operands[2]) is plans[2]

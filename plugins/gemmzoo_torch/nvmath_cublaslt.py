@@ -13,8 +13,8 @@ What a problem costs, and when:
   :data:`AUTOTUNE_ITERATIONS` times, nvmath flushing the L2 cache between runs): a fraction of a
   second to seconds per new problem, so the backend declares ``compiles_per_problem``. Problems of
   fewer than :data:`MIN_AUTOTUNE_WORK` multiply-adds run the heuristic's first pick. The plan is
-  kept by the backend (:data:`KEPT_PLANS` problems, the least recently used dropped), so
-  ``matmul`` and later ``prepare`` calls of the same problem run the same algorithm.
+  kept by the backend (``kept_plans`` problems, :data:`KEPT_PLANS` by default, the least recently
+  used dropped), so ``matmul`` and later ``prepare`` calls of the same problem run the same algorithm.
 - a call resets the ``Matmul``'s operands, executes it and releases the operands again (a plan
   keeps no operand alive): nvmath allocates a new result tensor each call, on torch's current
   stream, and returns it without waiting.
@@ -258,8 +258,9 @@ class NvmathCublasLtBackend(TorchTensors, Backend):
 
     def __init__(self, autotune: bool = True, *, iterations: int = AUTOTUNE_ITERATIONS,
                  limit: int = ALGORITHM_LIMIT, min_autotune_work: int = MIN_AUTOTUNE_WORK,
-                 name: str | None = None) -> None:
-        settings = (("iterations", iterations), ("limit", limit), ("min_autotune_work", min_autotune_work))
+                 kept_plans: int = KEPT_PLANS, name: str | None = None) -> None:
+        settings = (("iterations", iterations), ("limit", limit), ("min_autotune_work", min_autotune_work),
+                    ("kept_plans", kept_plans))
         for label, value in settings:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{self.name}: {label} must be a positive int, not {value!r}")
@@ -269,6 +270,7 @@ class NvmathCublasLtBackend(TorchTensors, Backend):
         self.iterations = iterations if autotune else 0
         self.limit = limit
         self.min_autotune_work = min_autotune_work
+        self.kept_plans = kept_plans
         #: Autotuning times every candidate on the device, a fraction of a second to seconds per
         #: new problem; the heuristic's pick alone is milliseconds.
         self.compiles_per_problem = autotune
@@ -344,7 +346,7 @@ class NvmathCublasLtBackend(TorchTensors, Backend):
             if plan is None:
                 plan = CublasLtPlan(self, a, b)
                 self._problem_plans[key] = plan
-                if len(self._problem_plans) > KEPT_PLANS:
+                if len(self._problem_plans) > self.kept_plans:
                     self._problem_plans.popitem(last=False)
             return plan
 
