@@ -235,6 +235,22 @@ def test_an_unchecked_backend_tied_with_a_checked_one_runs_no_suite(monkeypatch,
         assert choice.backend.name == FAST and verdict.passed and not choice.unchecked
 
 
+def test_of_tied_unchecked_backends_the_tie_order_says_which_is_checked(monkeypatch):
+    shape = (128, 96, 64)
+    # neither is checked; SLOW measured 0.4% faster, within the 1% floor: the tie rule answers
+    # FAST (name order), so FAST's suite runs and SLOW's does not
+    state.store().add([row(FAST, shape, 1.000e-3, 1e-6), row(SLOW, shape, 0.996e-3, 1e-6)])
+    forbid_measuring(monkeypatch)
+    monkeypatch.setenv("GEMMZOO_BACKENDS", f"{FAST},{SLOW}")
+    reconfigure()
+    choice = explain(shape, measure=True)
+    registry, here = current().registry, device_fingerprint("cpu")
+    verdicts = {name: state.store().conformance(here, verdict_versions(registry.get(name)), name, "float32")
+                for name in (FAST, SLOW)}
+    assert choice.backend.name == FAST and verdicts[FAST].passed and verdicts[SLOW] is None
+    assert [t.backend for t in choice.unchecked] == [SLOW]
+
+
 def test_latest_row_wins_for_a_backend(monkeypatch):
     shape = (64, 32, 16)
     store = state.store()

@@ -561,29 +561,29 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
                      decide: Callable[[dict[str, Any], dict[str, Record]], Decided],
                      conforming: dict[str, Any], excluded: dict[str, str]) -> tuple[list[Any], set[str]]:
     """Of ``provisional`` (candidates timed before their suite ran), the one that passed its suite,
-    if any, and the names of those whose timings stand unchecked: a suite runs only on a backend
-    that would be the answer, by the rule every answer follows (``decide(backends, rows)`` names
-    the winner and those tied with the fastest), among the ``conforming`` ones and it, and that
-    no conforming backend ties with (that one answers as well, with no suite to run). The
-    provisional ones are looked at fastest first; the first whose suite passes is the answer
-    (said on stderr), one that fails is passed over. Those not checked are excluded with a note
-    saying so; their timings rank nothing until they pass."""
+    if any, and the names of those whose timings stand unchecked. A suite runs only on the backend
+    that the rule every answer follows (``decide(backends, rows)``: the winner and the names tied
+    with the fastest) picks among the ``conforming`` ones and the provisional ones not yet passed
+    over, and only where no conforming backend ties with it (that one answers as well, with no
+    suite to run): among tied provisional ones, the rule's own tie order says which is checked.
+    One whose suite passes is the answer (said on stderr); one that fails is passed over and the
+    rule asked again. Those not checked are excluded with a note saying so; their timings rank
+    nothing until they pass."""
     wrong = {r.backend for r in latest.values() if r.status == "wrong"}
     timed = {t.backend: t.median_s for t in _timings(latest, "device", None)}
-    waiting = sorted((b for b in provisional if b.name in timed and b.name not in wrong),
-                     key=lambda b: timed[b.name])
+    waiting = {b.name: b for b in sorted((b for b in provisional if b.name in timed and b.name not in wrong),
+                                         key=lambda b: timed[b.name])}
     passed: list[Any] = []
-    for backend in waiting:
-        if passed:
-            break
-        pool = {**conforming, backend.name: backend}
+    while waiting:
+        pool = {**conforming, **waiting}
         winner, tied = decide(pool, {name: row for name, row in latest.items() if name in pool})
-        if winner != backend.name or any(name in conforming for name in tied):
-            continue
+        if winner not in waiting or any(name in conforming for name in tied):
+            break
+        backend = waiting.pop(winner)
         if _checked_before_use(store, backend, dtype):
             passed.append(backend)
-        else:
-            excluded[backend.name] = _failed(backend.name, dtype)
+            break
+        excluded[backend.name] = _failed(backend.name, dtype)
     unchecked = set()
     for backend in provisional:
         name = backend.name
