@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import traceback
 from collections.abc import Callable, Iterable
@@ -23,7 +24,7 @@ from gemmzoo.contract.validation import backend_problem
 from gemmzoo.measure.threads import usable_cores
 from gemmzoo.plugins.inert import inert
 from gemmzoo.plugins.registry import probe_availability
-from gemmzoo.plugins.watchdog import BackendTimeoutError, idle_workers_ended, quarantined
+from gemmzoo.plugins.watchdog import BackendTimeoutError, idle_workers_ended, quarantine, quarantined
 from gemmzoo.plugins.watchdog import call as watched
 
 
@@ -451,6 +452,7 @@ def check_backend(
     max_work: float = DEFAULT_MAX_WORK,
     timeout: float | str | None = "default",
     classes: Iterable[str] | None = None,
+    workers: int | None = None,
 ) -> ConformanceReport:
     """Run the whole suite on one backend (or only some of its dtypes), then ``random`` problems
     drawn by :func:`gemmzoo.conformance.random_problems.random_cases` with ``seed`` and M·N·K at most
@@ -463,6 +465,11 @@ def check_backend(
     (``"default"``: :func:`gemmzoo.plugins.watchdog.default_timeout`; ``None``: no limit): one that
     overruns fails, sets :attr:`ConformanceReport.timed_out`, quarantines the backend
     (:mod:`gemmzoo.plugins.watchdog`) and ends its suite.
+
+    ``workers``: processes the checks are shared among (:mod:`gemmzoo.conformance.shards`); by
+    default more than one only for a backend whose cases compile kernels
+    (:attr:`gemmzoo.Backend.suite_compiles`) on a machine with cores to spare. The results are
+    the same, in the same order.
     """
     name = getattr(backend, "name", None)
     report = ConformanceReport(name if isinstance(name, str) else repr(name))
@@ -485,8 +492,56 @@ def check_backend(
     if reason is not None:
         report.unavailable = reason
         return report
-    chosen = [d for d in DTYPES if d in backend.dtypes and (dtypes is None or d in set(dtypes))]
-    wanted = None if classes is None else set(classes)
+    settings = SuiteSettings(None if dtypes is None else tuple(dtypes),
+                             None if classes is None else tuple(classes), random, seed, max_work)
+    checks = suite_checks(backend, settings)
+    from gemmzoo.conformance import shards
+
+    elsewhere = shards.start(backend, dataclasses.asdict(settings), timeout, len(checks), workers)
+    done: dict[int, CheckResult] = {}
+
+    def take(index: int, result: CheckResult, overran: str | None) -> bool:
+        done[index] = result
+        if on_result is not None:
+            on_result(result)
+        if overran is not None:  # from a worker too: quarantined here, as if it had run here
+            quarantine(backend, overran)
+            report.timed_out = overran
+        return overran is None
+
+    try:
+        for index in range(len(checks)) if elsewhere is None else elsewhere.here:
+            if not take(index, *run_check(backend, *checks[index], timeout)):
+                break
+        if elsewhere is not None and report.timed_out is None:
+            here_instead = lambda i: run_check(backend, *checks[i], timeout)  # noqa: E731
+            for index, result, overran in elsewhere.results(here_instead, CheckResult):
+                if not take(index, result, overran):
+                    break
+    finally:
+        if elsewhere is not None:
+            elsewhere.stop()
+    report.results.extend(done[index] for index in sorted(done))
+    return report
+
+
+@dataclass(frozen=True)
+class SuiteSettings:
+    """What selects a suite's checks (:func:`check_backend`'s arguments): the same settings give
+    the same checks in the same order in any process."""
+
+    dtypes: tuple[str, ...] | None = None
+    classes: tuple[str, ...] | None = None
+    random: int = 0
+    seed: int = 0
+    max_work: float = DEFAULT_MAX_WORK
+
+
+def suite_checks(backend: Any, settings: SuiteSettings) -> list[tuple[str, Callable[[], CheckResult]]]:
+    """The suite's checks of an available backend, in order: ``(label, run)``."""
+    asked = None if settings.dtypes is None else set(settings.dtypes)
+    chosen = [d for d in DTYPES if d in backend.dtypes and (asked is None or d in asked)]
+    wanted = None if settings.classes is None else set(settings.classes)
     gemm = wanted is None or "gemm" in wanted
     checks: list[tuple[str, Callable[[], CheckResult]]] = []
     if gemm:
@@ -496,17 +551,21 @@ def check_backend(
                    for d in chosen for case in conformance_cases(d, backend.device)]
     checks += [(case.id, lambda case=case: _class_check(backend, case))
                for case in class_cases(backend, set(chosen)) if wanted is None or case.kind in wanted]
-    if random and chosen and gemm:
+    if settings.random and chosen and gemm:
         checks += [(case.id, lambda case=case: run_case(backend, case))
-                   for case in random_cases(chosen, random, seed, max_work)]
-    for label, check in checks:
-        try:
-            result = watched(backend, label, check, timeout=timeout)
-        except BackendTimeoutError as error:
-            report.timed_out = str(error)
-            record(CheckResult(report.backend, label, False, f"TIMEOUT: {error}"))
-            break
-        except Exception as error:  # run_case and run_input_check catch; this is the last guard
-            result = CheckResult(report.backend, label, False, "raised " + _exception_text(error))
-        record(result)
-    return report
+                   for case in random_cases(chosen, settings.random, settings.seed, settings.max_work)]
+    return checks
+
+
+def run_check(backend: Any, label: str, check: Callable[[], CheckResult],
+              timeout: float | str | None) -> tuple[CheckResult, str | None]:
+    """One check within ``timeout`` (:func:`gemmzoo.plugins.watchdog.call`): its result, and what
+    overran when it ran past the limit (the result then says ``TIMEOUT``), else ``None``."""
+    name = getattr(backend, "name", None)
+    name = name if isinstance(name, str) else repr(name)
+    try:
+        return watched(backend, label, check, timeout=timeout), None
+    except BackendTimeoutError as error:
+        return CheckResult(name, label, False, f"TIMEOUT: {error}"), str(error)
+    except Exception as error:  # run_case and run_input_check catch; this is the last guard
+        return CheckResult(name, label, False, "raised " + _exception_text(error)), None

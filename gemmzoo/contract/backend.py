@@ -159,6 +159,11 @@ class Backend:
     #: measures it to answer a shape it has never seen, so first answers stay fast; ``gemmzoo
     #: check`` and ``gemmzoo tune`` do, and from then on its stored timings rank it as usual.
     compiles_per_problem: bool = False
+    #: True for a backend whose conformance cases compile kernels while holding the GIL (Triton's
+    #: JIT: each layout and edge case of the suite is a specialization of its own): the suite
+    #: shares its checks among worker processes where the machine has cores to spare
+    #: (:mod:`gemmzoo.conformance.shards`), as threads would compile one kernel at a time.
+    suite_compiles: bool = False
     #: Names of backends whose kernels this backend's own per-problem search times among its
     #: candidates (Inductor's max-autotune measures ATen's ``mm``, the ``torch`` backend, beside its
     #: templates). Where ``best_backend`` finds this backend tied with one of those at a shape
@@ -329,6 +334,7 @@ class Backend:
 OPTIONAL_MEMBERS: dict[str, Any] = {
     "selectable": Backend.selectable,
     "compiles_per_problem": Backend.compiles_per_problem,
+    "suite_compiles": Backend.suite_compiles,
     "searches_over": Backend.searches_over,
     "stream_ordered": Backend.stream_ordered,
     "accuracy": Backend.accuracy,

@@ -128,6 +128,7 @@ class TorchCompileCudaBackend(TorchCompileBackend):
 
     name = "torch-compile-cuda"
     requires = ("torch", "triton")
+    suite_compiles = True  # Inductor compiles and autotunes each case of the suite
     device = "cuda"
     aten_backend = "torch"
     dtypes = frozenset({"float16", "bfloat16", "float32", "tf32", "float64"})

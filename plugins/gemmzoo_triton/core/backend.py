@@ -35,6 +35,8 @@ class TritonBackend(TorchTensors, Backend):
         # Decided once: triton.jit reads TRITON_INTERPRET when it decorates the kernels, so the
         # mode cannot change for a process's backends after they are first used anyway.
         self.device = "cpu" if interpreter_mode() else "cuda"
+        # compiled kernels: every layout and edge case of the suite is a specialization of its own
+        self.suite_compiles = self.device == "cuda"
         self.dtypes = mode_dtypes()
         self.autotune = autotune_mode(autotune)
         self._plans: dict[tuple[Any, ...], Callable[[Any, Any], Any]] = {}

@@ -1,0 +1,60 @@
+"""One worker of a shared conformance suite (:mod:`gemmzoo.conformance.shards`):
+``python -m gemmzoo.conformance.shard_worker SPEC`` runs the checks a spec file names and writes
+their results where it says."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Any
+
+from gemmzoo.conformance.runner import SuiteSettings, run_check, suite_checks
+
+
+def run_spec(spec: dict[str, Any]) -> int:
+    """A worker: the checks ``spec`` names, of the backend it names, written to ``spec["out"]``;
+    exit status 3 when the backend here is not the code the suite checks."""
+    from gemmzoo.plugins.registry import get_registry, probe_availability
+
+    registry = get_registry()
+    try:
+        backend = registry.get(spec["backend"])
+        same = registry.code_digest(spec["backend"]) == spec["digest"]
+    except Exception:
+        return 3
+    if backend is None or not same:
+        return 3
+    reason, fault = probe_availability(backend)
+    if reason is not None or fault is not None:
+        return 3
+    settings = SuiteSettings(**{key: tuple(value) if isinstance(value, list) else value
+                                for key, value in spec["settings"].items()})
+    checks = suite_checks(backend, settings)
+    timeout = spec["timeout"]
+    if timeout is not None and not (isinstance(timeout, (int, float)) and math.isfinite(timeout)):
+        return 3
+    rows = []
+    for index in spec["indices"]:
+        result, overran = run_check(backend, *checks[index], timeout)
+        rows.append([index, result.backend, result.check, result.passed, result.detail, overran])
+        if overran is not None:
+            return 4  # quarantined in this process: the rest would not run; the suite's process decides
+    partial = spec["out"] + ".partial"
+    with open(partial, "w", encoding="utf-8") as out:
+        json.dump(rows, out)
+    os.replace(partial, spec["out"])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gemmzoo.conformance.shard_worker SPEC``: run one worker's checks."""
+    args = sys.argv[1:] if argv is None else argv
+    with open(args[0], encoding="utf-8") as source:
+        spec = json.load(source)
+    return run_spec(spec)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""A conformance suite shared among worker processes, for a backend whose cases compile kernels.
+
+Triton compiles a kernel while holding the GIL, so threads compile one kernel at a time and
+processes compile side by side; and a JIT backend's suite is mostly compiles, each layout and
+edge case being a kernel specialization of its own. So the checks of such a backend
+(:attr:`gemmzoo.Backend.suite_compiles`) are dealt out: this process runs every ``n``-th one and
+each of ``n - 1`` worker processes (``python -m gemmzoo.conformance.shard_worker SPEC``) the
+others.
+
+A worker finds the backend by name in the registry its own process builds from the installed
+plugins, and runs only when the code it finds is the code being checked here (the same digest,
+:mod:`gemmzoo.plugins.code_digest`). A worker that cannot, that fails, or that outlives its time
+leaves its checks to this process, which runs them as it would have: sharing changes how long a
+suite takes, never which checks run or what they say. A check that overran in a worker
+quarantines the backend here too, as it would have in this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from gemmzoo.contract.backend import declared
+from gemmzoo.measure.threads import usable_cores
+from gemmzoo.plugins.watchdog import default_timeout
+
+R = TypeVar("R")
+
+#: At most this many processes share one suite (this one included).
+MAX_WORKERS = 8
+#: Cores per process sharing a suite: a compile is one core's work, and the checks' array work
+#: runs on threads of its own.
+CORES_PER_WORKER = 2
+#: Checks per process at least: a worker's start (importing the backend's frameworks) costs
+#: seconds, worth it only for several compiles.
+CHECKS_PER_WORKER = 4
+#: Seconds a worker has to start (import and probe the backend) before its checks' own limits.
+START_S = 120.0
+
+
+def worker_count(backend: Any, checks: int, workers: int | None = None) -> int:
+    """How many processes share ``checks`` checks of ``backend``: ``workers`` where given (at most
+    one per check), else one unless the backend declares :attr:`gemmzoo.Backend.suite_compiles`,
+    then one per :data:`CORES_PER_WORKER` usable cores, at most :data:`MAX_WORKERS` and one per
+    :data:`CHECKS_PER_WORKER` checks."""
+    if workers is not None:
+        return max(1, min(int(workers), checks))
+    if declared(backend, "suite_compiles") is not True:
+        return 1
+    return max(1, min(MAX_WORKERS, usable_cores() // CORES_PER_WORKER, checks // CHECKS_PER_WORKER))
+
+
+class Shared:
+    """A suite's checks dealt out: :attr:`here` are this process's (indices into the suite's
+    checks), the rest run in worker processes until :meth:`results` collects them."""
+
+    def __init__(self, here: list[int], workers: list[tuple[subprocess.Popen, str, list[int]]],
+                 deadline: float | None, folder: tempfile.TemporaryDirectory) -> None:
+        self.here = here
+        self._workers = workers
+        self._deadline = deadline
+        self._folder = folder
+
+    def stop(self) -> None:
+        """End every worker still running; their checks are not run."""
+        for process, _path, _indices in self._workers:
+            if process.poll() is None:
+                process.kill()
+            with contextlib.suppress(Exception):
+                process.wait(timeout=10)
+        self._workers = []
+        self._folder.cleanup()
+
+    def results(self, fallback: Callable[[int], tuple[R, str | None]], make: Callable[..., R]
+                ) -> Iterator[tuple[int, R, str | None]]:
+        """``(index, result, overran)`` of every worker's checks, worker by worker, each result
+        ``make(backend, check, passed, detail)``; the checks of a worker that fails, overruns or
+        writes anything unreadable come from ``fallback(index)`` (run here). ``overran`` says what
+        ran past its time limit, else ``None``."""
+        try:
+            for process, path, indices in self._workers:
+                got = _collect(process, path, indices, self._deadline)
+                for index in indices:
+                    if got is None:
+                        yield (index, *fallback(index))
+                    else:
+                        fields, overran = got[index]
+                        yield index, make(*fields), overran
+        finally:
+            self.stop()
+
+
+def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, checks: int,
+          workers: int | None = None) -> Shared | None:
+    """Start the workers that share a suite of ``checks`` checks (chosen by ``settings``, the
+    fields of :class:`gemmzoo.conformance.runner.SuiteSettings`) with this process, or ``None``
+    when it runs here alone (one process, or a backend a worker could not find: not the backend
+    of that name that the installed plugins register in this process)."""
+    count = worker_count(backend, checks, workers)
+    if count <= 1:
+        return None
+    from gemmzoo.plugins.registry import get_registry
+
+    try:  # a worker builds the registry of the installed plugins: only a backend of it is found there
+        registry = get_registry()
+        name = backend.name
+        if registry.get(name) is not backend:
+            return None
+        digest = registry.code_digest(name)
+    except Exception:  # the installed plugins do not have it: it runs here
+        return None
+    limit = default_timeout() if timeout == "default" else timeout
+    dealt = [list(range(first, checks, count)) for first in range(count)]
+    folder = tempfile.TemporaryDirectory(prefix="gemmzoo-suite-")
+    started = []
+    for number, indices in enumerate(dealt[1:], start=1):
+        spec = {"backend": name, "digest": digest, "settings": settings, "timeout": limit,
+                "indices": indices, "out": os.path.join(folder.name, f"results-{number}.json")}
+        spec_path = os.path.join(folder.name, f"spec-{number}.json")
+        with open(spec_path, "w", encoding="utf-8") as out:
+            json.dump(spec, out)
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "gemmzoo.conformance.shard_worker", spec_path],
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
+        except OSError:  # no process to be had: its checks run here
+            dealt[0] += indices
+            continue
+        started.append((process, spec["out"], indices))
+    most = max((len(indices) for _p, _o, indices in started), default=0)
+    deadline = None if limit is None else time.monotonic() + START_S + float(limit) * most
+    return Shared(sorted(dealt[0]), started, deadline, folder)
+
+
+def _collect(process: subprocess.Popen, path: str, indices: list[int], deadline: float | None
+             ) -> dict[int, tuple[tuple[str, str, bool, str], str | None]] | None:
+    """A worker's results by index, once it has ended (killed at ``deadline``); ``None`` when it
+    failed, overran or wrote anything but a result for each of ``indices``."""
+    try:
+        process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return None
+    if process.returncode != 0:
+        return None
+    try:
+        with open(path, encoding="utf-8") as source:
+            rows = json.load(source)
+        found = {}
+        for index, backend, check, passed, detail, overran in rows:
+            if not (isinstance(backend, str) and isinstance(check, str) and isinstance(passed, bool)
+                    and isinstance(detail, str) and (overran is None or isinstance(overran, str))):
+                return None
+            found[int(index)] = ((backend, check, passed, detail), overran)
+    except (OSError, ValueError, TypeError):
+        return None
+    return found if sorted(found) == sorted(indices) else None

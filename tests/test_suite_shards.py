@@ -1,0 +1,89 @@
+"""A suite shared among worker processes (gemmzoo.conformance.shards): the same checks, the same
+results in the same order, every worker's results its own, and a worker that cannot run leaves
+its checks to the suite's process."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+from sessions import scoped
+from tuning_fakes import DelayedBackend, registry_with
+
+import gemmzoo
+from gemmzoo.conformance import check_backend, shard_worker, shards
+from gemmzoo.conformance.runner import CheckResult, SuiteSettings, suite_checks
+from gemmzoo.session import current
+
+
+def test_how_many_processes_share_a_suite(monkeypatch):
+    plain, compiling = DelayedBackend("plain"), DelayedBackend("compiling")
+    compiling.suite_compiles = True
+    monkeypatch.setattr(shards, "usable_cores", lambda: 16)
+    assert shards.worker_count(plain, 60) == 1  # nothing compiles: threads would do as well
+    assert shards.worker_count(compiling, 60) == 8  # 16 cores, two each
+    assert shards.worker_count(compiling, 12) == 3  # at least four checks each
+    assert shards.worker_count(plain, 60, workers=3) == 3 and shards.worker_count(plain, 2, workers=5) == 2
+    monkeypatch.setattr(shards, "usable_cores", lambda: 2)
+    assert shards.worker_count(compiling, 60) == 1  # two cores: no core to spare
+
+
+def test_workers_run_their_checks_and_the_results_are_the_suites():
+    backend = gemmzoo.get_backend("numpy")
+    settings = SuiteSettings(("float32",))
+    checks = suite_checks(backend, settings)
+    shared = shards.start(backend, asdict(settings), 60.0, len(checks), workers=3)
+    assert shared is not None and shared.here == list(range(0, len(checks), 3))
+
+    def not_here(index):
+        raise AssertionError(f"check {index} fell back to this process")
+
+    got = {index: (result, overran) for index, result, overran in shared.results(not_here, CheckResult)}
+    assert sorted(got) == [i for i in range(len(checks)) if i % 3]
+    alone = check_backend(backend, ["float32"], workers=1).results
+    assert all(got[i] == (alone[i], None) for i in got)
+    assert all(result.passed for result, _ in got.values())
+
+
+def test_a_shared_suite_reports_what_one_process_does():
+    backend = gemmzoo.get_backend("numpy")
+    alone = check_backend(backend, ["float64", "float16"], workers=1)
+    seen = []
+    shared = check_backend(backend, ["float64", "float16"], workers=2, on_result=seen.append)
+    assert shared.results == alone.results and shared.passed and len(seen) == len(alone.results)
+
+
+def test_a_worker_that_finds_other_code_leaves_its_checks_here(monkeypatch):
+    backend = gemmzoo.get_backend("numpy")
+    monkeypatch.setattr(type(current().registry), "code_digest", lambda self, name: "not the installed code")
+    settings = SuiteSettings(("float32",))
+    checks = suite_checks(backend, settings)
+    shared = shards.start(backend, asdict(settings), 60.0, len(checks), workers=2)
+    ran_here = []
+
+    def here(index):
+        ran_here.append(index)
+        return checks[index][1](), None
+
+    results = list(shared.results(here, CheckResult))
+    assert ran_here == list(range(1, len(checks), 2)) == [index for index, _r, _o in results]
+    assert all(result.passed for _i, result, _o in results)
+
+
+def test_a_backend_no_worker_could_find_runs_here():
+    fake = DelayedBackend("fake-here-only")
+    with scoped(registry=registry_with(fake)):
+        assert shards.start(fake, asdict(SuiteSettings(("float32",))), 60.0, 40, workers=4) is None
+        report = check_backend(fake, ["float32"], workers=4)
+    assert report.passed
+
+
+@pytest.mark.parametrize("spec_change", [{"backend": "no-such-backend"}, {"digest": "other"},
+                                          {"timeout": "soon"}])
+def test_a_worker_refuses_a_spec_it_cannot_run(tmp_path, spec_change):
+    backend = gemmzoo.get_backend("numpy")
+    spec = {"backend": "numpy", "digest": current().registry.code_digest("numpy"),
+            "settings": {"dtypes": ["float32"], "classes": None, "random": 0, "seed": 0, "max_work": 1e6},
+            "timeout": 60.0, "indices": [0, 1], "out": str(tmp_path / "out.json"), **spec_change}
+    assert backend.name == "numpy"
+    assert shard_worker.run_spec(spec) == 3 and not (tmp_path / "out.json").exists()
