@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from gemmzoo.conformance import shards
 from gemmzoo.conformance.cases import Case, conformance_cases, scale_decades
 from gemmzoo.conformance.class_cases import ClassCase, class_cases, run_class_case
 from gemmzoo.conformance.independence import check_fresh, check_held
@@ -495,8 +496,6 @@ def check_backend(
     settings = SuiteSettings(None if dtypes is None else tuple(dtypes),
                              None if classes is None else tuple(classes), random, seed, max_work)
     checks = suite_checks(backend, settings)
-    from gemmzoo.conformance import shards
-
     elsewhere = shards.start(backend, dataclasses.asdict(settings), timeout, len(checks), workers)
     done: dict[int, CheckResult] = {}
 
@@ -514,7 +513,10 @@ def check_backend(
             if not take(index, *run_check(backend, *checks[index], timeout)):
                 break
         if elsewhere is not None and report.timed_out is None:
-            here_instead = lambda i: run_check(backend, *checks[i], timeout)  # noqa: E731
+
+            def here_instead(index: int) -> tuple[CheckResult, str | None]:
+                return run_check(backend, *checks[index], timeout)
+
             for index, result, overran in elsewhere.results(here_instead, CheckResult):
                 if not take(index, result, overran):
                     break
