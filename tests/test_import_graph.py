@@ -25,7 +25,6 @@ PER_PROCESS = {
     "gemmzoo.measure.adaptors": {"_NVBENCH_NAMES"},
     "gemmzoo.native": {"_lock", "_loaded"},
     "gemmzoo.dispatch.matmul": {"_KEYS", "_ROUTES", "_compiled_tried"},
-    "gemmzoo.pytest.bench": {"SETTINGS"},
 }
 # The layers of docs/architecture.md ("Layers"), bottom to top: a module imports (anywhere in it)
 # only modules of its own layer or of a layer below. A module belongs to the layer of the longest

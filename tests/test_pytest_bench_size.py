@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from gemmzoo.pytest.bench import MAX_CPU_ROUNDS
+from gemmzoo.pytest.bench import MAX_CPU_ROUNDS, RoundBudget, _cpu_rounds
 
 
 def test_benchmark_json_of_fast_cpu_products_is_small_and_compare_reads_it(tmp_path):
@@ -31,3 +31,27 @@ def test_benchmark_json_of_fast_cpu_products_is_small_and_compare_reads_it(tmp_p
                                "--format", "json"], capture_output=True, text=True, env=env, timeout=300)
     assert compared.returncode == 0, compared.stderr
     assert len(json.loads(compared.stdout)["rows"]) == 2
+
+
+class _Options:
+    """A pytest config's command-line options, as ``getoption`` gives them."""
+
+    def __init__(self, **given):
+        self._given = given
+
+    def getoption(self, name, default=None):
+        return self._given.get(name, default)
+
+
+def test_the_round_budget_is_the_command_lines_else_pytest_benchmarks_defaults():
+    assert RoundBudget.from_config(_Options()) == RoundBudget(1.0, 5) == RoundBudget()
+    given = RoundBudget.from_config(_Options(benchmark_max_time="0.25", benchmark_min_rounds=9))
+    assert given == RoundBudget(0.25, 9)
+
+
+def test_the_cpu_rounds_follow_the_budget():
+    calls = []
+    iterations, rounds = _cpu_rounds(lambda: calls.append(1), RoundBudget(max_time=1e-9, min_rounds=7))
+    assert rounds == 7 and iterations >= 1 and calls  # the minimum rounds whatever the time
+    _, more = _cpu_rounds(lambda: calls.append(1), RoundBudget(max_time=0.5, min_rounds=1))
+    assert more > 7

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -67,17 +68,21 @@ MAX_WARMUP_ROUNDS = 1000
 #: Device time of the GEMMs of one round (one batch) of a CUDA benchmark.
 ROUND_S = 0.01
 
-#: ``--benchmark-max-time`` and ``--benchmark-min-rounds`` of this run (pytest-benchmark's
-#: defaults until :func:`configure` reads the command line).
-SETTINGS: dict[str, float] = {"max_time": 1.0, "min_rounds": 5}
+@dataclass(frozen=True)
+class RoundBudget:
+    """pytest-benchmark's ``--benchmark-max-time`` (seconds of rounds) and
+    ``--benchmark-min-rounds`` for a run (its own defaults unless given)."""
 
+    max_time: float = 1.0
+    min_rounds: int = 5
 
-def configure(config: pytest.Config) -> None:
-    """Read the round budget from pytest-benchmark's command-line options."""
-    for key in SETTINGS:
-        with_option = config.getoption(f"benchmark_{key}", None)
-        if with_option is not None:
-            SETTINGS[key] = float(with_option)
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> RoundBudget:
+        """The budget a pytest run's command line sets."""
+        max_time = config.getoption("benchmark_max_time", None)
+        min_rounds = config.getoption("benchmark_min_rounds", None)
+        return cls(cls.max_time if max_time is None else float(max_time),
+                   cls.min_rounds if min_rounds is None else int(min_rounds))
 
 
 def benchmark_params(backends: Sequence[Any], points: Sequence[GridPoint]) -> list[Any]:
@@ -129,9 +134,10 @@ class TimerNotSetError(RuntimeError):
 
 
 def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
-                  clock: DeviceClock | None = None) -> dict[str, Any]:
+                  clock: DeviceClock | None = None, budget: RoundBudget = RoundBudget()) -> dict[str, Any]:
     """Check ``backend`` on ``point`` once, then benchmark its GEMM with pytest-benchmark's
-    ``benchmark`` fixture, and fill ``benchmark.extra_info``. Returns the extra info.
+    ``benchmark`` fixture, and fill ``benchmark.extra_info``. Returns the extra info. ``budget``
+    sizes the rounds (:meth:`RoundBudget.from_config` gives the run's command line's).
 
     A wrong result raises :class:`gemmzoo.measure.WrongResultError` before any timing, so the
     test fails instead of reporting a speed. For a CUDA backend the test must carry
@@ -174,7 +180,7 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
                     target()
                     warmed += 1
                 wall = (time.perf_counter() - start) / warmed
-                rounds = max(int(SETTINGS["min_rounds"]), min(MAX_ROUNDS, int(SETTINGS["max_time"] / wall)))
+                rounds = max(budget.min_rounds, min(MAX_ROUNDS, int(budget.max_time / wall)))
                 reads = clock.reads
                 benchmark.pedantic(target, rounds=rounds, iterations=1, warmup_rounds=0)
             finally:
@@ -201,14 +207,14 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
         with ThreadLimit(None) as limit:
             watch = ContentionWatch(limit.threads)
             watch.start()
-            iterations, rounds = _cpu_rounds(target)
+            iterations, rounds = _cpu_rounds(target, budget)
             benchmark.pedantic(target, rounds=rounds, iterations=iterations, warmup_rounds=1)
             shared = watch.stop()
             threads = limit.report()
         timing = (f"wall clock around rounds of {iterations} calls (pytest-benchmark's timer), "
                   "per call")
         median = _median(benchmark)
-        extra.update(_trust_info(benchmark, threads, shared))
+        extra.update(_trust_info(benchmark, threads, shared, budget))
     info = extra_info(backend, point, checked.error_ratio, checked.rel_error, median, timing, host)
     info.update(extra)
     if backend.device == "cuda":  # the GPU that measured it, and its state right after
@@ -219,7 +225,7 @@ def run_benchmark(benchmark: Any, backend: Any, point: GridPoint, seed: int = 0,
     return info
 
 
-def _cpu_rounds(target: Callable[[], Any]) -> tuple[int, int]:
+def _cpu_rounds(target: Callable[[], Any], budget: RoundBudget) -> tuple[int, int]:
     """(iterations per round, rounds) for a benchmark timed by the wall clock: rounds of at least
     :data:`CPU_ROUND_S`, as many as ``--benchmark-max-time`` allows up to :data:`MAX_CPU_ROUNDS`
     (pytest-benchmark keeps every round's time in its JSON file: a fast GEMM calibrated call by
@@ -231,11 +237,11 @@ def _cpu_rounds(target: Callable[[], Any]) -> tuple[int, int]:
         calls += 1
     per_call = max((time.perf_counter() - start) / calls, 1e-9)
     iterations = max(1, int(CPU_ROUND_S / per_call))
-    rounds = int(SETTINGS["max_time"] / (per_call * iterations))
-    return iterations, max(int(SETTINGS["min_rounds"]), min(MAX_CPU_ROUNDS, rounds))
+    rounds = int(budget.max_time / (per_call * iterations))
+    return iterations, max(budget.min_rounds, min(MAX_CPU_ROUNDS, rounds))
 
 
-def _trust_info(benchmark: Any, threads: Any, shared: Any) -> dict[str, Any]:
+def _trust_info(benchmark: Any, threads: Any, shared: Any, budget: RoundBudget) -> dict[str, Any]:
     """What ``gemmzoo bench`` records of a CPU row, for a pytest-benchmark one: the thread policy
     and each pool's count, the median's noise judged by bench's stopping rule (its target, its
     ``converged`` flag) and whether the cores were shared (``contended``)."""
@@ -243,7 +249,7 @@ def _trust_info(benchmark: Any, threads: Any, shared: Any) -> dict[str, Any]:
     stats = getattr(benchmark, "stats", None)
     data = list(getattr(getattr(stats, "stats", None), "data", None) or [])
     if data:
-        timing = StoppingRule(SETTINGS["max_time"], NOISE_TARGET).timing(data, "pytest-benchmark rounds")
+        timing = StoppingRule(budget.max_time, NOISE_TARGET).timing(data, "pytest-benchmark rounds")
         info.update(noise=timing.noise if math.isfinite(timing.noise) else None, noise_target=timing.target,
                     converged=timing.converged)
     if shared is not None:

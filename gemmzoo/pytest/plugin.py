@@ -159,8 +159,6 @@ def _benchmark_params(metafunc: pytest.Metafunc) -> None:
         # Before any backend asks CUDA whether it is there: each xdist worker on its own GPU.
         pytest_xdist.assign_worker_gpu()
         config.stash[_GPU_ASSIGNED] = True
-        if config.pluginmanager.hasplugin("benchmark"):
-            pytest_bench.configure(config)  # the CUDA rounds follow --benchmark-max-time
     try:
         points = resolve_points(config.getoption("gemmzoo_grid"), config.getoption("gemmzoo_shape"),
                                 config.getoption("gemmzoo_grid_file"),
