@@ -4,6 +4,9 @@ its checks to the suite's process."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import asdict
 
 import pytest
@@ -32,7 +35,7 @@ def test_workers_run_their_checks_and_the_results_are_the_suites():
     backend = gemmzoo.get_backend("numpy")
     settings = SuiteSettings(("float32",))
     checks = suite_checks(backend, settings)
-    shared = shards.start(backend, asdict(settings), 60.0, len(checks), workers=3)
+    shared = shards.start(backend, asdict(settings), 60.0, [label for label, _ in checks], workers=3)
     assert shared is not None and shared.here == list(range(0, len(checks), 3))
 
     def not_here(index):
@@ -58,7 +61,7 @@ def test_a_worker_that_finds_other_code_leaves_its_checks_here(monkeypatch):
     monkeypatch.setattr(type(current().registry), "code_digest", lambda self, name: "not the installed code")
     settings = SuiteSettings(("float32",))
     checks = suite_checks(backend, settings)
-    shared = shards.start(backend, asdict(settings), 60.0, len(checks), workers=2)
+    shared = shards.start(backend, asdict(settings), 60.0, [label for label, _ in checks], workers=2)
     ran_here = []
 
     def here(index):
@@ -73,17 +76,31 @@ def test_a_worker_that_finds_other_code_leaves_its_checks_here(monkeypatch):
 def test_a_backend_no_worker_could_find_runs_here():
     fake = DelayedBackend("fake-here-only")
     with scoped(registry=registry_with(fake)):
-        assert shards.start(fake, asdict(SuiteSettings(("float32",))), 60.0, 40, workers=4) is None
+        assert shards.start(fake, asdict(SuiteSettings(("float32",))), 60.0, [f"c{i}" for i in range(40)],
+                            workers=4) is None
         report = check_backend(fake, ["float32"], workers=4)
     assert report.passed
 
 
 @pytest.mark.parametrize("spec_change", [{"backend": "no-such-backend"}, {"digest": "other"},
-                                          {"timeout": "soon"}])
+                                          {"timeout": "soon"}, {"labels": ["no-such-check"]}])
 def test_a_worker_refuses_a_spec_it_cannot_run(tmp_path, spec_change):
     backend = gemmzoo.get_backend("numpy")
     spec = {"backend": "numpy", "digest": current().registry.code_digest("numpy"),
             "settings": {"dtypes": ["float32"], "classes": None, "random": 0, "seed": 0, "max_work": 1e6},
-            "timeout": 60.0, "indices": [0, 1], "out": str(tmp_path / "out.json"), **spec_change}
+            "timeout": 60.0, "labels": ["bad-input-not-2d", "float32-random-7x11x13-NN"],
+            "out": str(tmp_path / "out.json"), **spec_change}
     assert backend.name == "numpy"
     assert shard_worker.run_spec(spec) == 3 and not (tmp_path / "out.json").exists()
+
+
+def test_results_that_do_not_name_the_checks_dealt_are_refused(tmp_path):
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    path = tmp_path / "results.json"
+    row = ["numpy", "check", True, "fine", None]
+    not_a_bool = ["b", "numpy", "check", "yes", "", None]
+    for rows, accepted in (([["a", *row], ["b", *row]], True), ([["b", *row], ["a", *row]], False),
+                           ([["a", *row]], False), ([["a", *row], not_a_bool], False)):
+        path.write_text(json.dumps(rows))
+        got = shards._collect(done, str(path), [4, 7], ["a", "b"], None)
+        assert (got == {4: (tuple(row[:4]), None), 7: (tuple(row[:4]), None)}) if accepted else got is None

@@ -496,7 +496,8 @@ def check_backend(
     settings = SuiteSettings(None if dtypes is None else tuple(dtypes),
                              None if classes is None else tuple(classes), random, seed, max_work)
     checks = suite_checks(backend, settings)
-    elsewhere = shards.start(backend, dataclasses.asdict(settings), timeout, len(checks), workers)
+    elsewhere = shards.start(backend, dataclasses.asdict(settings), timeout, [label for label, _ in checks],
+                             workers)
     done: dict[int, CheckResult] = {}
 
     def take(index: int, result: CheckResult, overran: str | None) -> bool:

@@ -14,8 +14,9 @@ from gemmzoo.conformance.runner import SuiteSettings, run_check, suite_checks
 
 
 def run_spec(spec: dict[str, Any]) -> int:
-    """A worker: the checks ``spec`` names, of the backend it names, written to ``spec["out"]``;
-    exit status 3 when the backend here is not the code the suite checks."""
+    """A worker: the checks ``spec`` names by label, of the backend it names, their results
+    written in that order to ``spec["out"]``; exit status 3 when the backend here is not the code
+    the suite checks, or its suite has no check of one of those labels."""
     from gemmzoo.plugins.registry import get_registry, probe_availability
 
     registry = get_registry()
@@ -31,14 +32,17 @@ def run_spec(spec: dict[str, Any]) -> int:
         return 3
     settings = SuiteSettings(**{key: tuple(value) if isinstance(value, list) else value
                                 for key, value in spec["settings"].items()})
-    checks = suite_checks(backend, settings)
+    checks = dict(suite_checks(backend, settings))
+    labels = spec["labels"]
+    if not (isinstance(labels, list) and all(label in checks for label in labels)):
+        return 3  # not the suite the spec was dealt from
     timeout = spec["timeout"]
     if timeout is not None and not (isinstance(timeout, (int, float)) and math.isfinite(timeout)):
         return 3
     rows = []
-    for index in spec["indices"]:
-        result, overran = run_check(backend, *checks[index], timeout)
-        rows.append([index, result.backend, result.check, result.passed, result.detail, overran])
+    for label in labels:
+        result, overran = run_check(backend, label, checks[label], timeout)
+        rows.append([label, result.backend, result.check, result.passed, result.detail, overran])
         if overran is not None:
             return 4  # quarantined in this process: the rest would not run; the suite's process decides
     partial = spec["out"] + ".partial"

@@ -61,7 +61,7 @@ class Shared:
     """A suite's checks dealt out: :attr:`here` are this process's (indices into the suite's
     checks), the rest run in worker processes until :meth:`results` collects them."""
 
-    def __init__(self, here: list[int], workers: list[tuple[subprocess.Popen, str, list[int]]],
+    def __init__(self, here: list[int], workers: list[tuple[subprocess.Popen, str, list[int], list[str]]],
                  deadline: float | None, folder: tempfile.TemporaryDirectory) -> None:
         self.here = here
         self._workers = workers
@@ -70,7 +70,7 @@ class Shared:
 
     def stop(self) -> None:
         """End every worker still running; their checks are not run."""
-        for process, _path, _indices in self._workers:
+        for process, _path, _indices, _labels in self._workers:
             if process.poll() is None:
                 process.kill()
             with contextlib.suppress(Exception):
@@ -85,8 +85,8 @@ class Shared:
         writes anything unreadable come from ``fallback(index)`` (run here). ``overran`` says what
         ran past its time limit, else ``None``."""
         try:
-            for process, path, indices in self._workers:
-                got = _collect(process, path, indices, self._deadline)
+            for process, path, indices, labels in self._workers:
+                got = _collect(process, path, indices, labels, self._deadline)
                 for index in indices:
                     if got is None:
                         yield (index, *fallback(index))
@@ -97,12 +97,16 @@ class Shared:
             self.stop()
 
 
-def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, checks: int,
+def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, labels: list[str],
           workers: int | None = None) -> Shared | None:
-    """Start the workers that share a suite of ``checks`` checks (chosen by ``settings``, the
-    fields of :class:`gemmzoo.conformance.runner.SuiteSettings`) with this process, or ``None``
+    """Start the workers that share a suite's checks (``labels``, in order, chosen by
+    ``settings``, the fields of :class:`gemmzoo.conformance.runner.SuiteSettings`; a worker finds
+    each of its checks by its label) with this process, or ``None``
     when it runs here alone (one process, or a backend a worker could not find: not the backend
     of that name that the installed plugins register in this process)."""
+    checks = len(labels)
+    if len(set(labels)) != checks:  # a check a worker could not tell apart runs here
+        return None
     count = worker_count(backend, checks, workers)
     if count <= 1:
         return None
@@ -122,7 +126,8 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, c
     started = []
     for number, indices in enumerate(dealt[1:], start=1):
         spec = {"backend": name, "digest": digest, "settings": settings, "timeout": limit,
-                "indices": indices, "out": os.path.join(folder.name, f"results-{number}.json")}
+                "labels": [labels[i] for i in indices],
+                "out": os.path.join(folder.name, f"results-{number}.json")}
         spec_path = os.path.join(folder.name, f"spec-{number}.json")
         with open(spec_path, "w", encoding="utf-8") as out:
             json.dump(spec, out)
@@ -133,16 +138,17 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, c
         except OSError:  # no process to be had: its checks run here
             dealt[0] += indices
             continue
-        started.append((process, spec["out"], indices))
-    most = max((len(indices) for _p, _o, indices in started), default=0)
+        started.append((process, spec["out"], indices, spec["labels"]))
+    most = max((len(indices) for _p, _o, indices, _l in started), default=0)
     deadline = None if limit is None else time.monotonic() + START_S + float(limit) * most
     return Shared(sorted(dealt[0]), started, deadline, folder)
 
 
-def _collect(process: subprocess.Popen, path: str, indices: list[int], deadline: float | None
-             ) -> dict[int, tuple[tuple[str, str, bool, str], str | None]] | None:
+def _collect(process: subprocess.Popen, path: str, indices: list[int], labels: list[str],
+             deadline: float | None) -> dict[int, tuple[tuple[str, str, bool, str], str | None]] | None:
     """A worker's results by index, once it has ended (killed at ``deadline``); ``None`` when it
-    failed, overran or wrote anything but a result for each of ``indices``."""
+    failed, overran or wrote anything but a result for each of ``indices``, each the check its
+    label (in ``labels``, aligned with ``indices``) names."""
     try:
         process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -154,12 +160,16 @@ def _collect(process: subprocess.Popen, path: str, indices: list[int], deadline:
     try:
         with open(path, encoding="utf-8") as source:
             rows = json.load(source)
+        if not isinstance(rows, list) or len(rows) != len(indices):
+            return None
         found = {}
-        for index, backend, check, passed, detail, overran in rows:
-            if not (isinstance(backend, str) and isinstance(check, str) and isinstance(passed, bool)
-                    and isinstance(detail, str) and (overran is None or isinstance(overran, str))):
+        for index, label, row in zip(indices, labels, rows, strict=True):
+            ran, backend, check, passed, detail, overran = row
+            texts = (backend, check, detail)
+            if not (ran == label and all(isinstance(text, str) for text in texts) and isinstance(passed, bool)
+                    and (overran is None or isinstance(overran, str))):
                 return None
-            found[int(index)] = ((backend, check, passed, detail), overran)
+            found[index] = ((backend, check, passed, detail), overran)
     except (OSError, ValueError, TypeError):
         return None
-    return found if sorted(found) == sorted(indices) else None
+    return found
