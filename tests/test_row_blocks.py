@@ -111,3 +111,21 @@ def test_same_values_finds_one_changed_element_and_equal_nans():
     y[M - 1, N - 1] = 0.0
     assert not rows.same_values(x, y)
     assert not rows.same_values(x, y[:-1])
+
+
+class _Normwise(NumpyBackend):
+    """The numpy backend, declaring the weaker normwise accuracy class."""
+
+    accuracy = "normwise"
+
+
+def test_a_normwise_backend_is_judged_by_rows_against_the_whole_matrix_scale(product):
+    a, b, c = product
+    by_rows = judge_result(_Normwise(), "float32", a, c, a, b)
+    ref, magnitude = reference_product(a, b)
+    ratio, _error = compare_elements(c, ref, class_bound("normwise", "float32", a, b, ref, magnitude))
+    assert by_rows.error_ratio == ratio and "normwise bound" in by_rows.detail
+    wrong = c.copy()
+    wrong[M - 1, 2] += np.float32(0.5) * (1 + abs(wrong[M - 1, 2]))  # far beyond even the normwise bound
+    with pytest.raises(CheckFailedError, match=rf"first at \({M - 1}, 2\)"):
+        judge_result(_Normwise(), "float32", a, wrong, a, b)
