@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-work", type=number(float, 1), default=DEFAULT_MAX_WORK, metavar="MNK",
                         help=f"largest M·N·K of a random problem (default: {DEFAULT_MAX_WORK:g}; "
                              "1e10 reaches a GPU's large-problem routes)")
+    parser.add_argument("--workers", type=number(int, 1, high=64), metavar="N",
+                        help="processes a backend's suite is shared among (default: more than one only for a "
+                             "backend whose cases compile kernels, on a machine with cores to spare)")
     add_timeout_argument(parser)
 
 
@@ -116,7 +119,8 @@ def _check_one(args: argparse.Namespace, backend: object, rows: list[dict[str, s
     with Progress(console=say, transient=True, disable=not say.is_terminal) as progress:
         task = progress.add_task(f"checking {backend.name}", total=total)
         report = check_backend(backend, dtypes, on_result=lambda _r, t=task: progress.advance(t),
-                               random=args.random, seed=args.seed, max_work=args.max_work)
+                               random=args.random, seed=args.seed, max_work=args.max_work,
+                               workers=args.workers)
     if report.timed_out is None:  # an overrun says nothing about conformance: ask again next time
         _store_verdicts(backend, report, dtypes, say)
     row = {"backend": backend.name, "dtypes": ",".join(dtypes), "accuracy": str(accuracy_of(backend))}

@@ -11,17 +11,20 @@ from gemmzoo.problems.grids import LAYOUTS, GridPoint, default_grid_name, resolv
 from gemmzoo.session import current
 
 
-def number(kind: type, low: float, inclusive: bool = True) -> Callable[[str], Any]:
+def number(kind: type, low: float, inclusive: bool = True, high: float | None = None) -> Callable[[str], Any]:
     """An argparse ``type``: a ``kind`` (int or float) at least ``low`` (above it unless
-    ``inclusive``), with a one-line error otherwise."""
+    ``inclusive``) and at most ``high`` where given, with a one-line error otherwise."""
     words = f"at least {low:g}" if inclusive else f"greater than {low:g}"
+    if high is not None:
+        words += f" and at most {high:g}"
 
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value != value or value < low or (value == low and not inclusive):  # NaN fails too
+        below = value < low or (value == low and not inclusive)
+        if value != value or below or (high is not None and value > high):  # NaN fails too
             raise argparse.ArgumentTypeError(f"{text} is out of range: must be {words}")
         return value
 
