@@ -104,3 +104,14 @@ def test_results_that_do_not_name_the_checks_dealt_are_refused(tmp_path):
         path.write_text(json.dumps(rows))
         got = shards._collect(done, str(path), [4, 7], ["a", "b"], None)
         assert (got == {4: (tuple(row[:4]), None), 7: (tuple(row[:4]), None)}) if accepted else got is None
+
+
+def test_a_worker_ends_when_the_process_that_started_it_is_gone(tmp_path):
+    # a worker whose parent is already another process than the one its spec names ends at once
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"parent": -1, "backend": "numpy", "digest": "d", "settings": {},
+                                "timeout": 1.0, "labels": [], "out": str(tmp_path / "out.json")}))
+    stalled = "import time, gemmzoo.conformance.shard_worker as w; w.run_spec = lambda spec: time.sleep(60); "
+    done = subprocess.run([sys.executable, "-c", stalled + f"raise SystemExit(w.main([{str(spec)!r}]))"],
+                          timeout=30)
+    assert done.returncode == 5  # ended by its parent watch, not after the minute's sleep

@@ -8,6 +8,8 @@ import json
 import math
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 from gemmzoo.conformance.runner import SuiteSettings, run_check, suite_checks
@@ -52,11 +54,28 @@ def run_spec(spec: dict[str, Any]) -> int:
     return 0
 
 
+#: Seconds between a worker's looks at whether the process that started it is still there.
+PARENT_CHECK_S = 0.5
+
+
+def _end_with_parent(parent: int, period: float = PARENT_CHECK_S) -> None:
+    """End this process as soon as ``parent`` is no longer its parent (it ended, however: a
+    signal that gave it no time to end its workers included), so no worker outlives its suite."""
+    while os.getppid() == parent:
+        time.sleep(period)
+    os._exit(5)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gemmzoo.conformance.shard_worker SPEC``: run one worker's checks."""
+    """``python -m gemmzoo.conformance.shard_worker SPEC``: run one worker's checks, ending with
+    the process that started it."""
     args = sys.argv[1:] if argv is None else argv
     with open(args[0], encoding="utf-8") as source:
         spec = json.load(source)
+    parent = spec.get("parent")
+    if isinstance(parent, int):
+        threading.Thread(target=_end_with_parent, args=(parent,), daemon=True,
+                         name="gemmzoo-suite-parent").start()
     return run_spec(spec)
 
 

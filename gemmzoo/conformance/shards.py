@@ -126,7 +126,7 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, l
     started = []
     for number, indices in enumerate(dealt[1:], start=1):
         spec = {"backend": name, "digest": digest, "settings": settings, "timeout": limit,
-                "labels": [labels[i] for i in indices],
+                "parent": os.getpid(), "labels": [labels[i] for i in indices],
                 "out": os.path.join(folder.name, f"results-{number}.json")}
         spec_path = os.path.join(folder.name, f"spec-{number}.json")
         with open(spec_path, "w", encoding="utf-8") as out:
