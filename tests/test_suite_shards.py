@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict
 
 import pytest
@@ -104,6 +105,27 @@ def test_results_that_do_not_name_the_checks_dealt_are_refused(tmp_path):
         path.write_text(json.dumps(rows))
         got = shards._collect(done, str(path), [4, 7], ["a", "b"], None)
         assert (got == {4: (tuple(row[:4]), None), 7: (tuple(row[:4]), None)}) if accepted else got is None
+
+
+def test_a_check_that_overran_in_a_worker_is_its_last_result_and_runs_nowhere_else(tmp_path):
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    path = tmp_path / "results.json"
+    passed = ["numpy", "check", True, "fine", None]
+    hung = ["numpy", "check", False, "TIMEOUT: x", "x ran past 1 s"]
+    for rows, accepted in (([["a", *passed], ["b", *hung]], True), ([["a", *hung]], True),
+                           ([["a", *hung], ["b", *passed]], False), ([["a", *passed]], False)):
+        path.write_text(json.dumps(rows))
+        got = shards._collect(done, str(path), [4, 7, 9], ["a", "b", "c"], None)
+        assert (got is not None and len(got) == len(rows)) if accepted else got is None
+    path.write_text(json.dumps([["a", *passed], ["b", *hung]]))
+    shared = shards.Shared([], [(done, str(path), [4, 7, 9], ["a", "b", "c"])], None,
+                           tempfile.TemporaryDirectory())
+
+    def not_here(index):
+        raise AssertionError(f"check {index} ran again in the suite's process")
+
+    got = list(shared.results(not_here, CheckResult))
+    assert [(index, overran) for index, _result, overran in got] == [(4, None), (7, "x ran past 1 s")]
 
 
 def test_a_worker_ends_when_the_process_that_started_it_is_gone(tmp_path):

@@ -17,7 +17,8 @@ from gemmzoo.conformance.runner import SuiteSettings, run_check, suite_checks
 
 def run_spec(spec: dict[str, Any]) -> int:
     """A worker: the checks ``spec`` names by label, of the backend it names, their results
-    written in that order to ``spec["out"]``; exit status 3 when the backend here is not the code
+    written in that order to ``spec["out"]`` (up to one that overran its time limit, the last);
+    exit status 3 when the backend here is not the code
     the suite checks, or its suite has no check of one of those labels."""
     from gemmzoo.plugins.registry import get_registry, probe_availability
 
@@ -45,8 +46,8 @@ def run_spec(spec: dict[str, Any]) -> int:
     for label in labels:
         result, overran = run_check(backend, label, checks[label], timeout)
         rows.append([label, result.backend, result.check, result.passed, result.detail, overran])
-        if overran is not None:
-            return 4  # quarantined in this process: the rest would not run; the suite's process decides
+        if overran is not None:  # quarantined here: the rest would not run, nor in the suite's process
+            break
     partial = spec["out"] + ".partial"
     with open(partial, "w", encoding="utf-8") as out:
         json.dump(rows, out)

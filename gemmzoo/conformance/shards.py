@@ -11,8 +11,9 @@ A worker finds the backend by name in the registry its own process builds from t
 plugins, and runs only when the code it finds is the code being checked here (the same digest,
 :mod:`gemmzoo.plugins.code_digest`). A worker that cannot, that fails, or that outlives its time
 leaves its checks to this process, which runs them as it would have: sharing changes how long a
-suite takes, never which checks run or what they say. A check that overran in a worker
-quarantines the backend here too, as it would have in this process.
+suite takes, never which checks run or what they say. A check that overran its time limit in a
+worker is the worker's last result, and ends the suite and quarantines the backend here too, as
+it would have in this process (it is not run a second time here).
 """
 
 from __future__ import annotations
@@ -81,18 +82,21 @@ class Shared:
     def results(self, fallback: Callable[[int], tuple[R, str | None]], make: Callable[..., R]
                 ) -> Iterator[tuple[int, R, str | None]]:
         """``(index, result, overran)`` of every worker's checks, worker by worker, each result
-        ``make(backend, check, passed, detail)``; the checks of a worker that fails, overruns or
-        writes anything unreadable come from ``fallback(index)`` (run here). ``overran`` says what
-        ran past its time limit, else ``None``."""
+        ``make(backend, check, passed, detail)``; the checks of a worker that fails, outlives its
+        time or writes anything unreadable come from ``fallback(index)`` (run here). ``overran``
+        says what ran past its time limit, else ``None``: a check that overran in a worker is its
+        last result, and the last one given (its suite ends there, as it would have here)."""
         try:
             for process, path, indices, labels in self._workers:
                 got = _collect(process, path, indices, labels, self._deadline)
                 for index in indices:
                     if got is None:
                         yield (index, *fallback(index))
-                    else:
-                        fields, overran = got[index]
-                        yield index, make(*fields), overran
+                        continue
+                    fields, overran = got[index]
+                    yield index, make(*fields), overran
+                    if overran is not None:
+                        return
         finally:
             self.stop()
 
@@ -147,8 +151,9 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, l
 def _collect(process: subprocess.Popen, path: str, indices: list[int], labels: list[str],
              deadline: float | None) -> dict[int, tuple[tuple[str, str, bool, str], str | None]] | None:
     """A worker's results by index, once it has ended (killed at ``deadline``); ``None`` when it
-    failed, overran or wrote anything but a result for each of ``indices``, each the check its
-    label (in ``labels``, aligned with ``indices``) names."""
+    failed, outlived ``deadline`` or wrote anything but a result for each of ``indices`` (or for
+    the first ones, up to one that overran its time limit), each the check its label (in
+    ``labels``, aligned with ``indices``) names."""
     try:
         process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -160,10 +165,13 @@ def _collect(process: subprocess.Popen, path: str, indices: list[int], labels: l
     try:
         with open(path, encoding="utf-8") as source:
             rows = json.load(source)
-        if not isinstance(rows, list) or len(rows) != len(indices):
+        if not isinstance(rows, list) or not 0 < len(rows) <= len(indices):
             return None
         found = {}
-        for index, label, row in zip(indices, labels, rows, strict=True):
+        overran = None
+        for index, label, row in zip(indices, labels, rows, strict=False):
+            if overran is not None:  # a result after one that overran: the worker's suite ended there
+                return None
             ran, backend, check, passed, detail, overran = row
             texts = (backend, check, detail)
             if not (ran == label and all(isinstance(text, str) for text in texts) and isinstance(passed, bool)
@@ -172,4 +180,5 @@ def _collect(process: subprocess.Popen, path: str, indices: list[int], labels: l
             found[index] = ((backend, check, passed, detail), overran)
     except (OSError, ValueError, TypeError):
         return None
-    return found
+    # fewer results than checks only where the last one overran
+    return found if len(found) == len(indices) or overran is not None else None
