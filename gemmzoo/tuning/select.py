@@ -7,9 +7,10 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    componentwise only by default, see :mod:`gemmzoo.contract.accuracy`), and have passed conformance for
    ``dtype`` *on this machine* (see :mod:`gemmzoo.tuning.tune`; verdicts are never imported).
    With measuring on, a candidate that has no verdict here is timed with the others (step 3) and
-   its suite runs only if it would be the answer by the rule below among the conforming
-   candidates and it (:func:`_checked_winners`, fastest first); a failure passes it over. Until it
-   passes, its rows rank nothing (``gemmzoo check NAME`` earns the verdict).
+   its suite runs only if it is the answer by the rule below among the conforming candidates and
+   the timed ones, and no conforming one ties with it (:func:`_checked_winners`); a failure
+   passes it over. Until it passes, its rows rank nothing (``gemmzoo check NAME`` earns the
+   verdict).
 2. The latest stored measurement of each candidate for exactly this shape, this device
    fingerprint and the candidate's current library versions. Rows from another device or other
    versions are never used.
@@ -570,9 +571,8 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
     rule asked again. Those not checked are excluded with a note saying so; their timings rank
     nothing until they pass."""
     wrong = {r.backend for r in latest.values() if r.status == "wrong"}
-    timed = {t.backend: t.median_s for t in _timings(latest, "device", None)}
-    waiting = {b.name: b for b in sorted((b for b in provisional if b.name in timed and b.name not in wrong),
-                                         key=lambda b: timed[b.name])}
+    timed = {t.backend for t in _timings(latest, "device", None)}
+    waiting = {b.name: b for b in provisional if b.name in timed and b.name not in wrong}
     passed: list[Any] = []
     while waiting:
         pool = {**conforming, **waiting}
