@@ -39,14 +39,21 @@ class TorchTensors:
     #: The plans kept, by problem; a backend that calls :meth:`remembered_plan` sets it to ``{}``.
     _plans: dict[tuple[Any, ...], Callable[[Any, Any], Any]]
 
-    def remembered_plan(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
-        """``prepare(a, b)``, remembered for the problem (types, shapes, strides, dtype, device),
-        so that ``matmul`` on a problem it has seen calls its plan straight away. Bad input is
-        never remembered: it raises in ``prepare``."""
+    @staticmethod
+    def problem_key(a: Any, b: Any) -> tuple[Any, ...]:
+        """What tells one problem of torch tensors from another: the operands' types, and the
+        shapes, strides, dtypes and devices of the tensors (those a :class:`TF32Array` wraps).
+        Raises ``AttributeError`` for operands that are not tensors."""
         x, y = (a.data, b.data) if isinstance(a, TF32Array) else (a, b)
+        return (type(a), type(b), x.shape, y.shape, x.stride(), y.stride(), x.dtype, y.dtype, x.device,
+                y.device)
+
+    def remembered_plan(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+        """``prepare(a, b)``, remembered for the problem (:meth:`problem_key`), so that ``matmul``
+        on a problem it has seen calls its plan straight away. Bad input is never remembered: it
+        raises in ``prepare``."""
         try:
-            key = (type(a), type(b), x.shape, y.shape, x.stride(), y.stride(), x.dtype, y.dtype,
-                   x.device, y.device)
+            key = self.problem_key(a, b)
         except AttributeError:  # not tensors: prepare says what is wrong
             return self.prepare(a, b)
         plan = self._plans.get(key)

@@ -318,17 +318,11 @@ class NvmathCublasLtBackend(TorchTensors, Backend):
             raise self.input_error("matmul", f"A is on {x.device} and B on {y.device}; both must be on one "
                                    f"{self.tensor_device} device", A=a.shape, B=b.shape)
 
-    @staticmethod
-    def _key(a: Any, b: Any) -> tuple[Any, ...]:
-        x, y = (a.data, b.data) if isinstance(a, TF32Array) else (a, b)
-        return (type(a), type(b), x.shape, y.shape, x.stride(), y.stride(), x.dtype, y.dtype,
-                x.device, y.device)
-
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """The problem's plan: made (and autotuned) the first time the problem is met, then kept,
         so every plan and ``matmul`` of the problem runs one algorithm."""
         try:
-            key = self._key(a, b)
+            key = self.problem_key(a, b)
         except (AttributeError, TypeError):  # not tensors: the checks say what is wrong
             key = None
         if key is not None:
