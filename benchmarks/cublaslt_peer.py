@@ -50,11 +50,15 @@ def misaligned(shape: tuple[int, int, int]) -> bool:
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
+    """``--shape``'s value, read as ``gemmzoo bench --shape`` reads it
+    (:func:`gemmzoo.problems.grids.parse_point`)."""
+    from gemmzoo.problems.grids import GridError, parse_point
+
     try:
-        m, n, k = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a shape is MxNxK, not {text!r}") from None
-    return m, n, k
+        shape, _dtype, _layout = parse_point(text)
+    except GridError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return shape
 
 
 def torch_matmul_backend() -> Any:

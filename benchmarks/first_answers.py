@@ -35,13 +35,16 @@ DEFAULT_PROBLEMS = (
 
 
 def parse_problem(text: str) -> tuple[str, tuple[int, int, int]]:
-    """``"float16:1000x3000x2000"`` as the dtype and (M, N, K)."""
+    """``"float16:1000x3000x2000"`` as the dtype and (M, N, K), the sizes read as ``gemmzoo bench
+    --shape`` reads them (:func:`gemmzoo.problems.grids.parse_point`)."""
+    from gemmzoo.problems.grids import GridError, parse_point
+
     dtype, _, shape = text.partition(":")
     try:
-        m, n, k = (int(x) for x in shape.split("x"))
-    except ValueError:
+        sizes, _dtype, _layout = parse_point(shape)
+    except GridError:
         raise argparse.ArgumentTypeError(f"a problem is DTYPE:MxNxK, not {text!r}") from None
-    return dtype, (m, n, k)
+    return dtype, sizes
 
 
 def fresh_caches() -> str:
