@@ -2,11 +2,12 @@
 fresh caller times.
 
 As tests (``gpu`` marker) a few shapes are checked. As a script,
-``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J[,I:J]] [--skip-best] [--skip-tables] [--seconds=S]
-[--rounds=R]``
+``python tests/test_gpu_timing.py OUT_DIR [--quick | I:J[,I:J] | --shape=MxNxK ...] [--skip-best]
+[--skip-tables] [--seconds=S] [--rounds=R]``
 runs the whole check recorded in docs/results/2026-11-23-timing-engine.md: every GPU backend,
 float16 and bfloat16, on the shapes of :data:`OFF_GRID` (in none of the named grids; ``I:J``
-slices take some of them), backend by backend timed by do_bench, ``gemmzoo bench``'s engine,
+slices take some of them; ``--shape=MxNxK``, repeatable, times those instead), backend by
+backend timed by do_bench, ``gemmzoo bench``'s engine,
 pytest-benchmark (the benchmarks, run in this process) and do_bench again (``--rounds=R``: R
 rounds of the first three, then do_bench, medians compared); ``best_backend`` at
 128³ and 512³ float16 against every candidate's caller time measured afresh in interleaved
@@ -321,7 +322,7 @@ def test_the_off_grid_shapes_are_in_no_named_grid():
 def main(argv: list[str]) -> int:
     from gemmzoo.measure.device import device_info
     from gemmzoo.measure.gpu_stream import default_gpu
-    from gemmzoo.problems.grids import GridPoint
+    from gemmzoo.problems.grids import GridPoint, parse_point
 
     os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")  # the pytest run reuses the autotuning
     started = time.perf_counter()
@@ -334,6 +335,8 @@ def main(argv: list[str]) -> int:
     slices = next((a for a in argv if ":" in a and not a.startswith("--")), "0:99").split(",")
     picked = [shape for part in slices
               for shape in OFF_GRID[slice(*(int(x) for x in part.split(":")))]]
+    given = [parse_point(a.split("=", 1)[1])[0] for a in argv if a.startswith("--shape=")]
+    picked = given or picked
     info = device_info("cuda")
     print(f"device {info['device_name']}, driver {info['driver']} (CUDA {info['cuda_driver']}), "
           f"{info['libraries']}; stream hold from {default_gpu().holder_name}", flush=True)

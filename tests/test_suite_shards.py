@@ -137,3 +137,28 @@ def test_a_worker_ends_when_the_process_that_started_it_is_gone(tmp_path):
     done = subprocess.run([sys.executable, "-c", stalled + f"raise SystemExit(w.main([{str(spec)!r}]))"],
                           timeout=30)
     assert done.returncode == 5  # ended by its parent watch, not after the minute's sleep
+
+
+def test_each_worker_gets_cores_of_its_own():
+    assert shards.worker_cores(1, list(range(16))) == [2, 3]  # this process keeps 0 and 1
+    assert shards.worker_cores(7, list(range(16))) == [14, 15]
+    assert {tuple(shards.worker_cores(n, list(range(16)))) for n in range(1, 8)} == {
+        (2 * n, 2 * n + 1) for n in range(1, 8)}  # seven workers, no core shared
+    assert shards.worker_cores(1, [4, 9]) == [4, 9]  # two cores only: wraps round, both
+    assert shards.worker_cores(3, [5]) == [5] and shards.worker_cores(1, []) == []
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity here")
+def test_a_worker_runs_on_the_cores_its_spec_names(tmp_path):
+    import os
+
+    mine = sorted(os.sched_getaffinity(0))
+    spec = tmp_path / "spec.json"
+    for cores, expected in (([mine[-1]], [mine[-1]]), (["0", -1], mine), ([10 ** 6], mine)):
+        spec.write_text(json.dumps({"backend": "numpy", "digest": "d", "settings": {}, "timeout": 1.0,
+                                    "labels": [], "out": str(tmp_path / "out.json"), "cores": cores}))
+        seen = ("import os, gemmzoo.conformance.shard_worker as w; "
+                "w.run_spec = lambda spec: print(sorted(os.sched_getaffinity(0))) or 0; "
+                f"raise SystemExit(w.main([{str(spec)!r}]))")
+        done = subprocess.run([sys.executable, "-c", seen], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and json.loads(done.stdout) == expected, (cores, done.stdout, done.stderr)

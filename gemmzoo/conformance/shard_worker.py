@@ -67,6 +67,17 @@ def _end_with_parent(parent: int, period: float = PARENT_CHECK_S) -> None:
     os._exit(5)
 
 
+def _confine(cores: Any) -> None:
+    """Run this process on ``cores`` (a list of core numbers) only; nothing where the list is
+    empty or not one, or the OS refuses (the worker then runs on every core it had)."""
+    if not (isinstance(cores, list) and cores and all(type(core) is int and core >= 0 for core in cores)):
+        return
+    try:
+        os.sched_setaffinity(0, cores)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m gemmzoo.conformance.shard_worker SPEC``: run one worker's checks, ending with
     the process that started it."""
@@ -77,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(parent, int):
         threading.Thread(target=_end_with_parent, args=(parent,), daemon=True,
                          name="gemmzoo-suite-parent").start()
+    _confine(spec.get("cores"))  # before any library sizes a pool by the cores it sees
     return run_spec(spec)
 
 

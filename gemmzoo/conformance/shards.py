@@ -37,13 +37,32 @@ R = TypeVar("R")
 #: At most this many processes share one suite (this one included).
 MAX_WORKERS = 8
 #: Cores per process sharing a suite: a compile is one core's work, and the checks' array work
-#: runs on threads of its own.
+#: runs on threads of its own. A worker is confined to cores of its own (its CPU affinity), so that
+#: a library sizing its pools by the cores it sees (Inductor's compile workers, OpenMP, BLAS) starts
+#: that many, not one per core of the machine in every worker.
 CORES_PER_WORKER = 2
 #: Checks per process at least: a worker's start (importing the backend's frameworks) costs
 #: seconds, worth it only for several compiles.
 CHECKS_PER_WORKER = 4
 #: Seconds a worker has to start (import and probe the backend) before its checks' own limits.
 START_S = 120.0
+
+
+def worker_cores(number: int, cores: list[int]) -> list[int]:
+    """The cores worker ``number`` (1 and up; this process is 0) is confined to: the next
+    :data:`CORES_PER_WORKER` of ``cores`` (this process's, in order) after those of the processes
+    before it, wrapping round when there are more workers than cores to go round."""
+    if not cores:
+        return []
+    return sorted({cores[(number * CORES_PER_WORKER + j) % len(cores)] for j in range(CORES_PER_WORKER)})
+
+
+def _own_cores() -> list[int]:
+    """This process's cores in order, or an empty list where the OS does not tell."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return []
 
 
 def worker_count(backend: Any, checks: int, workers: int | None = None) -> int:
@@ -127,10 +146,12 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, l
     limit = default_timeout() if timeout == "default" else timeout
     dealt = [list(range(first, checks, count)) for first in range(count)]
     folder = tempfile.TemporaryDirectory(prefix="gemmzoo-suite-")
+    cores = _own_cores()
     started = []
     for number, indices in enumerate(dealt[1:], start=1):
         spec = {"backend": name, "digest": digest, "settings": settings, "timeout": limit,
                 "parent": os.getpid(), "labels": [labels[i] for i in indices],
+                "cores": worker_cores(number, cores),
                 "out": os.path.join(folder.name, f"results-{number}.json")}
         spec_path = os.path.join(folder.name, f"spec-{number}.json")
         with open(spec_path, "w", encoding="utf-8") as out:
