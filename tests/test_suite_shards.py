@@ -146,6 +146,28 @@ def test_each_worker_gets_cores_of_its_own():
         (2 * n, 2 * n + 1) for n in range(1, 8)}  # seven workers, no core shared
     assert shards.worker_cores(1, [4, 9]) == [4, 9]  # two cores only: wraps round, both
     assert shards.worker_cores(3, [5]) == [5] and shards.worker_cores(1, []) == []
+    assert shards.worker_cores(1, list(range(64)), start=40) == [42, 43]  # a suite beginning at 40
+    assert shards.worker_cores(3, list(range(8)), start=6) == [4, 5]  # 6 + 3 * 2 wraps round to 4
+
+
+def test_suites_side_by_side_begin_at_drawn_cores(monkeypatch, tmp_path):
+    # each suite draws where its workers' cores begin, so two suites on a machine of many cores
+    # are not confined to the same ones
+    specs = []
+    monkeypatch.setattr(shards, "_own_cores", lambda: list(range(64)))
+    monkeypatch.setattr(shards.random, "randrange", lambda n: 40)
+
+    class Recorded:
+        def __init__(self, command, **_kwargs):
+            specs.append(json.loads(open(command[-1], encoding="utf-8").read()))
+
+    monkeypatch.setattr(shards.subprocess, "Popen", Recorded)
+    backend = gemmzoo.get_backend("numpy")
+    settings = SuiteSettings(("float32",))
+    labels = [label for label, _ in suite_checks(backend, settings)]
+    shared = shards.start(backend, asdict(settings), 60.0, labels, workers=3)
+    assert shared is not None and [spec["cores"] for spec in specs] == [[42, 43], [44, 45]]
+    shared._folder.cleanup()
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity here")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -48,13 +49,15 @@ CHECKS_PER_WORKER = 4
 START_S = 120.0
 
 
-def worker_cores(number: int, cores: list[int]) -> list[int]:
+def worker_cores(number: int, cores: list[int], start: int = 0) -> list[int]:
     """The cores worker ``number`` (1 and up; this process is 0) is confined to: the next
-    :data:`CORES_PER_WORKER` of ``cores`` (this process's, in order) after those of the processes
-    before it, wrapping round when there are more workers than cores to go round."""
+    :data:`CORES_PER_WORKER` of ``cores`` (this process's, in order, from index ``start`` on)
+    after those of the processes before it, wrapping round when there are more workers than cores
+    to go round."""
     if not cores:
         return []
-    return sorted({cores[(number * CORES_PER_WORKER + j) % len(cores)] for j in range(CORES_PER_WORKER)})
+    first = start + number * CORES_PER_WORKER
+    return sorted({cores[(first + j) % len(cores)] for j in range(CORES_PER_WORKER)})
 
 
 def _own_cores() -> list[int]:
@@ -147,11 +150,14 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, l
     dealt = [list(range(first, checks, count)) for first in range(count)]
     folder = tempfile.TemporaryDirectory(prefix="gemmzoo-suite-")
     cores = _own_cores()
+    # where this suite's cores begin, drawn: suites run side by side on a machine with more cores
+    # than one suite uses would otherwise all be confined to the same first ones
+    begin = random.randrange(len(cores)) if cores else 0
     started = []
     for number, indices in enumerate(dealt[1:], start=1):
         spec = {"backend": name, "digest": digest, "settings": settings, "timeout": limit,
                 "parent": os.getpid(), "labels": [labels[i] for i in indices],
-                "cores": worker_cores(number, cores),
+                "cores": worker_cores(number, cores, begin),
                 "out": os.path.join(folder.name, f"results-{number}.json")}
         spec_path = os.path.join(folder.name, f"spec-{number}.json")
         with open(spec_path, "w", encoding="utf-8") as out:
