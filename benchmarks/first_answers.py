@@ -1,6 +1,7 @@
 """First ``best_backend`` answers on a fresh machine: seconds per answer, and the suites each ran.
 
-    python benchmarks/first_answers.py [--problem DTYPE:MxNxK ...] [--device cuda] [--regret] [--json PATH]
+    python benchmarks/first_answers.py [--problem DTYPE:MxNxK ...] [--device cuda] [--regret]
+        [--regret-skip NAME] [--regret-jobs N] [--json PATH]
 
 Every cache a new user starts without is a fresh temporary directory: gemmzoo's tuning store,
 Triton's and TorchInductor's kernel caches, CuPy's. The problems are answered in order in one
@@ -13,7 +14,9 @@ against the 10 s target and the median of the others against 5 s. With ``--regre
 problem is then tuned the deliberate way (``gemmzoo tune``: every conforming backend, Triton's
 full autotune; ``--regret-skip NAME`` leaves a backend out of it, and says so) and each first
 answer's device time is set against the fastest one's: the regret, against the target of at
-most 3% on 90% of the problems.
+most 3% on 90% of the problems. ``--regret-jobs N`` tunes N problems at a time, each in a process
+of its own with fresh caches (on a machine of several GPUs, a GPU each), after the first answers
+were all given in this process.
 """
 
 from __future__ import annotations
@@ -70,17 +73,74 @@ def print_regrets(rows: list[dict], skip: list[str]) -> None:
     for row in rows:
         point = GridPoint(*row["shape"], row["dtype"])
         times = {r.backend: r.median_s for r in tune([point], backends, budget_s=0.3) if r.status == "ok"}
-        if row["backend"] not in times:
-            row["regret"] = None
-            print(f"{point.id}: {row['backend']} has no tuned time; regret unknown")
-            continue
-        fastest = min(times, key=times.__getitem__)
-        row["regret"] = times[row["backend"]] / times[fastest] - 1
-        print(f"{point.id}: answered {row['backend']}, fastest when tuned {fastest}: "
+        row["fastest"] = min(times, key=times.__getitem__) if times else None
+        row["regret"] = times[row["backend"]] / times[row["fastest"]] - 1 if row["backend"] in times else None
+        print_regret(row)
+    print_regret_summary(rows)
+
+
+def print_regret(row: dict) -> None:
+    """One problem's regret line."""
+    point = f"{row['dtype']} {'x'.join(map(str, row['shape']))}"
+    if row.get("regret") is None:
+        print(f"{point}: {row['backend']} has no tuned time; regret unknown", flush=True)
+    else:
+        print(f"{point}: answered {row['backend']}, fastest when tuned {row['fastest']}: "
               f"regret {row['regret']:.1%}", flush=True)
+
+
+def print_regret_summary(rows: list[dict]) -> None:
     known = [r["regret"] for r in rows if r.get("regret") is not None]
     if known:
         print(f"regret at most 3%: {sum(x <= 0.03 for x in known)} of {len(known)} problems (target 90%)")
+
+
+def regrets_side_by_side(rows: list[dict], args: argparse.Namespace, jobs: int) -> None:
+    """:func:`print_regrets` for each problem in a process of its own, ``jobs`` at a time, each
+    with fresh caches and, on the GPU, a GPU of its own where there are several (the job's slot
+    modulo the GPUs seen); each row gains its ``regret`` and ``fastest``."""
+    import subprocess
+
+    gpus = 1
+    if args.device == "cuda":
+        import torch
+
+        gpus = max(1, torch.cuda.device_count())
+    folder = tempfile.mkdtemp(prefix="gemmzoo-regrets-")
+    pending = list(enumerate(rows))
+    running: dict[int, tuple[subprocess.Popen, int, str]] = {}
+    while pending or running:
+        for slot in range(jobs):
+            if slot in running or not pending:
+                continue
+            index, row = pending.pop(0)
+            given = os.path.join(folder, f"row-{index}.json")
+            got = os.path.join(folder, f"regret-{index}.json")
+            with open(given, "w") as out:
+                json.dump({"answers": [row]}, out)
+            command = [sys.executable, __file__, "--device", args.device, "--answers", given, "--regret",
+                       "--json", got, *[f"--regret-skip={name}" for name in args.regret_skip or []]]
+            env = dict(os.environ)
+            if args.device == "cuda" and gpus > 1:
+                env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
+            with open(os.path.join(folder, f"regret-{index}.log"), "w") as log:
+                process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            running[slot] = (process, index, got)
+        for slot, (process, index, got) in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[slot]
+            try:
+                with open(got) as source:
+                    done = json.load(source)["answers"][0]
+                rows[index].update(regret=done.get("regret"), fastest=done.get("fastest"))
+            except (OSError, ValueError, KeyError, IndexError):
+                rows[index].update(regret=None, fastest=None)
+                print(f"problem {index + 1}: its tune ended without a result (exit {process.returncode}; "
+                      f"log {os.path.join(folder, f'regret-{index}.log')})", flush=True)
+            print_regret(rows[index])
+        time.sleep(0.2)
+    print_regret_summary(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="then tune every problem fully and report each first answer's regret")
     parser.add_argument("--regret-skip", action="append", metavar="NAME",
                         help="leave this backend out of --regret's full tune (repeatable)")
+    parser.add_argument("--regret-jobs", type=int, default=1, metavar="N",
+                        help="tune N problems at a time for --regret, each in a process of its own with "
+                             "fresh caches and, on the GPU, a GPU of its own where there are several")
+    parser.add_argument("--answers", help=argparse.SUPPRESS)  # a --regret-jobs process: the rows it tunes
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--cold-framework", action="store_true",
                         help="leave torch's import and CUDA's start to the first answer (by default "
@@ -114,6 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         framework_s = time.perf_counter() - started
         print(f"torch imported and CUDA started in {framework_s:.2f} s, before the first answer "
               "(as in a program that already uses torch on the GPU)", flush=True)
+    if args.answers:  # a --regret-jobs process: tune the rows given, answer nothing
+        with open(args.answers) as source:
+            rows = json.load(source)["answers"]
+        print_regrets(rows, args.regret_skip or [])
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump({"answers": rows}, out, indent=1)
+        return 0
     rows = []
     seen_dtypes: set[str] = set()
     for dtype, shape in problems:
@@ -137,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     if later:
         print(f"later answers: median {statistics.median(later):.1f} s (target 5 s), "
               f"worst {max(later):.1f} s")
-    if args.regret:
+    if args.regret and args.regret_jobs > 1:
+        regrets_side_by_side(rows, args, args.regret_jobs)
+    elif args.regret:
         print_regrets(rows, args.regret_skip or [])
     if args.json:
         import torch
