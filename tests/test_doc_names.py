@@ -4,6 +4,7 @@ file."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from pathlib import Path
@@ -14,6 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DOTTED = re.compile(r"`((?:gemmzoo|gemmzoo_[a-z]+)(?:\.[A-Za-z_]\w*)+)")
 BENCHMARK = re.compile(r"benchmarks/\w+\.py")
+SOURCE_FILE = re.compile(r"`([\w/]+\.py)`")
+# Files the docs show as examples for a plugin author to write, not files of this repository.
+EXAMPLES = {"gemmzoo_einsum/__init__.py"}
 
 
 def resolves(name: str) -> bool:
@@ -51,6 +55,19 @@ def test_a_dotted_name_the_docs_cite_exists(name, doc):
 @pytest.mark.parametrize(("path", "doc"), cited(BENCHMARK))
 def test_a_benchmark_the_docs_cite_exists(path, doc):
     assert (ROOT / path).is_file(), f"{doc} cites {path}, which is not in benchmarks/"
+
+
+@functools.cache
+def _source_files() -> tuple[str, ...]:
+    return tuple(path.relative_to(ROOT).as_posix() for folder in ("gemmzoo", "plugins", "benchmarks", "tests")
+                 for path in (ROOT / folder).rglob("*.py"))
+
+
+@pytest.mark.parametrize(("path", "doc"), [pair for pair in cited(SOURCE_FILE) if pair[0] not in EXAMPLES])
+def test_a_source_file_the_docs_cite_exists(path, doc):
+    # a file is cited by its path below some package (``grouped/split_wave.py``), or by its name
+    assert any(("/" + known).endswith("/" + path) for known in _source_files()), (
+        f"{doc} cites `{path}`, which no file of the repository's ends with")
 
 
 def test_a_name_that_is_gone_is_found():
