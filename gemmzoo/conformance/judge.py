@@ -152,9 +152,7 @@ def judge_result(
     rule = bound_rule(accuracy, dtype, a_host, b_host, magnitude)
     judged = _judged_by_rows(c_host, ref, magnitude, rule) if ref.size > BLOCK_ELEMENTS else None
     if judged is None:  # one block, or a block failed: judged whole, for the whole matrix's message
-        ratio, error = compare_elements(c_host, ref, rule(ref, magnitude))
-        judged = ratio, float(np.sum(np.square(error))), float(error.max(initial=0.0)), \
-            float(np.sum(np.square(ref[np.isfinite(ref)])))
+        judged = _tally(c_host, ref, rule(ref, magnitude))
     ratio, error_squares, max_error, ref_squares = judged
     error_norm, ref_norm = math.sqrt(error_squares), math.sqrt(ref_squares)
     rel = error_norm / ref_norm if ref_norm > 0 else error_norm
@@ -172,14 +170,22 @@ def _judged_by_rows(c: np.ndarray, ref: np.ndarray, magnitude: np.ndarray,
     def block(rows: slice) -> tuple[float, float, float, float] | None:
         part = ref[rows]
         try:
-            ratio, error = compare_elements(c[rows], part, rule(part, magnitude[rows]))
+            return _tally(c[rows], part, rule(part, magnitude[rows]))
         except CheckFailedError:
             return None
-        return (ratio, float(np.sum(np.square(error))), float(error.max(initial=0.0)),
-                float(np.sum(np.square(part[np.isfinite(part)]))))
 
     blocks = by_rows(block, *ref.shape)
     if any(b is None for b in blocks):
         return None
     return (max(b[0] for b in blocks), sum(b[1] for b in blocks), max(b[2] for b in blocks),
             sum(b[3] for b in blocks))
+
+
+def _tally(c: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> tuple[float, float, float, float]:
+    """:func:`compare_elements` of ``c`` (all of a result, or a block of its rows) against
+    ``ref`` within ``bound``, as what adds up over blocks: the largest ``|error| / bound``, the sum
+    of squared errors, the largest error and the sum of squared finite reference values. Raises
+    :class:`CheckFailedError` as :func:`compare_elements` does."""
+    ratio, error = compare_elements(c, ref, bound)
+    return (ratio, float(np.sum(np.square(error))), float(error.max(initial=0.0)),
+            float(np.sum(np.square(ref[np.isfinite(ref)]))))
