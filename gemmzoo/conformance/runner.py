@@ -472,8 +472,7 @@ def check_backend(
     (:attr:`gemmzoo.Backend.suite_compiles`) on a machine with cores to spare. The results are
     the same, in the same order.
     """
-    name = getattr(backend, "name", None)
-    report = ConformanceReport(name if isinstance(name, str) else repr(name))
+    report = ConformanceReport(_label(backend))
 
     def record(result: CheckResult) -> None:
         report.results.append(result)
@@ -560,12 +559,18 @@ def suite_checks(backend: Any, settings: SuiteSettings) -> list[tuple[str, Calla
     return checks
 
 
+def _label(backend: Any) -> str:
+    """The name a report and its results give ``backend``: its ``name`` where that is a string,
+    else the repr of whatever it is (a malformed backend is reported too)."""
+    name = getattr(backend, "name", None)
+    return name if isinstance(name, str) else repr(name)
+
+
 def run_check(backend: Any, label: str, check: Callable[[], CheckResult],
               timeout: float | str | None) -> tuple[CheckResult, str | None]:
     """One check within ``timeout`` (:func:`gemmzoo.plugins.watchdog.call`): its result, and what
     overran when it ran past the limit (the result then says ``TIMEOUT``), else ``None``."""
-    name = getattr(backend, "name", None)
-    name = name if isinstance(name, str) else repr(name)
+    name = _label(backend)
     try:
         return watched(backend, label, check, timeout=timeout), None
     except BackendTimeoutError as error:
