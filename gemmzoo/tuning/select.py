@@ -470,7 +470,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             known = store.snapshot(fingerprint)
             session.facts[_menu_key(dtype, device, library, accuracy, by)] = Menu(
                 by_name, versions, dict(excluded), frozenset(b.name for b in conforming if _compiles(b)),
-                {n: declared(b, "searches_over") for n, b in by_name.items()}, loops, native, reachable,
+                _searches(by_name), loops, native, reachable,
                 session.prior, known, known.verdicts_added)
         versions.update((b.name, library_versions(b.name, registry)) for b in provisional)
         latest = _latest(store.records(fingerprint, dtype, layout, shape), versions)
@@ -501,9 +501,8 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 timings = _timings(rows, by, loops)
                 if not timings:
                     return None, ()
-                searches = {n: declared(b, "searches_over") for n, b in backends.items()}
-                choice = _measured_choice(problem, backends, timings, rows, searches, native, session.prior,
-                                          by, source, shape, "", {})
+                choice = _measured_choice(problem, backends, timings, rows, _searches(backends), native,
+                                          session.prior, by, source, shape, "", {})
                 return choice.backend.name, choice.tied
 
             passed, waiting = _checked_winners(store, provisional, latest, dtype, decide, dict(by_name),
@@ -547,10 +546,9 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 raise _none_conforms(dtype, device, excluded)
             note = "nothing measured on this device; unmeasured default (passed conformance here)"
             return Choice(pick, shape, dtype, device, "default", None, (), (pick.name,), note, excluded)
-        searches = {n: declared(b, "searches_over") for n, b in by_name.items()}
         rows = latest if basis == shape else {}
-        choice = _measured_choice(problem, by_name, timings, rows, searches, native, session.prior, by,
-                                  source, basis, note, excluded)
+        choice = _measured_choice(problem, by_name, timings, rows, _searches(by_name), native, session.prior,
+                                  by, source, basis, note, excluded)
         return dataclasses.replace(choice, unchecked=unsuited) if unsuited else choice
 
 
@@ -617,6 +615,12 @@ def _exclude_failures(latest: dict[str, Record], excluded: dict[str, str]) -> No
     for record in latest.values():
         if record.status != "ok":
             excluded[record.backend] = f"{record.status} at this shape: {record.detail}"
+
+
+def _searches(backends: dict[str, Any]) -> dict[str, Any]:
+    """Each backend's :attr:`gemmzoo.Backend.searches_over`, by name (what a ranking reads of
+    them; a menu keeps it for the problems it answers)."""
+    return {name: declared(backend, "searches_over") for name, backend in backends.items()}
 
 
 def _measured_choice(problem: choosing.Problem, by_name: dict[str, Any], timings: list[Timed],
