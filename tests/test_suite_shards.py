@@ -154,7 +154,7 @@ def test_suites_side_by_side_begin_at_drawn_cores(monkeypatch, tmp_path):
     # each suite draws where its workers' cores begin, so two suites on a machine of many cores
     # are not confined to the same ones
     specs = []
-    monkeypatch.setattr(shards, "_own_cores", lambda: list(range(64)))
+    monkeypatch.setattr(shards, "own_cores", lambda: list(range(64)))
     monkeypatch.setattr(shards.random, "randrange", lambda n: 40)
 
     class Recorded:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gemmzoo.contract.backend import declared
-from gemmzoo.measure.threads import usable_cores
+from gemmzoo.measure.threads import own_cores, usable_cores
 from gemmzoo.plugins.watchdog import default_timeout
 
 R = TypeVar("R")
@@ -58,14 +58,6 @@ def worker_cores(number: int, cores: list[int], start: int = 0) -> list[int]:
         return []
     first = start + number * CORES_PER_WORKER
     return sorted({cores[(first + j) % len(cores)] for j in range(CORES_PER_WORKER)})
-
-
-def _own_cores() -> list[int]:
-    """This process's cores in order, or an empty list where the OS does not tell."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return []
 
 
 def worker_count(backend: Any, checks: int, workers: int | None = None) -> int:
@@ -149,7 +141,7 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, l
     limit = default_timeout() if timeout == "default" else timeout
     dealt = [list(range(first, checks, count)) for first in range(count)]
     folder = tempfile.TemporaryDirectory(prefix="gemmzoo-suite-")
-    cores = _own_cores()
+    cores = own_cores()
     # where this suite's cores begin, drawn: suites run side by side on a machine with more cores
     # than one suite uses would otherwise all be confined to the same first ones
     begin = random.randrange(len(cores)) if cores else 0

@@ -39,10 +39,16 @@ def usable_cores() -> int:
     were before :func:`confine_to_policy` narrowed them."""
     if _confined:
         return _confined[0][1]
+    return max(1, len(own_cores()) or os.cpu_count() or 1)
+
+
+def own_cores() -> list[int]:
+    """The cores this process may run on now (its CPU affinity), in order; an empty list where
+    the OS does not tell."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        return sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        return []
 
 
 def default_threads(cores: int | None = None) -> int:
@@ -102,7 +108,7 @@ def confine_to_policy(threads: int | None = None) -> int | None:
     if "jax" in sys.modules or not hasattr(os, "sched_setaffinity") or count >= before:
         return None
     try:
-        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:count])
+        os.sched_setaffinity(0, own_cores()[:count])
     except OSError:
         return None
     _confined.append((count, before))
