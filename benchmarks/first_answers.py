@@ -59,10 +59,10 @@ def fresh_caches() -> str:
     return root
 
 
-def print_regrets(rows: list[dict], skip: list[str]) -> None:
+def print_regrets(rows: list[dict], skip: list[str], save=lambda: None) -> None:
     """Tune each answered problem fully (every backend but those in ``skip``) and add to its row
     the regret of the first answer: its backend's device time over the fastest backend's, less
-    one, from the same tuning run."""
+    one, from the same tuning run; ``save`` is called after each problem."""
     from gemmzoo.plugins.registry import get_registry
     from gemmzoo.problems.grids import GridPoint
     from gemmzoo.tuning import tune
@@ -76,6 +76,7 @@ def print_regrets(rows: list[dict], skip: list[str]) -> None:
         row["fastest"] = min(times, key=times.__getitem__) if times else None
         row["regret"] = times[row["backend"]] / times[row["fastest"]] - 1 if row["backend"] in times else None
         print_regret(row)
+        save()
     print_regret_summary(rows)
 
 
@@ -95,10 +96,11 @@ def print_regret_summary(rows: list[dict]) -> None:
         print(f"regret at most 3%: {sum(x <= 0.03 for x in known)} of {len(known)} problems (target 90%)")
 
 
-def regrets_side_by_side(rows: list[dict], args: argparse.Namespace, jobs: int) -> None:
+def regrets_side_by_side(rows: list[dict], args: argparse.Namespace, jobs: int, save=lambda: None) -> None:
     """:func:`print_regrets` for each problem in a process of its own, ``jobs`` at a time, each
     with fresh caches and, on the GPU, a GPU of its own where there are several (the job's slot
-    modulo the GPUs seen); each row gains its ``regret`` and ``fastest``."""
+    modulo the GPUs seen); each row gains its ``regret`` and ``fastest``, and ``save`` is called
+    as each problem ends."""
     import subprocess
 
     gpus = 1
@@ -139,6 +141,7 @@ def regrets_side_by_side(rows: list[dict], args: argparse.Namespace, jobs: int) 
                 print(f"problem {index + 1}: its tune ended without a result (exit {process.returncode}; "
                       f"log {os.path.join(folder, f'regret-{index}.log')})", flush=True)
             print_regret(rows[index])
+            save()
         time.sleep(0.2)
     print_regret_summary(rows)
 
@@ -181,10 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.answers:  # a --regret-jobs process: tune the rows given, answer nothing
         with open(args.answers) as source:
             rows = json.load(source)["answers"]
-        print_regrets(rows, args.regret_skip or [])
-        if args.json:
-            with open(args.json, "w") as out:
-                json.dump({"answers": rows}, out, indent=1)
+        print_regrets(rows, args.regret_skip or [], (lambda: write_json(args.json, {}, rows)) if args.json
+                      else (lambda: None))
         return 0
     rows = []
     seen_dtypes: set[str] = set()
@@ -209,19 +210,27 @@ def main(argv: list[str] | None = None) -> int:
     if later:
         print(f"later answers: median {statistics.median(later):.1f} s (target 5 s), "
               f"worst {max(later):.1f} s")
-    if args.regret and args.regret_jobs > 1:
-        regrets_side_by_side(rows, args, args.regret_jobs)
-    elif args.regret:
-        print_regrets(rows, args.regret_skip or [])
+    facts = {"python": sys.version.split()[0], "imported_s": imported, "framework_start_s": framework_s}
     if args.json:
         import torch
 
-        facts = {"python": sys.version.split()[0], "torch": torch.__version__,
-                 "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-                 "imported_s": imported, "framework_start_s": framework_s}
-        with open(args.json, "w") as out:
-            json.dump({"facts": facts, "answers": rows}, out, indent=1)
+        facts.update(torch=torch.__version__,
+                     device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
+    save = (lambda: write_json(args.json, facts, rows)) if args.json else (lambda: None)
+    save()  # the answers survive a run stopped during the regret tunes
+    if args.regret and args.regret_jobs > 1:
+        regrets_side_by_side(rows, args, args.regret_jobs, save)
+    elif args.regret:
+        print_regrets(rows, args.regret_skip or [], save)
     return 0
+
+
+def write_json(path: str, facts: dict, rows: list[dict]) -> None:
+    """The figures so far, replacing the file whole (written to a neighbour, then renamed)."""
+    partial = f"{path}.partial"
+    with open(partial, "w") as out:
+        json.dump({"facts": facts, "answers": rows}, out, indent=1)
+    os.replace(partial, path)
 
 
 if __name__ == "__main__":
