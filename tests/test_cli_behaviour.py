@@ -216,6 +216,7 @@ def test_a_baseline_without_the_dtype_is_replaced_or_refused(capsys, wide_tables
     assert "baseline 'numpy' does not compute bfloat16; choose one of: torch-cpu" in capsys.readouterr().err
 
 
+@pytest.mark.interpreter  # on a GPU host, the switch set here would leave this process's kernels interpreted
 def test_interpreted_triton_backends_are_left_out_unless_named(monkeypatch, capsys, empty_cache):
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")

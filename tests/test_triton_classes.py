@@ -26,6 +26,7 @@ def _available(name):
     return backend
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("scaling, shape", [("tensorwise", (20, 36, 40)), ("rowwise", (33, 47, 64)),
                                             ("blockwise", (40, 200, 300))])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -60,6 +61,7 @@ def test_grouped_kernel_leaves_rows_of_other_groups_alone_and_checks_offsets():
     backend = _available("triton-grouped")
     gen = torch.Generator().manual_seed(12)
     a, b = torch.randn(9, 24, generator=gen), torch.randn(4, 24, 10, generator=gen)
+    a, b = a.to(backend.device), b.to(backend.device)  # the host under the interpreter, else the GPU
     ends = [2, 2, 7, 9]
     c = backend.grouped_mm(a, b, np.asarray(ends, np.int32))
     for g, (start, stop) in enumerate(group_bounds(ends)):
@@ -98,6 +100,7 @@ def _grouped_reference_check(c, a, b, ends, tol):
     assert torch.isnan(c[start:].float()).all()
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("b_layout", ["row-major", "column-major"])
 @pytest.mark.parametrize("dtype, promoted, halves", [("float32", False, False), ("float16", False, False),
                                                      ("float16", True, False), ("float16", True, True)])
@@ -152,17 +155,19 @@ def test_grouped_tma_eligibility_and_configs():
 def test_grouped_pointer_kernel_masks_columns_past_n(n):
     """B's columns are masked (not clamped) in the pointer kernel: N a multiple of the tile's
     vector width and not."""
-    _available("triton-grouped")
+    backend = _available("triton-grouped")
     from gemmzoo_triton.core import grouped_mm_kernel
 
     ends = [5, 5, 6, 37]
     gen = torch.Generator().manual_seed(22)
     a, b = torch.randn(40, 24, generator=gen), torch.randn(len(ends), 24, n, generator=gen)
-    c = torch.full((40, n), float("nan"))
-    grouped_mm_kernel.launch(a, b, torch.tensor(ends, dtype=torch.int32), c, 1)
-    _grouped_reference_check(c, a, b, ends, 1e-5)
+    a, b = a.to(backend.device), b.to(backend.device)  # float32 dots are IEEE on the GPU too
+    c = torch.full((40, n), float("nan"), device=a.device)
+    grouped_mm_kernel.launch(a, b, torch.tensor(ends, dtype=torch.int32, device=a.device), c, 1)
+    _grouped_reference_check(c.cpu(), a.cpu(), b.cpu(), ends, 1e-5)
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("scaling, shape", [("tensorwise", (40, 136, 48)), ("rowwise", (33, 200, 64)),
                                             ("blockwise", (70, 264, 304))])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -259,3 +264,33 @@ def test_grouped_mm_with_k_zero_is_zeros():
     backend = _available("triton-grouped")
     c = backend.grouped_mm(torch.randn(5, 0), torch.randn(2, 0, 8), np.asarray([2, 5], np.int32))
     assert c.shape == (5, 8) and not c.any()
+
+
+@pytest.mark.gpu
+def test_class_operands_on_the_host_are_a_clear_error_on_the_gpu():
+    """Host tensors handed to the GPU's grouped and scaled kernels: an error naming the backend,
+    the call and the shapes, not a launch that fails inside Triton."""
+    grouped = _available("triton-grouped")
+    if grouped.device != "cuda":
+        pytest.skip("the Triton backends run on the host here")
+    a, b = torch.randn(9, 24), torch.randn(4, 24, 10)
+    with pytest.raises(GemmInputError, match=r"triton-grouped: grouped_mm .*\(9, 24\).*A is on cpu"):
+        grouped.grouped_mm(a, b, np.asarray([2, 2, 7, 9], np.int32))
+    fp8 = _available("triton-fp8")
+    x = torch.randn(16, 32).to(torch.float8_e4m3fn)
+    y = torch.randn(32, 16).to(torch.float8_e4m3fn)
+    with pytest.raises(GemmInputError, match=r"triton-fp8: scaled_mm .*\(16, 32\).*A is on cpu"):
+        fp8.scaled_mm(x, y, torch.ones(1), torch.ones(1), "bfloat16")
+
+
+def test_class_operands_on_another_device_than_the_backends_are_a_clear_error():
+    """The same check wherever the backends run: tensors on the ``meta`` device are on no
+    device a Triton backend runs on."""
+    grouped, fp8 = _available("triton-grouped"), _available("triton-fp8")
+    a, b = torch.randn(9, 24, device="meta"), torch.randn(4, 24, 10, device="meta")
+    with pytest.raises(GemmInputError, match=r"triton-grouped: grouped_mm .*\(9, 24\).*A is on meta"):
+        grouped.grouped_mm(a, b, np.asarray([2, 2, 7, 9], np.int32))
+    x = torch.empty(16, 32, dtype=torch.float8_e4m3fn, device="meta")
+    y = torch.empty(32, 16, dtype=torch.float8_e4m3fn, device="meta")
+    with pytest.raises(GemmInputError, match=r"triton-fp8: scaled_mm .*\(16, 32\).*A is on meta"):
+        fp8.scaled_mm(x, y, torch.ones(()), torch.ones(()), "bfloat16")

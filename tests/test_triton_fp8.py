@@ -51,6 +51,7 @@ def test_a_bfloat16_result_on_the_operands_device():
     assert backend.to_numpy(c).tolist() == [[2.5, 2.5]] * 3
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize(("split_m", "split_n", "programs", "flatten", "promote"), [
     (1, 1, 9, True, 0),  # one program per tile
     (1, 2, 3, True, 0),  # persistent: 3 programs walk 9 tiles (two halves of N each), flattened loops
@@ -65,10 +66,6 @@ def test_tma_kernel_indexing_under_the_interpreter(split_m, split_n, programs, f
     be one bfloat16 unit below the exact sum in magnitude: the tolerance is that, not more. C starts
     as NaN, so an element no program wrote fails.
     """
-    import os
-
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("runs the kernel under Triton's interpreter only; on a GPU the suite covers it")
     import triton
     from triton.tools.tensor_descriptor import TensorDescriptor
 

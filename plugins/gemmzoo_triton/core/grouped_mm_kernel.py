@@ -136,6 +136,9 @@ def grouped_mm(backend: Any, a: Any, b: Any, offsets: Any) -> Any:
     if a.shape[1] != b.shape[1]:
         raise backend.input_error("grouped_mm", f"inner dimensions differ (A has K={a.shape[1]}, "
                                   f"B has K={b.shape[1]})", **shapes)
+    if a.device.type != backend.device:
+        raise backend.input_error("grouped_mm", f"A is on {a.device}, this backend runs on {backend.device}",
+                                  **shapes)
     dtype = str(a.dtype).removeprefix("torch.")
     if a.dtype != b.dtype or a.device != b.device or dtype not in backend.dtypes:
         known = ", ".join(sorted(backend.dtypes))

@@ -248,6 +248,8 @@ class TritonFp8Backend(TritonBackend):
 
         if scaling is None:
             raise fail(problem)
+        if a.device.type != self.device:
+            raise fail(f"A is on {a.device}, this backend runs on {self.device}")
         if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn or a.device != b.device:
             raise fail(f"A is {a.dtype} on {a.device} and B {b.dtype} on {b.device}; both must be "
                        "float8_e4m3fn on one device")
