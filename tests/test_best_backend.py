@@ -251,6 +251,42 @@ def test_of_tied_unchecked_backends_the_tie_order_says_which_is_checked(monkeypa
     assert [t.backend for t in choice.unchecked] == [SLOW]
 
 
+class CompilingSuite(DelayedBackend):
+    """A fake whose conformance cases would compile kernels (as the Triton backends' do on a GPU)."""
+
+    suite_compiles = True
+
+
+@pytest.mark.parametrize(("compiling_median", "compiling_answers"), [(0.980e-3, False), (0.975e-3, False),
+                                                                     (0.960e-3, True), (0.900e-3, True)])
+def test_a_suite_that_compiles_runs_only_for_a_gain_worth_its_wait(monkeypatch, compiling_median,
+                                                                    compiling_answers):
+    shape = (128, 96, 64)
+    # neither is checked; the compiling one timed 2.0% or 2.6% faster (no tie: past the 1% floor)
+    # is under the 3% gain worth waiting for: SLOW is checked and answers; 4.2% or 11% faster, the
+    # compiling one is checked and answers
+    with scoped(registry=registry_with(CompilingSuite(FAST), DelayedBackend(SLOW))):
+        state.store().add([row(FAST, shape, compiling_median, 1e-6), row(SLOW, shape, 1.000e-3, 1e-6)])
+        forbid_measuring(monkeypatch)
+        choice = explain(shape, measure=True)
+        registry, here = current().registry, device_fingerprint("cpu")
+        verdicts = {name: state.store().conformance(here, verdict_versions(registry.get(name)), name,
+                                                    "float32") for name in (FAST, SLOW)}
+        if compiling_answers:
+            assert choice.backend.name == FAST and verdicts[FAST].passed and verdicts[SLOW] is None
+            assert [t.backend for t in choice.unchecked] == [SLOW]
+        else:
+            gain = 1.000e-3 / compiling_median - 1
+            assert choice.backend.name == SLOW and verdicts[SLOW].passed and verdicts[FAST] is None
+            assert [t.backend for t in choice.unchecked] == [FAST]
+            assert f"timed {gain:.1%} faster than {SLOW}, under the 3% worth waiting" in choice.excluded[FAST]
+        # a later answer once the compiling one has its verdict: the rule alone decides
+        passed_here(FAST)
+        restart()
+        later = explain(shape, measure=True)
+        assert later.backend.name == FAST
+
+
 def test_latest_row_wins_for_a_backend(monkeypatch):
     shape = (64, 32, 16)
     store = state.store()

@@ -19,6 +19,7 @@ from gemmzoo.measure import ties
 
 DEFAULT_ORDER = ("torch", "cupy", "numpy", "torch-cpu")
 WARM_SPEEDUP_MAX = 3.0
+CHECK_GAIN_MIN = 0.03
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,15 @@ class RankPolicy:
     ranked ``by`` (``"caller"`` or ``"device"`` time), the ``default_order`` that breaks ties and
     orders unmeasured candidates, and ``warm_speedup_max``, how much faster than its L2-flushed
     device time a GEMM may run in a loop whose operands stay in L2 (below the device time divided
-    by it, a host time bounds no loop)."""
+    by it, a host time bounds no loop), and ``check_gain_min``: how much faster a backend whose
+    conformance suite compiles kernels (:attr:`gemmzoo.Backend.suite_compiles`) and has not run
+    here must be than a candidate that needs no such suite, for an answer to wait for that suite
+    (short of it, the other answers, and ``gemmzoo check``/``tune`` earn the first its place)."""
 
     by: str = "caller"
     default_order: tuple[str, ...] = DEFAULT_ORDER
     warm_speedup_max: float = WARM_SPEEDUP_MAX
+    check_gain_min: float = CHECK_GAIN_MIN
 
     def preference(self, name: str) -> tuple[int, str]:
         """Position in :attr:`default_order`, then the name."""

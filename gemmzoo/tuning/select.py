@@ -9,8 +9,10 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    With measuring on, a candidate that has no verdict here is timed with the others (step 3) and
    its suite runs only if it is the answer by the rule below among the conforming candidates and
    the timed ones, and no conforming one ties with it (:func:`_checked_winners`); a failure
-   passes it over. Until it passes, its rows rank nothing (``gemmzoo check NAME`` earns the
-   verdict).
+   passes it over. A winner whose suite compiles kernels (:attr:`gemmzoo.Backend.suite_compiles`)
+   is checked only when it beats every candidate needing no such suite by more than
+   ``RankPolicy.check_gain_min`` (3%); short of that, the rule is asked again without it.
+   Until it passes, its rows rank nothing (``gemmzoo check NAME`` earns the verdict).
 2. The latest stored measurement of each candidate for exactly this shape, this device
    fingerprint and the candidate's current library versions. Rows from another device or other
    versions are never used.
@@ -505,8 +507,9 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                                           session.prior, by, source, shape, "", {})
                 return choice.backend.name, choice.tied
 
+            times = {t.backend: t.median_s for t in _timings(latest, by, loops)}
             passed, waiting = _checked_winners(store, provisional, latest, dtype, decide, dict(by_name),
-                                               excluded)
+                                               excluded, times, choosing.RankPolicy(by=by).check_gain_min)
             unsuited = tuple(sorted((t for t in _timings(latest, by, loops) if t.backend in waiting),
                                     key=lambda t: t.median_s))
             conforming += passed
@@ -558,13 +561,17 @@ Decided = tuple["str | None", tuple[str, ...]]
 
 def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[str, Record], dtype: str,
                      decide: Callable[[dict[str, Any], dict[str, Record]], Decided],
-                     conforming: dict[str, Any], excluded: dict[str, str]) -> tuple[list[Any], set[str]]:
+                     conforming: dict[str, Any], excluded: dict[str, str], times: dict[str, float],
+                     gain_min: float) -> tuple[list[Any], set[str]]:
     """Of ``provisional`` (candidates timed before their suite ran), the one that passed its suite,
     if any, and the names of those whose timings stand unchecked. A suite runs only on the backend
     that the rule every answer follows (``decide(backends, rows)``: the winner and the names tied
     with the fastest) picks among the ``conforming`` ones and the provisional ones not yet passed
     over, and only where no conforming backend ties with it (that one answers as well, with no
     suite to run): among tied provisional ones, the rule's own tie order says which is checked.
+    A winner whose suite compiles kernels is not checked where another of the pool, conforming or
+    with a suite that compiles nothing, ranks within ``gain_min`` of it by ``times`` (each name's
+    time per call): the rule is asked again without it (:func:`_cheap_rival`).
     One whose suite passes is the answer (said on stderr); one that fails is passed over and the
     rule asked again. Those not checked are excluded with a note saying so; their timings rank
     nothing until they pass."""
@@ -572,17 +579,26 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
     timed = {t.backend for t in _timings(latest, "device", None)}
     waiting = {b.name: b for b in provisional if b.name in timed and b.name not in wrong}
     passed: list[Any] = []
+    deferred: dict[str, str] = {}
     while waiting:
         pool = {**conforming, **waiting}
         winner, tied = decide(pool, {name: row for name, row in latest.items() if name in pool})
         if winner not in waiting or any(name in conforming for name in tied):
             break
         backend = waiting.pop(winner)
+        rival = _cheap_rival(backend, pool, conforming, times, gain_min)
+        if rival is not None:
+            gain = times[rival] / times[winner] - 1
+            deferred[winner] = (f"timed {gain:.1%} faster than {rival}, under the {gain_min:.0%} worth "
+                                f"waiting for a suite that compiles kernels; not yet checked for {dtype} "
+                                f"on this machine (gemmzoo check {winner} earns it its place)")
+            continue
         if _checked_before_use(store, backend, dtype):
             passed.append(backend)
             break
         excluded[backend.name] = _failed(backend.name, dtype)
-    unchecked = set()
+    unchecked = set(deferred)
+    excluded.update(deferred)
     for backend in provisional:
         name = backend.name
         if backend in passed or name in excluded:
@@ -596,6 +612,20 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
                           "would be the answer, and its timings rank nothing until it passes "
                           f"(gemmzoo check {name})")
     return passed, unchecked
+
+
+def _cheap_rival(winner: Any, pool: dict[str, Any], conforming: dict[str, Any], times: dict[str, float],
+                 gain_min: float) -> str | None:
+    """The fastest of ``pool`` whose answer needs no compiling suite (it is in ``conforming``, or
+    its suite compiles nothing) and whose time is within ``gain_min`` of ``winner``'s, where
+    ``winner``'s suite compiles kernels (:attr:`gemmzoo.Backend.suite_compiles`); else ``None``."""
+    if declared(winner, "suite_compiles") is not True or winner.name not in times:
+        return None
+    limit = times[winner.name] * (1 + gain_min)
+    near = [name for name, backend in pool.items()
+            if name != winner.name and times.get(name, math.inf) <= limit
+            and (name in conforming or declared(backend, "suite_compiles") is not True)]
+    return min(near, key=times.__getitem__, default=None)
 
 
 def _none_conforms(dtype: str, device: str, excluded: dict[str, str]) -> BackendUnavailableError:
