@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gemmzoo.contract.fp8 import e4m3_to_float32, to_e4m3  # noqa: E402
-from gemmzoo_triton.fp8.backend import _padded_plan, padding_reaches_tma  # noqa: E402
+from gemmzoo_triton.fp8.backend import PAD_MIN_WORK, _padded_plan, padding_pays  # noqa: E402
 
 
 class _Recording:
@@ -46,16 +46,29 @@ def test_padded_operands_give_the_product_of_the_unpadded_ones():
     assert len(backend.seen) == 1 and torch.equal(again, c)
 
 
-def test_padding_is_only_for_tma_devices():
-    assert not padding_reaches_tma(3000, 5000, 7000, torch.device("cpu"))
+def test_padding_is_for_misaligned_rows_of_enough_work_on_a_gpu():
+    cuda = torch.device("cuda")  # a device object only: nothing runs on it
+    assert not padding_pays(3000, 5000, 7000, torch.device("cpu"))
+    # under the TMA kernels' threshold too: the pointer kernel's unaligned rows are the slow part
+    assert padding_pays(777, 5555, 1234, cuda) and padding_pays(2047, 4093, 1021, cuda)
+    assert padding_pays(3000, 5000, 7000, cuda) and padding_pays(4096, 4092, 4096, cuda)  # N not of 8
+    assert not padding_pays(2048, 4096, 1024, cuda)  # aligned already
+    assert not padding_pays(1000, 1000, 1000 + 1, cuda) and 1000 * 1000 * 1001 <= PAD_MIN_WORK
 
 
-def test_k_padded_operands_keep_the_product_and_align_the_rows():
+@pytest.mark.parametrize(("a_layout", "b_layout"), [("row", "column"), ("row", "row"), ("column", "row")])
+def test_k_padded_operands_keep_the_product_and_align_the_rows(a_layout, b_layout):
+    """One copy each, from any layout, into K-major operands with K padded: A row-major and B
+    column-major, rows of 32 bytes, zeros in the padding."""
     from gemmzoo_triton.fp8.backend import k_padded
 
     rng = np.random.default_rng(4)
     a_np, b_np = rng.standard_normal((3, 21)) * 4, rng.standard_normal((21, 5)) * 4
-    x, y = k_padded(_fp8(a_np), _fp8(np.ascontiguousarray(b_np.T)).t())
-    assert tuple(x.shape) == (3, 32) and tuple(y.shape) == (32, 5) and y.stride() == (1, 32)
+    a = _fp8(a_np) if a_layout == "row" else _fp8(np.ascontiguousarray(a_np.T)).t()
+    b = _fp8(b_np) if b_layout == "row" else _fp8(np.ascontiguousarray(b_np.T)).t()
+    x, y = k_padded(a, b)
+    assert tuple(x.shape) == (3, 32) and x.stride() == (32, 1)
+    assert tuple(y.shape) == (32, 5) and y.stride() == (1, 32)
+    assert not x.view(torch.uint8)[:, 21:].any() and not y.view(torch.uint8)[21:, :].any()
     expected = e4m3_to_float32(to_e4m3(a_np)) @ e4m3_to_float32(to_e4m3(b_np))
     np.testing.assert_allclose((x.float() @ y.float()).numpy(), expected, rtol=1e-6, atol=1e-6)

@@ -176,7 +176,7 @@ class TritonFp8Backend(TritonBackend):
             x, y = k_major(x, y)
         c = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
         tma = gpu and self.tma and tma_fp8_eligible(x, y, c)
-        if gpu and self.tma and not tma and padding_reaches_tma(M, N, K, x.device):
+        if gpu and not tma and padding_pays(M, N, K, x.device):
             return _padded_plan(self, M, N, K)
         compute, allocate = self.compute, output_allocator(M, N, torch.bfloat16, x.device)
         if tma and self.gluon and promote == 0:
@@ -259,9 +259,10 @@ class TritonFp8Backend(TritonBackend):
         out = getattr(torch, out_dtype)
         if M * N == 0 or K == 0:
             return torch.zeros((M, N), dtype=out, device=a.device)
-        x, y = k_major(a, b) if self.device == "cuda" else (a, b)
-        if self.device == "cuda" and K % 16:
-            x, y = k_padded(x, y)
+        if self.device == "cuda":  # one copy each where K needs padding, whatever the layouts
+            x, y = k_padded(a, b) if K % 16 else k_major(a, b)
+        else:
+            x, y = a, b
         interpreted = interpreter_mode()
         c = torch.empty((M, N), dtype=torch.float32 if interpreted else out, device=a.device)
         if self.device == "cuda" and self.tma and scaled_tma_eligible(x, y, c):
@@ -316,15 +317,23 @@ class TritonFp8Backend(TritonBackend):
         return c
 
 
-def padding_reaches_tma(m: int, n: int, k: int, device: Any) -> bool:
-    """Whether only the sizes keep a problem off the TMA kernels: K not a multiple of 16 (fp8
-    rows of A and Bᵀ) or N not of 8 (bf16 rows of C), on a TMA device, with work enough.
+PAD_MIN_WORK = 2**30
+"""Multiply-adds past which a problem whose rows are not 16-byte aligned is copied into padded
+operands (:func:`padding_pays`)."""
 
-    Such problems used to fall to the pointer kernel, whose loads of rows that are not 16-byte
-    aligned cannot be vectorised: tens of times slower than the aligned neighbour. Copying A and
-    B into zero-padded buffers moves (M + N)·K bytes, small against 2·M·N·K operations.
+
+def padding_pays(m: int, n: int, k: int, device: Any) -> bool:
+    """Whether a problem is multiplied on zero-padded copies of its operands: K not a multiple
+    of 16 (fp8 rows of A and Bᵀ) or N not of 8 (bf16 rows of C), on a GPU, with more than
+    :data:`PAD_MIN_WORK` multiply-adds.
+
+    On a TMA device past :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK` the descriptors need
+    aligned rows; below it, and on other GPUs, the pointer kernel's loads of rows that are not
+    16-byte aligned cannot be vectorised, and it runs many times slower than at the aligned
+    neighbour (docs/results/2026-11-28-regret-classes-gpu-suite.md). The copies move
+    (M + N)·K bytes, small against 2·M·N·K operations once the work is past the threshold.
     """
-    return (k % 16 != 0 or n % 8 != 0) and m * n * k > TMA_MIN_WORK and tma_device(device)
+    return (k % 16 != 0 or n % 8 != 0) and m * n * k > PAD_MIN_WORK and device.type == "cuda"
 
 
 def _padded_plan(backend: Any, m: int, n: int, k: int) -> Callable[[Any, Any], Any]:
@@ -355,7 +364,8 @@ def _padded_plan(backend: Any, m: int, n: int, k: int) -> Callable[[Any, Any], A
 
 
 def k_padded(x: Any, y: Any) -> tuple[Any, Any]:
-    """A (M×K) and B (K×N, column-major) copied with K zero-padded to a multiple of 16, so that
+    """A (M×K) and B (K×N), in any layout, copied K-major (A row-major, B column-major, as
+    :func:`k_major` makes them) with K zero-padded to a multiple of 16, so that
     every row the kernel loads starts 16-byte aligned (rows of 7000 fp8 bytes cannot be loaded in
     vectors: the slow route of sizes that are not multiples of 16). The padding never starts a new
     128-block (128 is a multiple of 16), so block-wise scales stay as they are."""
