@@ -74,3 +74,26 @@ def test_cuda_float8_tensors_give_a_cuda_bfloat16_tensor(backend):
     c = gemmzoo.matmul(ta, tb, backend)
     assert c.dtype == torch.bfloat16 and c.is_cuda
     assert_fp8_product(c.float().cpu().numpy(), a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1040, 1030, 1009), (2100, 2050, 2047)])
+def test_triton_fp8_pads_rows_that_are_not_16_bytes_and_stays_right(shape):
+    """Past 2^30 multiply-adds, under the TMA kernels' threshold and past it, K not a multiple of
+    16 and N not of 8: the plan multiplies zero-padded copies, and every element is right."""
+    from gemmzoo_triton.fp8.backend import PAD_MIN_WORK
+
+    backend = gemmzoo.get_backend("triton-fp8")
+    if backend.unavailable_reason() is not None or backend.device != "cuda":
+        pytest.skip(f"triton-fp8 does not run on a GPU here: {backend.unavailable_reason()}")
+    m, n, k = shape
+    assert m * n * k > PAD_MIN_WORK
+    a, b = e4m3_operands(m, n, k, seed=7)
+    ta = torch.from_numpy(a.view(np.uint8)).view(torch.float8_e4m3fn).cuda()
+    tb = torch.from_numpy(b.view(np.uint8)).view(torch.float8_e4m3fn).cuda()
+    plan = backend.prepare(ta, tb)
+    assert "_padded_plan" in plan.__qualname__
+    for _ in range(2):  # the first call binds the aligned problem's plan, the second reuses it
+        c = plan(ta, tb)
+        assert c.shape == (m, n) and c.dtype == torch.bfloat16
+        assert_fp8_product(c.float().cpu().numpy(), a, b)
