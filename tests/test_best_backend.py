@@ -287,6 +287,18 @@ def test_a_suite_that_compiles_runs_only_for_a_gain_worth_its_wait(monkeypatch, 
         assert later.backend.name == FAST
 
 
+def test_a_compiling_suite_runs_after_all_when_every_cheaper_candidate_fails_its_own(monkeypatch):
+    shape = (128, 96, 64)
+    # the compiling one is 2% faster: the cheaper one is checked first, fails its suite, and then
+    # the compiling one's suite runs and it answers (not "no backend conforms")
+    with scoped(registry=registry_with(CompilingSuite(FAST), StridedWrong(SLOW))):
+        state.store().add([row(FAST, shape, 0.980e-3, 1e-6), row(SLOW, shape, 1.000e-3, 1e-6)])
+        forbid_measuring(monkeypatch)
+        choice = explain(shape, measure=True)
+        assert choice.backend.name == FAST and not choice.unchecked
+        assert "failed conformance" in choice.excluded[SLOW]
+
+
 def test_latest_row_wins_for_a_backend(monkeypatch):
     shape = (64, 32, 16)
     store = state.store()

@@ -579,26 +579,32 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
     timed = {t.backend for t in _timings(latest, "device", None)}
     waiting = {b.name: b for b in provisional if b.name in timed and b.name not in wrong}
     passed: list[Any] = []
-    deferred: dict[str, str] = {}
-    while waiting:
-        pool = {**conforming, **waiting}
-        winner, tied = decide(pool, {name: row for name, row in latest.items() if name in pool})
-        if winner not in waiting or any(name in conforming for name in tied):
+    deferred: dict[str, tuple[Any, str]] = {}
+    for defer in (True, False):  # without deferring when every other candidate failed its suite
+        while waiting:
+            pool = {**conforming, **waiting}
+            winner, tied = decide(pool, {name: row for name, row in latest.items() if name in pool})
+            if winner not in waiting or any(name in conforming for name in tied):
+                break
+            backend = waiting.pop(winner)
+            rival = _cheap_rival(backend, pool, conforming, times, gain_min) if defer else None
+            if rival is not None:
+                gain = times[rival] / times[winner] - 1
+                deferred[winner] = backend, (
+                    f"timed {gain:.1%} faster than {rival}, under the {gain_min:.0%} worth waiting for a "
+                    f"suite that compiles kernels; not yet checked for {dtype} on this machine "
+                    f"(gemmzoo check {winner} earns it its place)")
+                continue
+            if _checked_before_use(store, backend, dtype):
+                passed.append(backend)
+                break
+            excluded[backend.name] = _failed(backend.name, dtype)
+        if passed or conforming or not deferred:
             break
-        backend = waiting.pop(winner)
-        rival = _cheap_rival(backend, pool, conforming, times, gain_min)
-        if rival is not None:
-            gain = times[rival] / times[winner] - 1
-            deferred[winner] = (f"timed {gain:.1%} faster than {rival}, under the {gain_min:.0%} worth "
-                                f"waiting for a suite that compiles kernels; not yet checked for {dtype} "
-                                f"on this machine (gemmzoo check {winner} earns it its place)")
-            continue
-        if _checked_before_use(store, backend, dtype):
-            passed.append(backend)
-            break
-        excluded[backend.name] = _failed(backend.name, dtype)
+        waiting = {name: backend for name, (backend, _) in deferred.items()}
+        deferred.clear()
     unchecked = set(deferred)
-    excluded.update(deferred)
+    excluded.update((name, note) for name, (_, note) in deferred.items())
     for backend in provisional:
         name = backend.name
         if backend in passed or name in excluded:
