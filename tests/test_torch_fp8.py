@@ -176,3 +176,58 @@ def test_an_fp8_plan_reuses_its_buffers_and_copies_an_unaligned_operand(m, n, k)
         torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=0, atol=0)
         results.append(c)
     assert not torch.equal(results[0], results[2])  # new values each call were read
+
+
+@cpu_scaled_mm
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize(("m", "n", "k", "layout"), [(8, 32, 48, "NT"), (8, 32, 48, "NN"), (5, 17, 33, "NN"),
+                                                     (5, 17, 33, "TT"), (9, 16, 20, "NT"), (7, 20, 32, "NT")])
+def test_a_scaled_plan_pads_once_and_keeps_its_buffers(scaling, m, n, k, layout):
+    """The torch backend's scaled plan on torch's CPU ``_scaled_mm``: K and N not multiples of 16,
+    each layout, three calls with new values (the second with scales of 1 on odd columns, so a
+    widened scale of B read at the wrong columns shows); every element exact against the scaled
+    product of the integer operands, C the M×N view of the padded product."""
+    from gemmzoo_torch.scaled_plan import needs_copy, scaled_plan
+
+    rng = np.random.default_rng(m * n + k)
+
+    def operand(rows, cols, transposed):
+        return _fp8(rng, cols, rows).t() if transposed else _fp8(rng, rows, cols)
+
+    def scales(size, column):
+        if scaling == "tensorwise":
+            return torch.tensor(float(rng.integers(1, 4)))
+        values = torch.from_numpy(2.0 ** rng.integers(-2, 3, size).astype(np.float32))
+        return values.reshape(1, size) if column else values.reshape(size, 1)
+
+    a, b = operand(m, k, layout[0] == "T"), operand(k, n, layout[1] == "T")
+    copies = needs_copy(a, b)
+    assert copies == (k % 16 != 0 or layout[0] == "T", k % 16 != 0 or n % 16 != 0 or layout[1] == "N")
+    run = scaled_plan(torch._scaled_mm, a, b, scaling, torch.float32)
+    seen = []
+    for call in range(3):
+        a, b = operand(m, k, layout[0] == "T"), operand(k, n, layout[1] == "T")
+        sa, sb = scales(m, False), scales(n, True)
+        if call == 1 and scaling == "rowwise":
+            sb = torch.where(torch.arange(n) % 2 == 1, torch.ones(n), sb.reshape(n)).reshape(1, n)
+        c = run(a, b, sa, sb)
+        expected = (a.double() * sa.double()) @ (b.double() * sb.double())
+        assert c.shape == (m, n) and c.dtype == torch.float32
+        assert torch.equal(c.double(), expected)  # small integers times powers of two: exact
+        seen.append(c)
+    assert not torch.equal(seen[0], seen[2])
+
+
+def test_scaled_plans_are_kept_per_problem_layout_and_alignment():
+    backend = TorchCpuBackend()
+    rng = np.random.default_rng(9)
+    a, b = _fp8(rng, 5, 33), _fp8(rng, 33, 17)
+    plan = backend._scaled_launch(torch._scaled_mm, a, b, "rowwise", torch.bfloat16)
+    assert backend._scaled_launch(torch._scaled_mm, _fp8(rng, 5, 33), _fp8(rng, 33, 17), "rowwise",
+                                  torch.bfloat16) is plan
+    # an unaligned start of A, B column-major, another N; then the other scaling
+    variants = ((_fp8(rng, 5, 33, 1), b), (a, _fp8(rng, 17, 33).t()), (_fp8(rng, 5, 33), _fp8(rng, 33, 18)))
+    others = [backend._scaled_launch(torch._scaled_mm, *operands, "rowwise", torch.bfloat16)
+              for operands in variants]
+    others.append(backend._scaled_launch(torch._scaled_mm, a, b, "tensorwise", torch.bfloat16))
+    assert len({id(p) for p in [plan, *others]}) == 5

@@ -6,7 +6,8 @@
   batch through the backend's own ``matmul``, as ``torch.matmul`` has no fp8 product).
 - ``scaled_mm``: on CUDA, ``torch._scaled_mm`` for tensorwise and rowwise scales (cuBLASLt, fp32
   promotion of partial sums), on operands copied into 16-aligned buffers when their sizes are
-  not multiples of 16 (zeros in the padding, scale 1 for padded columns); blockwise scales, and
+  not multiples of 16 (zeros in the padding, scale 1 for padded columns; a plan per problem keeps
+  the buffers, :mod:`gemmzoo_torch.scaled_plan`, and C is the M×N view); blockwise scales, and
   any scale where ``torch._scaled_mm`` is missing, through the dequantized operands in fp32.
 - ``grouped_mm``: ``torch._grouped_mm`` where the installed torch has it and the operands meet
   its alignment (16-byte rows); fp8 on CUDA through ``torch._scaled_grouped_mm`` with unit
@@ -24,6 +25,7 @@ from gemmzoo.problems.classes import BLOCK, SCALED_OUT_DTYPES
 from gemmzoo_torch import torch_internals
 
 ALIGN_BYTES = 16
+SCALED_PLANS_KEPT = 64
 
 
 class TorchClasses:
@@ -92,8 +94,24 @@ class TorchClasses:
             return torch.empty((m, n), dtype=out, device=a.device)
         op = torch_internals.scaled_mm_op()
         if a.is_cuda and scaling != "blockwise" and op is not None and k > 0:
-            return _cublas_scaled(op, a, b, sa, sb, scaling, out)
+            return self._scaled_launch(op, a, b, scaling, out)(a, b, sa, sb)
         return _dequantized_product(a, b, sa, sb, scaling, out)
+
+    def _scaled_launch(self, op: Any, a: Any, b: Any, scaling: str, out: Any) -> Any:
+        """The kept :func:`~gemmzoo_torch.scaled_plan.scaled_plan` of this problem: its shapes,
+        strides, starts' alignment, device, scaling and output dtype (the last
+        :data:`SCALED_PLANS_KEPT` problems met)."""
+        key = (tuple(a.shape), a.stride(), a.data_ptr() % ALIGN_BYTES == 0, tuple(b.shape), b.stride(),
+               b.data_ptr() % ALIGN_BYTES == 0, a.device, scaling, out)
+        plans = self.__dict__.setdefault("_scaled_plans", {})
+        plan = plans.get(key)
+        if plan is None:
+            from gemmzoo_torch.scaled_plan import scaled_plan
+
+            if len(plans) >= SCALED_PLANS_KEPT:
+                plans.clear()
+            plan = plans[key] = scaled_plan(op, a, b, scaling, out)
+        return plan
 
     def grouped_mm(self, a: Any, b: Any, offsets: Any) -> Any:
         import torch
@@ -185,29 +203,6 @@ def _float32(x: Any, device: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x.to(device=device, dtype=torch.float32)
     return torch.as_tensor(x, dtype=torch.float32, device=device)
-
-
-def _cublas_scaled(op: Any, a: Any, b: Any, sa: Any, sb: Any, scaling: str, out: Any) -> Any:
-    """``torch._scaled_mm`` tensorwise or rowwise, on operands padded to multiples of 16."""
-    from gemmzoo_torch.fp8 import _a_operand, _b_operand
-
-    n = b.shape[1]
-    x, y = _a_operand(a), _b_operand(b)
-    if scaling == "tensorwise":
-        sa, sb = sa.reshape(()), sb.reshape(())
-    else:
-        sa = sa.reshape(-1, 1).contiguous()
-        padded_n = y.shape[1]
-        if padded_n != n:
-            import torch
-
-            wide = torch.ones((1, padded_n), dtype=sb.dtype, device=sb.device)
-            wide[:, :n] = sb.reshape(1, -1)
-            sb = wide
-        else:
-            sb = sb.reshape(1, -1).contiguous()
-    c = op(x, y, scale_a=sa, scale_b=sb, out_dtype=out, use_fast_accum=False)
-    return c if c.shape[1] == n else c[:, :n].contiguous()
 
 
 def _dequantized_product(a: Any, b: Any, sa: Any, sb: Any, scaling: str, out: Any) -> Any:
