@@ -119,7 +119,7 @@ class TritonFp8Backend(TritonBackend):
     On a GPU, operands that are not K-major (A row-major, B column-major) are copied first (see
     :func:`k_major`: a row-major B costs a transpose per call). Sizes that keep a large problem
     off the TMA kernels (K not a multiple of 16, N not of 8) are copied into zero-padded buffers
-    first (:func:`padding_reaches_tma`). Problems that
+    first (:func:`padding_pays`). Problems that
     :func:`tma_fp8_eligible` allows (Hopper, large, aligned) go to
     :mod:`~gemmzoo_triton.fp8.gluon_kernel` (warp-specialized Gluon) where
     :func:`gluon_fp8_config` allows, else to :mod:`~gemmzoo_triton.fp8.tma_kernel` (TMA loads and
@@ -259,8 +259,10 @@ class TritonFp8Backend(TritonBackend):
         out = getattr(torch, out_dtype)
         if M * N == 0 or K == 0:
             return torch.zeros((M, N), dtype=out, device=a.device)
-        if self.device == "cuda":  # one copy each where K needs padding, whatever the layouts
-            x, y = k_padded(a, b) if K % 16 else k_major(a, b)
+        if self.device == "cuda" and K % 16:
+            x, y = k_padded(self._k_padding(M, N, K, a.device), a, b)
+        elif self.device == "cuda":
+            x, y = k_major(a, b)
         else:
             x, y = a, b
         interpreted = interpreter_mode()
@@ -281,6 +283,18 @@ class TritonFp8Backend(TritonBackend):
             return c
         scaled_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, self.autotune)
         return c.to(out) if interpreted else c
+
+    def _k_padding(self, m: int, n: int, k: int, device: Any) -> Any:
+        """The kept :func:`k_padding_buffers` of a scaled problem (the last
+        :data:`PADDINGS_KEPT` met)."""
+        kept = self.__dict__.setdefault("_k_paddings", {})
+        key = (m, n, k, device)
+        found = kept.get(key)
+        if found is None:
+            if len(kept) >= PADDINGS_KEPT:
+                kept.clear()
+            found = kept[key] = k_padding_buffers(m, n, k, device)
+        return found
 
     def compute(self, a: Any, b: Any) -> Any:
         """``a @ b`` with every decision taken on this call (the plans' fallback)."""
@@ -363,23 +377,40 @@ def _padded_plan(backend: Any, m: int, n: int, k: int) -> Callable[[Any, Any], A
     return plan
 
 
-def k_padded(x: Any, y: Any) -> tuple[Any, Any]:
-    """A (M×K) and B (K×N), in any layout, copied K-major (A row-major, B column-major, as
-    :func:`k_major` makes them) with K zero-padded to a multiple of 16, so that
-    every row the kernel loads starts 16-byte aligned (rows of 7000 fp8 bytes cannot be loaded in
-    vectors: the slow route of sizes that are not multiples of 16). The padding never starts a new
-    128-block (128 is a multiple of 16), so block-wise scales stay as they are."""
+PADDINGS_KEPT = 64
+"""Scaled problems whose padded buffers a backend keeps (:meth:`TritonFp8Backend._k_padding`)."""
+
+
+def k_padding_buffers(m: int, n: int, k: int, device: Any) -> Any:
+    """A :class:`~gemmzoo_triton.core.stream_buffers.StreamBuffers` whose ``get()`` gives ``(A, Bᵀ)``:
+    an M×K16 and an N×K16 fp8 buffer (K16: K rounded up to 16), row-major, zeroed when made, so
+    that a call copies A's values and Bᵀ's into their first K columns and the padding stays zero
+    (one buffer of each kept per thread and CUDA stream, see that class)."""
     import torch
 
-    (M, K), N = x.shape, y.shape[1]
-    k16 = -(-K // 16) * 16
-    xp = torch.empty((M, k16), dtype=x.dtype, device=x.device)
-    xp.view(torch.uint8)[:, K:].zero_()  # zeroed as bytes: fp8 fills are not everywhere
-    xp[:, :K].copy_(x)
-    yt = torch.empty((N, k16), dtype=y.dtype, device=y.device)
-    yt.view(torch.uint8)[:, K:].zero_()
-    yt[:, :K].copy_(y.t())
-    return xp, yt.t()
+    from gemmzoo_triton.core.stream_buffers import StreamBuffers
+
+    k16 = -(-k // 16) * 16
+
+    def carve(buffer: Any) -> tuple[Any, Any]:
+        buffer.view(torch.uint8).zero_()  # zeroed as bytes: fp8 fills are not everywhere
+        return buffer[:m * k16].view(m, k16), buffer[m * k16:].view(n, k16)
+
+    return StreamBuffers((m + n) * k16, torch.float8_e4m3fn, device, carve)
+
+
+def k_padded(buffers: Any, a: Any, b: Any) -> tuple[Any, Any]:
+    """A (M×K) and B (K×N), in any layout, copied into ``buffers``' kept pair
+    (:func:`k_padding_buffers`), one copy each: A row-major and B column-major, as :func:`k_major`
+    makes them, with K zero-padded to a multiple of 16, so that every row the kernel loads starts
+    16-byte aligned (rows of 7000 fp8 bytes cannot be loaded in vectors: the slow route of sizes
+    that are not multiples of 16). The padding never starts a new 128-block (128 is a multiple of
+    16), so block-wise scales stay as they are."""
+    K = a.shape[1]
+    x, yt = buffers.get()
+    x[:, :K].copy_(a)
+    yt[:, :K].copy_(b.t())
+    return x, yt.t()
 
 
 class _FirstCall:
