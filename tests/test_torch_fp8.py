@@ -187,7 +187,7 @@ def test_a_scaled_plan_pads_once_and_keeps_its_buffers(scaling, m, n, k, layout)
     each layout, three calls with new values (the second with scales of 1 on odd columns, so a
     widened scale of B read at the wrong columns shows); every element exact against the scaled
     product of the integer operands, C the M×N view of the padded product."""
-    from gemmzoo_torch.scaled_plan import needs_copy, scaled_plan
+    from gemmzoo_torch.fp8 import class_scaled_plan
 
     rng = np.random.default_rng(m * n + k)
 
@@ -200,10 +200,15 @@ def test_a_scaled_plan_pads_once_and_keeps_its_buffers(scaling, m, n, k, layout)
         values = torch.from_numpy(2.0 ** rng.integers(-2, 3, size).astype(np.float32))
         return values.reshape(1, size) if column else values.reshape(size, 1)
 
+    given = []
+
+    def op(x, y, **kwargs):  # torch's CPU _scaled_mm, noting whether it was given A and B themselves
+        given.append((x.data_ptr() == a.data_ptr(), y.data_ptr() == b.data_ptr()))
+        return torch._scaled_mm(x, y, **kwargs)
+
     a, b = operand(m, k, layout[0] == "T"), operand(k, n, layout[1] == "T")
-    copies = needs_copy(a, b)
-    assert copies == (k % 16 != 0 or layout[0] == "T", k % 16 != 0 or n % 16 != 0 or layout[1] == "N")
-    run = scaled_plan(torch._scaled_mm, a, b, scaling, torch.float32)
+    run = class_scaled_plan(op, a, b, scaling, torch.float32)
+    copies = (k % 16 != 0 or layout[0] == "T", k % 16 != 0 or n % 16 != 0 or layout[1] == "N")
     seen = []
     for call in range(3):
         a, b = operand(m, k, layout[0] == "T"), operand(k, n, layout[1] == "T")
@@ -211,6 +216,7 @@ def test_a_scaled_plan_pads_once_and_keeps_its_buffers(scaling, m, n, k, layout)
         if call == 1 and scaling == "rowwise":
             sb = torch.where(torch.arange(n) % 2 == 1, torch.ones(n), sb.reshape(n)).reshape(1, n)
         c = run(a, b, sa, sb)
+        assert given[-1] == (not copies[0], not copies[1])
         expected = (a.double() * sa.double()) @ (b.double() * sb.double())
         assert c.shape == (m, n) and c.dtype == torch.float32
         assert torch.equal(c.double(), expected)  # small integers times powers of two: exact
@@ -218,16 +224,22 @@ def test_a_scaled_plan_pads_once_and_keeps_its_buffers(scaling, m, n, k, layout)
     assert not torch.equal(seen[0], seen[2])
 
 
-def test_scaled_plans_are_kept_per_problem_layout_and_alignment():
+@cpu_scaled_mm
+def test_scaled_plans_are_kept_per_problem_and_layout_and_copy_an_unaligned_start():
     backend = TorchCpuBackend()
     rng = np.random.default_rng(9)
-    a, b = _fp8(rng, 5, 33), _fp8(rng, 33, 17)
+    a, b = _fp8(rng, 5, 32), _fp8(rng, 32, 16).t().contiguous().t()  # as _scaled_mm takes them
     plan = backend._scaled_launch(torch._scaled_mm, a, b, "rowwise", torch.bfloat16)
-    assert backend._scaled_launch(torch._scaled_mm, _fp8(rng, 5, 33), _fp8(rng, 33, 17), "rowwise",
-                                  torch.bfloat16) is plan
-    # an unaligned start of A, B column-major, another N; then the other scaling
-    variants = ((_fp8(rng, 5, 33, 1), b), (a, _fp8(rng, 17, 33).t()), (_fp8(rng, 5, 33), _fp8(rng, 33, 18)))
+    # an unaligned start of A is the same problem: the plan copies such an operand on the call
+    unaligned = _fp8(rng, 5, 32, 1)
+    assert unaligned.data_ptr() % 16 != 0
+    assert backend._scaled_launch(torch._scaled_mm, unaligned, b, "rowwise", torch.bfloat16) is plan
+    sa, sb = torch.full((5, 1), 0.5), torch.full((1, 16), 2.0)
+    c = plan(unaligned, b, sa, sb)
+    torch.testing.assert_close(c.float(), unaligned.float() @ b.float(), rtol=0, atol=0)
+    # B row-major, another N; then the other scaling
+    variants = ((a, _fp8(rng, 32, 16)), (_fp8(rng, 5, 32), _fp8(rng, 32, 18)))
     others = [backend._scaled_launch(torch._scaled_mm, *operands, "rowwise", torch.bfloat16)
               for operands in variants]
     others.append(backend._scaled_launch(torch._scaled_mm, a, b, "tensorwise", torch.bfloat16))
-    assert len({id(p) for p in [plan, *others]}) == 5
+    assert len({id(p) for p in [plan, *others]}) == 4

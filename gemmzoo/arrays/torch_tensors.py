@@ -64,6 +64,17 @@ class TorchTensors:
             self._plans[key] = plan
         return plan
 
+    def kept(self, table: str, key: Any, make: Callable[[], Any], limit: int) -> Any:
+        """``make()``, kept by ``key`` in this backend's table named ``table`` (made on first use),
+        which holds the last ``limit`` keys met: when full, it is emptied before a new entry."""
+        kept = self.__dict__.setdefault(table, {})
+        found = kept.get(key)
+        if found is None:
+            if len(kept) >= limit:
+                kept.clear()
+            found = kept[key] = make()
+        return found
+
     def from_numpy(self, x: np.ndarray, dtype: str) -> Any:
         """``x`` as a tensor of ``dtype`` on ``self.device`` (a :class:`TF32Array` for tf32)."""
         import torch

@@ -7,7 +7,8 @@
 - ``scaled_mm``: on CUDA, ``torch._scaled_mm`` for tensorwise and rowwise scales (cuBLASLt, fp32
   promotion of partial sums), on operands copied into 16-aligned buffers when their sizes are
   not multiples of 16 (zeros in the padding, scale 1 for padded columns; a plan per problem keeps
-  the buffers, :mod:`gemmzoo_torch.scaled_plan`, and C is the M×N view); blockwise scales, and
+  the buffers, :func:`gemmzoo_torch.fp8.class_scaled_plan`, and C is the M×N view); blockwise
+  scales, and
   any scale where ``torch._scaled_mm`` is missing, through the dequantized operands in fp32.
 - ``grouped_mm``: ``torch._grouped_mm`` where the installed torch has it and the operands meet
   its alignment (16-byte rows); fp8 on CUDA through ``torch._scaled_grouped_mm`` with unit
@@ -98,20 +99,13 @@ class TorchClasses:
         return _dequantized_product(a, b, sa, sb, scaling, out)
 
     def _scaled_launch(self, op: Any, a: Any, b: Any, scaling: str, out: Any) -> Any:
-        """The kept :func:`~gemmzoo_torch.scaled_plan.scaled_plan` of this problem: its shapes,
-        strides, starts' alignment, device, scaling and output dtype (the last
-        :data:`SCALED_PLANS_KEPT` problems met)."""
-        key = (tuple(a.shape), a.stride(), a.data_ptr() % ALIGN_BYTES == 0, tuple(b.shape), b.stride(),
-               b.data_ptr() % ALIGN_BYTES == 0, a.device, scaling, out)
-        plans = self.__dict__.setdefault("_scaled_plans", {})
-        plan = plans.get(key)
-        if plan is None:
-            from gemmzoo_torch.scaled_plan import scaled_plan
+        """The kept :func:`~gemmzoo_torch.fp8.class_scaled_plan` of this problem (its
+        :meth:`~gemmzoo.arrays.torch_tensors.TorchTensors.problem_key`, scaling and output dtype;
+        the last :data:`SCALED_PLANS_KEPT` met)."""
+        from gemmzoo_torch.fp8 import class_scaled_plan
 
-            if len(plans) >= SCALED_PLANS_KEPT:
-                plans.clear()
-            plan = plans[key] = scaled_plan(op, a, b, scaling, out)
-        return plan
+        return self.kept("_scaled_plans", (*self.problem_key(a, b), scaling, out),
+                         lambda: class_scaled_plan(op, a, b, scaling, out), SCALED_PLANS_KEPT)
 
     def grouped_mm(self, a: Any, b: Any, offsets: Any) -> Any:
         import torch

@@ -25,7 +25,9 @@ cost of the B copy. Problems with an empty dimension or K = 0 launch nothing.
 which operand may need a copy, into what, the unit scales and whether C is cut are decided once;
 per call only the operands' addresses are checked (an unaligned one is copied). Its copy buffers
 are kept from call to call (:mod:`gemmzoo_triton.core.stream_buffers`) with their padding zeroed
-once, so a copy is one launch and no allocation.
+once, so a copy is one launch and no allocation. :func:`class_scaled_plan` makes the same copies
+for the ``scaled`` class (tensor-wise and row-wise scales, C in the dtype asked for), and returns
+C as the M×N view of a product whose N was padded.
 
 Nothing here imports torch at module import.
 """
@@ -179,6 +181,25 @@ class _Fp8Copy:
         return operand
 
 
+def _operands_plan(a: Any, b: Any) -> tuple[Any, bool]:
+    """``operands(a, b)`` for fp8 operands like ``a`` (M×K, K > 0) and ``b`` (K×N): the two as
+    ``_scaled_mm`` takes them, copied into kept padded buffers (:class:`_Fp8Copy`) where their
+    layout, sizes or (checked per call) address need it; and whether C then has N padded."""
+    m, k = a.shape
+    n = b.shape[1]
+    a_ready = a.is_contiguous() and k % ALIGN == 0  # then only its address can need the copy
+    b_ready = b.t().is_contiguous() and k % ALIGN == 0 and n % ALIGN == 0
+    copy_a = _Fp8Copy(a, m, _round_up(k), transpose=False)
+    copy_b = _Fp8Copy(b, _round_up(n), _round_up(k), transpose=True)
+
+    def operands(a: Any, b: Any) -> tuple[Any, Any]:
+        x = a if a_ready and a.data_ptr() % ALIGN == 0 else copy_a(a)
+        y = b if b_ready and b.data_ptr() % ALIGN == 0 else copy_b(b)
+        return x, y
+
+    return operands, not b_ready and n % ALIGN != 0
+
+
 def scaled_plan(a: Any, b: Any) -> Any:
     """The plan of float8_e4m3fn operands like ``a`` (M×K) and ``b`` (K×N): what
     :func:`scaled_matmul` does with unit scales, decided once for their shapes and strides (the
@@ -190,16 +211,45 @@ def scaled_plan(a: Any, b: Any) -> Any:
     if m == 0 or n == 0 or k == 0:
         return scaled_matmul
     scaled_mm, bf16, one = torch._scaled_mm, torch.bfloat16, _unit_scale(a.device)
-    a_ready = a.is_contiguous() and k % ALIGN == 0  # then only its address can need the copy
-    b_ready = b.t().is_contiguous() and k % ALIGN == 0 and n % ALIGN == 0
-    copy_a = _Fp8Copy(a, m, _round_up(k), transpose=False)
-    copy_b = _Fp8Copy(b, _round_up(n), _round_up(k), transpose=True)
-    cut = not b_ready and n % ALIGN != 0
+    operands, cut = _operands_plan(a, b)
 
     def run(a: Any, b: Any) -> Any:
-        x = a if a_ready and a.data_ptr() % ALIGN == 0 else copy_a(a)
-        y = b if b_ready and b.data_ptr() % ALIGN == 0 else copy_b(b)
+        x, y = operands(a, b)
         c = scaled_mm(x, y, one, one, out_dtype=bf16, use_fast_accum=False)
         return c[:, :n].contiguous() if cut else c
+
+    return run
+
+
+def class_scaled_plan(op: Any, a: Any, b: Any, scaling: str, out: Any) -> Any:
+    """``run(a, b, scale_a, scale_b)``: the ``scaled`` class's product through ``op``
+    (``torch._scaled_mm``) for operands like ``a`` (M×K, K > 0) and ``b`` (K×N), C in ``out``;
+    ``scaling`` ``"tensorwise"`` (scalar scales) or ``"rowwise"`` (M×1 and 1×N). Decided once:
+    the operands' copies of :func:`scaled_plan`; where N is padded, B's row-wise scale widened
+    into a kept buffer (ones past N, which meet only zero columns) and C the M×N view of the
+    padded product."""
+    import torch
+
+    from gemmzoo_triton.core.stream_buffers import StreamBuffers
+
+    m, n = a.shape[0], b.shape[1]
+    operands, cut = _operands_plan(a, b)
+    rowwise = scaling == "rowwise"
+    n16 = _round_up(n)
+    ones = StreamBuffers(n16, torch.float32, a.device, lambda flat: flat.fill_(1.0).view(1, n16)) \
+        if rowwise and cut else None
+
+    def run(a: Any, b: Any, scale_a: Any, scale_b: Any) -> Any:
+        x, y = operands(a, b)
+        if not rowwise:
+            scale_a, scale_b = scale_a.reshape(()), scale_b.reshape(())
+        elif ones is None:
+            scale_a, scale_b = scale_a.reshape(m, 1).contiguous(), scale_b.reshape(1, n).contiguous()
+        else:
+            wide = ones.get()
+            wide[:, :n].copy_(scale_b.reshape(1, n))
+            scale_a, scale_b = scale_a.reshape(m, 1).contiguous(), wide
+        c = op(x, y, scale_a=scale_a, scale_b=scale_b, out_dtype=out, use_fast_accum=False)
+        return c[:, :n] if cut else c
 
     return run

@@ -260,7 +260,9 @@ class TritonFp8Backend(TritonBackend):
         if M * N == 0 or K == 0:
             return torch.zeros((M, N), dtype=out, device=a.device)
         if self.device == "cuda" and K % 16:
-            x, y = k_padded(self._k_padding(M, N, K, a.device), a, b)
+            buffers = self.kept("_k_paddings", (M, N, K, a.device),
+                                lambda: k_padding_buffers(M, N, K, a.device), PADDINGS_KEPT)
+            x, y = k_padded(buffers, a, b)
         elif self.device == "cuda":
             x, y = k_major(a, b)
         else:
@@ -283,18 +285,6 @@ class TritonFp8Backend(TritonBackend):
             return c
         scaled_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, self.autotune)
         return c.to(out) if interpreted else c
-
-    def _k_padding(self, m: int, n: int, k: int, device: Any) -> Any:
-        """The kept :func:`k_padding_buffers` of a scaled problem (the last
-        :data:`PADDINGS_KEPT` met)."""
-        kept = self.__dict__.setdefault("_k_paddings", {})
-        key = (m, n, k, device)
-        found = kept.get(key)
-        if found is None:
-            if len(kept) >= PADDINGS_KEPT:
-                kept.clear()
-            found = kept[key] = k_padding_buffers(m, n, k, device)
-        return found
 
     def compute(self, a: Any, b: Any) -> Any:
         """``a @ b`` with every decision taken on this call (the plans' fallback)."""
@@ -378,7 +368,7 @@ def _padded_plan(backend: Any, m: int, n: int, k: int) -> Callable[[Any, Any], A
 
 
 PADDINGS_KEPT = 64
-"""Scaled problems whose padded buffers a backend keeps (:meth:`TritonFp8Backend._k_padding`)."""
+"""Scaled problems whose padded buffers a backend keeps (:func:`k_padding_buffers`)."""
 
 
 def k_padding_buffers(m: int, n: int, k: int, device: Any) -> Any:
