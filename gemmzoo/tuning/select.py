@@ -507,11 +507,11 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                                           session.prior, by, source, shape, "", {})
                 return choice.backend.name, choice.tied
 
-            times = {t.backend: t.median_s for t in _timings(latest, by, loops)}
+            timed = _timings(latest, by, loops)
             passed, waiting = _checked_winners(store, provisional, latest, dtype, decide, dict(by_name),
-                                               excluded, times, choosing.RankPolicy(by=by).check_gain_min)
-            unsuited = tuple(sorted((t for t in _timings(latest, by, loops) if t.backend in waiting),
-                                    key=lambda t: t.median_s))
+                                               excluded, {t.backend: t.median_s for t in timed},
+                                               choosing.RankPolicy(by=by).check_gain_min)
+            unsuited = tuple(sorted((t for t in timed if t.backend in waiting), key=lambda t: t.median_s))
             conforming += passed
             by_name.update((b.name, b) for b in passed)
             if not conforming and not unchecked:
