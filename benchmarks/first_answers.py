@@ -226,11 +226,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_json(path: str, facts: dict, rows: list[dict]) -> None:
-    """The figures so far, replacing the file whole (written to a neighbour, then renamed)."""
-    partial = f"{path}.partial"
-    with open(partial, "w") as out:
-        json.dump({"facts": facts, "answers": rows}, out, indent=1)
-    os.replace(partial, path)
+    """The figures so far, replacing the file whole."""
+    from gemmzoo.results.atomic_file import write_atomically
+
+    write_atomically(path, json.dumps({"facts": facts, "answers": rows}, indent=1))
 
 
 if __name__ == "__main__":
