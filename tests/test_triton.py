@@ -282,14 +282,13 @@ def test_operands_on_the_wrong_device_are_a_clear_error():
         backend.matmul(a, b)
 
 
+@pytest.mark.interpreter
 def test_the_interpreters_overflow_check_fires_only_in_debug_so_the_suite_skips_it():
     """tests/conftest.py turns the interpreter's ``sanitize_overflow`` off because, without debug,
     the check it pays for is never made: with it on, an int32 product that overflows still runs
     and wraps, the same values as with it off; only debug options make it fail."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("about Triton's interpreter; this run compiles kernels")
     import dataclasses
 
     from overflow_kernel import times_kernel
