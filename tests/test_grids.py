@@ -62,6 +62,36 @@ def test_default_grid_follows_the_device(monkeypatch):
     assert get_grid("default") == get_grid("gpu", dtypes=["float16"])
 
 
+class _On:
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+
+def test_backends_of_one_device_choose_the_default_grid_and_dtype(monkeypatch):
+    monkeypatch.setattr(grids_module, "gpu_present", lambda: True)  # a GPU machine, benching CPU backends
+    cpu = grids_module.backends_device([_On("cpu"), _On("cpu")])
+    assert cpu == "cpu"
+    assert resolve_points(device=cpu) == get_grid("cpu", dtypes=["float32"])
+    assert {p.dtype for p in resolve_points(shapes=["8x8x8"], device=cpu)} == {"float32"}
+    assert resolve_points(shapes=["8x8x8"], dtypes=["bfloat16"], device=cpu)[0].dtype == "bfloat16"
+    mixed = grids_module.backends_device([_On("cpu"), _On("cuda")])
+    assert mixed is None and grids_module.backends_device([]) is None
+    assert resolve_points(device=mixed) == get_grid("gpu", dtypes=["float16"])
+    monkeypatch.setattr(grids_module, "gpu_present", lambda: False)
+    assert resolve_points(shapes=["8x8x8"], device="cuda")[0].dtype == "float16"
+
+
+def test_bench_of_cpu_backends_on_a_gpu_machine_runs_float32(monkeypatch, tmp_path, capsys):
+    from gemmzoo.cli import main
+
+    monkeypatch.setattr(grids_module, "gpu_present", lambda: True)
+    out = tmp_path / "run.json"
+    assert main(["bench", "--backend", "numpy", "--shape", "9x7x5", "--budget", "0.01", "--rounds", "1",
+                 "--json", str(out)]) == 0
+    points = [r["point"] for r in json.loads(out.read_text())["results"]]
+    assert points == ["9x7x5-float32-NN"]
+
+
 def test_gpu_detection_honours_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert grids_module.gpu_present() is False

@@ -75,14 +75,14 @@ def model_summary_line(points: list[Any], gemm_results: list[Any], class_results
             f"{summary.points} of {len(points)} points ({len(summary.missing)} without a {baseline} time)")
 
 
-def problems_of(texts: list[str], dtypes: list[str] | None) -> list[Problem]:
-    """The class problems of ``texts`` in each dtype of ``dtypes`` (bfloat16 with a GPU, else
-    float32, when none; scaled problems are float8_e4m3fn whatever it says); ``ValueError`` for a
-    text that is not one."""
+def problems_of(texts: list[str], dtypes: list[str] | None, device: str | None = None) -> list[Problem]:
+    """The class problems of ``texts`` in each dtype of ``dtypes`` (when none: bfloat16 on the GPU,
+    else float32, the GPU's being ``device``'s or, without one, whether this machine has a GPU;
+    scaled problems are float8_e4m3fn whatever it says); ``ValueError`` for a text that is not one."""
     if not dtypes:
         from gemmzoo.problems.grids import default_grid_name
 
-        dtypes = ["bfloat16" if default_grid_name() == "gpu" else "float32"]
+        dtypes = ["bfloat16" if default_grid_name(device) == "gpu" else "float32"]
     found: dict[Problem, None] = {}
     for text in texts:
         for dtype in dtypes:
@@ -109,13 +109,14 @@ def run_class_shapes(args: argparse.Namespace, texts: list[str], verb: str,
     each problem's measurements; ``kept`` receives the results); the exit status (1 when a
     backend was WRONG or ERROR, 2 for bad input)."""
     from gemmzoo.errors import UnknownBackendError
+    from gemmzoo.problems.grids import backends_device
     from gemmzoo.scale.class_bench import run_class_bench
     from gemmzoo.session import current
 
     say = messages(getattr(args, "format", "table"))
     try:
-        problems = problems_of(texts, getattr(args, "dtype", None))
         backends = current().select(getattr(args, "backend", None))
+        problems = problems_of(texts, getattr(args, "dtype", None), backends_device(backends))
     except (ValueError, UnknownBackendError) as error:
         errors.print(f"gemmzoo {verb}: {error}", style="red", markup=False)
         return 2

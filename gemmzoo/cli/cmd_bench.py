@@ -28,7 +28,7 @@ from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import UnknownBackendError
 from gemmzoo.measure import TIMERS
 from gemmzoo.plugins.registry import unavailable_reason
-from gemmzoo.problems.grids import GridError, GridPoint, default_grid_name, grids
+from gemmzoo.problems.grids import GridError, GridPoint, backends_device, default_grid_name, grids
 from gemmzoo.scale import jobs as scale_jobs
 from gemmzoo.scale.bench import OK, UNSUPPORTED, BenchResult, run_bench
 from gemmzoo.scale.bench import environment as bench_environment
@@ -235,8 +235,9 @@ def _run_gemm(args: argparse.Namespace, say: Any, noise_target: float, model_poi
     from gemmzoo.cli.class_shapes import model_summary_line
 
     try:
-        points = points_from_arguments(args)
         chosen = current().select(args.backend)
+        device = backends_device(chosen)
+        points = points_from_arguments(args, device)
     except (UnknownBackendError, GridError) as error:
         errors.print(str(error), style="red", markup=False)
         return 2
@@ -313,7 +314,7 @@ def _run_gemm(args: argparse.Namespace, say: Any, noise_target: float, model_poi
                      "writing those", style="yellow", markup=False)
 
     command = "gemmzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    shard = shard_meta(args)
+    shard = shard_meta(args, device)
     run_meta: dict[str, Any] = {key: value for key, value in (("shard", shard), ("devices", workers))
                                 if value}
     if settings is not None:

@@ -22,7 +22,7 @@ from gemmzoo.cli.output import Column, Listing, add_format_arguments, duration, 
 from gemmzoo.cli.recorded import Outcome, narrowed, recorded_points
 from gemmzoo.cli.sizes import too_large
 from gemmzoo.errors import GemmError
-from gemmzoo.problems.grids import GridPoint
+from gemmzoo.problems.grids import GridPoint, backends_device
 from gemmzoo.tuning.contenders import DEFAULT_TIME_BUDGET_S
 from gemmzoo.tuning.suites import SUITE_LIMIT_S
 
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
             plan = [(points, names) for device, points in found.items()
                     if (names := [b.name for b in chosen if b.device == device])]
         else:
-            plan = [(points_from_arguments(args), [b.name for b in chosen])]
+            plan = [(points_from_arguments(args, backends_device(chosen)), [b.name for b in chosen])]
     except (GemmError, KeyError, ValueError) as error:
         console.print(str(error), style="red", markup=False)
         return 2

@@ -110,7 +110,8 @@ def add_point_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument("--file", action="append", default=[], metavar="FILE",
                         help="add the points of a CSV (m,n,k[,dtype][,layout]) or JSON file (repeatable)")
     parser.add_argument("--dtype", action="append", choices=DTYPES,
-                        help="dtype (repeatable; default: float16 with a GPU, else float32)")
+                        help="dtype (repeatable; default: float16 with a GPU, else float32; float32 when "
+                             "every backend runs on the CPU)")
     parser.add_argument("--layout", action="append", choices=LAYOUTS,
                         help="operand layout, BLAS-style N or T for A then B (repeatable; default NN)")
     parser.add_argument("--budget", type=POSITIVE_SECONDS, default=0.2, metavar="SECONDS",
@@ -184,28 +185,30 @@ def executor_settings(args: argparse.Namespace) -> Any:
                             options=options, cluster=cluster, ray_address=args.ray_address)
 
 
-def grid_from_arguments(args: argparse.Namespace) -> list[GridPoint]:
-    """The whole grid the shared options ask for, before ``--shard`` (raises ``GridError``)."""
-    return resolve_points(args.grid, args.shape, args.file, args.dtype, args.layout or ("NN",))
+def grid_from_arguments(args: argparse.Namespace, device: str | None = None) -> list[GridPoint]:
+    """The whole grid the shared options ask for, before ``--shard`` (raises ``GridError``);
+    ``device`` as in :func:`gemmzoo.problems.grids.resolve_points`."""
+    return resolve_points(args.grid, args.shape, args.file, args.dtype, args.layout or ("NN",), device)
 
 
-def points_from_arguments(args: argparse.Namespace) -> list[GridPoint]:
+def points_from_arguments(args: argparse.Namespace, device: str | None = None) -> list[GridPoint]:
     """The grid points the shared options ask for, this ``--shard``'s part of them when given
     (raises ``GridError`` or ``ShardError`` on bad input)."""
     from gemmzoo.scale.shards import parse_shard, shard_points
 
-    points = grid_from_arguments(args)
+    points = grid_from_arguments(args, device)
     shard = getattr(args, "shard", None)
     return shard_points(points, parse_shard(shard)) if shard else points
 
 
-def shard_meta(args: argparse.Namespace) -> dict[str, object] | None:
-    """``{"index", "count", "grid", "points"}`` for a ``--shard`` run (see :mod:`gemmzoo.results.runs`)."""
+def shard_meta(args: argparse.Namespace, device: str | None = None) -> dict[str, object] | None:
+    """``{"index", "count", "grid", "points"}`` for a ``--shard`` run (see :mod:`gemmzoo.results.runs`);
+    ``device`` as given to :func:`points_from_arguments`."""
     from gemmzoo.scale.shards import grid_digest, parse_shard
 
     if not getattr(args, "shard", None):
         return None
-    shard, grid = parse_shard(args.shard), grid_from_arguments(args)
+    shard, grid = parse_shard(args.shard), grid_from_arguments(args, device)
     return {"index": shard.index, "count": shard.count, "grid": grid_digest(grid), "points": len(grid)}
 
 

@@ -30,6 +30,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gemmzoo.config import environment_value
 from gemmzoo.contract.dtypes import DTYPES
@@ -222,14 +223,28 @@ def gpu_present() -> bool:
     return bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
-def default_grid_name() -> str:
-    """``gpu`` where a GPU is present, else ``cpu``."""
-    return "gpu" if gpu_present() else "cpu"
+def _on_gpu(device: str | None) -> bool:
+    return gpu_present() if device is None else device == "cuda"
 
 
-def default_dtypes() -> tuple[str, ...]:
-    """``float16`` where a GPU is present (what its tensor cores are for), else ``float32``."""
-    return ("float16",) if gpu_present() else ("float32",)
+def backends_device(backends: Iterable[Any]) -> str | None:
+    """The device every one of ``backends`` runs on; ``None`` when they differ or there are none.
+    Commands pass it to :func:`resolve_points`, so a run of CPU backends alone defaults to the CPU
+    grid and dtype on a machine with a GPU too."""
+    devices = {getattr(b, "device", None) for b in backends}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def default_grid_name(device: str | None = None) -> str:
+    """``gpu`` for ``device`` ``"cuda"``, ``cpu`` for ``"cpu"``; with no device, ``gpu`` where a GPU
+    is present, else ``cpu``."""
+    return "gpu" if _on_gpu(device) else "cpu"
+
+
+def default_dtypes(device: str | None = None) -> tuple[str, ...]:
+    """``float16`` on the GPU (what its tensor cores are for), else ``float32``; ``device`` as in
+    :func:`default_grid_name`."""
+    return ("float16",) if _on_gpu(device) else ("float32",)
 
 
 def _check_choices(values: Sequence[str], known: Sequence[str], what: str) -> None:
@@ -249,14 +264,16 @@ def expand(shapes: Iterable[Shape], dtypes: Sequence[str] | None = None,
 
 
 def get_grid(name: str = "default", dtypes: Sequence[str] | None = None,
-             layouts: Sequence[str] = ("NN",)) -> list[GridPoint]:
-    """The points of grid ``name`` for each dtype (default: :func:`default_dtypes`) and layout.
+             layouts: Sequence[str] = ("NN",), device: str | None = None) -> list[GridPoint]:
+    """The points of grid ``name`` for each dtype (default: :func:`default_dtypes` of ``device``)
+    and layout.
 
-    ``default`` means :func:`default_grid_name`. An unknown name raises :class:`GridError` listing
-    the known ones.
+    ``default`` means :func:`default_grid_name` of ``device``. An unknown name raises
+    :class:`GridError` listing the known ones.
     """
     table = grids()
-    key = default_grid_name() if name == "default" else name
+    dtypes = dtypes or default_dtypes(device)
+    key = default_grid_name(device) if name == "default" else name
     if key not in table:
         raise GridError(f"unknown grid {name!r}; known: {', '.join(['default', *table])}")
     return expand(table[key].shapes, dtypes, layouts)
@@ -385,12 +402,16 @@ def load_points(path: str | Path, dtypes: Sequence[str] | None = None,
 
 
 def resolve_points(grid: str | None = None, shapes: Sequence[str] = (), files: Sequence[str | Path] = (),
-                   dtypes: Sequence[str] | None = None, layouts: Sequence[str] = ("NN",)) -> list[GridPoint]:
+                   dtypes: Sequence[str] | None = None, layouts: Sequence[str] = ("NN",),
+                   device: str | None = None) -> list[GridPoint]:
     """The points a command line asks for: the named ``grid`` plus ``--shape`` texts plus grid
-    files; the default grid when none of them is given."""
+    files; the default grid when none of them is given. ``device`` (``"cpu"`` or ``"cuda"``) sets
+    the default grid and dtype when the backends to run are all on one device; without it they
+    follow whether this machine has a GPU."""
     points: list[GridPoint] = []
+    dtypes = dtypes or default_dtypes(device)
     if grid or not (shapes or files):
-        points += get_grid(grid or "default", dtypes, layouts)
+        points += get_grid(grid or "default", dtypes, layouts, device)
     points += points_from_text(shapes, dtypes, layouts)
     for file in files:
         points += load_points(file, dtypes, layouts)

@@ -56,7 +56,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gemmzoo-grid-file", action="append", default=[], metavar="FILE",
                     help="gemmzoo: benchmark the points of a CSV or JSON grid file (repeatable)")
     group.addoption("--gemmzoo-dtype", action="append", default=[], choices=DTYPES,
-                    help="gemmzoo benchmark dtype (repeatable; default: float16 with a GPU, else float32)")
+                    help="gemmzoo benchmark dtype (repeatable; default: float16 with a GPU, else float32; "
+                         "float32 when every backend runs on the CPU)")
     group.addoption("--gemmzoo-layout", action="append", default=[], choices=LAYOUTS,
                     help="gemmzoo benchmark operand layout (repeatable; default NN)")
     group.addoption("--gemmzoo-random", type=int, default=0, metavar="N",
@@ -150,7 +151,7 @@ def _unavailable_param(backend: Any, reason: str) -> Any:
 
 
 def _benchmark_params(metafunc: pytest.Metafunc) -> None:
-    from gemmzoo.problems.grids import GridError, resolve_points
+    from gemmzoo.problems.grids import GridError, backends_device, resolve_points
     from gemmzoo.pytest import bench as pytest_bench
     from gemmzoo.pytest import xdist as pytest_xdist
 
@@ -159,14 +160,15 @@ def _benchmark_params(metafunc: pytest.Metafunc) -> None:
         # Before any backend asks CUDA whether it is there: each xdist worker on its own GPU.
         pytest_xdist.assign_worker_gpu()
         config.stash[_GPU_ASSIGNED] = True
+    backends = selected_backends(config)
     try:
         points = resolve_points(config.getoption("gemmzoo_grid"), config.getoption("gemmzoo_shape"),
                                 config.getoption("gemmzoo_grid_file"),
                                 config.getoption("gemmzoo_dtype") or None,
-                                config.getoption("gemmzoo_layout") or ("NN",))
+                                config.getoption("gemmzoo_layout") or ("NN",), backends_device(backends))
     except GridError as error:
         raise pytest.UsageError(str(error)) from None
-    params = pytest_bench.benchmark_params(selected_backends(config), points)
+    params = pytest_bench.benchmark_params(backends, points)
     metafunc.parametrize(_BENCH_FIXTURES, params)
 
 
