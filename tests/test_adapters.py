@@ -4,6 +4,7 @@ here, loudly, when the library it reaches into changes."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from types import SimpleNamespace
 
@@ -185,7 +186,9 @@ def test_the_autotuner_keeps_the_config_it_picked(empty_cache):  # a full pick i
 
     gen = torch.Generator().manual_seed(5)
     x, y = torch.randn(23, 41, generator=gen), torch.randn(41, 17, generator=gen)  # a shape of its own
-    c = torch.empty(23, 17)
+    if os.environ.get("TRITON_INTERPRET") != "1":  # compiled kernels: the operands on the GPU
+        x, y = x.cuda(), y.cuda()
+    c = torch.empty(23, 17, device=x.device)
     assert pointer_kernel.picked(x, y, "ieee", "full") is None
     config = pointer_kernel.launch(x, y, c, "ieee", mode="full")  # through the autotuner
     assert internals.picked_config(pointer_kernel.grouped_matmul_kernel) is config

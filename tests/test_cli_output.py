@@ -103,7 +103,10 @@ def test_tables_fit_the_terminal_and_keep_names_whole(gemmzoo, tmp_path, name, c
     if name == "cache":  # a path longer than the terminal folds; nothing of it is lost
         assert str(tmp_path / "cache" / "tuning.sqlite3") in "".join(line.strip() for line in lines)
         return
+    title = " ".join(" ".join(lines[:3]).split())  # the title may wrap
     for wanted in NAMES[name]:
+        if wanted.startswith("float16,") and "dtypes left out to fit" in title:
+            continue  # a machine whose list has more to say (a GPU's) drops the column, and says so
         assert any(wanted in line for line in lines), (wanted, "\n".join(lines))
 
 

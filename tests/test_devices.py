@@ -174,6 +174,9 @@ def _fake_pynvml() -> types.ModuleType:
 
 def test_gpu_state_through_pynvml(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
+    # the GPU named by CUDA_VISIBLE_DEVICES, as in a process whose torch has not started CUDA
+    # (where an earlier test of this process did, torch would name the real GPU)
+    monkeypatch.setattr(gpu_state, "_torch_uuid", lambda: None)
     gpu_state._nvml.cache_clear()
     try:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")

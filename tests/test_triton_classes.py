@@ -262,7 +262,9 @@ def test_grouped_hopper_kernel_on_ragged_groups_of_many_tiles(dtype):
 
 def test_grouped_mm_with_k_zero_is_zeros():
     backend = _available("triton-grouped")
-    c = backend.grouped_mm(torch.randn(5, 0), torch.randn(2, 0, 8), np.asarray([2, 5], np.int32))
+    on = backend.device
+    a, b = torch.randn(5, 0, device=on), torch.randn(2, 0, 8, device=on)
+    c = backend.grouped_mm(a, b, np.asarray([2, 5], np.int32))
     assert c.shape == (5, 8) and not c.any()
 
 

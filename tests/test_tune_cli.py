@@ -17,11 +17,11 @@ def test_tune_stores_and_best_explains(capsys, tmp_path):
     assert "24x16x8 float64 cpu" in out and "32x32x32 float64 cpu" in out and "numpy" in out
     assert f"stored 2 measurements in {tmp_path}" in out
     restart()
-    assert main(["best", "24", "16", "8", "--dtype", "float64", "--no-measure"]) == 0
+    assert main(["best", "24", "16", "8", "--dtype", "float64", "--device", "cpu", "--no-measure"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("numpy for 24x16x8 float64 on cpu") and "source: database" in out
     assert "runner-up: none measured" in out
-    assert main(["best", "30", "30", "30", "--dtype", "float64", "--no-measure"]) == 0
+    assert main(["best", "30", "30", "30", "--dtype", "float64", "--device", "cpu", "--no-measure"]) == 0
     out = capsys.readouterr().out
     assert "source: nearest shape" in out and "nearest measured shape 32x32x32" in out
 
