@@ -160,6 +160,11 @@ def test_backend_is_registered_and_needs_cuda():
     assert backend.dtypes == {"float16", "bfloat16", "float32", "tf32", "float64"}
     if not torch.cuda.is_available():
         assert "CUDA" in backend.unavailable_reason()
+    # its copies are Triton kernels where Triton is installed: its suite compiles, torch's does not
+    import importlib.util
+
+    assert backend.suite_compiles is (importlib.util.find_spec("triton") is not None)
+    assert gemmzoo.get_backend("torch").suite_compiles is False
 
 
 @pytest.mark.parametrize("layout", ["row", "strided", "transposed"])

@@ -265,6 +265,9 @@ class TorchPaddedBackend(TorchBackend):
     def __init__(self) -> None:
         super().__init__()
         self._plans: dict[Any, Callable[[Any, Any], Any]] = {}
+        # its copies are Triton kernels where Triton is installed: the suite's misaligned cases
+        # and layouts compile one each (a first answer prefers a tied torch's suite to this one)
+        self.suite_compiles = importlib.util.find_spec("triton") is not None
 
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """The plan for this problem: which operands are copied, into what, decided once."""
