@@ -23,9 +23,11 @@ cost of the B copy. Problems with an empty dimension or K = 0 launch nothing.
 
 :func:`scaled_plan` is the plan of one problem (what ``gemmzoo.matmul`` and the benchmarks call):
 which operand may need a copy, into what, the unit scales and whether C is cut are decided once;
-per call only the operands' addresses are checked (an unaligned one is copied). Its copy buffers
-are kept from call to call (:mod:`gemmzoo_triton.core.stream_buffers`) with their padding zeroed
-once, so a copy is one launch and no allocation. :func:`class_scaled_plan` makes the same copies
+per call only the operands' addresses are checked (an unaligned one is copied). Its copies are
+torch-padded's (:class:`~gemmzoo_torch.padded.PaddedCopy`): Triton's copy kernel, which writes the
+zeros of the padding too, into buffers kept from call to call
+(:mod:`gemmzoo_triton.core.stream_buffers`), both operands by one launch where both are copied, so
+a copy is one launch and no allocation. :func:`class_scaled_plan` makes the same copies
 for the ``scaled`` class (tensor-wise and row-wise scales, C in the dtype asked for), and returns
 C as the M×N view of a product whose N was padded.
 
@@ -153,51 +155,29 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any = None, scale_b: Any = None) -> A
     return c if c.shape[1] == n else c[:, :n].contiguous()
 
 
-class _Fp8Copy:
-    """A copy of fp8 operands of one shape into a kept buffer of ``rows`` x ``cols`` (padded,
-    row-major), whose padding is zeroed when the buffer is made: transposed first when
-    ``transpose`` (B, which ``_scaled_mm`` takes column-major)."""
-
-    def __init__(self, like: Any, rows: int, cols: int, transpose: bool) -> None:
-        import torch
-
-        from gemmzoo_triton.core.stream_buffers import StreamBuffers
-
-        self._rows, self._cols = (like.shape[1], like.shape[0]) if transpose else tuple(like.shape)
-        self._shape = (rows, cols)
-        self._transpose = transpose
-        self._buffers = StreamBuffers(rows * cols, torch.float8_e4m3fn, like.device, self._views)
-
-    def _views(self, flat: Any) -> tuple[Any, Any]:
-        """The region the values go to, and the operand ``_scaled_mm`` gets; the padding zeroed."""
-        buffer = flat.view(self._shape)
-        buffer.view(_bytes_dtype()).zero_()  # zeroed as bytes: fp8 fills are not everywhere
-        region = buffer[: self._rows, : self._cols]
-        return region, buffer.t() if self._transpose else buffer
-
-    def __call__(self, x: Any) -> Any:
-        region, operand = self._buffers.get()
-        region.copy_(x.t() if self._transpose else x)
-        return operand
-
-
 def _operands_plan(a: Any, b: Any) -> tuple[Any, bool]:
     """``operands(a, b)`` for fp8 operands like ``a`` (M×K, K > 0) and ``b`` (K×N): the two as
-    ``_scaled_mm`` takes them, copied into kept padded buffers (:class:`_Fp8Copy`) where their
-    layout, sizes or (checked per call) address need it; and whether C then has N padded."""
+    ``_scaled_mm`` takes them, copied with their padding zeroed into kept buffers
+    (:class:`~gemmzoo_torch.padded.PaddedCopy`; both by one launch where both always are) where
+    their layout, sizes or (checked per call) address need it; and whether C then has N padded."""
+    from gemmzoo_torch.padded import PaddedCopy, PaddedPair
+
     m, k = a.shape
     n = b.shape[1]
     a_ready = a.is_contiguous() and k % ALIGN == 0  # then only its address can need the copy
     b_ready = b.t().is_contiguous() and k % ALIGN == 0 and n % ALIGN == 0
-    copy_a = _Fp8Copy(a, m, _round_up(k), transpose=False)
-    copy_b = _Fp8Copy(b, _round_up(n), _round_up(k), transpose=True)
+    copy_a = PaddedCopy(a, m, _round_up(k), column_major=False)
+    copy_b = PaddedCopy(b, _round_up(k), _round_up(n), column_major=True)
+    cut = n % ALIGN != 0
+    if not (a_ready or b_ready) and copy_a.by_kernel and copy_b.by_kernel:
+        return PaddedPair(copy_a, copy_b), cut
 
     def operands(a: Any, b: Any) -> tuple[Any, Any]:
         x = a if a_ready and a.data_ptr() % ALIGN == 0 else copy_a(a)
         y = b if b_ready and b.data_ptr() % ALIGN == 0 else copy_b(b)
         return x, y
 
-    return operands, not b_ready and n % ALIGN != 0
+    return operands, cut
 
 
 def scaled_plan(a: Any, b: Any) -> Any:

@@ -57,7 +57,7 @@ def _cublas_ready(x: Any, rows: int, cols: int, column_major: bool) -> bool:
     return (x.stride(inner) == 1 or x.shape[inner] == 1) and x.stride(outer) % units(x.element_size()) == 0
 
 
-def _triton_copies(like: Any) -> bool:
+def triton_copies(like: Any) -> bool:
     """Whether the copies of tensors like ``like`` are made by the Triton kernel."""
     return like.is_cuda and importlib.util.find_spec("triton") is not None
 
@@ -80,7 +80,10 @@ class PaddedCopy:
         # source's strides and the destination's row stride
         self.sizes = (*self.source(like).shape, *self.shape, *self.source(like).stride(), self.shape[1])
         self._launch = None
-        if _triton_copies(like):
+        stride_rows, stride_cols = self.source(like).stride()
+        # the kernel walks the source along the destination's rows: a transposing copy (a row-major
+        # B made column-major) is torch's, which reads it in an order that suits it
+        if triton_copies(like) and stride_cols <= stride_rows:
             from gemmzoo_triton.core import copy_kernel
             from gemmzoo_triton.core.launch import BoundLaunch
 
@@ -89,6 +92,11 @@ class PaddedCopy:
                                        device=like.device)
             self._buffers = StreamBuffers(self.numel, like.dtype, like.device, self._views,
                                           reused_buffer_bytes)
+
+    @property
+    def by_kernel(self) -> bool:
+        """Whether the copy is Triton's kernel (else ``torch.nn.functional.pad``)."""
+        return self._launch is not None
 
     def _views(self, buffer: Any) -> tuple[Any, Any]:
         """What the kernel writes (the buffer in :attr:`shape`) and the padded operand it is."""
@@ -121,8 +129,10 @@ class PaddedCopy:
             self._launch(source, written, *self.sizes)
             return operand
         rows, cols = source.shape
+        if source.element_size() == 1:  # fp8: padded as bytes, which every torch pads
+            source = source.view(torch.uint8)
         written = torch.nn.functional.pad(source, (0, self.shape[1] - cols, 0, self.shape[0] - rows))
-        return self.result(written)
+        return self.result(written.view(self.dtype))
 
 
 class PaddedPair:
@@ -199,7 +209,7 @@ def padded_plan(a: Any, b: Any, launch: Launch, tf32: bool = False,
     copy_a = PaddedCopy(x, mp, kp, a_columns) if copies_a else None
     copy_b = PaddedCopy(y, kp, np_, b_columns) if copies_b else None
     cut = (mp, np_) != (m, n)
-    pair = copy_a is not None and copy_b is not None and _triton_copies(x)
+    pair = copy_a is not None and copy_b is not None and copy_a.by_kernel and copy_b.by_kernel
     both = PaddedPair(copy_a, copy_b) if pair else None
 
     # Every decision above is taken once: each case gets a function that only does its work.

@@ -260,15 +260,15 @@ class TritonFp8Backend(TritonBackend):
         if M * N == 0 or K == 0:
             return torch.zeros((M, N), dtype=out, device=a.device)
         if self.device == "cuda" and K % 16:
-            buffers = self.kept("_k_paddings", (M, N, K, a.device),
-                                lambda: k_padding_buffers(M, N, K, a.device), PADDINGS_KEPT)
-            x, y = k_padded(buffers, a, b)
+            copies = self.kept("_k_copies", (M, N, K, a.stride(), b.stride(), a.device),
+                               lambda: k_major_copies(a, b), COPIES_KEPT)
+            x, y, _ = copies(a, b)
         elif self.device == "cuda":
             x, y = k_major(a, b)
         else:
             x, y = a, b
         interpreted = interpreter_mode()
-        c = torch.empty((M, N), dtype=torch.float32 if interpreted else out, device=a.device)
+        c = _output(M, N, torch.float32 if interpreted else out, a.device)
         if self.device == "cuda" and self.tma and scaled_tma_eligible(x, y, c):
             from gemmzoo_triton.core.hopper import num_sms
 
@@ -367,40 +367,35 @@ def _padded_plan(backend: Any, m: int, n: int, k: int) -> Callable[[Any, Any], A
     return plan
 
 
-PADDINGS_KEPT = 64
-"""Scaled problems whose padded buffers a backend keeps (:func:`k_padding_buffers`)."""
+COPIES_KEPT = 64
+"""Scaled problems whose copies a backend keeps (:func:`k_major_copies`)."""
 
 
-def k_padding_buffers(m: int, n: int, k: int, device: Any) -> Any:
-    """A :class:`~gemmzoo_triton.core.stream_buffers.StreamBuffers` whose ``get()`` gives ``(A, Bᵀ)``:
-    an M×K16 and an N×K16 fp8 buffer (K16: K rounded up to 16), row-major, zeroed when made, so
-    that a call copies A's values and Bᵀ's into their first K columns and the padding stays zero
-    (one buffer of each kept per thread and CUDA stream, see that class)."""
+def k_major_copies(like_a: Any, like_b: Any) -> Any:
+    """``copies(a, b) -> (A, B, None)`` for operands like ``like_a`` (M×K) and ``like_b`` (K×N),
+    K not a multiple of 16: A copied row-major and B column-major, as :func:`k_major` makes them,
+    into one buffer kept per thread and CUDA stream whose rows are padded to 16 bytes
+    (:class:`~gemmzoo_triton.core.aligned.KeptCopies`: one launch of the copy kernel where neither
+    copy transposes). The operands keep their K: a descriptor's extent is K and TMA reads zeros
+    past it, the pointer kernel masks it, and every row starts 16-byte aligned (rows of 7000 fp8
+    bytes cannot be loaded in vectors nor described for TMA)."""
+    from gemmzoo_triton.core.aligned import AlignedCopy, KeptCopies
+
+    return KeptCopies(AlignedCopy(like_a, column_major=False), AlignedCopy(like_b, column_major=True),
+                      lambda x, y: None)
+
+
+def _output(m: int, n: int, dtype: Any, device: Any) -> Any:
+    """C for an M×N product: an M×N view of a buffer whose rows are padded to 16 bytes where N's
+    are not (TMA stores need aligned rows), else a contiguous tensor."""
     import torch
 
-    from gemmzoo_triton.core.stream_buffers import StreamBuffers
+    from gemmzoo_triton.core.padding import padded
 
-    k16 = -(-k // 16) * 16
-
-    def carve(buffer: Any) -> tuple[Any, Any]:
-        buffer.view(torch.uint8).zero_()  # zeroed as bytes: fp8 fills are not everywhere
-        return buffer[:m * k16].view(m, k16), buffer[m * k16:].view(n, k16)
-
-    return StreamBuffers((m + n) * k16, torch.float8_e4m3fn, device, carve)
-
-
-def k_padded(buffers: Any, a: Any, b: Any) -> tuple[Any, Any]:
-    """A (M×K) and B (K×N), in any layout, copied into ``buffers``' kept pair
-    (:func:`k_padding_buffers`), one copy each: A row-major and B column-major, as :func:`k_major`
-    makes them, with K zero-padded to a multiple of 16, so that every row the kernel loads starts
-    16-byte aligned (rows of 7000 fp8 bytes cannot be loaded in vectors: the slow route of sizes
-    that are not multiples of 16). The padding never starts a new 128-block (128 is a multiple of
-    16), so block-wise scales stay as they are."""
-    K = a.shape[1]
-    x, yt = buffers.get()
-    x[:, :K].copy_(a)
-    yt[:, :K].copy_(b.t())
-    return x, yt.t()
+    stride = padded(n, dtype.itemsize)
+    if stride == n or device.type != "cuda":
+        return torch.empty((m, n), dtype=dtype, device=device)
+    return torch.empty((m, stride), dtype=dtype, device=device)[:, :n]
 
 
 class _FirstCall:
