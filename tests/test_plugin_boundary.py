@@ -435,7 +435,10 @@ def test_best_answers_with_a_bundled_backend(runs):
 
     assert_no_traceback(result)
     assert elapsed < corpus.HANG_S
-    assert result.stdout.startswith("numpy for 8x8x8 float32 on cpu"), result.stdout + result.stderr
+    # numpy, or the harmless misbehaver (numpy's product too) where it timed faster
+    names = ("numpy", corpus.backend_name("value-synchronize"))
+    assert result.stdout.startswith(tuple(f"{name} for 8x8x8 float32 on cpu" for name in names)), \
+        result.stdout + result.stderr
     assert result.returncode == 1  # candidates timed out while the suite checked them
     for case in corpus.HANGS:
         assert f"TIMEOUT {corpus.backend_name(case)}: " in result.stdout + result.stderr

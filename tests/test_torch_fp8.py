@@ -207,6 +207,10 @@ def test_a_scaled_plan_pads_once_and_keeps_its_buffers(scaling, m, n, k, layout)
 
     def op(x, y, **kwargs):  # torch's CPU _scaled_mm, noting whether it was given A and B themselves
         given.append((x.data_ptr() == a.data_ptr(), y.data_ptr() == b.data_ptr()))
+        # what cuBLASLt takes (the CPU's _scaled_mm takes more): A row-major, B column-major, K and N
+        # multiples of 16
+        assert x.stride(1) == 1 and y.stride(0) == 1 and x.shape[1] % 16 == 0 and y.shape[1] % 16 == 0, \
+            (x.stride(), y.stride(), x.shape, y.shape)
         return torch._scaled_mm(x, y, **kwargs)
 
     a, b = operand(m, k, layout[0] == "T"), operand(k, n, layout[1] == "T")

@@ -14,9 +14,9 @@ layout: an operand keeps its own layout (row- or column-major) so that the copy 
 so a column-major A has its M padded too and C is cut in both dimensions. Where nothing needs
 padding the plan is the ``torch`` backend's own launcher: this backend then is cuBLAS exactly.
 The copies are a Triton kernel (:mod:`gemmzoo_triton.core.copy_kernel`) where Triton is installed,
-``torch.nn.functional.pad`` otherwise.
+torch's ``copy_`` into a buffer whose padding was zeroed once otherwise.
 
-A plan keeps the buffers its Triton copies write (:mod:`gemmzoo_triton.core.stream_buffers`), so a call
+A plan keeps the buffers its copies write (:mod:`gemmzoo_triton.core.stream_buffers`), so a call
 allocates nothing but C.
 """
 
@@ -64,10 +64,12 @@ def triton_copies(like: Any) -> bool:
 
 class PaddedCopy:
     """A copy of a 2-D tensor like ``like`` into a zeroed ``rows`` x ``cols`` tensor (the
-    tensor's values top left), stored column-major when ``column_major``. The Triton copy writes a
-    buffer the copy keeps (:class:`~gemmzoo_triton.core.stream_buffers.StreamBuffers`, where it
-    has at most ``reused_buffer_bytes``); the result is a view of it, valid until the next copy
-    on the same thread and stream."""
+    tensor's values top left), stored column-major when ``column_major``. The copy writes a buffer
+    it keeps (:class:`~gemmzoo_triton.core.stream_buffers.StreamBuffers`, where it has at most
+    ``reused_buffer_bytes``); the result is a view of it, valid until the next copy on the same
+    thread and stream. Triton's copy kernel writes the values and the padding's zeros; without
+    it (no Triton, a host tensor, or a copy that transposes) torch's ``copy_`` writes the values
+    into a buffer whose padding was zeroed when it was made."""
 
     def __init__(self, like: Any, rows: int, cols: int, column_major: bool,
                  reused_buffer_bytes: int = REUSED_BUFFER_BYTES) -> None:
@@ -76,11 +78,13 @@ class PaddedCopy:
         self.shape = (cols, rows) if column_major else (rows, cols)
         self.numel = rows * cols
         self.dtype, self.device = like.dtype, like.device
+        source = self.source(like)
         # the kernel's sizes after its two pointers: the source's extent, the destination's, the
         # source's strides and the destination's row stride
-        self.sizes = (*self.source(like).shape, *self.shape, *self.source(like).stride(), self.shape[1])
+        self.sizes = (*source.shape, *self.shape, *source.stride(), self.shape[1])
+        self._extent = tuple(source.shape)
         self._launch = None
-        stride_rows, stride_cols = self.source(like).stride()
+        stride_rows, stride_cols = source.stride()
         # the kernel walks the source along the destination's rows: a transposing copy (a row-major
         # B made column-major) is torch's, which reads it in an order that suits it
         if triton_copies(like) and stride_cols <= stride_rows:
@@ -90,12 +94,12 @@ class PaddedCopy:
             self._launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(*self.shape),),
                                        copy_kernel.constexprs(units(like.element_size())), pointers=(0, 1),
                                        device=like.device)
-            self._buffers = StreamBuffers(self.numel, like.dtype, like.device, self._views,
-                                          reused_buffer_bytes)
+        views = self._views if self._launch is not None else self._zeroed_views
+        self._buffers = StreamBuffers(self.numel, like.dtype, like.device, views, reused_buffer_bytes)
 
     @property
     def by_kernel(self) -> bool:
-        """Whether the copy is Triton's kernel (else ``torch.nn.functional.pad``)."""
+        """Whether the copy is Triton's kernel (else torch's ``copy_``)."""
         return self._launch is not None
 
     def _views(self, buffer: Any) -> tuple[Any, Any]:
@@ -103,36 +107,36 @@ class PaddedCopy:
         written = buffer.view(self.shape)
         return written, self.result(written)
 
+    def _zeroed_views(self, buffer: Any) -> tuple[Any, Any]:
+        """The buffer zeroed, the region ``copy_`` writes and the padded operand it is part of."""
+        import torch
+
+        # zeroed as bytes: fills of fp8 are not in every torch
+        (buffer.view(torch.uint8) if buffer.element_size() == 1 else buffer).zero_()
+        written = buffer.view(self.shape)
+        rows, cols = self._extent
+        return written[:rows, :cols], self.result(written)
+
     def source(self, tensor: Any) -> Any:
-        """What the kernel reads: ``tensor``, or its transpose for a column-major copy."""
+        """What the copy reads: ``tensor``, or its transpose for a column-major copy."""
         return tensor.T if self.column_major else tensor
 
     def result(self, written: Any) -> Any:
-        """The padded operand, from the tensor the kernel wrote."""
+        """The padded operand, from the tensor the copy wrote."""
         return written.T if self.column_major else written
 
     def example(self) -> Any:
-        """A padded operand as calls will give it (shape, strides, and for the Triton copy the very
-        buffer), with no copy made: what a launcher is planned for."""
-        import torch
-
-        if self._launch is not None:
-            return self._buffers.get()[1]
-        return self.result(torch.empty(self.shape, dtype=self.dtype, device=self.device))
+        """A padded operand as calls will give it (shape, strides, the very buffer), with no copy
+        made: what a launcher is planned for."""
+        return self._buffers.get()[1]
 
     def __call__(self, tensor: Any) -> Any:
-        import torch
-
-        source = self.source(tensor)
+        written, operand = self._buffers.get()
         if self._launch is not None:
-            written, operand = self._buffers.get()
-            self._launch(source, written, *self.sizes)
-            return operand
-        rows, cols = source.shape
-        if source.element_size() == 1:  # fp8: padded as bytes, which every torch pads
-            source = source.view(torch.uint8)
-        written = torch.nn.functional.pad(source, (0, self.shape[1] - cols, 0, self.shape[0] - rows))
-        return self.result(written.view(self.dtype))
+            self._launch(self.source(tensor), written, *self.sizes)
+        else:
+            written.copy_(self.source(tensor))
+        return operand
 
 
 class PaddedPair:

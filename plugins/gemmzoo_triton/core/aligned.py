@@ -49,16 +49,23 @@ class AlignedCopy:
     """:func:`aligned_copy` bound for every tensor like ``like`` (shape, strides, dtype, device):
     the buffer's shape and the copy's launch are decided once. A call copies into a new buffer;
     :meth:`views` and :meth:`write` let a plan copy into a buffer it keeps instead
-    (:class:`KeptCopies`)."""
+    (:class:`KeptCopies`).
 
-    def __init__(self, like: Any, column_major: bool | None = None) -> None:
+    ``zero_padded``: the copy is ``zero_padded`` elements wide instead (K of A and of Bᵀ rounded up
+    for kernels that take whole 16-byte rows), its columns past the tensor's written as zeros on
+    every copy."""
+
+    def __init__(self, like: Any, column_major: bool | None = None, zero_padded: int | None = None) -> None:
         rows, cols = like.shape
         size = like.element_size()
         if column_major is None:
             column_major = like.stride(0) == 1 and like.stride(1) != 1
         self.column_major = column_major
         self.rows, self.cols = (cols, rows) if column_major else (rows, cols)  # of what is copied
-        self.row_stride = padded(self.cols, size)
+        self.width = self.cols if zero_padded is None else zero_padded  # of what is written
+        if self.width < self.cols:
+            raise ValueError(f"a copy {self.cols} wide cannot be zero-padded to {self.width}")
+        self.row_stride = padded(self.width, size)
         #: The elements of the buffer the copy writes: whole padded rows, so a buffer of two
         #: copies starts the second one 16-byte aligned.
         self.numel = self.rows * self.row_stride
@@ -72,10 +79,11 @@ class AlignedCopy:
             from gemmzoo_triton.core import copy_kernel
             from gemmzoo_triton.core.launch import BoundLaunch
 
-            self.launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(self.rows, self.cols),),
+            self.launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(self.rows, self.width),),
                                       copy_kernel.constexprs(units(size)), pointers=(0, 1),
                                       device=like.device)
-            self.sizes = (self.rows, self.cols, self.rows, self.cols, strides[0], strides[1], self.row_stride)
+            self.sizes = (self.rows, self.cols, self.rows, self.width, strides[0], strides[1],
+                          self.row_stride)
 
     def source(self, tensor: Any) -> Any:
         """What the copy reads: ``tensor``, or its transpose for a column-major copy."""
@@ -84,16 +92,21 @@ class AlignedCopy:
     def views(self, flat: Any) -> tuple[Any, Any]:
         """What the copy writes in a 1-D buffer of at least :attr:`numel` elements (rows
         :attr:`row_stride` apart), and the aligned operand it is."""
-        written = flat[: self.numel].view(self.rows, self.row_stride)[:, : self.cols]
+        written = flat[: self.numel].view(self.rows, self.row_stride)[:, : self.width]
         return written, (written.T if self.column_major else written)
 
     def write(self, tensor: Any, written: Any) -> None:
-        """Copy ``tensor`` into ``written`` (from :meth:`views`)."""
+        """Copy ``tensor`` into ``written`` (from :meth:`views`), zeros past its columns."""
         source = self.source(tensor)
         if self.launch is not None:
             self.launch(source, written, *self.sizes)
-        else:
-            written.copy_(source)
+            return
+        written[:, : self.cols].copy_(source)
+        if self.width > self.cols:
+            import torch
+
+            padding = written[:, self.cols :]
+            (padding.view(torch.uint8) if padding.element_size() == 1 else padding).zero_()
 
     def __call__(self, tensor: Any) -> Any:
         import torch
@@ -133,8 +146,8 @@ class KeptCopies:
             from gemmzoo_triton.core import copy_kernel
             from gemmzoo_triton.core.launch import BoundLaunch
 
-            self._blocks_x = copy_kernel.blocks(copy_x.rows, copy_x.cols)
-            grid = (self._blocks_x + copy_kernel.blocks(copy_y.rows, copy_y.cols),)
+            self._blocks_x = copy_kernel.blocks(copy_x.rows, copy_x.width)
+            grid = (self._blocks_x + copy_kernel.blocks(copy_y.rows, copy_y.width),)
             constexprs = copy_kernel.constexprs(units(first.dtype.itemsize))
             self._pair = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10),
                                      device=first.device)

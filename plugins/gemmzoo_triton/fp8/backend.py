@@ -374,15 +374,17 @@ COPIES_KEPT = 64
 def k_major_copies(like_a: Any, like_b: Any) -> Any:
     """``copies(a, b) -> (A, B, None)`` for operands like ``like_a`` (M×K) and ``like_b`` (K×N),
     K not a multiple of 16: A copied row-major and B column-major, as :func:`k_major` makes them,
-    into one buffer kept per thread and CUDA stream whose rows are padded to 16 bytes
-    (:class:`~gemmzoo_triton.core.aligned.KeptCopies`: one launch of the copy kernel where neither
-    copy transposes). The operands keep their K: a descriptor's extent is K and TMA reads zeros
-    past it, the pointer kernel masks it, and every row starts 16-byte aligned (rows of 7000 fp8
-    bytes cannot be loaded in vectors nor described for TMA)."""
+    with K zero-padded to a multiple of 16, into one buffer kept per thread and CUDA stream
+    (:class:`~gemmzoo_triton.core.aligned.KeptCopies`: one launch of the copy kernel, which writes
+    the zeros too, where neither copy transposes). Every row then starts 16-byte aligned (rows of
+    7000 fp8 bytes can be neither loaded in vectors nor described for TMA), and the kernels see
+    the K of the aligned problem. The padding never starts a new 128-block (128 is a multiple of
+    16), so block-wise scales stay as they are."""
     from gemmzoo_triton.core.aligned import AlignedCopy, KeptCopies
 
-    return KeptCopies(AlignedCopy(like_a, column_major=False), AlignedCopy(like_b, column_major=True),
-                      lambda x, y: None)
+    k16 = -(-like_a.shape[1] // 16) * 16
+    return KeptCopies(AlignedCopy(like_a, column_major=False, zero_padded=k16),
+                      AlignedCopy(like_b, column_major=True, zero_padded=k16), lambda x, y: None)
 
 
 def _output(m: int, n: int, dtype: Any, device: Any) -> Any:
