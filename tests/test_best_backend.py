@@ -299,6 +299,26 @@ def test_a_compiling_suite_runs_after_all_when_every_cheaper_candidate_fails_its
         assert "failed conformance" in choice.excluded[SLOW]
 
 
+class SmallRowsOnly(DelayedBackend):
+    """A fake that says it can be the fastest only with at most 4 rows of A (as triton-decode does
+    with 64), running another backend's plan elsewhere."""
+
+    contends = ({"max_m": 4, "why": "above 4 rows of A it runs another backend's plan"},)
+
+
+def test_a_first_answer_times_only_the_backends_that_contend_at_the_shape():
+    with scoped(registry=registry_with(SmallRowsOnly(FAST), DelayedBackend(SLOW, 0.003))):
+        choice = explain((128, 96, 64), measure=True)
+        assert choice.backend.name == SLOW and choice.source == "measured now"
+        assert "not timed for a first answer: above 4 rows of A" in choice.excluded[FAST]
+        timed = state.store().records(device_fingerprint("cpu"), "float32", "NN", (128, 96, 64))
+        assert {r.backend for r in timed} == {SLOW}
+        small = explain((4, 96, 64), measure=True)  # where it contends, it is timed and wins
+        assert small.backend.name == FAST and FAST not in small.excluded
+    with scoped(registry=registry_with(SmallRowsOnly(FAST))):  # alone, it is timed all the same
+        assert explain((64, 32, 16), measure=True).backend.name == FAST
+
+
 def test_latest_row_wins_for_a_backend(monkeypatch):
     shape = (64, 32, 16)
     store = state.store()

@@ -212,7 +212,8 @@ class Backend:
     library_product: str | None = None
     #: Where this backend can be the fastest (:mod:`gemmzoo.tuning.contenders`): routes in the
     #: prior's keys plus ``max_m`` and ``max_mn``, and a ``why`` saying what it runs elsewhere.
-    #: ``gemmzoo tune --recorded`` times it only at problems one of them matches; empty: everywhere.
+    #: ``gemmzoo tune --recorded`` and a first answer time it only at problems one of them matches
+    #: (a first answer keeps it where it is the only one to time); empty: everywhere.
     contends: tuple[Mapping[str, Any], ...] = ()
 
     def unavailable_reason(self) -> str | None:

@@ -16,7 +16,8 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
 2. The latest stored measurement of each candidate for exactly this shape, this device
    fingerprint and the candidate's current library versions. Rows from another device or other
    versions are never used.
-3. Candidates with no such row are measured now (when measuring is on), in about
+3. Candidates with no such row are measured now (when measuring is on; not those whose
+   :attr:`gemmzoo.Backend.contends` says they cannot be the fastest at this shape), in about
    :data:`MISS_BUDGET_S` of timing split between them, and stored; the near-fastest of them
    also have loops of calls timed in interleaved rounds
    (:func:`gemmzoo.tuning.tune.measure_records`).
@@ -482,6 +483,9 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
             missing.remove(backend)
             excluded[backend.name] = _compiles_note(shape)
         if measuring and missing:
+            _drop_non_contenders(missing, bool(latest), GridPoint(m, n, k, dtype, layout), device, library,
+                                 excluded)
+        if measuring and missing:
             no_verdict = ", ".join(b.name for b in provisional)
             announce(f"measuring {m}x{n}x{k} {dtype} on {device}: "
                      f"{', '.join(b.name for b in missing)} (stored for next time)"
@@ -557,6 +561,29 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
 
 Decided = tuple["str | None", tuple[str, ...]]
 """A ranking's winner (``None``: nothing timed) and the names tied with the fastest."""
+
+
+def _drop_non_contenders(missing: list[Any], stored: bool, point: GridPoint, device: str,
+                         library: str | None, excluded: dict[str, str]) -> None:
+    """Leave out of a first answer's timings the backends that say they cannot be the fastest at
+    ``point`` (:attr:`gemmzoo.Backend.contends`: ``triton-decode`` above its rows runs
+    ``triton-splitk``'s plan), as ``gemmzoo tune --recorded`` does; each would compile and time
+    what another candidate times. Never the last ones: where nothing else is stored or timed, all
+    stay."""
+    from gemmzoo.tuning.contenders import contends
+    from gemmzoo.tuning.prior import device_arch
+
+    try:
+        arch = device_arch(device)
+    except Exception:  # a route keyed on the architecture then matches nothing
+        arch = ""
+    reasons = {b.name: contends(b, point, device, arch, library) for b in missing}
+    left = [b for b in missing if reasons[b.name] is None]
+    if not left and not stored:
+        return
+    for backend in [b for b in missing if reasons[b.name] is not None]:
+        missing.remove(backend)
+        excluded[backend.name] = f"not timed for a first answer: {reasons[backend.name]}"
 
 
 def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[str, Record], dtype: str,
