@@ -39,6 +39,7 @@ from gemmzoo.tuning.contenders import (
     candidate_order,
     contends,
     gathered,
+    known_arch,
     work_share,
 )
 
@@ -53,7 +54,6 @@ def tune_recorded(args: argparse.Namespace, chosen: Sequence[Any], named: bool,
     the time budget left measured with only some of their candidates: they stay recorded."""
     from gemmzoo.plugins.watchdog import idle_workers_ended
     from gemmzoo.tuning import state
-    from gemmzoo.tuning.prior import device_arch
     from gemmzoo.tuning.suites import SuitePool
     from gemmzoo.tuning.tune import conformance_verdict
 
@@ -68,7 +68,7 @@ def tune_recorded(args: argparse.Namespace, chosen: Sequence[Any], named: bool,
     for problem in problems:  # who contends where, each reason said once
         device, point = problem.device, problem.point
         if device not in arches:
-            arches[device] = _arch(device_arch, device)
+            arches[device] = known_arch(device)
         here = [b for b in usable if b.device == device and point.dtype in b.dtypes]
         kept = []
         for backend in here:
@@ -132,13 +132,6 @@ def overlaps(on_cuda: bool) -> bool:
     device work is small and their compilers keep CPU cores busy; not on the CPU, whose cores the
     timings would share with them."""
     return on_cuda
-
-
-def _arch(device_arch: Callable[[str], str], device: str) -> str:
-    try:
-        return device_arch(device)
-    except Exception:  # a route keyed on the architecture then matches nothing
-        return ""
 
 
 def _heard(finished: Sequence[Any], say: Callable[[str], None]) -> None:

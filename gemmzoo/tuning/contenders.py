@@ -106,6 +106,17 @@ def contends(backend: Any, point: GridPoint, device: str, arch: str, library: st
     return reason or "its declared routes (contends) do not match this problem"
 
 
+def known_arch(device: str) -> str:
+    """:func:`gemmzoo.tuning.prior.device_arch` of ``device``, or ``""`` where it cannot be told
+    (a route keyed on the architecture then matches nothing)."""
+    from gemmzoo.tuning.prior import device_arch
+
+    try:
+        return device_arch(device)
+    except Exception:
+        return ""
+
+
 def matches(rule: Mapping[str, Any], point: GridPoint, device: str, arch: str, library: str | None) -> bool:
     """Whether one ``contends`` route matches ``point``: the prior's keys as the prior reads
     them, ``max_m`` and ``max_mn`` as limits on M and M·N (a limit that is not a number never

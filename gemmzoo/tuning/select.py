@@ -570,13 +570,9 @@ def _drop_non_contenders(missing: list[Any], stored: bool, point: GridPoint, dev
     ``triton-splitk``'s plan), as ``gemmzoo tune --recorded`` does; each would compile and time
     what another candidate times. Never the last ones: where nothing else is stored or timed, all
     stay."""
-    from gemmzoo.tuning.contenders import contends
-    from gemmzoo.tuning.prior import device_arch
+    from gemmzoo.tuning.contenders import contends, known_arch
 
-    try:
-        arch = device_arch(device)
-    except Exception:  # a route keyed on the architecture then matches nothing
-        arch = ""
+    arch = known_arch(device)
     reasons = {b.name: contends(b, point, device, arch, library) for b in missing}
     left = [b for b in missing if reasons[b.name] is None]
     if not left and not stored:

@@ -30,6 +30,7 @@ from gemmzoo.contract.backend import TF32Array, dtype_name
 from gemmzoo_torch.backend import TorchBackend
 from gemmzoo_torch.precision import needless_switches
 from gemmzoo_triton.core.aligned import padded, units
+from gemmzoo_triton.core.padding import zero
 from gemmzoo_triton.core.stream_buffers import REUSED_BUFFER_BYTES, StreamBuffers
 
 #: Bytes a K or N is rounded up to where its operand is copied anyway: cuBLAS ran padded products
@@ -57,7 +58,7 @@ def _cublas_ready(x: Any, rows: int, cols: int, column_major: bool) -> bool:
     return (x.stride(inner) == 1 or x.shape[inner] == 1) and x.stride(outer) % units(x.element_size()) == 0
 
 
-def triton_copies(like: Any) -> bool:
+def _triton_copies(like: Any) -> bool:
     """Whether the copies of tensors like ``like`` are made by the Triton kernel."""
     return like.is_cuda and importlib.util.find_spec("triton") is not None
 
@@ -87,7 +88,7 @@ class PaddedCopy:
         stride_rows, stride_cols = source.stride()
         # the kernel walks the source along the destination's rows: a transposing copy (a row-major
         # B made column-major) is torch's, which reads it in an order that suits it
-        if triton_copies(like) and stride_cols <= stride_rows:
+        if _triton_copies(like) and stride_cols <= stride_rows:
             from gemmzoo_triton.core import copy_kernel
             from gemmzoo_triton.core.launch import BoundLaunch
 
@@ -109,10 +110,7 @@ class PaddedCopy:
 
     def _zeroed_views(self, buffer: Any) -> tuple[Any, Any]:
         """The buffer zeroed, the region ``copy_`` writes and the padded operand it is part of."""
-        import torch
-
-        # zeroed as bytes: fills of fp8 are not in every torch
-        (buffer.view(torch.uint8) if buffer.element_size() == 1 else buffer).zero_()
+        zero(buffer)
         written = buffer.view(self.shape)
         rows, cols = self._extent
         return written[:rows, :cols], self.result(written)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gemmzoo_triton.core.padding import padded, units
+from gemmzoo_triton.core.padding import padded, units, zero
 from gemmzoo_triton.core.stream_buffers import REUSED_BUFFER_BYTES
 
 
@@ -103,10 +103,7 @@ class AlignedCopy:
             return
         written[:, : self.cols].copy_(source)
         if self.width > self.cols:
-            import torch
-
-            padding = written[:, self.cols :]
-            (padding.view(torch.uint8) if padding.element_size() == 1 else padding).zero_()
+            zero(written[:, self.cols :])
 
     def __call__(self, tensor: Any) -> Any:
         import torch
