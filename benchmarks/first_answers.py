@@ -9,7 +9,8 @@ process, as a program meets them; the first of each dtype is the one that pays f
 suites. On the GPU, torch is imported and CUDA started first and that time is reported apart, as
 a program that already uses torch has paid it (``--cold-framework`` leaves it to the first
 answer). Printed per problem: the wall seconds of the answer, the backend, where the answer came
-from, and the suites that ran for it (backend and seconds); then the first answer of each dtype
+from, and the suites that ran for it (backend and seconds; the JSON keeps each candidate's timing
+too); then the first answer of each dtype
 against the 10 s target and the median of the others against 5 s. With ``--regret``, every
 problem is then tuned the deliberate way (``gemmzoo tune``: every conforming backend, Triton's
 full autotune; ``--regret-skip NAME`` leaves a backend out of it, and says so) and each first
@@ -199,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         first = dtype not in seen_dtypes
         seen_dtypes.add(dtype)
         rows.append({"dtype": dtype, "shape": list(shape), "seconds": seconds, "backend": choice.backend.name,
-                     "source": choice.source, "suites": suites, "first_of_dtype": first})
+                     "source": choice.source, "suites": suites, "first_of_dtype": first,
+                     "timings": [_timing(t, "ranked") for t in choice.ranking]
+                     + [_timing(t, "unchecked") for t in choice.unchecked]})
         print(f"{dtype:>14} {'x'.join(map(str, shape)):>16}  {seconds:7.1f} s  {choice.backend.name:<16} "
               f"{choice.source:<13} {'first of its dtype' if first else '':<18} "
               f"suites: {', '.join(suites) or '-'}", flush=True)
@@ -223,6 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     elif args.regret:
         print_regrets(rows, args.regret_skip or [], save)
     return 0
+
+
+def _timing(timed, role: str) -> dict:
+    """One timing of a first answer as the JSON keeps it: the backend, its time per call, what that
+    time is (device, host or loop), its spread and whether it was ranked or stood unchecked."""
+    return {"backend": timed.backend, "seconds": timed.median_s, "spread_s": timed.spread_s,
+            "half_width_s": timed.half_width_s, "bound": timed.bound, "role": role}
 
 
 def write_json(path: str, facts: dict, rows: list[dict]) -> None:

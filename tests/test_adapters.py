@@ -317,3 +317,60 @@ def test_without_an_active_triton_driver_the_stream_lookup_is_torchs(monkeypatch
 
     monkeypatch.setattr(torch.cuda, "current_stream", lambda index: Stream())
     assert internals.current_stream_reader(0)() == 77
+
+
+class _Warming:
+    """A stand-in for a ``triton.jit`` function: it records each warmup, whether Triton's
+    compile mode was active then, and the descriptor block shape the config's pre_hook set."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.calls: list[tuple[dict, tuple, bool, object]] = []
+        self.fail_on = fail_on
+        self.block: object = None
+
+    def warmup(self, *args, grid, **kwargs):
+        from triton.runtime._async_compile import active_mode
+
+        self.calls.append((kwargs, grid, active_mode.get() is not None, self.block))
+        if kwargs.get("BLOCK") == self.fail_on:
+            raise RuntimeError("does not compile")
+
+
+def _configs(kernel, blocks):
+    import triton
+
+    def hook(named):  # as a TMA kernel's hook sets its descriptors' block shape
+        kernel.block = (named["BLOCK"], named["x"])
+
+    return [triton.Config({"BLOCK": b}, num_warps=4, num_stages=s, pre_hook=hook) for b, s in blocks]
+
+
+def test_configs_are_compiled_at_once_in_tritons_compile_mode_each_after_its_hook():
+    internals = _triton_internals()
+    pytest.importorskip("triton.runtime._async_compile")
+    kernel = _Warming()
+    configs = _configs(kernel, [(32, 2), (64, 3), (128, 4)])
+    grid = lambda meta: (1024 // meta["BLOCK"], 1, 1)  # noqa: E731
+    assert internals.compile_at_once(kernel, configs, grid, ("x-arg", 7), {"PRECISION": "ieee"},
+                                     {"x": "x-arg", "n": 7})
+    assert [c[0] for c in kernel.calls] == [
+        {"PRECISION": "ieee", **config.all_kwargs()} for config in configs]
+    assert [c[1] for c in kernel.calls] == [(32, 1, 1), (16, 1, 1), (8, 1, 1)]
+    assert all(c[2] for c in kernel.calls)  # inside the compile mode: compiled by the pool
+    assert [c[3] for c in kernel.calls] == [(32, "x-arg"), (64, "x-arg"), (128, "x-arg")]
+    from triton.runtime._async_compile import active_mode
+
+    assert active_mode.get() is None  # and the mode ended with the call
+
+
+def test_a_config_that_fails_to_compile_is_left_to_the_autotuner_and_one_config_is_not_warmed():
+    internals = _triton_internals()
+    pytest.importorskip("triton.runtime._async_compile")
+    kernel = _Warming(fail_on=64)
+    grid = lambda meta: (1, 1, 1)  # noqa: E731
+    configs = _configs(kernel, [(64, 3), (128, 4)])
+    assert internals.compile_at_once(kernel, configs, grid, (), {}, {"x": None}) is True
+    assert [c[0]["BLOCK"] for c in kernel.calls] == [64, 128]  # the others are still compiled
+    lone = _Warming()
+    assert internals.compile_at_once(lone, _configs(lone, [(64, 3)]), grid, (), {}, {"x": None}) is False
+    assert lone.calls == []

@@ -26,6 +26,7 @@ from typing import Any
 import triton
 
 from gemmzoo_triton.core import picks_store, triton_internals
+from gemmzoo_triton.core.env import interpreter_mode
 
 #: Configs a quick autotune compiles and times at most: the model's best ones.
 QUICK_CONFIGS = 2
@@ -243,6 +244,20 @@ def picked(kernel: Any, key: tuple[Any, ...], mode: str = "quick") -> triton.Con
     return stored
 
 
+def _compile_at_once(kernel: Any, configs: list[triton.Config], prune: Callable[..., Any] | None, grid: Any,
+                     args: tuple[Any, ...], options: dict[str, Any]) -> None:
+    """Compile the configs an autotuner is about to time (``configs``, or what ``prune`` keeps of
+    them) in parallel first (:func:`~gemmzoo_triton.core.triton_internals.compile_at_once`); not
+    under the interpreter, which compiles nothing."""
+    if interpreter_mode():
+        return
+    named_args = dict(zip(triton_internals.argument_names(kernel), args, strict=False))
+    if prune is not None:
+        configs = prune(configs, named_args, **options)
+    triton_internals.compile_at_once(triton_internals.jit_function(kernel), configs, grid, args, options,
+                                     named_args)
+
+
 def launch_tuned(
     kernel: Any, grid: Any, args: tuple[Any, ...], options: dict[str, Any], key: tuple[Any, ...],
     mode: str = "quick",
@@ -259,6 +274,8 @@ def launch_tuned(
     if config is None:
         tuners = _TUNERS.get(picked_key[0])
         if mode == "full" or tuners is None:
+            if tuners is not None:
+                _compile_at_once(kernel, tuners.configs, prune_configs, grid, args, options)
             kernel[grid](*args, **options)
             config = PICKED[picked_key] = triton_internals.picked_config(kernel)
             if mode == "full":
@@ -268,6 +285,7 @@ def launch_tuned(
         named_args = dict(zip(triton_internals.argument_names(kernel), args, strict=False))
         quick = quick_prune(tuners.configs, named_args, keep=tuners.quick_configs, **options)
         if len(quick) > 1:
+            _compile_at_once(kernel, quick, None, grid, args, options)
             tuners.quick[grid](*args, **options)
             config = PICKED[picked_key] = triton_internals.picked_config(tuners.quick)
             return config

@@ -7,8 +7,10 @@ the launcher a ``CompiledKernel`` returns for a grid (``compiled[grid]``) and wh
 calls (the driver's launcher ``run``, with ``function`` and ``packed_metadata``, after
 ``_init_handles``; the launch hooks in ``triton.knobs.runtime``), an ``Autotuner``'s
 picked config (``best_config``), wrapped function (``fn``, ``base_fn``) and argument names
-(``arg_names``), and the active driver's current-stream lookup
-(``triton.runtime.driver.active.get_current_stream``, what each Triton launch asks).
+(``arg_names``), the active driver's current-stream lookup
+(``triton.runtime.driver.active.get_current_stream``, what each Triton launch asks), and the
+compile mode that hands a ``warmup``'s compilation to an executor
+(``triton.runtime._async_compile.AsyncCompileMode``, in Triton 3.4 and later).
 
 :func:`unsupported_reason` says whether the installed Triton is one these were written and
 checked against (:data:`TESTED_MAJORS`) and still has them. Where it is not, :class:`BoundLaunch`
@@ -20,7 +22,10 @@ attributes have no public equivalent, so reading them raises a clear error inste
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 #: Major versions of Triton whose internals these accessors were written for (3.0 to 3.9 checked).
@@ -144,3 +149,44 @@ def current_stream_reader(device_index: int) -> Callable[[], Any]:
 
         return lambda: torch.cuda.current_stream(device_index).cuda_stream
     return functools.partial(lookup, device_index)
+
+
+def compile_at_once(kernel: Any, configs: Sequence[Any], grid: Callable[[dict[str, Any]], Any],
+                    args: tuple[Any, ...], options: dict[str, Any], named_args: dict[str, Any]) -> bool:
+    """Compile the ``triton.jit`` function ``kernel`` for each of ``configs`` (``triton.Config``)
+    on these arguments at once, in threads, without launching: Triton's compiler spends its time
+    in LLVM and ``ptxas``, outside Python's lock, so an autotuner that then times the configs one
+    by one finds them all compiled. Each config's ``pre_hook`` runs first, as the autotuner runs
+    it (it may set the block shape of a tensor descriptor, which the compiled kernel depends on).
+
+    Returns whether it compiled anything: ``False`` (the autotuner compiles them one by one, as
+    before) where this Triton has no such compile mode, another one is active, or fewer than two
+    configs are given. A config that fails to compile is left to the autotuner, which meets and
+    handles the error as it would have.
+    """
+    if len(configs) < 2:
+        return False
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode, active_mode
+    except ImportError:
+        return False
+    if active_mode.get() is not None:
+        return False
+    workers = min(len(configs), os.cpu_count() or 1)
+    # Triton 3.4 and 3.5 take no ignore_errors: a failed compile then raises as the mode ends
+    takes = inspect.signature(AsyncCompileMode).parameters
+    quiet = {"ignore_errors": True} if "ignore_errors" in takes else {}
+    try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="gemmzoo-triton-compile") as pool, \
+                AsyncCompileMode(pool, **quiet):
+            for config in configs:
+                values = config.all_kwargs()
+                try:
+                    if config.pre_hook is not None:
+                        config.pre_hook({**named_args, **options, **values})
+                    kernel.warmup(*args, **options, **values, grid=grid(values))
+                except Exception:  # met again, and handled, by the autotuner
+                    continue
+    except Exception:  # a compile that failed in the pool: the autotuner meets it again too
+        pass
+    return True
