@@ -513,7 +513,7 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
 
             timed = _timings(latest, by, loops)
             passed, waiting = _checked_winners(store, provisional, latest, dtype, decide, dict(by_name),
-                                               excluded, {t.backend: t.median_s for t in timed},
+                                               excluded, _each_measure(latest, timed, by),
                                                choosing.RankPolicy(by=by).check_gain_min)
             unsuited = tuple(sorted((t for t in timed if t.backend in waiting), key=lambda t: t.median_s))
             conforming += passed
@@ -584,8 +584,8 @@ def _drop_non_contenders(missing: list[Any], stored: bool, point: GridPoint, dev
 
 def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[str, Record], dtype: str,
                      decide: Callable[[dict[str, Any], dict[str, Record]], Decided],
-                     conforming: dict[str, Any], excluded: dict[str, str], times: dict[str, float],
-                     gain_min: float) -> tuple[list[Any], set[str]]:
+                     conforming: dict[str, Any], excluded: dict[str, str],
+                     times: dict[str, tuple[float, ...]], gain_min: float) -> tuple[list[Any], set[str]]:
     """Of ``provisional`` (candidates timed before their suite ran), the one that passed its suite,
     if any, and the names of those whose timings stand unchecked. A suite runs only on the backend
     that the rule every answer follows (``decide(backends, rows)``: the winner and the names tied
@@ -593,8 +593,9 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
     over, and only where no conforming backend ties with it (that one answers as well, with no
     suite to run): among tied provisional ones, the rule's own tie order says which is checked.
     A winner whose suite compiles kernels is not checked where another of the pool, conforming or
-    with a suite that compiles nothing, ranks within ``gain_min`` of it by ``times`` (each name's
-    time per call): the rule is asked again without it (:func:`_cheap_rival`).
+    with a suite that compiles nothing, ranks within ``gain_min`` of it by any of ``times`` (each
+    name's time per call by each measure, :func:`_each_measure`): the rule is asked again without
+    it (:func:`_cheap_rival`).
     One whose suite passes is the answer (said on stderr); one that fails is passed over and the
     rule asked again. Those not checked are excluded with a note saying so; their timings rank
     nothing until they pass."""
@@ -612,9 +613,11 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
             backend = waiting.pop(winner)
             rival = _cheap_rival(backend, pool, conforming, times, gain_min) if defer else None
             if rival is not None:
-                gain = times[rival] / times[winner] - 1
+                gain = _gain(times[winner], times[rival])
+                timed_as = (f"timed {gain:.1%} faster than {rival}" if gain >= 0 else
+                            f"timed {-gain:.1%} slower than {rival} by one measure of time per call")
                 deferred[winner] = backend, (
-                    f"timed {gain:.1%} faster than {rival}, under the {gain_min:.0%} worth waiting for a "
+                    f"{timed_as}, under the {gain_min:.0%} worth waiting for a "
                     f"suite that compiles kernels; not yet checked for {dtype} on this machine "
                     f"(gemmzoo check {winner} earns it its place)")
                 continue
@@ -643,18 +646,33 @@ def _checked_winners(store: TuningStore, provisional: list[Any], latest: dict[st
     return passed, unchecked
 
 
-def _cheap_rival(winner: Any, pool: dict[str, Any], conforming: dict[str, Any], times: dict[str, float],
-                 gain_min: float) -> str | None:
+def _each_measure(latest: dict[str, Record], timed: list[Timed], by: str) -> dict[str, tuple[float, ...]]:
+    """Each timed backend's time per call by every measure taken of it: the time the ranking uses
+    (loop time, where the contenders' loops rank), then the time measured call by call (device
+    time, or host time where that bounds a call and ``by`` is ``"caller"``)."""
+    return {t.backend: (t.median_s, _timed(latest[t.backend], by).median_s) for t in timed}
+
+
+def _gain(faster: tuple[float, ...], slower: tuple[float, ...]) -> float:
+    """How much faster ``faster`` is than ``slower`` by the measure that says least: the smallest
+    gain over the measures both have."""
+    return min(s / f - 1 if f > 0 else math.inf for f, s in zip(faster, slower, strict=False))
+
+
+def _cheap_rival(winner: Any, pool: dict[str, Any], conforming: dict[str, Any],
+                 times: dict[str, tuple[float, ...]], gain_min: float) -> str | None:
     """The fastest of ``pool`` whose answer needs no compiling suite (it is in ``conforming``, or
-    its suite compiles nothing) and whose time is within ``gain_min`` of ``winner``'s, where
+    its suite compiles nothing) and that ``winner`` does not beat by more than ``gain_min`` by
+    every measure of time per call (:func:`_each_measure`: a loop time of a long GEMM moves with
+    the clock the GPU's power draw settles at, which a call-by-call time does not see), where
     ``winner``'s suite compiles kernels (:attr:`gemmzoo.Backend.suite_compiles`); else ``None``."""
     if declared(winner, "suite_compiles") is not True or winner.name not in times:
         return None
-    limit = times[winner.name] * (1 + gain_min)
+    won = times[winner.name]
     near = [name for name, backend in pool.items()
-            if name != winner.name and times.get(name, math.inf) <= limit
+            if name != winner.name and name in times and _gain(won, times[name]) <= gain_min
             and (name in conforming or declared(backend, "suite_compiles") is not True)]
-    return min(near, key=times.__getitem__, default=None)
+    return min(near, key=lambda name: times[name][0], default=None)
 
 
 def _none_conforms(dtype: str, device: str, excluded: dict[str, str]) -> BackendUnavailableError:
