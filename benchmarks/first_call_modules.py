@@ -16,7 +16,8 @@ library's backend (the plan is that library's call) and with the other library's
 plan converts and runs that backend's prepared product). Each case is counted twice: ``first
 choice`` (the session's first answer, which loads the store's rows of this machine into the
 session) and ``stored problem`` (the session's store already loaded by a choice of another
-problem: what every later new stored problem costs).
+problem: what every later new stored problem costs). With each case, the deepest chain of
+modules met on one call stack (the entry ``gemmzoo.dispatch.matmul`` first).
 """
 
 from __future__ import annotations
@@ -35,22 +36,44 @@ SHAPE = (96, 80, 64)
 OTHER = (40, 24, 16)
 
 
-def modules_run(call: Callable[[], Any]) -> list[str]:
+def _ours(name: str) -> bool:
+    return name == "gemmzoo" or name.startswith(("gemmzoo.", "gemmzoo_"))
+
+
+def modules_run(call: Callable[[], Any], chain: list[str] | None = None) -> list[str]:
     """The gemmzoo modules (``gemmzoo`` and ``gemmzoo_*``) whose Python functions ran during
-    ``call()``, in the order first met."""
+    ``call()``, in the order first met. ``chain``, where given, receives the longest chain of
+    modules met on one call stack: gemmzoo's modules from the outermost frame in, each module
+    once for a run of frames in it (``a -> b -> a`` counts three), frames of other packages
+    between them skipped."""
     seen: dict[str, None] = {}
+    longest: list[str] = []
 
     def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            name = frame.f_globals.get("__name__") or ""
-            if name == "gemmzoo" or name.startswith(("gemmzoo.", "gemmzoo_")):
-                seen.setdefault(name, None)
+        if event != "call":
+            return
+        name = frame.f_globals.get("__name__") or ""
+        if not _ours(name):
+            return
+        seen.setdefault(name, None)
+        if chain is None:
+            return
+        stack: list[str] = []
+        while frame is not None:
+            module = frame.f_globals.get("__name__") or ""
+            if _ours(module) and (not stack or stack[-1] != module):
+                stack.append(module)
+            frame = frame.f_back
+        if len(stack) > len(longest):
+            longest[:] = stack
 
     sys.setprofile(profile)
     try:
         call()
     finally:
         sys.setprofile(None)
+    if chain is not None:
+        chain[:] = longest[::-1]
     return list(seen)
 
 
@@ -108,7 +131,8 @@ def measure_case(library: str, winner: str, loaded: bool) -> dict[str, Any]:
                 gemmzoo.matmul(*operands(library, OTHER))
             a, b = operands(library, SHAPE)
             out: list[Any] = []
-            modules = modules_run(lambda: out.append(gemmzoo.matmul(a, b)))
+            chain: list[str] = []
+            modules = modules_run(lambda: out.append(gemmzoo.matmul(a, b)), chain)
             expected = np.asarray(a) @ np.asarray(b)
             got = np.asarray(out[0])
             assert np.allclose(got, expected, rtol=1e-4, atol=1e-4), "wrong product"
@@ -116,7 +140,8 @@ def measure_case(library: str, winner: str, loaded: bool) -> dict[str, Any]:
             session.close()
     after = "stored problem" if loaded else "first choice"
     return {"library": library, "stored_winner": winner, "after": after,
-            "served": served.backend.name, "source": served.source, "modules": modules, "count": len(modules)}
+            "served": served.backend.name, "source": served.source, "modules": modules, "count": len(modules),
+            "deepest_chain": chain}
 
 
 def main() -> None:
@@ -139,6 +164,8 @@ def main() -> None:
         print(f"{case['library']:6} arrays, stored winner {case['stored_winner']:9}, {case['after']:14}: "
               f"{case['count']:2} modules (served by {case['served']}, {case['source']})")
         print("    " + ", ".join(case["modules"]))
+        chain = case["deepest_chain"]
+        print(f"    deepest chain ({len(chain)} modules): " + " -> ".join(chain))
     if args.json:
         facts = {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
                  "gemmzoo": gemmzoo.__version__, "machine": platform.machine(), "cases": cases}

@@ -4,7 +4,6 @@ in-memory cache; with backends of known speed so the expected answer is certain.
 from __future__ import annotations
 
 import dataclasses
-
 import time
 
 import numpy as np

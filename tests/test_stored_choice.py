@@ -55,6 +55,11 @@ def test_a_first_call_of_a_stored_problem_stays_in_three_roles(library, winner, 
     roles = {role for role, members in ROLES.items() if modules & members}
     assert modules <= set().union(*ROLES.values()), modules - set().union(*ROLES.values())
     assert len(roles) <= 3
+    # one call stack holds the entry and at most 3 modules below it, none of them met twice:
+    # no lower module calls back up into a higher one
+    chain = case["deepest_chain"]
+    assert chain[0] == "gemmzoo.dispatch.matmul" and len(chain) <= 4, chain
+    assert len(set(chain)) == len(chain), chain
 
 
 def _row(name: str, shape: tuple[int, int, int], median: float) -> Record:

@@ -14,7 +14,7 @@ from gemmzoo.contract.accuracy import ACCURACY_CLASSES, COMPONENTWISE, accuracy_
 from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.errors import GemmError
 
-#: What a ranked figure is, by :attr:`gemmzoo.tuning.select.Timed.bound`.
+#: What a ranked figure is, by :attr:`gemmzoo.tuning.choose.Timed.bound`.
 _FIGURES = {
     "host": "host time: launch-bound, the GPU waits for the launches",
     "loop": "loop time: the median time per call of timed loops of calls",

@@ -60,9 +60,30 @@ class RankPolicy:
 
 
 @dataclass(frozen=True)
+class Timed:
+    """One candidate's stored timing at the shape that decided: the time it was ranked by, its
+    IQR, and what that time is (``"device"`` or ``"host"`` time, whichever bounds a call, or
+    ``"loop"``: the time per call of timed loops of calls); ``half_width_s``, the
+    median's uncertainty where known (else half the IQR stands for it), and ``converged``,
+    false for a measurement that missed its noise target (noisy: not ranked with the others)."""
+
+    backend: str
+    median_s: float
+    spread_s: float
+    bound: str = "device"
+    half_width_s: float | None = None
+    converged: bool = True
+
+    def estimate(self) -> ties.Estimate:
+        """This timing as :mod:`gemmzoo.measure.ties` ranks it."""
+        width = self.spread_s / 2 if self.half_width_s is None else self.half_width_s
+        return ties.Estimate(self.backend, self.median_s, width, self.converged)
+
+
+@dataclass(frozen=True)
 class Measurements:
     """What ranks the candidates: ``timings`` (one per measured candidate; a
-    :class:`gemmzoo.tuning.select.Timed`), ``rows`` the stored rows at the problem's own shape by
+    :class:`Timed`), ``rows`` the stored rows at the problem's own shape by
     backend (empty where the timings come from another shape: the host-time rule reads them),
     ``searches_over`` each candidate's declared :attr:`gemmzoo.Backend.searches_over`, ``native``
     the candidates that compute on the caller's own arrays (``None``: no caller's arrays), and
@@ -108,7 +129,9 @@ class Decision:
 def rank(timings: Sequence[Any], order: Callable[[str], Any]) -> tuple[str, tuple[Any, ...], tuple[str, ...]]:
     """The winner under the tie rule (:func:`gemmzoo.measure.ties.rank`), the timings fastest
     first, and the names tied with the fastest; ``order`` orders the tied ones."""
-    ranking = ties.rank([t.estimate() for t in timings], order)
+    # the order's keys taken here, once each: the tie rule sorts by them without calling back up
+    keys = {t.backend: order(t.backend) for t in timings}
+    ranking = ties.rank([t.estimate() for t in timings], keys.__getitem__)
     ordered = tuple(sorted(timings, key=lambda t: (t.median_s, t.backend)))
     assert ranking.winner is not None, "rank needs at least one timing"
     return ranking.winner, ordered, ranking.tied

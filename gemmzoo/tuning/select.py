@@ -101,6 +101,7 @@ from gemmzoo.plugins import watchdog
 from gemmzoo.plugins.registry import unavailable_reason
 from gemmzoo.problems.grids import GridPoint
 from gemmzoo.tuning import choose as choosing
+from gemmzoo.tuning.choose import Timed
 from gemmzoo.tuning.db import Record, TuningStore, TuningStoreBusyError, patience
 from gemmzoo.tuning.fingerprint import device_fingerprint, library_versions
 from gemmzoo.tuning.state import _current, current
@@ -126,27 +127,6 @@ RANK_BY = ("caller", "device")
 #: library's own product (see :func:`_prior_choice`).
 LIBRARY = "library"
 _POLICY = choosing.RankPolicy()
-
-
-@dataclass(frozen=True)
-class Timed:
-    """One candidate's stored timing at the shape that decided: the time it was ranked by, its
-    IQR, and what that time is (``"device"`` or ``"host"`` time, whichever bounds a call, or
-    ``"loop"``: the time per call of timed loops of calls); ``half_width_s``, the
-    median's uncertainty where known (else half the IQR stands for it), and ``converged``,
-    false for a measurement that missed its noise target (noisy: not ranked with the others)."""
-
-    backend: str
-    median_s: float
-    spread_s: float
-    bound: str = "device"
-    half_width_s: float | None = None
-    converged: bool = True
-
-    def estimate(self) -> ties.Estimate:
-        """This timing as :mod:`gemmzoo.measure.ties` ranks it."""
-        width = self.spread_s / 2 if self.half_width_s is None else self.half_width_s
-        return ties.Estimate(self.backend, self.median_s, width, self.converged)
 
 
 @dataclass(frozen=True)
@@ -201,7 +181,7 @@ def rank(timings: list[Timed], order: Callable[[str], Any] | None = None
     """The winner under the tie rule (:func:`gemmzoo.measure.ties.rank`), the timings fastest
     first, and the names tied with the fastest; ``order`` (default :func:`preference`) orders
     the tied ones."""
-    return choosing.rank(timings, order or preference)
+    return choosing.rank(timings, order or _POLICY.preference)
 
 
 def preference(name: str) -> tuple[int, str]:
