@@ -3,10 +3,12 @@ measured (subprocesses, so that ``sys.modules`` starts empty)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -196,3 +198,15 @@ def test_list_at_80_columns_shows_availability(tmp_path):
     numpy_row = next(line for line in lines if line.startswith("numpy "))
     assert numpy_row.split()[-1] == "yes"
     assert all(len(line) <= 80 for line in lines)
+
+
+def test_the_first_call_benchmarks_child_reports_what_served_a_numpy_call_and_imports_no_framework():
+    # benchmarks/first_call.py's timed process, as it runs it: a fresh process and an empty cache
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "first_call.py"
+    spec = importlib.util.spec_from_file_location("first_call_benchmark", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    ours = tool.child(tool.TIMED.format(setup=tool.SETUP["numpy"], product=tool.GEMMZOO))
+    assert ours["served"] == "numpy" and ours["source"] == "library"
+    assert ours["frameworks"] == []
+    assert ours["wall_s"] > 0 and ours["cpu_s"] >= 0
