@@ -244,7 +244,7 @@ def picked(kernel: Any, key: tuple[Any, ...], mode: str = "quick") -> triton.Con
     return stored
 
 
-def _compile_at_once(kernel: Any, configs: list[triton.Config], prune: Callable[..., Any] | None, grid: Any,
+def _compile_at_once(kernel: Any, configs: list[triton.Config], prune: Callable[..., Any] | None,
                      args: tuple[Any, ...], options: dict[str, Any]) -> None:
     """Compile the configs an autotuner is about to time (``configs``, or what ``prune`` keeps of
     them) in parallel first (:func:`~gemmzoo_triton.core.triton_internals.compile_at_once`); not
@@ -254,8 +254,8 @@ def _compile_at_once(kernel: Any, configs: list[triton.Config], prune: Callable[
     named_args = dict(zip(triton_internals.argument_names(kernel), args, strict=False))
     if prune is not None:
         configs = prune(configs, named_args, **options)
-    triton_internals.compile_at_once(triton_internals.jit_function(kernel), configs, grid, args, options,
-                                     named_args)
+    jit = triton_internals.jit_function(kernel)
+    triton_internals.compile_at_once(jit, configs, args, options, named_args)
 
 
 def launch_tuned(
@@ -275,7 +275,7 @@ def launch_tuned(
         tuners = _TUNERS.get(picked_key[0])
         if mode == "full" or tuners is None:
             if tuners is not None:
-                _compile_at_once(kernel, tuners.configs, prune_configs, grid, args, options)
+                _compile_at_once(kernel, tuners.configs, prune_configs, args, options)
             kernel[grid](*args, **options)
             config = PICKED[picked_key] = triton_internals.picked_config(kernel)
             if mode == "full":
@@ -285,7 +285,7 @@ def launch_tuned(
         named_args = dict(zip(triton_internals.argument_names(kernel), args, strict=False))
         quick = quick_prune(tuners.configs, named_args, keep=tuners.quick_configs, **options)
         if len(quick) > 1:
-            _compile_at_once(kernel, quick, None, grid, args, options)
+            _compile_at_once(kernel, quick, None, args, options)
             tuners.quick[grid](*args, **options)
             config = PICKED[picked_key] = triton_internals.picked_config(tuners.quick)
             return config

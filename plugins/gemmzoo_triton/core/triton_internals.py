@@ -151,13 +151,14 @@ def current_stream_reader(device_index: int) -> Callable[[], Any]:
     return functools.partial(lookup, device_index)
 
 
-def compile_at_once(kernel: Any, configs: Sequence[Any], grid: Callable[[dict[str, Any]], Any],
-                    args: tuple[Any, ...], options: dict[str, Any], named_args: dict[str, Any]) -> bool:
+def compile_at_once(kernel: Any, configs: Sequence[Any], args: tuple[Any, ...], options: dict[str, Any],
+                    named_args: dict[str, Any]) -> bool:
     """Compile the ``triton.jit`` function ``kernel`` for each of ``configs`` (``triton.Config``)
     on these arguments at once, in threads, without launching: Triton's compiler spends its time
     in LLVM and ``ptxas``, outside Python's lock, so an autotuner that then times the configs one
     by one finds them all compiled. Each config's ``pre_hook`` runs first, as the autotuner runs
     it (it may set the block shape of a tensor descriptor, which the compiled kernel depends on).
+    A warmup launches nothing, so its grid is any one.
 
     Returns whether it compiled anything: ``False`` (the autotuner compiles them one by one, as
     before) where this Triton has no such compile mode, another one is active, or fewer than two
@@ -184,7 +185,7 @@ def compile_at_once(kernel: Any, configs: Sequence[Any], grid: Callable[[dict[st
                 try:
                     if config.pre_hook is not None:
                         config.pre_hook({**named_args, **options, **values})
-                    kernel.warmup(*args, **options, **values, grid=grid(values))
+                    kernel.warmup(*args, **options, **values, grid=(1,))
                 except Exception:  # met again, and handled, by the autotuner
                     continue
     except Exception:  # a compile that failed in the pool: the autotuner meets it again too
