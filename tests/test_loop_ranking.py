@@ -190,3 +190,28 @@ def test_a_database_with_host_time_but_no_loops_gains_their_columns(tmp_path):
 
 def device_of(name: str) -> str:
     return row(name, SHAPE, 1.0).device
+
+
+
+def test_a_miss_makes_the_operands_once_for_the_measurements_and_the_loops(monkeypatch):
+    # two backends converting arrays with the same code share one problem's operands: made once
+    # for both measurements and for both loops of calls
+    from gemmzoo import measure
+    from gemmzoo.measure import measurement
+
+    made = []
+    real = measure.make_problem
+
+    def counted(backend, point, *rest):
+        made.append(backend.name)
+        return real(backend, point, *rest)
+
+    monkeypatch.setattr(measure, "make_problem", counted)
+    monkeypatch.setattr(measurement, "make_problem", counted)
+    loops = LoopPolicy(ratio=2.0, limit_s=0.05)
+    first, second = DelayedBackend("first-fake", 0.002), DelayedBackend("second-fake", 0.002)
+    restart(registry=registry_with(first, second), loops=loops)
+    records = measure_records([first, second], GridPoint(48, 40, 24), 0.03, verify=True)
+    assert [r.status for r in records] == ["ok", "ok"]
+    assert all(r.loop_s is not None for r in records)  # the loops ran, on those operands
+    assert made == ["first-fake"]

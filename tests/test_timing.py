@@ -187,8 +187,8 @@ def test_measure_records_times_the_contenders_loops_in_interleaved_rounds(monkey
     settled = []
     real = tune_module.measure_record
 
-    def first_pass(backend, point, budget_s, verify):
-        record = real(backend, point, budget_s, verify)
+    def first_pass(backend, point, budget_s, verify, *rest):
+        record = real(backend, point, budget_s, verify, *rest)
         settled.append((backend.name, record.host_s))
         return record
 

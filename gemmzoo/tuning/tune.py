@@ -179,16 +179,20 @@ def measure_records(backends: Sequence[Any], point: GridPoint, budget_s: float, 
     calling in a loop gets, launch path, device work and warm caches together, measured for the
     near-fastest backends under the same drift of the host. The records of one call share one
     ``created``, which is what lets their loop times be ranked against each other (see
-    :func:`gemmzoo.tuning.select.explain`)."""
-    records = [measure_record(backend, point, budget_s, verify) for backend in backends]
-    return with_loops(backends, point, records, loops)
+    :func:`gemmzoo.tuning.select.explain`). The operands are made once for the backends that
+    convert arrays with the same code (:class:`SharedOperands`), for their measurements and
+    their loops alike."""
+    operands = SharedOperands(point)
+    records = [operands.measured(backend, budget_s, verify, None) for backend in backends]
+    return with_loops(backends, point, records, loops, operands)
 
 
 def with_loops(backends: Sequence[Any], point: GridPoint, records: Sequence[Record],
-               loops: LoopPolicy | None = None) -> list[Record]:
+               loops: LoopPolicy | None = None, operands: SharedOperands | None = None) -> list[Record]:
     """``records`` (one per backend, measured at ``point``) as one round: one ``created`` for all,
     and loops of calls timed for the contenders among them under ``loops`` (see
-    :func:`measure_records`)."""
+    :func:`measure_records`), on the operands the measurements used where ``operands`` holds
+    them (else made again)."""
     created = time.time()
     records = [dataclasses.replace(r, created=created) for r in records]
     near = contenders(records, loops)
@@ -197,7 +201,8 @@ def with_loops(backends: Sequence[Any], point: GridPoint, records: Sequence[Reco
     from gemmzoo.measure import interleaved_caller_timings, make_problem
 
     def loop_timings() -> list[Any]:
-        problems = [make_problem(backends[index], point) for index in near]
+        problems = [operands.problem(backends[index]) if operands is not None
+                    else make_problem(backends[index], point) for index in near]
         return interleaved_caller_timings(problems, [float(records[index].measured_caller_s)  # type: ignore[arg-type]
                                                      for index in near])
 
@@ -286,7 +291,7 @@ def measure_in_turn(backends: Sequence[Any], point: GridPoint, budget_s: float, 
         if record.status == "ok" and record.median_s is not None and (
                 leader is None or float(record.measured_caller_s) < float(leader.measured_caller_s)):  # type: ignore[arg-type]
             leader = record
-    return with_loops(measured, point, records)
+    return with_loops(measured, point, records, operands=operands)
 
 
 class SharedOperands:
@@ -331,3 +336,14 @@ class SharedOperands:
         record = measure_record(backend, self.point, budget_s, verify, settle, problem, self.judge)
         self._made[code] = problem  # with whatever host copies the judge made
         return record
+
+    def problem(self, backend: Any) -> Any:
+        """``backend``'s problem on the operands made for its code, else new ones (made here, in
+        this thread: for the loops of calls, after every backend was measured)."""
+        from gemmzoo.measure import make_problem
+
+        code = self._code(backend)
+        shared = self._made.get(code) if code is not None else None
+        if shared is not None:
+            return dataclasses.replace(shared, backend=backend)
+        return make_problem(backend, self.point)
