@@ -305,16 +305,18 @@ class SharedOperands:
     def __init__(self, point: GridPoint, judge: bool = True) -> None:
         self.point = point
         self.judge = judge
-        self._made: dict[tuple[Any, Any], Any] = {}
+        self._made: dict[tuple[Any, Any, Any], Any] = {}
 
     @staticmethod
-    def _code(backend: Any) -> tuple[Any, Any] | None:
+    def _code(backend: Any) -> tuple[Any, Any, Any] | None:
+        """What decides which operands a backend can share: its class's ``from_numpy`` and
+        ``to_numpy``, and its device (one class serves torch's CPU and CUDA backends)."""
         kind = type(backend)
         make, back = getattr(kind, "from_numpy", None), getattr(kind, "to_numpy", None)
         own = getattr(backend, "__dict__", {})
         if make is None or back is None or "from_numpy" in own or "to_numpy" in own:
             return None
-        return make, back
+        return make, back, getattr(backend, "device", None)
 
     def measured(self, backend: Any, budget_s: float, verify: bool, settle: float | None) -> Record:
         """:func:`measure_record` of ``backend`` on operands shared with the backends before it
