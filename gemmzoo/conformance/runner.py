@@ -168,8 +168,8 @@ def _prime_allocator(backend: Any, m: int, n: int, dtype: str) -> None:
     if result_dtype(dtype) != dtype:
         # C's dtype (bfloat16 for float8_e4m3fn) need not be one the backend declares: poison as
         # many bytes of the operands' dtype instead. -NaN in E4M3 is the byte 0xFF, and 0xFFFF
-        # is a bfloat16 NaN, so C's unwritten elements read as NaN. In float32: rounded the
-        # same, in a third of the time of float64's careful rounding.
+        # is a bfloat16 NaN, so C's unwritten elements read as NaN. Drawn in float32: the same
+        # bytes, without float64's careful rounding.
         poison = backend.from_numpy(np.full((m, 2 * n), -np.nan, dtype=np.float32), dtype)
         backend.synchronize()
         del poison
