@@ -56,23 +56,19 @@ class TorchTensors:
             key = self.problem_key(a, b)
         except AttributeError:  # not tensors: prepare says what is wrong
             return self.prepare(a, b)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self.prepare(a, b)
-            if len(self._plans) >= self.REMEMBERED_PLANS:
-                self._plans.clear()
-            self._plans[key] = plan
-        return plan
+        return self.kept("_plans", key, lambda: self.prepare(a, b), self.REMEMBERED_PLANS)
 
     def kept(self, table: str, key: Any, make: Callable[[], Any], limit: int) -> Any:
         """``make()``, kept by ``key`` in this backend's table named ``table`` (made on first use),
-        which holds the last ``limit`` keys met: when full, it is emptied before a new entry."""
+        which holds the last ``limit`` keys met: when full, it is emptied before a new entry. A
+        ``make()`` that raises keeps nothing and empties nothing."""
         kept = self.__dict__.setdefault(table, {})
         found = kept.get(key)
         if found is None:
+            found = make()
             if len(kept) >= limit:
                 kept.clear()
-            found = kept[key] = make()
+            kept[key] = found
         return found
 
     def from_numpy(self, x: np.ndarray, dtype: str) -> Any:
