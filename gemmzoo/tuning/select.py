@@ -11,7 +11,8 @@ How an answer is found, for ``shape = (M, N, K)``, ``dtype`` and a device:
    the timed ones, and no conforming one ties with it (:func:`_checked_winners`); a failure
    passes it over. A winner whose suite compiles kernels (:attr:`gemmzoo.Backend.suite_compiles`)
    is checked only when it beats every candidate needing no such suite by more than
-   ``RankPolicy.check_gain_min`` (3%); short of that, the rule is asked again without it.
+   ``RankPolicy.check_gain_min`` (3%), in loops and call by call alike; short of that, the rule
+   is asked again without it.
    Until it passes, its rows rank nothing (``gemmzoo check NAME`` earns the verdict).
 2. The latest stored measurement of each candidate for exactly this shape, this device
    fingerprint and the candidate's current library versions. Rows from another device or other

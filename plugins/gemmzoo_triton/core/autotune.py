@@ -244,18 +244,14 @@ def picked(kernel: Any, key: tuple[Any, ...], mode: str = "quick") -> triton.Con
     return stored
 
 
-def _compile_at_once(kernel: Any, configs: list[triton.Config], prune: Callable[..., Any] | None,
-                     args: tuple[Any, ...], options: dict[str, Any]) -> None:
-    """Compile the configs an autotuner is about to time (``configs``, or what ``prune`` keeps of
-    them) in parallel first (:func:`~gemmzoo_triton.core.triton_internals.compile_at_once`); not
-    under the interpreter, which compiles nothing."""
-    if interpreter_mode():
-        return
-    named_args = dict(zip(triton_internals.argument_names(kernel), args, strict=False))
-    if prune is not None:
-        configs = prune(configs, named_args, **options)
-    jit = triton_internals.jit_function(kernel)
-    triton_internals.compile_at_once(jit, configs, args, options, named_args)
+def _compile_at_once(kernel: Any, configs: list[triton.Config], args: tuple[Any, ...],
+                     options: dict[str, Any], named_args: dict[str, Any]) -> None:
+    """Compile the configs an autotuner is about to time in parallel first
+    (:func:`~gemmzoo_triton.core.triton_internals.compile_at_once`); not under the interpreter,
+    which compiles nothing."""
+    if not interpreter_mode():
+        triton_internals.compile_at_once(triton_internals.jit_function(kernel), configs, args, options,
+                                         named_args)
 
 
 def launch_tuned(
@@ -271,29 +267,32 @@ def launch_tuned(
     """
     picked_key = (triton_internals.kernel_name(kernel), *key)
     config = picked(kernel, key, mode)
+    named_args: dict[str, Any] | None = None
     if config is None:
         tuners = _TUNERS.get(picked_key[0])
+        # args: the leading ones
+        named_args = dict(zip(triton_internals.argument_names(kernel), args, strict=False))
         if mode == "full" or tuners is None:
             if tuners is not None:
-                _compile_at_once(kernel, tuners.configs, prune_configs, args, options)
+                _compile_at_once(kernel, prune_configs(tuners.configs, named_args, **options), args, options,
+                                 named_args)
             kernel[grid](*args, **options)
             config = PICKED[picked_key] = triton_internals.picked_config(kernel)
             if mode == "full":
                 FULL_PICKS.add(picked_key)
                 picks_store.save(picked_key, config)
             return config
-        named_args = dict(zip(triton_internals.argument_names(kernel), args, strict=False))
         quick = quick_prune(tuners.configs, named_args, keep=tuners.quick_configs, **options)
         if len(quick) > 1:
-            _compile_at_once(kernel, quick, None, args, options)
+            _compile_at_once(kernel, quick, args, options, named_args)
             tuners.quick[grid](*args, **options)
             config = PICKED[picked_key] = triton_internals.picked_config(tuners.quick)
             return config
         config = PICKED[picked_key] = quick[0]  # nothing to time: launched directly below
     config_kwargs = config.all_kwargs()
     if config.pre_hook is not None:
-        # args: the leading ones
-        named_args = dict(zip(triton_internals.argument_names(kernel), args, strict=False))
+        if named_args is None:
+            named_args = dict(zip(triton_internals.argument_names(kernel), args, strict=False))
         config.pre_hook({**named_args, **options, **config_kwargs})
     triton_internals.jit_function(kernel)[grid(config_kwargs)](*args, **options, **config_kwargs)
     return config
