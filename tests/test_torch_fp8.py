@@ -251,3 +251,43 @@ def test_scaled_plans_are_kept_per_problem_and_layout_and_copy_an_unaligned_star
               for operands in variants]
     others.append(backend._scaled_launch(torch._scaled_mm, a, b, "tensorwise", torch.bfloat16))
     assert len({id(p) for p in [plan, *others]}) == 4
+
+
+
+def _rounding_cases(dtype: type) -> np.ndarray:
+    """Random values over E4M3's whole range and past it, every tie between neighbouring E4M3
+    values (and values a hair either side), subnormals, and the specials, in ``dtype``."""
+    from gemmzoo.contract.fp8 import E4M3
+
+    codes = np.arange(256, dtype=np.uint8).view(E4M3).astype(np.float64)
+    grid = np.unique(codes[np.isfinite(codes)])
+    ties = (grid[:-1] + grid[1:]) / 2
+    rng = np.random.default_rng(11)
+    spread = rng.standard_normal(20_000) * 2.0 ** rng.integers(-14, 11, 20_000)
+    specials = [0.0, -0.0, 449.0, 464.0, 480.0, -1e30, 2.0**-10, -2.0**-10, np.inf, -np.inf, np.nan, -np.nan]
+    near = ties * (1 + 2.0**-20) if dtype == np.float32 else ties + 2.0**-40
+    with np.errstate(over="ignore"):
+        return np.concatenate([spread, grid, ties, -ties, near, specials]).astype(dtype)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_device_rounding_gives_the_host_roundings_bytes(device, dtype):
+    """``from_numpy`` rounds fp8 operands where the tensor lives; every byte equals the host's
+    :func:`to_e4m3`, ties, subnormals, saturation and the signs of NaN and zero included."""
+    from gemmzoo.arrays.torch_tensors import e4m3_tensor
+    from gemmzoo.contract.fp8 import to_e4m3
+
+    values = _rounding_cases(dtype)
+    got = e4m3_tensor(torch.from_numpy(values).to(device))
+    assert got.dtype == torch.float8_e4m3fn and got.device.type == device
+    np.testing.assert_array_equal(got.view(torch.uint8).cpu().numpy(), to_e4m3(values).view(np.uint8))
+
+
+def test_from_numpy_rounds_a_transposed_operand_into_c_order():
+    from gemmzoo.contract.fp8 import to_e4m3
+
+    values = _rounding_cases(np.float64)[:3000].reshape(60, 50).T
+    tensor = ScaledMmOnCpu().from_numpy(values, "float8_e4m3fn")
+    assert tensor.shape == (50, 60) and tensor.is_contiguous()
+    np.testing.assert_array_equal(tensor.view(torch.uint8).numpy(), to_e4m3(values).view(np.uint8))

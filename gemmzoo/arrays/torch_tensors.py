@@ -2,9 +2,10 @@
 
 A mixin for :class:`gemmzoo.Backend` subclasses: tensors live on ``self.device`` ("cpu" or
 "cuda"), the ``tf32`` mode wraps float32 tensors in :class:`gemmzoo.TF32Array`, and 16-bit and fp8
-results come back to the host as float32. ``float8_e4m3fn`` tensors hold the bytes of
-:func:`gemmzoo.contract.fp8.to_e4m3` (nearest even, ±448 for finite values out of range, NaN for ±Inf), so
-every torch-based backend rounds exactly as the numpy backend does. torch is imported inside the
+results come back to the host as float32. ``float8_e4m3fn`` tensors are rounded on the device by
+:func:`e4m3_tensor`, to the bytes :func:`gemmzoo.contract.fp8.to_e4m3` gives on the host (nearest
+even, ±448 for finite values out of range, NaN for ±Inf), so every torch-based backend rounds
+exactly as the numpy backend does. torch is imported inside the
 methods only.
 """
 
@@ -77,10 +78,9 @@ class TorchTensors:
 
         self.check_dtype(dtype, np.shape(x))
         if dtype == "float8_e4m3fn":
-            from gemmzoo.contract.fp8 import e4m3_bytes
-
-            raw = torch.from_numpy(np.ascontiguousarray(e4m3_bytes(x)))
-            return raw.view(torch.float8_e4m3fn).to(device=self.device)
+            single = isinstance(x, np.ndarray) and x.dtype == np.float32
+            values = np.asarray(x, dtype=np.float32 if single else np.float64, order="C")
+            return e4m3_tensor(torch.from_numpy(values).to(device=self.device))
         # A copy to another device is the tensor's own; a CPU tensor must not share the caller's
         # array, nor wrap one it may not write to.
         values = np.asarray(x)
@@ -102,3 +102,32 @@ class TorchTensors:
         # put it in C order, as a copy of the caller's own CPU tensor always is
         fresh = converted or host.data_ptr() != tensor.data_ptr()
         return np.ascontiguousarray(host.numpy()) if fresh else host.numpy().copy()
+
+
+def e4m3_tensor(values: Any) -> Any:
+    """A float32 or float64 tensor rounded to ``torch.float8_e4m3fn`` on its own device, value for
+    value as :func:`gemmzoo.contract.fp8.to_e4m3` rounds on the host: nearest even, finite values
+    out of range saturating to ±448, ±Inf to NaN, a NaN keeping its sign. Rounding where the
+    tensor lives spares the host a pass over every operand a backend is given."""
+    import torch
+
+    from gemmzoo.contract.fp8 import E4M3_MAX
+
+    if values.dtype == torch.float64:
+        values = _float32_rounded_to_odd(values)
+    clipped = torch.where(torch.isinf(values), float("nan"), values.clamp(-E4M3_MAX, E4M3_MAX))
+    return torch.copysign(clipped, values).to(torch.float8_e4m3fn)
+
+
+def _float32_rounded_to_odd(values: Any) -> Any:
+    """A float64 tensor in float32, rounded to odd: the one rounding to E4M3 that follows is then
+    correct (see :func:`gemmzoo.contract.fp8._round_to_odd_float32`, the host's own)."""
+    import torch
+
+    single = values.to(torch.float32)
+    back = single.to(torch.float64)
+    finite = torch.isfinite(values)
+    inexact = finite & (back != values)
+    rounded_up = finite & (back.abs() > values.abs())
+    truncated = torch.where(rounded_up, torch.nextafter(single, torch.zeros_like(single)), single)
+    return (truncated.view(torch.int32) | inexact.to(torch.int32)).view(torch.float32)
