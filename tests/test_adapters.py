@@ -334,6 +334,26 @@ class _Warming:
         self.calls.append((kwargs, grid, active_mode.get() is not None, self.block))
         if kwargs.get("BLOCK") == self.fail_on:
             raise RuntimeError("does not compile")
+        return self.compiled(kwargs.get("BLOCK"))
+
+    def compiled(self, block):
+        """What a warmup returns: a compiled kernel (a stand-in), or its future in the compile mode."""
+        return _Compiled(block)
+
+
+class _Compiled:
+    def __init__(self, block, module=None):
+        self.src, self.metadata, self.module = f"src-{block}", f"meta-{block}", module
+
+
+class _Future:
+    def __init__(self, kernel=None):
+        self.kernel = kernel
+
+    def result(self):
+        if self.kernel is None:
+            raise RuntimeError("its compile failed")
+        return self.kernel
 
 
 def _configs(kernel, blocks):
@@ -360,6 +380,59 @@ def test_configs_are_compiled_at_once_in_tritons_compile_mode_each_after_its_hoo
     from triton.runtime._async_compile import active_mode
 
     assert active_mode.get() is None  # and the mode ended with the call
+
+
+def test_each_compiled_kernels_launcher_is_made_in_the_pool_and_failures_are_left(monkeypatch):
+    """Kernels compiled at once get their launchers made in the compile threads (where Triton builds
+    them with the C compiler); a failed compile, a kernel already loaded and a launcher that fails
+    are left to the kernel's first launch."""
+    internals = _triton_internals()
+    pytest.importorskip("triton.runtime._async_compile")
+    import threading
+
+    import triton
+
+    made = []
+
+    class Active:
+        def launcher_cls(self, src, metadata):
+            made.append((src, metadata, threading.current_thread().name))
+            if src == "src-256":
+                raise RuntimeError("the C compiler failed")
+
+    class Drivers:
+        active = Active()
+
+    monkeypatch.setattr(triton.runtime, "driver", Drivers())
+
+    class Mixed(_Warming):
+        def compiled(self, block):
+            return {32: _Compiled(32), 64: _Future(_Compiled(64)), 128: _Future(None),
+                    16: _Compiled(16, module="loaded"), 256: _Compiled(256)}[block]
+
+    kernel = Mixed()
+    configs = _configs(kernel, [(32, 2), (64, 3), (128, 4), (16, 2), (256, 3)])
+    assert internals.compile_at_once(kernel, configs, ("x-arg",), {}, {"x": "x-arg"})
+    assert sorted(m[:2] for m in made) == [("src-256", "meta-256"), ("src-32", "meta-32"),
+                                           ("src-64", "meta-64")]
+    assert all(m[2].startswith("gemmzoo-triton-compile") for m in made)
+
+
+def test_without_an_active_driver_no_launcher_is_made(monkeypatch):
+    internals = _triton_internals()
+    pytest.importorskip("triton.runtime._async_compile")
+    import triton
+
+    class Drivers:
+        @property
+        def active(self):
+            raise RuntimeError("0 active drivers")
+
+    monkeypatch.setattr(triton.runtime, "driver", Drivers())
+    kernel = _Warming()
+    assert internals.compile_at_once(kernel, _configs(kernel, [(32, 2), (64, 3)]), ("x-arg",), {},
+                                     {"x": "x-arg"})
+    assert len(kernel.calls) == 2
 
 
 def test_a_config_that_fails_to_compile_is_left_to_the_autotuner_and_one_config_is_not_warmed():

@@ -10,7 +10,10 @@ picked config (``best_config``), wrapped function (``fn``, ``base_fn``) and argu
 (``arg_names``), the active driver's current-stream lookup
 (``triton.runtime.driver.active.get_current_stream``, what each Triton launch asks), and the
 compile mode that hands a ``warmup``'s compilation to an executor
-(``triton.runtime._async_compile.AsyncCompileMode``, in Triton 3.4 and later).
+(``triton.runtime._async_compile.AsyncCompileMode``, in Triton 3.4 and later; the future it
+returns, whose ``result`` is the ``CompiledKernel``) and what a compiled kernel's first launch
+makes its launcher with (the driver's ``launcher_cls``, given the kernel's ``src`` and
+``metadata``).
 
 :func:`unsupported_reason` says whether the installed Triton is one these were written and
 checked against (:data:`TESTED_MAJORS`) and still has them. Where it is not, :class:`BoundLaunch`
@@ -158,7 +161,8 @@ def compile_at_once(kernel: Any, configs: Sequence[Any], args: tuple[Any, ...], 
     in LLVM and ``ptxas``, outside Python's lock, so an autotuner that then times the configs one
     by one finds them all compiled. Each config's ``pre_hook`` runs first, as the autotuner runs
     it (it may set the block shape of a tensor descriptor, which the compiled kernel depends on).
-    A warmup launches nothing, so its grid is any one.
+    A warmup launches nothing, so its grid is any one. Each compiled kernel's launcher is then
+    made in the same threads (:func:`_make_launcher`).
 
     Returns whether it compiled anything: ``False`` (the autotuner compiles them one by one, as
     before) where this Triton has no such compile mode, another one is active, or fewer than two
@@ -177,17 +181,48 @@ def compile_at_once(kernel: Any, configs: Sequence[Any], args: tuple[Any, ...], 
     # Triton 3.4 and 3.5 take no ignore_errors: a failed compile then raises as the mode ends
     takes = inspect.signature(AsyncCompileMode).parameters
     quiet = {"ignore_errors": True} if "ignore_errors" in takes else {}
-    try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="gemmzoo-triton-compile") as pool, \
-                AsyncCompileMode(pool, **quiet):
-            for config in configs:
-                values = config.all_kwargs()
-                try:
-                    if config.pre_hook is not None:
-                        config.pre_hook({**named_args, **options, **values})
-                    kernel.warmup(*args, **options, **values, grid=(1,))
-                except Exception:  # met again, and handled, by the autotuner
-                    continue
-    except Exception:  # a compile that failed in the pool: the autotuner meets it again too
-        pass
+    with ThreadPoolExecutor(workers, thread_name_prefix="gemmzoo-triton-compile") as pool:
+        compiled = []
+        try:
+            with AsyncCompileMode(pool, **quiet):
+                for config in configs:
+                    values = config.all_kwargs()
+                    try:
+                        if config.pre_hook is not None:
+                            config.pre_hook({**named_args, **options, **values})
+                        compiled.append(kernel.warmup(*args, **options, **values, grid=(1,)))
+                    except Exception:  # met again, and handled, by the autotuner
+                        continue
+        except Exception:  # a compile that failed in the pool: the autotuner meets it again too
+            pass
+        launcher = _launcher_maker()
+        if launcher is not None:
+            for each in compiled:
+                pool.submit(_make_launcher, launcher, each)
     return True
+
+
+def _launcher_maker() -> Callable[[Any, Any], Any] | None:
+    """The active driver's ``launcher_cls`` (what a compiled kernel's first launch calls on its
+    ``src`` and ``metadata``); ``None`` where there is no active driver or no such attribute."""
+    try:
+        import triton
+
+        return triton.runtime.driver.active.launcher_cls
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _make_launcher(launcher: Callable[[Any, Any], Any], compiled: Any) -> None:
+    """Make the launcher of ``compiled`` (a kernel a warmup returned, or its future) and drop it.
+
+    Some Triton releases (3.6 among them) build each kernel's C launcher with the system's C
+    compiler on its first launch, one after another on the caller's thread, and keep the built
+    module in their cache; made here, in a pool's thread, the first launch finds it there.
+    Anything that fails is left to that launch, which meets the error again."""
+    try:
+        kernel = compiled.result() if hasattr(type(compiled), "result") else compiled
+        if kernel is not None and getattr(kernel, "module", None) is None:
+            launcher(kernel.src, kernel.metadata)
+    except Exception:
+        pass
