@@ -3,6 +3,8 @@ on CUDA where there is an fp8 GPU."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -290,4 +292,15 @@ def test_from_numpy_rounds_a_transposed_operand_into_c_order():
     values = _rounding_cases(np.float64)[:3000].reshape(60, 50).T
     tensor = ScaledMmOnCpu().from_numpy(values, "float8_e4m3fn")
     assert tensor.shape == (50, 60) and tensor.is_contiguous()
+    np.testing.assert_array_equal(tensor.view(torch.uint8).numpy(), to_e4m3(values).view(np.uint8))
+
+
+def test_from_numpy_rounds_a_read_only_float32_operand_without_a_warning():
+    from gemmzoo.contract.fp8 import to_e4m3
+
+    values = _rounding_cases(np.float32)[:2000].reshape(40, 50)
+    values.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tensor = ScaledMmOnCpu().from_numpy(values, "float8_e4m3fn")
     np.testing.assert_array_equal(tensor.view(torch.uint8).numpy(), to_e4m3(values).view(np.uint8))

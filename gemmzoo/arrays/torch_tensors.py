@@ -80,6 +80,8 @@ class TorchTensors:
         if dtype == "float8_e4m3fn":
             single = isinstance(x, np.ndarray) and x.dtype == np.float32
             values = np.asarray(x, dtype=np.float32 if single else np.float64, order="C")
+            if not values.flags.writeable:  # torch wraps no read-only array
+                values = values.copy()
             return e4m3_tensor(torch.from_numpy(values).to(device=self.device))
         # A copy to another device is the tensor's own; a CPU tensor must not share the caller's
         # array, nor wrap one it may not write to.
