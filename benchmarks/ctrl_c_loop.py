@@ -1,5 +1,5 @@
-"""Ctrl-C in a loop: each try a fresh ``gemmzoo check``, ``bench`` or ``tune`` process with the jax
-and numpy backends, sent SIGINT after a random delay that lands while it runs; prints each exit
+"""Ctrl-C in a loop: each try a fresh ``gemmzoo check``, ``bench`` or ``tune`` process with the jax,
+torch-cpu and numpy backends, sent SIGINT after a random delay that lands while it runs; prints each exit
 status and how many of the interrupted runs exited 130.
 
     python3 benchmarks/ctrl_c_loop.py [TRIES] [--json PATH]
@@ -18,12 +18,15 @@ import tempfile
 import time
 from pathlib import Path
 
+#: The backends each bench and tune try runs.
+BACKENDS = ["--backend", "jax", "--backend", "torch-cpu", "--backend", "numpy"]
+
 COMMANDS = {
-    "check": (["check", "jax"], 4.0, 20.0),
-    "bench": (["bench", "--backend", "jax", "--backend", "numpy", "--shape", "300x300x300", "--shape",
-               "500x400x300", "--shape", "700x600x500", "--shape", "1000x800x600"], 3.0, 8.0),
-    "tune": (["tune", "--backend", "jax", "--backend", "numpy", "--shape", "300x200x100", "--shape",
-              "301x201x101", "--shape", "600x500x400"], 3.0, 8.0),
+    "check": (["check", "jax"], 3.0, 9.0),
+    "bench": (["bench", *BACKENDS, "--shape", "300x300x300", "--shape", "500x400x300", "--shape",
+               "700x600x500", "--shape", "1000x800x600"], 3.0, 8.0),
+    "tune": (["tune", *BACKENDS, "--shape", "300x200x100", "--shape", "301x201x101", "--shape",
+              "600x500x400", "--shape", "1000x800x600", "--shape", "1201x901x701"], 2.0, 5.0),
 }
 
 
