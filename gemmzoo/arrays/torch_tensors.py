@@ -78,8 +78,9 @@ class TorchTensors:
 
         self.check_dtype(dtype, np.shape(x))
         if dtype == "float8_e4m3fn":
-            single = isinstance(x, np.ndarray) and x.dtype == np.float32
-            values = np.asarray(x, dtype=np.float32 if single else np.float64, order="C")
+            from gemmzoo.contract.fp8 import rounding_input
+
+            values = rounding_input(x)
             if not values.flags.writeable:  # torch wraps no read-only array
                 values = values.copy()
             return e4m3_tensor(torch.from_numpy(values).to(device=self.device))

@@ -39,12 +39,17 @@ E4M3_MAX = 448.0
 CHUNK = 1 << 16
 
 
+def rounding_input(x: np.ndarray) -> np.ndarray:
+    """``x`` as E4M3 rounding reads it, C-ordered: float32 kept as float32 (rounded from it
+    directly: one rounding, so no care for a double one is needed), any other dtype as float64."""
+    single = isinstance(x, np.ndarray) and x.dtype == np.float32
+    return np.asarray(x, dtype=np.float32 if single else np.float64, order="C")
+
+
 def to_e4m3(x: np.ndarray) -> np.ndarray:
     """``x`` rounded to E4M3 (a new C-ordered array of :data:`E4M3`), saturating as the module
-    says. float32 values are rounded from float32 directly (one rounding, so no care for a double
-    one is needed); other dtypes through float64."""
-    single = isinstance(x, np.ndarray) and x.dtype == np.float32
-    values = np.asarray(x, dtype=np.float32 if single else np.float64, order="C")
+    says, from :func:`rounding_input`'s float32 or float64."""
+    values = rounding_input(x)
     if values.size <= CHUNK:
         return _rounded(values)
     flat = values.reshape(-1)
