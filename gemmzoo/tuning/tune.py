@@ -198,11 +198,12 @@ def with_loops(backends: Sequence[Any], point: GridPoint, records: Sequence[Reco
     near = contenders(records, loops)
     if not near:
         return records
-    from gemmzoo.measure import interleaved_caller_timings, make_problem
+    from gemmzoo.measure import interleaved_caller_timings
+
+    shared = operands if operands is not None else SharedOperands(point)
 
     def loop_timings() -> list[Any]:
-        problems = [operands.problem(backends[index]) if operands is not None
-                    else make_problem(backends[index], point) for index in near]
+        problems = [shared.problem(backends[index]) for index in near]
         return interleaved_caller_timings(problems, [float(records[index].measured_caller_s)  # type: ignore[arg-type]
                                                      for index in near])
 
