@@ -381,8 +381,9 @@ def k_major_copies(like_a: Any, like_b: Any) -> Any:
     the K of the aligned problem. The padding never starts a new 128-block (128 is a multiple of
     16), so block-wise scales stay as they are."""
     from gemmzoo_triton.core.aligned import AlignedCopy, KeptCopies
+    from gemmzoo_triton.core.padding import round_up
 
-    k16 = -(-like_a.shape[1] // 16) * 16
+    k16 = round_up(like_a.shape[1], 16)
     return KeptCopies(AlignedCopy(like_a, column_major=False, zero_padded=k16),
                       AlignedCopy(like_b, column_major=True, zero_padded=k16), lambda x, y: None)
 
