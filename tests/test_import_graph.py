@@ -24,6 +24,7 @@ PER_PROCESS = {
     "gemmzoo.measure.threads": {"_confined"},
     "gemmzoo.measure.adaptors": {"_NVBENCH_NAMES"},
     "gemmzoo.native": {"_lock", "_loaded"},
+    "gemmzoo.conformance.shards": {"_zygotes", "_zygote_lock"},
     "gemmzoo.dispatch.matmul": {"_KEYS", "_ROUTES", "_compiled_tried"},
 }
 # The layers of docs/architecture.md ("Layers"), bottom to top: a module imports (anywhere in it)

@@ -157,11 +157,11 @@ def test_suites_side_by_side_begin_at_drawn_cores(monkeypatch, tmp_path):
     monkeypatch.setattr(shards, "own_cores", lambda: list(range(64)))
     monkeypatch.setattr(shards.random, "randrange", lambda n: 40)
 
-    class Recorded:
-        def __init__(self, command, **_kwargs):
-            specs.append(json.loads(open(command[-1], encoding="utf-8").read()))
+    def recorded(spec_path, _out, _backend):
+        specs.append(json.loads(open(spec_path, encoding="utf-8").read()))
+        return subprocess.Popen([sys.executable, "-c", "pass"])
 
-    monkeypatch.setattr(shards.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(shards, "start_worker", recorded)
     backend = gemmzoo.get_backend("numpy")
     settings = SuiteSettings(("float32",))
     labels = [label for label, _ in suite_checks(backend, settings)]
@@ -184,3 +184,67 @@ def test_a_worker_runs_on_the_cores_its_spec_names(tmp_path):
                 f"raise SystemExit(w.main([{str(spec)!r}]))")
         done = subprocess.run([sys.executable, "-c", seen], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and json.loads(done.stdout) == expected, (cores, done.stdout, done.stderr)
+
+
+forks = pytest.mark.skipif(not hasattr(__import__("os"), "fork"),
+                           reason="no fork here: workers are processes of their own")
+
+
+def _numpy_spec(tmp_path, labels=("bad-input-not-2d", "float32-random-7x11x13-NN")):
+    spec = {"backend": "numpy", "digest": current().registry.code_digest("numpy"),
+            "settings": {"dtypes": ["float32"], "classes": None, "random": 0, "seed": 0, "max_work": 1e6},
+            "timeout": 60.0, "labels": list(labels), "out": str(tmp_path / "out.json")}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return str(path), spec["out"]
+
+
+@forks
+def test_workers_are_forked_from_the_zygote_and_take_this_processs_environment(tmp_path, monkeypatch):
+    path, out = _numpy_spec(tmp_path)
+    worker = shards.start_worker(path, out, gemmzoo.get_backend("numpy"))
+    assert isinstance(worker, shards.ForkedWorker) and worker.wait(timeout=60) == 0
+    rows = json.loads(open(out, encoding="utf-8").read())
+    assert [row[0] for row in rows] == ["bad-input-not-2d", "float32-random-7x11x13-NN"]
+    assert all(row[3] is True for row in rows)
+    # the zygote started before this variable was set: the worker reads it all the same, finds no
+    # numpy backend, and ends without results
+    import os
+
+    os.remove(out)
+    monkeypatch.setenv("GEMMZOO_DISABLE_PLUGINS", "numpy")
+    worker = shards.start_worker(path, out, gemmzoo.get_backend("numpy"))
+    assert isinstance(worker, shards.ForkedWorker) and worker.wait(timeout=60) == 1
+    assert not os.path.exists(out)
+
+
+@forks
+def test_a_forked_worker_is_killed_at_its_deadline_and_ends_with_its_zygote(tmp_path, monkeypatch):
+    import os
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    zygote = shards.Zygote(["gemmzoo.conformance.shard_worker", "zygote_stall"])
+    try:
+        path, out = _numpy_spec(tmp_path)
+        stalled = zygote.fork(path, out)
+        assert stalled is not None and stalled.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            stalled.wait(timeout=0.3)
+        stalled.kill()
+        assert stalled.wait(timeout=10) == 1 and not os.path.exists(out)
+        orphan = zygote.fork(path, out)
+        assert orphan is not None and orphan.poll() is None
+    finally:
+        zygote.close()
+    assert not zygote.alive()
+    assert orphan.wait(timeout=10) == 1  # its parent watch saw the zygote go: not after the minute
+
+
+@forks
+def test_a_zygote_that_is_gone_forks_no_worker(tmp_path):
+    zygote = shards.Zygote(["gemmzoo.conformance.shard_worker"])
+    zygote.close()
+    path, out = _numpy_spec(tmp_path)
+    assert zygote.fork(path, out) is None

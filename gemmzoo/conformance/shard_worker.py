@@ -78,13 +78,15 @@ def _confine(cores: Any) -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, parent: int | None = None) -> int:
     """``python -m gemmzoo.conformance.shard_worker SPEC``: run one worker's checks, ending with
-    the process that started it."""
+    the process that started it: ``parent``, where given (a worker forked by
+    :mod:`gemmzoo.conformance.zygote` watches the zygote), else the spec's ``parent``."""
     args = sys.argv[1:] if argv is None else argv
     with open(args[0], encoding="utf-8") as source:
         spec = json.load(source)
-    parent = spec.get("parent")
+    if parent is None:
+        parent = spec.get("parent")
     if isinstance(parent, int):
         threading.Thread(target=_end_with_parent, args=(parent,), daemon=True,
                          name="gemmzoo-suite-parent").start()

@@ -14,21 +14,32 @@ leaves its checks to this process, which runs them as it would have: sharing cha
 suite takes, never which checks run or what they say. A check that overran its time limit in a
 worker is the worker's last result, and ends the suite and quarantines the backend here too, as
 it would have in this process (it is not run a second time here).
+
+Where this platform can fork, workers are forked from a process that has imported their
+frameworks once (:mod:`gemmzoo.conformance.zygote`), started by the first suite that shares its
+checks, or earlier by :func:`warm_start` (a first answer starts it before it measures, so that
+those imports pass while it measures); elsewhere, or where that process cannot be had, each
+worker is a process of its own (``python -m gemmzoo.conformance.shard_worker SPEC``).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import random
+import select
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from gemmzoo.config import process_environment
 from gemmzoo.contract.backend import declared
 from gemmzoo.measure.threads import own_cores, usable_cores
 from gemmzoo.plugins.watchdog import default_timeout
@@ -154,11 +165,8 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, l
         spec_path = os.path.join(folder.name, f"spec-{number}.json")
         with open(spec_path, "w", encoding="utf-8") as out:
             json.dump(spec, out)
-        try:
-            process = subprocess.Popen([sys.executable, "-m", "gemmzoo.conformance.shard_worker", spec_path],
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
-        except OSError:  # no process to be had: its checks run here
+        process = start_worker(spec_path, spec["out"], backend)
+        if process is None:  # no process to be had: its checks run here
             dealt[0] += indices
             continue
         started.append((process, spec["out"], indices, spec["labels"]))
@@ -167,7 +175,151 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, l
     return Shared(sorted(dealt[0]), started, deadline, folder)
 
 
-def _collect(process: subprocess.Popen, path: str, indices: list[int], labels: list[str],
+def start_worker(spec_path: str, out: str, backend: Any) -> Any:
+    """A worker running the spec at ``spec_path`` (results to ``out``): forked from the zygote
+    where there is one to be had (started now, importing ``backend``'s frameworks, where none
+    runs), else a process of its own; ``None`` where neither can be started."""
+    zygote = _zygote([backend])
+    if zygote is not None:
+        forked = zygote.fork(spec_path, out)
+        if forked is not None:
+            return forked
+    try:
+        return subprocess.Popen([sys.executable, "-m", "gemmzoo.conformance.shard_worker", spec_path],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+
+
+def warm_start(backends: Iterable[Any]) -> None:
+    """Start the zygote now, importing the frameworks of those of ``backends`` whose suites
+    compile kernels (:attr:`gemmzoo.Backend.suite_compiles`), where such a suite would be shared
+    among workers on this machine and no zygote runs yet: its imports then take their seconds
+    while this process goes on (a first answer calls it before measuring its candidates)."""
+    compiling = [b for b in backends if declared(b, "suite_compiles") is True]
+    if compiling and usable_cores() // CORES_PER_WORKER > 1:
+        _zygote(compiling)
+
+
+class ForkedWorker:
+    """A worker forked by the zygote, with what a suite uses of :class:`subprocess.Popen`'s
+    interface. It is not this process's child: its end is seen by its process id going away
+    (the zygote reaps it at once), and its success by its result file, which a worker writes
+    whole, last, and only when it ran its checks."""
+
+    def __init__(self, pid: int, out: str) -> None:
+        self.pid = pid
+        self._out = out
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not _alive(self.pid):
+            self.returncode = 0 if os.path.exists(self._out) else 1
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() >= end:
+                raise subprocess.TimeoutExpired(f"suite worker {self.pid}", timeout or 0.0)
+            time.sleep(0.01)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # there, but another user's: not a worker of ours any more
+        return False
+    return True
+
+
+class Zygote:
+    """A running :mod:`gemmzoo.conformance.zygote`, which imported ``modules`` and forks workers
+    on request."""
+
+    def __init__(self, modules: list[str]) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "gemmzoo.conformance.zygote", *modules],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        self._ready = False
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def fork(self, spec_path: str, out: str) -> ForkedWorker | None:
+        """A worker forked for the spec at ``spec_path``, with this process's environment and
+        module path; ``None`` where the zygote is gone, does not answer within :data:`START_S`
+        or could not fork."""
+        request = {"spec": spec_path, "env": dict(process_environment()), "path": list(sys.path)}
+        with self._lock:
+            try:
+                if not self._ready:
+                    self._ready = self._line() == "ready"
+                    if not self._ready:
+                        self.close()
+                        return None
+                assert self.process.stdin is not None
+                self.process.stdin.write(json.dumps(request) + "\n")
+                self.process.stdin.flush()
+                pid = int(self._line())
+            except (OSError, ValueError, AssertionError):
+                self.close()
+                return None
+        return ForkedWorker(pid, out) if pid > 0 else None
+
+    def _line(self) -> str:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], START_S)
+        if not ready:
+            raise OSError("the zygote did not answer")
+        return self.process.stdout.readline().strip()
+
+    def close(self) -> None:
+        """End the zygote (its input ends; killed where it does not end at once)."""
+        with contextlib.suppress(OSError):
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+#: The zygote of this process, while it runs (a process's workers are forked from one).
+_zygotes: list[Zygote] = []
+_zygote_lock = threading.Lock()
+
+
+def _zygote(backends: list[Any]) -> Zygote | None:
+    """This process's zygote, started where none runs (importing the worker's module and each of
+    ``backends``' frameworks); ``None`` where this platform cannot fork or it cannot start."""
+    if not hasattr(os, "fork"):
+        return None
+    with _zygote_lock:
+        if _zygotes and _zygotes[-1].alive():
+            return _zygotes[-1]
+        modules = ["gemmzoo.conformance.shard_worker"]
+        for backend in backends:
+            modules += [name for name in getattr(backend, "requires", ()) if isinstance(name, str)]
+        try:
+            _zygotes[:] = [Zygote(list(dict.fromkeys(modules)))]
+        except OSError:
+            return None
+        return _zygotes[-1]
+
+
+def _collect(process: Any, path: str, indices: list[int], labels: list[str],
              deadline: float | None) -> dict[int, tuple[tuple[str, str, bool, str], str | None]] | None:
     """A worker's results by index, once it has ended (killed at ``deadline``); ``None`` when it
     failed, outlived ``deadline`` or wrote anything but a result for each of ``indices`` (or for
