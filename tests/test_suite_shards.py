@@ -36,14 +36,15 @@ def test_workers_run_their_checks_and_the_results_are_the_suites():
     backend = gemmzoo.get_backend("numpy")
     settings = SuiteSettings(("float32",))
     checks = suite_checks(backend, settings)
-    shared = shards.start(backend, asdict(settings), 60.0, [label for label, _ in checks], workers=3)
-    assert shared is not None and shared.here == list(range(0, len(checks), 3))
+    labels = [label for label, _ in checks]
+    shared = shards.start(backend, asdict(settings), 60.0, labels, workers=3)
+    assert shared is not None and shared.here == shards.deal(labels, 3)[0]
 
     def not_here(index):
         raise AssertionError(f"check {index} fell back to this process")
 
     got = {index: (result, overran) for index, result, overran in shared.results(not_here, CheckResult)}
-    assert sorted(got) == [i for i in range(len(checks)) if i % 3]
+    assert sorted(got) == sorted(set(range(len(checks))) - set(shared.here)) and got
     alone = check_backend(backend, ["float32"], workers=1).results
     assert all(got[i] == (alone[i], None) for i in got)
     assert all(result.passed for result, _ in got.values())
@@ -62,7 +63,8 @@ def test_a_worker_that_finds_other_code_leaves_its_checks_here(monkeypatch):
     monkeypatch.setattr(type(current().registry), "code_digest", lambda self, name: "not the installed code")
     settings = SuiteSettings(("float32",))
     checks = suite_checks(backend, settings)
-    shared = shards.start(backend, asdict(settings), 60.0, [label for label, _ in checks], workers=2)
+    labels = [label for label, _ in checks]
+    shared = shards.start(backend, asdict(settings), 60.0, labels, workers=2)
     ran_here = []
 
     def here(index):
@@ -70,7 +72,7 @@ def test_a_worker_that_finds_other_code_leaves_its_checks_here(monkeypatch):
         return checks[index][1](), None
 
     results = list(shared.results(here, CheckResult))
-    assert ran_here == list(range(1, len(checks), 2)) == [index for index, _r, _o in results]
+    assert ran_here == shards.deal(labels, 2)[1] == [index for index, _r, _o in results] and ran_here
     assert all(result.passed for _i, result, _o in results)
 
 
@@ -248,3 +250,34 @@ def test_a_zygote_that_is_gone_forks_no_worker(tmp_path):
     zygote.close()
     path, out = _numpy_spec(tmp_path)
     assert zygote.fork(path, out) is None
+
+
+def test_checks_that_likely_share_kernels_are_dealt_to_one_process():
+    from gemmzoo.conformance.cases import conformance_cases
+
+    cases = [case.id for case in conformance_cases("bfloat16", "cuda")]
+    labels = ([f"bad-input-{n}" for n in range(5)] + cases
+              + ["grouped-bfloat16-ragged-24x32-m=5,0,1,17,9", "grouped-bfloat16-one-row-16x40-m=1,1,1"])
+    for count in (1, 2, 3, 8):
+        dealt = shards.deal(labels, count)
+        every = sorted(i for indices in dealt for i in indices)
+        assert len(dealt) == count and every == list(range(len(labels)))
+        owner = {i: number for number, indices in enumerate(dealt) for i in indices}
+        keys: dict[object, set[int]] = {}
+        for index, label in enumerate(labels):
+            if (key := shards.kernel_key(label)) is not None:
+                keys.setdefault(key, set()).add(owner[index])
+        assert all(len(owners) == 1 for owners in keys.values())
+        if count == 8:  # every process has something, and the large problems are spread out
+            ends = ("4544x4544x4544-NN", "2112x2080x2064-NN", "1031x1029x4097-NN")
+            large = [i for i, label in enumerate(labels) if label.endswith(ends)]
+            assert all(dealt) and len({owner[i] for i in large}) == 3
+    same = shards.kernel_key("bfloat16-random-7x11x13-NN")
+    assert same == shards.kernel_key("bfloat16-integers-37x29x33-NN")  # sizes of one kind, one layout
+    assert same != shards.kernel_key("bfloat16-random-37x43x53-NT")  # another layout
+    assert same != shards.kernel_key("float16-random-7x11x13-NN")  # another dtype
+    assert shards.kernel_key("bfloat16-random-63x65x64-NN") != same  # K a multiple of 16
+    assert shards.kernel_key("bfloat16-random-1x37x19-NN") != same  # M of one
+    large = shards.kernel_key("bfloat16-random-1031x1029x4097-NN")
+    assert large != shards.kernel_key("bfloat16-random-1033x1029x4097-NN")  # a large problem: its own key
+    assert shards.kernel_key("bad-input-not-2d") is None

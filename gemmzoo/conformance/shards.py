@@ -3,9 +3,8 @@
 Triton compiles a kernel while holding the GIL, so threads compile one kernel at a time and
 processes compile side by side; and a JIT backend's suite is mostly compiles, each layout and
 edge case being a kernel specialization of its own. So the checks of such a backend
-(:attr:`gemmzoo.Backend.suite_compiles`) are dealt out: this process runs every ``n``-th one and
-each of ``n - 1`` worker processes (``python -m gemmzoo.conformance.shard_worker SPEC``) the
-others.
+(:attr:`gemmzoo.Backend.suite_compiles`) are dealt out (:func:`deal`) between this process and
+``n - 1`` worker processes.
 
 A worker finds the backend by name in the registry its own process builds from the installed
 plugins, and runs only when the code it finds is the code being checked here (the same digest,
@@ -27,8 +26,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import math
 import os
 import random
+import re
 import select
 import signal
 import subprocess
@@ -150,7 +151,7 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, l
     except Exception:  # the installed plugins do not have it: it runs here
         return None
     limit = default_timeout() if timeout == "default" else timeout
-    dealt = [list(range(first, checks, count)) for first in range(count)]
+    dealt = deal(labels, count)
     folder = tempfile.TemporaryDirectory(prefix="gemmzoo-suite-")
     cores = own_cores()
     # where this suite's cores begin, drawn: suites run side by side on a machine with more cores
@@ -173,6 +174,60 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, l
     most = max((len(indices) for _p, _o, indices, _l in started), default=0)
     deadline = None if limit is None else time.monotonic() + START_S + float(limit) * most
     return Shared(sorted(dealt[0]), started, deadline, folder)
+
+
+#: Sizes in a check's label, ``MxNxK`` (or ``NxK`` for a grouped case).
+_SIZES = re.compile(r"(\d+)x(\d+)(?:x(\d+))?")
+#: Work (M·N·K) past which a problem takes kernels and configs of its own (as the Triton
+#: backends' autotuning does), and the work that costs about a compile to run and judge.
+_SMALL_WORK = 2**24
+_WORK_PER_COMPILE = 6e10
+
+
+def kernel_key(label: str) -> tuple[str, ...] | None:
+    """What a check's kernels are likely specialized on, read from its label (a case id such as
+    ``bfloat16-random-37x43x53-NT``): its class, dtype and layout, and for a small problem each
+    size as a JIT compiler such as Triton's sees it (zero, one, a multiple of 16, other), which
+    with the layout decides its strides'; a larger problem is a key of its own. Checks of one
+    key most often run the same compiled kernels. ``None`` for a label with no sizes (an input
+    check: no kernel)."""
+    found = _SIZES.search(label)
+    if found is None:
+        return None
+    sizes = [int(size) for size in found.groups() if size is not None]
+    parts = label.split("-")
+    layout = parts[-1] if len(parts[-1]) == 2 and set(parts[-1]) <= set("NTS") else ""
+    if math.prod(sizes) > _SMALL_WORK:
+        return (label,)
+    kinds = tuple("0" if v == 0 else "1" if v == 1 else "16" if v % 16 == 0 else "n" for v in sizes)
+    return (label[:found.start()].split("-")[0], *[p for p in parts if p in _DTYPE_WORDS][:1], layout, *kinds)
+
+
+_DTYPE_WORDS = frozenset({"float64", "float32", "tf32", "float16", "bfloat16", "float8_e4m3fn"})
+
+
+def deal(labels: list[str], count: int) -> list[list[int]]:
+    """The checks (``labels``, by index) of each of ``count`` processes, this one first: checks
+    of one :func:`kernel_key` go to one process, so that a kernel is compiled in one process
+    rather than in each that meets it; the keys go, heaviest first, to the process with the
+    least to do (a compile per key, a little per check, and a large problem's work)."""
+    groups: dict[Any, list[int]] = {}
+    for index, label in enumerate(labels):
+        key = kernel_key(label)
+        groups.setdefault(("alone", index) if key is None else key, []).append(index)
+
+    def weight(key: Any, indices: list[int]) -> float:
+        found = _SIZES.search(labels[indices[0]])
+        work = math.prod(int(s) for s in found.groups() if s is not None) if found else 0
+        return (0.0 if key[0] == "alone" else 1.0) + 0.2 * len(indices) + work / _WORK_PER_COMPILE
+
+    load = [0.0] * count
+    dealt: list[list[int]] = [[] for _ in range(count)]
+    for key, indices in sorted(groups.items(), key=lambda item: -weight(*item)):
+        least = min(range(count), key=load.__getitem__)
+        dealt[least] += indices
+        load[least] += weight(key, indices)
+    return [sorted(indices) for indices in dealt]
 
 
 def start_worker(spec_path: str, out: str, backend: Any) -> Any:
