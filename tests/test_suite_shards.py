@@ -188,6 +188,29 @@ def test_a_worker_runs_on_the_cores_its_spec_names(tmp_path):
         assert done.returncode == 0 and json.loads(done.stdout) == expected, (cores, done.stdout, done.stderr)
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity here")
+def test_a_worker_whose_pools_were_sized_before_it_was_confined_runs_its_checks_on_its_cores(tmp_path):
+    # as in a worker forked from the zygote: numpy (and torch, where installed) imported first
+    import os
+
+    one = sorted(os.sched_getaffinity(0))[-1]
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"backend": "numpy", "digest": "d", "settings": {}, "timeout": 1.0,
+                                "labels": [], "out": str(tmp_path / "out.json"), "cores": [one]}))
+    seen = ("import json, numpy, importlib.util\n"
+            "if importlib.util.find_spec('torch'): import torch; torch.get_num_threads()\n"
+            "import gemmzoo.conformance.shard_worker as w\n"
+            "from gemmzoo.measure.threads import pools_now\n"
+            "before = dict(pools_now())\n"
+            "w.run_spec = lambda spec: print(json.dumps([before, dict(pools_now())])) or 0\n"
+            f"raise SystemExit(w.main([{str(spec)!r}]))")
+    done = subprocess.run([sys.executable, "-c", seen], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, during = json.loads(done.stdout)
+    assert max(before.values()) > 1 or len(os.sched_getaffinity(0)) == 1  # sized by every core
+    assert during and set(during) == set(before) and all(n == 1 for n in during.values()), (before, during)
+
+
 forks = pytest.mark.skipif(not hasattr(__import__("os"), "fork"),
                            reason="no fork here: workers are processes of their own")
 

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from gemmzoo.conformance.runner import SuiteSettings, run_check, suite_checks
+from gemmzoo.measure.threads import ThreadLimit
 
 
 def run_spec(spec: dict[str, Any]) -> int:
@@ -67,15 +68,17 @@ def _end_with_parent(parent: int, period: float = PARENT_CHECK_S) -> None:
     os._exit(5)
 
 
-def _confine(cores: Any) -> None:
-    """Run this process on ``cores`` (a list of core numbers) only; nothing where the list is
-    empty or not one, or the OS refuses (the worker then runs on every core it had)."""
+def _confine(cores: Any) -> int | None:
+    """Run this process on ``cores`` (a list of core numbers) only, and say on how many; nothing
+    (``None``) where the list is empty or not one, or the OS refuses (the worker then runs on
+    every core it had)."""
     if not (isinstance(cores, list) and cores and all(type(core) is int and core >= 0 for core in cores)):
-        return
+        return None
     try:
         os.sched_setaffinity(0, cores)
     except (AttributeError, OSError, ValueError):
-        pass
+        return None
+    return len(set(cores))
 
 
 def main(argv: list[str] | None = None, parent: int | None = None) -> int:
@@ -90,8 +93,12 @@ def main(argv: list[str] | None = None, parent: int | None = None) -> int:
     if isinstance(parent, int):
         threading.Thread(target=_end_with_parent, args=(parent,), daemon=True,
                          name="gemmzoo-suite-parent").start()
-    _confine(spec.get("cores"))  # before any library sizes a pool by the cores it sees
-    return run_spec(spec)
+    confined = _confine(spec.get("cores"))  # before any library sizes a pool by the cores it sees
+    if confined is None:
+        return run_spec(spec)
+    # a worker forked from the zygote has the pools its imports sized there, by every core
+    with ThreadLimit(confined):
+        return run_spec(spec)
 
 
 if __name__ == "__main__":
