@@ -243,16 +243,44 @@ def test_workers_are_forked_from_the_zygote_and_take_this_processs_environment(t
     assert not os.path.exists(out)
 
 
-@forks
-def test_a_forked_worker_is_killed_at_its_deadline_and_ends_with_its_zygote(tmp_path, monkeypatch):
+def _probing_zygote(monkeypatch):
+    """A zygote whose workers run tests/zygote_probe.py instead of their checks."""
     import os
     from pathlib import Path
 
     here = str(Path(__file__).resolve().parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    zygote = shards.Zygote(["gemmzoo.conformance.shard_worker", "zygote_stall"])
+    return shards.Zygote(["gemmzoo.conformance.shard_worker", "zygote_probe"])
+
+
+@forks
+def test_a_forked_worker_runs_where_and_as_the_suites_process_is_now(tmp_path, monkeypatch):
+    zygote = _probing_zygote(monkeypatch)
     try:
         path, out = _numpy_spec(tmp_path)
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)  # after the zygote started: the worker takes this process's now
+        monkeypatch.setenv("GEMMZOO_TEST_PROBE", "seen")
+        monkeypatch.syspath_prepend(str(tmp_path / "on-the-path"))
+        worker = zygote.fork(path, out)
+        assert worker is not None and worker.wait(timeout=30) == 0
+        where = json.loads(open(out, encoding="utf-8").read())
+        assert where["cwd"] == str(elsewhere) and where["probe"] == "seen"
+        assert where["path"][0] == str(tmp_path / "on-the-path")
+    finally:
+        zygote.close()
+
+
+@forks
+def test_a_forked_worker_is_killed_at_its_deadline_and_ends_with_its_zygote(tmp_path, monkeypatch):
+    import os
+
+    zygote = _probing_zygote(monkeypatch)
+    try:
+        path, out = _numpy_spec(tmp_path)
+        spec = json.loads(open(path, encoding="utf-8").read())
+        open(path, "w", encoding="utf-8").write(json.dumps({**spec, "stall": True}))
         stalled = zygote.fork(path, out)
         assert stalled is not None and stalled.poll() is None
         with pytest.raises(subprocess.TimeoutExpired):

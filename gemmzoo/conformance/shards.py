@@ -312,10 +312,11 @@ class Zygote:
         return self.process.poll() is None
 
     def fork(self, spec_path: str, out: str) -> ForkedWorker | None:
-        """A worker forked for the spec at ``spec_path``, with this process's environment and
-        module path; ``None`` where the zygote is gone, does not answer within :data:`START_S`
-        or could not fork."""
-        request = {"spec": spec_path, "env": dict(process_environment()), "path": list(sys.path)}
+        """A worker forked for the spec at ``spec_path``, with this process's environment, module
+        path and working directory; ``None`` where the zygote is gone, does not answer within
+        :data:`START_S` or could not fork."""
+        request = {"spec": spec_path, "env": dict(process_environment()), "path": list(sys.path),
+                   "cwd": os.getcwd()}
         with self._lock:
             try:
                 if not self._ready:

@@ -4,14 +4,15 @@ importing its frameworks anew (seconds each, several workers at once).
 
 ``python -m gemmzoo.conformance.zygote MODULE ...`` imports each module it can, writes ``ready``,
 then reads one request a line on its standard input: ``{"spec": PATH, "env": {...}, "path":
-[...]}``. For each it forks a worker, which takes the request's environment and module path,
-sends its output nowhere and runs :func:`gemmzoo.conformance.shard_worker.main` on the spec, and
-writes the worker's process id (or ``-1`` where no fork could be had) on a line of its own. The
-worker's results are its spec's result file; its exit status is not kept (ended workers are
-reaped at once). The server ends when its input does, which is when the process that started it
-ends, however it ends; a worker ends when the server does (see ``shard_worker``). Interrupts
-(Ctrl-C in the terminal) are the suite's to handle: the server ignores them, and a worker ends by
-them as a worker started as a process of its own would.
+[...], "cwd": DIR}``. For each it forks a worker, which takes the request's environment, module
+path and working directory, sends its output nowhere, and runs
+:func:`gemmzoo.conformance.shard_worker.main` on the spec; the server writes the worker's process
+id (or ``-1`` where no fork could be had) on a line of its own. The worker's results are its
+spec's result file; its exit status is not kept (ended workers are reaped at once). The server
+ends when its input does, which is when the process that started it ends, however it ends; a
+worker ends when the server does (see ``shard_worker``). Interrupts (Ctrl-C in the terminal) are
+the suite's to handle: the server ignores them, and a worker ends by them as a worker started as
+a process of its own would.
 
 Not :mod:`multiprocessing`'s forkserver: its children import the program's main script again,
 which runs a script's top-level code in every worker where the script has no main guard.
@@ -27,8 +28,8 @@ import sys
 
 
 def _forked(request: dict[str, object]) -> int:
-    """In a new worker: take the request's environment and path, silence the output, and run the
-    worker on its spec; the worker's exit status."""
+    """In a new worker: take the request's environment, path and working directory, silence the
+    output, and run the worker on its spec; the worker's exit status."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for stream in (0, 1, 2):
         os.dup2(devnull, stream)
@@ -41,6 +42,7 @@ def _forked(request: dict[str, object]) -> int:
     environ.clear()
     environ.update({str(key): str(value) for key, value in dict(request["env"]).items()})  # type: ignore[call-overload]
     sys.path[:] = [str(entry) for entry in request["path"]]  # type: ignore[attr-defined]
+    os.chdir(str(request["cwd"]))
     from gemmzoo.conformance import shard_worker
 
     return shard_worker.main([str(request["spec"])], parent=os.getppid())
