@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 
 from gemmzoo.config import process_environment
 from gemmzoo.contract.backend import declared
+from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.measure.threads import own_cores, usable_cores
 from gemmzoo.plugins.watchdog import default_timeout
 
@@ -200,10 +201,9 @@ def kernel_key(label: str) -> tuple[str, ...] | None:
     if math.prod(sizes) > _SMALL_WORK:
         return (label,)
     kinds = tuple("0" if v == 0 else "1" if v == 1 else "16" if v % 16 == 0 else "n" for v in sizes)
-    return (label[:found.start()].split("-")[0], *[p for p in parts if p in _DTYPE_WORDS][:1], layout, *kinds)
-
-
-_DTYPE_WORDS = frozenset({"float64", "float32", "tf32", "float16", "bfloat16", "float8_e4m3fn"})
+    problem_class = parts[0] if parts[0] not in DTYPES else "gemm"  # a gemm case's id begins with its dtype
+    dtype = next((part for part in parts if part in DTYPES), "")
+    return (problem_class, dtype, layout, *kinds)
 
 
 def deal(labels: list[str], count: int) -> list[list[int]]:
