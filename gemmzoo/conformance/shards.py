@@ -223,10 +223,12 @@ def deal(labels: list[str], count: int) -> list[list[int]]:
 
     load = [0.0] * count
     dealt: list[list[int]] = [[] for _ in range(count)]
-    for key, indices in sorted(groups.items(), key=lambda item: -weight(*item)):
+    weighed = sorted(((weight(key, indices), indices) for key, indices in groups.items()),
+                     key=lambda item: -item[0])
+    for heft, indices in weighed:
         least = min(range(count), key=load.__getitem__)
         dealt[least] += indices
-        load[least] += weight(key, indices)
+        load[least] += heft
     return [sorted(indices) for indices in dealt]
 
 

@@ -463,9 +463,9 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         for backend in [b for b in missing if _compiles(b)]:  # seconds a problem: `gemmzoo tune` measures it
             missing.remove(backend)
             excluded[backend.name] = _compiles_note(shape)
-        if measuring and missing:
-            _drop_non_contenders(missing, bool(latest), GridPoint(m, n, k, dtype, layout), device, library,
-                                 excluded)
+        if measuring and missing:  # measuring: no size is zero
+            point = GridPoint(m, n, k, dtype, layout)
+            _drop_non_contenders(missing, bool(latest), point, device, library, excluded)
         if measuring and missing:
             no_verdict = ", ".join(b.name for b in provisional)
             announce(f"measuring {m}x{n}x{k} {dtype} on {device}: "
@@ -476,7 +476,6 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 from gemmzoo.conformance.shards import warm_start
 
                 warm_start(provisional)
-            point = GridPoint(m, n, k, dtype, layout)
             budget = MISS_BUDGET_S / len(missing)
             fresh = measure_records(missing, point, budget, verify=m * n * k <= VERIFY_LIMIT)
             # running out of memory says what this process had free, not what the shape is: such a
