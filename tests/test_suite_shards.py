@@ -295,6 +295,96 @@ def test_a_forked_worker_is_killed_at_its_deadline_and_ends_with_its_zygote(tmp_
     assert orphan.wait(timeout=10) == 1  # its parent watch saw the zygote go: not after the minute
 
 
+def _children(pid):
+    """The process ids of ``pid``'s children (Linux's /proc; empty where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="utf-8") as listing:
+            return {int(child) for child in listing.read().split()}
+    except OSError:
+        return set()
+
+
+def _until(condition, seconds=30.0):
+    import time
+
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, "not within the time"
+        time.sleep(0.02)
+
+
+@forks
+def test_a_worker_on_standby_runs_the_spec_handed_to_it_where_the_suites_process_is(tmp_path, monkeypatch):
+    import os
+
+    zygote = _probing_zygote(monkeypatch)
+    try:
+        monkeypatch.setenv("GEMMZOO_TEST_PROBE", "before")
+        zygote.stand_by(3, ["numpy"])
+        assert zygote.standing == 3
+        _until(lambda: len(_children(zygote.process.pid)) == 3)  # forked before any spec
+        waiting = _children(zygote.process.pid)
+        path, out = _numpy_spec(tmp_path)
+
+        def run():
+            if os.path.exists(out):
+                os.remove(out)
+            worker = zygote.fork(path, out)
+            assert worker is not None and worker.wait(timeout=30) == 0
+            return worker.pid, json.loads(open(out, encoding="utf-8").read())
+
+        pid, seen = run()
+        assert pid in waiting and zygote.standing == 2 and seen["probe"] == "before" and seen["added"] is None
+        # a variable set since (as libraries do when they start): a worker on standby takes it
+        monkeypatch.setenv("GEMMZOO_TEST_ADDED", "yes")
+        pid, seen = run()
+        assert pid in waiting and zygote.standing == 1 and seen["added"] == "yes"
+        # a variable changed since: the one left on standby is let go, and a worker is forked
+        monkeypatch.setenv("GEMMZOO_TEST_PROBE", "after")
+        pid, seen = run()
+        assert pid not in waiting and zygote.standing == 0 and seen["probe"] == "after"
+        _until(lambda: not _children(zygote.process.pid) & waiting)
+    finally:
+        zygote.close()
+
+
+@forks
+def test_workers_on_standby_that_no_suite_takes_end_when_released(monkeypatch):
+    zygote = _probing_zygote(monkeypatch)
+    try:
+        zygote.stand_by(3, ["numpy"])
+        zygote.release()  # before the zygote is even ready: nothing here waits for it
+        assert zygote.standing == 0
+        _until(lambda: zygote.process.poll() is None and not _children(zygote.process.pid), 60.0)
+        zygote.stand_by(2, ["numpy"])
+        _until(lambda: len(_children(zygote.process.pid)) == 2)
+        shards._zygotes[:] = [zygote]
+        shards.release_standby()
+        _until(lambda: not _children(zygote.process.pid))
+    finally:
+        shards._zygotes[:] = []
+        zygote.close()
+
+
+def test_warm_start_puts_workers_on_standby_only_where_a_suite_would_share_its_checks(monkeypatch):
+    compiling = DelayedBackend("compiling")
+    compiling.suite_compiles = True
+    asked = []
+
+    class Recording:
+        def stand_by(self, count, names):
+            asked.append((count, names))
+
+    monkeypatch.setattr(shards, "_zygote", lambda backends: Recording())
+    monkeypatch.setattr(shards, "usable_cores", lambda: 2)
+    shards.warm_start([compiling])
+    monkeypatch.setattr(shards, "usable_cores", lambda: 16)
+    shards.warm_start([DelayedBackend("plain")])
+    assert asked == []
+    shards.warm_start([compiling, DelayedBackend("plain")])
+    assert asked == [(7, ["compiling"])]  # eight processes share a suite on 16 cores: this one and 7
+
+
 @forks
 def test_a_zygote_that_is_gone_forks_no_worker(tmp_path):
     zygote = shards.Zygote(["gemmzoo.conformance.shard_worker"])
@@ -323,6 +413,13 @@ def test_checks_that_likely_share_kernels_are_dealt_to_one_process():
             ends = ("4544x4544x4544-NN", "2112x2080x2064-NN", "1031x1029x4097-NN")
             large = [i for i, label in enumerate(labels) if label.endswith(ends)]
             assert all(dealt) and len({owner[i] for i in large}) == 3
+    # a GPU suite's largest problem, most of whose time is drawing and judging its arrays, shares
+    # its process with no other problem
+    suite = [f"bad-input-{n}" for n in range(5)] + cases
+    dealt = shards.deal(suite, 8)
+    largest = next(part for part in dealt if any(suite[i].endswith("4544x4544x4544-NN") for i in part))
+    assert [suite[i] for i in largest if shards.kernel_key(suite[i]) is not None] == [
+        "bfloat16-random-4544x4544x4544-NN"]
     same = shards.kernel_key("bfloat16-random-7x11x13-NN")
     assert same == shards.kernel_key("bfloat16-integers-37x29x33-NN")  # sizes of one kind, one layout
     assert same != shards.kernel_key("bfloat16-random-37x43x53-NT")  # another layout

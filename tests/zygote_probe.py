@@ -15,7 +15,8 @@ def _run_spec(spec):
         time.sleep(60)
         return 0
     with open(spec["out"], "w", encoding="utf-8") as out:
-        json.dump({"cwd": os.getcwd(), "probe": os.environ.get("GEMMZOO_TEST_PROBE"), "path": sys.path}, out)
+        json.dump({"cwd": os.getcwd(), "probe": os.environ.get("GEMMZOO_TEST_PROBE"), "path": sys.path,
+                   "added": os.environ.get("GEMMZOO_TEST_ADDED")}, out)
     return 0
 
 

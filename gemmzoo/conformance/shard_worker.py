@@ -91,14 +91,79 @@ def main(argv: list[str] | None = None, parent: int | None = None) -> int:
     if parent is None:
         parent = spec.get("parent")
     if isinstance(parent, int):
-        threading.Thread(target=_end_with_parent, args=(parent,), daemon=True,
-                         name="gemmzoo-suite-parent").start()
+        _watch(parent)
+    return _run_confined(spec)
+
+
+def _watch(parent: int) -> None:
+    """End this process with ``parent`` (:func:`_end_with_parent`, in a thread)."""
+    threading.Thread(target=_end_with_parent, args=(parent,), daemon=True,
+                     name="gemmzoo-suite-parent").start()
+
+
+def _run_confined(spec: dict[str, Any]) -> int:
     confined = _confine(spec.get("cores"))  # before any library sizes a pool by the cores it sees
     if confined is None:
         return run_spec(spec)
     # a worker forked from the zygote has the pools its imports sized there, by every core
     with ThreadLimit(confined):
         return run_spec(spec)
+
+
+#: Seconds a standby worker waits for its spec before it ends unused.
+STANDBY_S = 120.0
+#: Seconds between a standby worker's looks for its spec.
+STANDBY_POLL_S = 0.005
+
+
+def standby(spec_path: str, backends: list[str], parent: int) -> int:
+    """A worker started before its suite is known (:meth:`gemmzoo.conformance.shards.Zygote.stand_by`):
+    it readies ``backends`` as a check would (the registry, each one's code digest and
+    availability, a first :meth:`~gemmzoo.Backend.synchronize`, which starts its device), then
+    waits for a spec to appear at ``spec_path`` (written whole, by a rename), takes the
+    surroundings it carries (:func:`take_surroundings`) and runs it as :func:`main` would. It
+    ends with ``parent`` (the zygote); unused, when what appears says ``release``, or after
+    :data:`STANDBY_S`."""
+    _watch(parent)
+    from gemmzoo.plugins.registry import get_registry, probe_availability
+
+    for name in backends:
+        if os.path.exists(spec_path):  # handed its spec, or released, already
+            break
+        try:
+            registry = get_registry()
+            backend = registry.get(name)
+            if backend is None:
+                continue
+            registry.code_digest(name)
+            reason, fault = probe_availability(backend)
+            if reason is None and fault is None:
+                backend.synchronize()
+        except Exception:  # readying is a head start only: the checks meet whatever failed here
+            pass
+    end = time.monotonic() + STANDBY_S
+    while not os.path.exists(spec_path):
+        if time.monotonic() > end:
+            return 4
+        time.sleep(STANDBY_POLL_S)
+    with open(spec_path, encoding="utf-8") as source:
+        spec = json.load(source)
+    if spec.get("release"):
+        return 0
+    take_surroundings(spec.pop("surroundings"))
+    return _run_confined(spec)
+
+
+def take_surroundings(surroundings: dict[str, Any]) -> None:
+    """Make ``surroundings`` (``env``, ``path`` and ``cwd``: the suite process's environment,
+    module path and working directory) this process's own."""
+    from gemmzoo.config import process_environment
+
+    environ = process_environment()
+    environ.clear()
+    environ.update({str(key): str(value) for key, value in dict(surroundings["env"]).items()})
+    sys.path[:] = [str(entry) for entry in surroundings["path"]]
+    os.chdir(str(surroundings["cwd"]))
 
 
 if __name__ == "__main__":

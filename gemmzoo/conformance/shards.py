@@ -17,8 +17,9 @@ it would have in this process (it is not run a second time here).
 Where this platform can fork, workers are forked from a process that has imported their
 frameworks once (:mod:`gemmzoo.conformance.zygote`), started by the first suite that shares its
 checks, or earlier by :func:`warm_start` (a first answer starts it before it measures, so that
-those imports pass while it measures); elsewhere, or where that process cannot be had, each
-worker is a process of its own (``python -m gemmzoo.conformance.shard_worker SPEC``).
+those imports pass while it measures, and has it fork workers on standby, which start their
+devices meanwhile and wait for a suite's checks); elsewhere, or where that process cannot be
+had, each worker is a process of its own (``python -m gemmzoo.conformance.shard_worker SPEC``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import os
 import random
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -180,9 +182,11 @@ def start(backend: Any, settings: dict[str, Any], timeout: float | str | None, l
 #: Sizes in a check's label, ``MxNxK`` (or ``NxK`` for a grouped case).
 _SIZES = re.compile(r"(\d+)x(\d+)(?:x(\d+))?")
 #: Work (M·N·K) past which a problem takes kernels and configs of its own (as the Triton
-#: backends' autotuning does), and the work that costs about a compile to run and judge.
+#: backends' autotuning does).
 _SMALL_WORK = 2**24
-_WORK_PER_COMPILE = 6e10
+#: Elements of a check's operands and result (M·K + K·N + M·N) that cost about as much as a
+#: compile to draw, copy and judge on the host, which is most of a large problem's check.
+_ELEMENTS_PER_COMPILE = 2e7
 
 
 def kernel_key(label: str) -> tuple[str, ...] | None:
@@ -206,20 +210,31 @@ def kernel_key(label: str) -> tuple[str, ...] | None:
     return (problem_class, dtype, layout, *kinds)
 
 
+def _host_elements(label: str) -> int:
+    """The elements of a check's operands and result, read from its label's sizes (0 for none)."""
+    found = _SIZES.search(label)
+    if found is None:
+        return 0
+    sizes = [int(size) for size in found.groups() if size is not None]
+    if len(sizes) < 3:
+        return math.prod(sizes)
+    m, n, k = sizes
+    return m * k + k * n + m * n
+
+
 def deal(labels: list[str], count: int) -> list[list[int]]:
     """The checks (``labels``, by index) of each of ``count`` processes, this one first: checks
     of one :func:`kernel_key` go to one process, so that a kernel is compiled in one process
     rather than in each that meets it; the keys go, heaviest first, to the process with the
-    least to do (a compile per key, a little per check, and a large problem's work)."""
+    least to do (a compile per key, a little per check, and a large problem's host work)."""
     groups: dict[Any, list[int]] = {}
     for index, label in enumerate(labels):
         key = kernel_key(label)
         groups.setdefault(("alone", index) if key is None else key, []).append(index)
 
     def weight(key: Any, indices: list[int]) -> float:
-        found = _SIZES.search(labels[indices[0]])
-        work = math.prod(int(s) for s in found.groups() if s is not None) if found else 0
-        return (0.0 if key[0] == "alone" else 1.0) + 0.2 * len(indices) + work / _WORK_PER_COMPILE
+        elements = sum(_host_elements(labels[index]) for index in indices)
+        return (0.0 if key[0] == "alone" else 1.0) + 0.2 * len(indices) + elements / _ELEMENTS_PER_COMPILE
 
     load = [0.0] * count
     dealt: list[list[int]] = [[] for _ in range(count)]
@@ -252,11 +267,25 @@ def start_worker(spec_path: str, out: str, backend: Any) -> Any:
 def warm_start(backends: Iterable[Any]) -> None:
     """Start the zygote now, importing the frameworks of those of ``backends`` whose suites
     compile kernels (:attr:`gemmzoo.Backend.suite_compiles`), where such a suite would be shared
-    among workers on this machine and no zygote runs yet: its imports then take their seconds
-    while this process goes on (a first answer calls it before measuring its candidates)."""
+    among workers on this machine and no zygote runs yet, and have it fork as many workers as a
+    suite shares its checks with on standby, readying those backends: the imports and the
+    devices' starts then take their seconds while this process goes on (a first answer calls it
+    before it measures its candidates, and :func:`release_standby` once its suites have run)."""
     compiling = [b for b in backends if declared(b, "suite_compiles") is True]
-    if compiling and usable_cores() // CORES_PER_WORKER > 1:
-        _zygote(compiling)
+    count = min(MAX_WORKERS, usable_cores() // CORES_PER_WORKER) - 1
+    if not compiling or count < 1:
+        return
+    zygote = _zygote(compiling)
+    if zygote is not None:
+        zygote.stand_by(count, [b.name for b in compiling])
+
+
+def release_standby() -> None:
+    """Let the workers :func:`warm_start` put on standby that no suite took end unused."""
+    with _zygote_lock:
+        running = list(_zygotes)
+    for zygote in running:
+        zygote.release()
 
 
 class ForkedWorker:
@@ -300,50 +329,112 @@ def _alive(pid: int) -> bool:
 
 class Zygote:
     """A running :mod:`gemmzoo.conformance.zygote`, which imported ``modules`` and forks workers
-    on request."""
+    on request: for a spec, or on standby (:meth:`stand_by`) before the spec is known."""
 
     def __init__(self, modules: list[str]) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "gemmzoo.conformance.zygote", *modules],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                                        stderr=subprocess.DEVNULL, bufsize=0)
         self._ready = False
+        self._unread = b""  # what the zygote wrote past the last line read
         self._lock = threading.Lock()
+        self._owed: list[Standby] = []  # standby workers whose process ids are not read yet
+        self._standing: list[Standby] = []
+        self._folders: list[str] = []
         atexit.register(self.close)
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    @property
+    def standing(self) -> int:
+        """How many workers are on standby, waiting for a spec."""
+        return len(self._standing)
+
     def fork(self, spec_path: str, out: str) -> ForkedWorker | None:
-        """A worker forked for the spec at ``spec_path``, with this process's environment, module
-        path and working directory; ``None`` where the zygote is gone, does not answer within
-        :data:`START_S` or could not fork."""
-        request = {"spec": spec_path, "env": dict(process_environment()), "path": list(sys.path),
-                   "cwd": os.getcwd()}
+        """A worker for the spec at ``spec_path``, with this process's environment, module path
+        and working directory: one on standby where one waits, forked with the same module path
+        and directory and an environment that has only gained variables since (libraries set
+        some as they start), else one forked now; ``None`` where the zygote is gone, does not
+        answer within :data:`START_S` or could not fork."""
+        here = _surroundings()
         with self._lock:
             try:
-                if not self._ready:
-                    self._ready = self._line() == "ready"
-                    if not self._ready:
-                        self.close()
-                        return None
-                assert self.process.stdin is not None
-                self.process.stdin.write(json.dumps(request) + "\n")
-                self.process.stdin.flush()
+                self._settle()
+                while self._standing:
+                    waiting = self._standing.pop(0)
+                    if waiting.pid > 0 and _grown(waiting.surroundings, here) and _alive(waiting.pid):
+                        waiting.start(spec_path, here)
+                        return ForkedWorker(waiting.pid, out)
+                    waiting.release()
+                self._send({"spec": spec_path, **here})
                 pid = int(self._line())
             except (OSError, ValueError, AssertionError):
                 self.close()
                 return None
         return ForkedWorker(pid, out) if pid > 0 else None
 
+    def stand_by(self, count: int, backends: list[str]) -> None:
+        """Have ``count`` workers forked as soon as the zygote is ready, each readying
+        ``backends`` (:func:`gemmzoo.conformance.shard_worker.standby`) and then waiting for a
+        spec that :meth:`fork` hands it. Returns at once: the requests are written by a thread
+        (a zygote still importing reads none, and its pipe holds only so many)."""
+        folder = tempfile.mkdtemp(prefix="gemmzoo-standby-")
+        here = _surroundings()
+        waiting = [Standby(os.path.join(folder, f"spec-{number}.json"), here) for number in range(count)]
+        with self._lock:
+            self._folders.append(folder)
+            self._standing += waiting
+
+        def send() -> None:
+            with self._lock:
+                for worker in waiting:
+                    try:
+                        self._send({"standby": worker.path, "backends": backends, **here})
+                    except OSError:
+                        worker.pid = -1
+                        continue
+                    self._owed.append(worker)
+
+        threading.Thread(target=send, daemon=True, name="gemmzoo-standby").start()
+
+    def release(self) -> None:
+        """Let every worker still on standby end unused (without waiting for the zygote)."""
+        with self._lock:
+            for waiting in self._standing:
+                waiting.release()
+            self._standing = []
+
+    def _send(self, request: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        data = memoryview((json.dumps(request) + "\n").encode())
+        while data:
+            data = data[self.process.stdin.write(data) or 0:]
+
+    def _settle(self) -> None:
+        """Read the zygote's ``ready`` and the process ids owed to standby requests."""
+        if not self._ready:
+            self._ready = self._line() == "ready"
+            if not self._ready:
+                raise OSError("the zygote did not start")
+        while self._owed:
+            self._owed.pop(0).pid = int(self._line())
+
     def _line(self) -> str:
+        """The zygote's next line, read from its pipe as it comes (several may come at once)."""
         assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], START_S)
-        if not ready:
-            raise OSError("the zygote did not answer")
-        return self.process.stdout.readline().strip()
+        while b"\n" not in self._unread:
+            ready, _, _ = select.select([self.process.stdout], [], [], START_S)
+            chunk = os.read(self.process.stdout.fileno(), 65536) if ready else b""
+            if not chunk:
+                raise OSError("the zygote did not answer")
+            self._unread += chunk
+        line, self._unread = self._unread.split(b"\n", 1)
+        return line.decode().strip()
 
     def close(self) -> None:
-        """End the zygote (its input ends; killed where it does not end at once)."""
+        """End the zygote (its input ends; killed where it does not end at once), and with it
+        its workers."""
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
                 self.process.stdin.close()
@@ -352,6 +443,48 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        for folder in self._folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._folders = []
+
+
+def _surroundings() -> dict[str, Any]:
+    """What a forked worker takes from this process: its environment, module path and working
+    directory."""
+    return {"env": dict(process_environment()), "path": list(sys.path), "cwd": os.getcwd()}
+
+
+def _grown(then: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether surroundings ``now`` are ``then`` with, at most, variables added to the environment."""
+    env = now["env"]
+    return (then["path"] == now["path"] and then["cwd"] == now["cwd"]
+            and all(env.get(name) == value for name, value in then["env"].items()))
+
+
+class Standby:
+    """A worker on standby: the path its spec is to appear at, and the surroundings it was
+    forked with (its process id once the zygote has said it; ``-1`` where it could not fork)."""
+
+    def __init__(self, path: str, surroundings: dict[str, Any]) -> None:
+        self.path = path
+        self.surroundings = surroundings
+        self.pid = 0
+
+    def start(self, spec_path: str, surroundings: dict[str, Any]) -> None:
+        """Hand it the spec at ``spec_path`` and the ``surroundings`` it is to run in (written
+        whole, then renamed into place)."""
+        with open(spec_path, encoding="utf-8") as source:
+            spec = json.load(source)
+        with open(self.path + ".part", "w", encoding="utf-8") as out:
+            json.dump({**spec, "surroundings": surroundings}, out)
+        os.replace(self.path + ".part", self.path)
+
+    def release(self) -> None:
+        """Let it end unused (what appears at its path says ``release``)."""
+        with contextlib.suppress(OSError):
+            with open(self.path + ".part", "w", encoding="utf-8") as out:
+                json.dump({"release": True}, out)
+            os.replace(self.path + ".part", self.path)
 
 
 #: The zygote of this process, while it runs (a process's workers are forked from one).

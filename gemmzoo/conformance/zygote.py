@@ -7,7 +7,10 @@ then reads one request a line on its standard input: ``{"spec": PATH, "env": {..
 [...], "cwd": DIR}``. For each it forks a worker, which takes the request's environment, module
 path and working directory, sends its output nowhere, and runs
 :func:`gemmzoo.conformance.shard_worker.main` on the spec; the server writes the worker's process
-id (or ``-1`` where no fork could be had) on a line of its own. The worker's results are its
+id (or ``-1`` where no fork could be had) on a line of its own. A request with ``"standby":
+PATH`` and ``"backends": [NAME, ...]`` in place of ``"spec"`` forks a worker that readies those
+backends and waits for its spec to appear at PATH
+(:func:`gemmzoo.conformance.shard_worker.standby`). The worker's results are its
 spec's result file; its exit status is not kept (ended workers are reaped at once). The server
 ends when its input does, which is when the process that started it ends, however it ends; a
 worker ends when the server does (see ``shard_worker``). Interrupts (Ctrl-C in the terminal) are
@@ -36,15 +39,12 @@ def _forked(request: dict[str, object]) -> int:
     os.close(devnull)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a worker's own children are its to wait for
-    from gemmzoo.config import process_environment
-
-    environ = process_environment()
-    environ.clear()
-    environ.update({str(key): str(value) for key, value in dict(request["env"]).items()})  # type: ignore[call-overload]
-    sys.path[:] = [str(entry) for entry in request["path"]]  # type: ignore[attr-defined]
-    os.chdir(str(request["cwd"]))
     from gemmzoo.conformance import shard_worker
 
+    shard_worker.take_surroundings(request)
+    if "standby" in request:
+        backends = [str(name) for name in request.get("backends", ())]  # type: ignore[attr-defined]
+        return shard_worker.standby(str(request["standby"]), backends, parent=os.getppid())
     return shard_worker.main([str(request["spec"])], parent=os.getppid())
 
 

@@ -496,9 +496,14 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
                 return choice.backend.name, choice.tied
 
             timed = _timings(latest, by, loops)
-            passed, waiting = _checked_winners(store, provisional, latest, dtype, decide, dict(by_name),
-                                               excluded, _each_measure(latest, timed, by),
-                                               choosing.RankPolicy(by=by).check_gain_min)
+            try:
+                passed, waiting = _checked_winners(store, provisional, latest, dtype, decide, dict(by_name),
+                                                   excluded, _each_measure(latest, timed, by),
+                                                   choosing.RankPolicy(by=by).check_gain_min)
+            finally:
+                from gemmzoo.conformance.shards import release_standby
+
+                release_standby()
             unsuited = tuple(sorted((t for t in timed if t.backend in waiting), key=lambda t: t.median_s))
             conforming += passed
             by_name.update((b.name, b) for b in passed)
