@@ -66,6 +66,18 @@ def test_triton_is_a_tested_version():
     assert _triton_internals().unsupported_reason() is None
 
 
+def test_a_first_compiles_per_process_work_is_done_once_ahead(monkeypatch):
+    internals = _triton_internals()
+    from triton.runtime import cache
+
+    calls = []
+    monkeypatch.setattr(cache, "triton_key", lambda: calls.append("key") or "k")
+    internals.warm_compiler()
+    import sys
+
+    assert calls == ["key"] and "triton.experimental.gluon.language" in sys.modules
+
+
 def test_an_untested_triton_major_version_is_refused(monkeypatch):
     internals = _triton_internals()
     import triton

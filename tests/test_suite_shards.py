@@ -320,9 +320,13 @@ def test_a_worker_on_standby_runs_the_spec_handed_to_it_where_the_suites_process
     zygote = _probing_zygote(monkeypatch)
     try:
         monkeypatch.setenv("GEMMZOO_TEST_PROBE", "before")
+        warmed = tmp_path / "warmed.txt"
+        monkeypatch.setenv("GEMMZOO_TEST_WARMED", str(warmed))
         zygote.stand_by(3, ["numpy"])
         assert zygote.standing == 3
         _until(lambda: len(_children(zygote.process.pid)) == 3)  # forked before any spec
+        # each readied the backend before any checks came: its warm_up ran
+        _until(lambda: warmed.exists() and warmed.read_text().split() == ["numpy"] * 3)
         waiting = _children(zygote.process.pid)
         path, out = _numpy_spec(tmp_path)
 

@@ -1,6 +1,7 @@
 """Imported by a test's zygote (tests/test_suite_shards.py) in place of a worker's checks: a worker
 it forks stalls for a minute where its spec says ``"stall"``, else writes where it runs (working
-directory, one variable of its environment, its module path) to the spec's result file."""
+directory, one variable of its environment, its module path) to the spec's result file; the numpy
+backend's ``warm_up`` writes its name to the file ``GEMMZOO_TEST_WARMED`` names."""
 
 import json
 import os
@@ -8,6 +9,7 @@ import sys
 import time
 
 from gemmzoo.conformance import shard_worker
+from gemmzoo_numpy.backend import NumpyBackend
 
 
 def _run_spec(spec):
@@ -20,4 +22,12 @@ def _run_spec(spec):
     return 0
 
 
+def _warm_up(self):
+    marker = os.environ.get("GEMMZOO_TEST_WARMED")
+    if marker:
+        with open(marker, "a", encoding="utf-8") as out:
+            out.write(f"{self.name}\n")
+
+
 shard_worker.run_spec = _run_spec
+NumpyBackend.warm_up = _warm_up

@@ -236,6 +236,13 @@ class Backend:
         """Return when this backend's queued work is done."""
         return None
 
+    def warm_up(self) -> None:
+        """Do now what this process's first use of the backend does once whatever the problem
+        (a JIT compiler's hash of its own files, a lazy import), launching nothing. A suite
+        worker waiting for its checks calls it (:mod:`gemmzoo.conformance.shards`); nothing
+        depends on it having run."""
+        return None
+
     # Optional members, one per problem class beyond "gemm" (declared in ``classes``) -------------
 
     def bmm(self, a: Any, b: Any) -> Any:
@@ -345,14 +352,15 @@ OPTIONAL_MEMBERS: dict[str, Any] = {
     "library_product": Backend.library_product,
     "contends": Backend.contends,
     "for_tuning": None,
+    "warm_up": None,
 }
 
 
 def declared(backend: Any, member: str) -> Any:
     """``backend``'s optional member ``member`` (one of :data:`OPTIONAL_MEMBERS`), or its
     declared default where the backend does not define it; ``for_tuning`` is called (the backend
-    to tune). An undeclared name is a programming error (``KeyError``): gemmzoo never probes a
-    backend for names the contract does not declare."""
+    to tune); ``warm_up`` is the bound method, or ``None``. An undeclared name is a programming
+    error (``KeyError``): gemmzoo never probes a backend for names the contract does not declare."""
     default = OPTIONAL_MEMBERS[member]
     if member == "for_tuning":
         method = getattr(backend, member, None)

@@ -281,6 +281,14 @@ class TorchPaddedBackend(TorchBackend):
         # and layouts compile one each (a first answer prefers a tied torch's suite to this one)
         self.suite_compiles = importlib.util.find_spec("triton") is not None
 
+    def warm_up(self) -> None:
+        """Where its copies are Triton kernels, what Triton's first compile in a process does
+        (:func:`gemmzoo_triton.core.triton_internals.warm_compiler`)."""
+        if self.suite_compiles:
+            from gemmzoo_triton.core.triton_internals import warm_compiler
+
+            warm_compiler()
+
     def prepare(self, a: Any, b: Any) -> Callable[[Any, Any], Any]:
         """The plan for this problem: which operands are copied, into what, decided once."""
         self.check_operands(a, b)

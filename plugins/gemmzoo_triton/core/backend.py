@@ -44,6 +44,15 @@ class TritonBackend(TorchTensors, Backend):
     def unavailable_reason(self) -> str | None:
         return triton_unavailable_reason()
 
+    def warm_up(self) -> None:
+        """What Triton's first compile in a process does whatever the kernel
+        (:func:`~gemmzoo_triton.core.triton_internals.warm_compiler`); nothing under the
+        interpreter, which compiles nothing."""
+        if self.device == "cuda":
+            from gemmzoo_triton.core.triton_internals import warm_compiler
+
+            warm_compiler()
+
     def for_tuning(self) -> TritonBackend:
         """This backend as a deliberate tuning run measures it (``gemmzoo tune``): the same
         backend with ``autotune="full"``, which times every config of a problem not fully tuned

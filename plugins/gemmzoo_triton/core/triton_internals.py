@@ -13,7 +13,9 @@ compile mode that hands a ``warmup``'s compilation to an executor
 (``triton.runtime._async_compile.AsyncCompileMode``, in Triton 3.4 and later; the future it
 returns, whose ``result`` is the ``CompiledKernel``) and what a compiled kernel's first launch
 makes its launcher with (the driver's ``launcher_cls``, given the kernel's ``src`` and
-``metadata``).
+``metadata``), and the per-process work of a first compile: Triton's hash of its own compiler
+files and library (``triton.runtime.cache.triton_key``, cached per process) and the import of
+Gluon's language, which the first specialization makes.
 
 :func:`unsupported_reason` says whether the installed Triton is one these were written and
 checked against (:data:`TESTED_MAJORS`) and still has them. Where it is not, :class:`BoundLaunch`
@@ -25,6 +27,7 @@ attributes have no public equivalent, so reading them raises a clear error inste
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 from collections.abc import Callable, Sequence
@@ -225,4 +228,19 @@ def _make_launcher(launcher: Callable[[Any, Any], Any], compiled: Any) -> None:
         if kernel is not None and getattr(kernel, "module", None) is None:
             launcher(kernel.src, kernel.metadata)
     except Exception:
+        pass
+
+
+def warm_compiler() -> None:
+    """Do the work a process's first Triton compile does whatever the kernel: the hash of
+    Triton's own files (the cache key every compile includes) and the import of Gluon's
+    language. Skipped, part by part, where this Triton lacks them."""
+    from triton.runtime import cache
+
+    key = getattr(cache, "triton_key", None)
+    if callable(key):
+        key()
+    try:
+        importlib.import_module("triton.experimental.gluon.language")
+    except ImportError:
         pass
