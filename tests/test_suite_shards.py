@@ -353,20 +353,22 @@ def test_a_worker_on_standby_runs_the_spec_handed_to_it_where_the_suites_process
 
 
 @forks
-def test_workers_on_standby_that_no_suite_takes_end_when_released(monkeypatch):
+def test_workers_on_standby_that_no_suite_takes_end_when_released(tmp_path, monkeypatch):
     zygote = _probing_zygote(monkeypatch)
     try:
         zygote.stand_by(3, ["numpy"])
         zygote.release()  # before the zygote is even ready: nothing here waits for it
         assert zygote.standing == 0
-        _until(lambda: zygote.process.poll() is None and not _children(zygote.process.pid), 60.0)
+        path, out = _numpy_spec(tmp_path)
+        worker = zygote.fork(path, out)  # most often asked for after the three, their ids read first
+        assert worker is not None and worker.wait(timeout=30) == 0
+        _until(lambda: not _children(zygote.process.pid))
         zygote.stand_by(2, ["numpy"])
         _until(lambda: len(_children(zygote.process.pid)) == 2)
-        shards._zygotes[:] = [zygote]
+        monkeypatch.setattr(shards, "_zygotes", [zygote])  # as the process's own zygote
         shards.release_standby()
         _until(lambda: not _children(zygote.process.pid))
     finally:
-        shards._zygotes[:] = []
         zygote.close()
 
 

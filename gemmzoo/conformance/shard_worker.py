@@ -117,14 +117,14 @@ STANDBY_POLL_S = 0.005
 
 
 def standby(spec_path: str, backends: list[str], parent: int) -> int:
-    """A worker started before its suite is known (:meth:`gemmzoo.conformance.shards.Zygote.stand_by`):
-    it readies ``backends`` as a check would (the registry, each one's code digest and
-    availability, a first :meth:`~gemmzoo.Backend.synchronize`, which starts its device, and
-    :meth:`~gemmzoo.Backend.warm_up`), then
-    waits for a spec to appear at ``spec_path`` (written whole, by a rename), takes the
-    surroundings it carries (:func:`take_surroundings`) and runs it as :func:`main` would. It
-    ends with ``parent`` (the zygote); unused, when what appears says ``release``, or after
-    :data:`STANDBY_S`."""
+    """A worker started before its suite is known (:meth:`gemmzoo.conformance.shards.Zygote.stand_by`).
+
+    It readies ``backends`` as a check would: the registry, each one's code digest and
+    availability, a first :meth:`~gemmzoo.Backend.synchronize` (which starts its device) and
+    :meth:`~gemmzoo.Backend.warm_up`. Then it waits for a spec to appear at ``spec_path``
+    (written whole, by a rename), takes the surroundings the spec carries
+    (:func:`take_surroundings`) and runs it as :func:`main` would. It ends with ``parent`` (the
+    zygote); unused, when what appears says ``release``, or after :data:`STANDBY_S`."""
     _watch(parent)
     from gemmzoo.contract.backend import declared
     from gemmzoo.plugins.registry import get_registry, probe_availability
