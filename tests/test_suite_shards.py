@@ -243,54 +243,51 @@ def test_workers_are_forked_from_the_zygote_and_take_this_processs_environment(t
     assert not os.path.exists(out)
 
 
-def _probing_zygote(monkeypatch):
-    """A zygote whose workers run tests/zygote_probe.py instead of their checks."""
+@pytest.fixture
+def zygote(monkeypatch):
+    """A zygote whose workers run tests/zygote_probe.py instead of their checks (ended after the
+    test)."""
     import os
     from pathlib import Path
 
     here = str(Path(__file__).resolve().parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    return shards.Zygote(["gemmzoo.conformance.shard_worker", "zygote_probe"])
+    probing = shards.Zygote(["gemmzoo.conformance.shard_worker", "zygote_probe"])
+    yield probing
+    probing.close()
 
 
 @forks
-def test_a_forked_worker_runs_where_and_as_the_suites_process_is_now(tmp_path, monkeypatch):
-    zygote = _probing_zygote(monkeypatch)
-    try:
-        path, out = _numpy_spec(tmp_path)
-        elsewhere = tmp_path / "elsewhere"
-        elsewhere.mkdir()
-        monkeypatch.chdir(elsewhere)  # after the zygote started: the worker takes this process's now
-        monkeypatch.setenv("GEMMZOO_TEST_PROBE", "seen")
-        monkeypatch.syspath_prepend(str(tmp_path / "on-the-path"))
-        worker = zygote.fork(path, out)
-        assert worker is not None and worker.wait(timeout=30) == 0
-        where = json.loads(open(out, encoding="utf-8").read())
-        assert where["cwd"] == str(elsewhere) and where["probe"] == "seen"
-        assert where["path"][0] == str(tmp_path / "on-the-path")
-    finally:
-        zygote.close()
+def test_a_forked_worker_runs_where_and_as_the_suites_process_is_now(tmp_path, monkeypatch, zygote):
+    path, out = _numpy_spec(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # after the zygote started: the worker takes this process's now
+    monkeypatch.setenv("GEMMZOO_TEST_PROBE", "seen")
+    monkeypatch.syspath_prepend(str(tmp_path / "on-the-path"))
+    worker = zygote.fork(path, out)
+    assert worker is not None and worker.wait(timeout=30) == 0
+    where = json.loads(open(out, encoding="utf-8").read())
+    assert where["cwd"] == str(elsewhere) and where["probe"] == "seen"
+    assert where["path"][0] == str(tmp_path / "on-the-path")
 
 
 @forks
-def test_a_forked_worker_is_killed_at_its_deadline_and_ends_with_its_zygote(tmp_path, monkeypatch):
+def test_a_forked_worker_is_killed_at_its_deadline_and_ends_with_its_zygote(tmp_path, zygote):
     import os
 
-    zygote = _probing_zygote(monkeypatch)
-    try:
-        path, out = _numpy_spec(tmp_path)
-        spec = json.loads(open(path, encoding="utf-8").read())
-        open(path, "w", encoding="utf-8").write(json.dumps({**spec, "stall": True}))
-        stalled = zygote.fork(path, out)
-        assert stalled is not None and stalled.poll() is None
-        with pytest.raises(subprocess.TimeoutExpired):
-            stalled.wait(timeout=0.3)
-        stalled.kill()
-        assert stalled.wait(timeout=10) == 1 and not os.path.exists(out)
-        orphan = zygote.fork(path, out)
-        assert orphan is not None and orphan.poll() is None
-    finally:
-        zygote.close()
+    path, out = _numpy_spec(tmp_path)
+    spec = json.loads(open(path, encoding="utf-8").read())
+    open(path, "w", encoding="utf-8").write(json.dumps({**spec, "stall": True}))
+    stalled = zygote.fork(path, out)
+    assert stalled is not None and stalled.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        stalled.wait(timeout=0.3)
+    stalled.kill()
+    assert stalled.wait(timeout=10) == 1 and not os.path.exists(out)
+    orphan = zygote.fork(path, out)
+    assert orphan is not None and orphan.poll() is None
+    zygote.close()
     assert not zygote.alive()
     assert orphan.wait(timeout=10) == 1  # its parent watch saw the zygote go: not after the minute
 
@@ -314,62 +311,54 @@ def _until(condition, seconds=30.0):
 
 
 @forks
-def test_a_worker_on_standby_runs_the_spec_handed_to_it_where_the_suites_process_is(tmp_path, monkeypatch):
+def test_a_worker_on_standby_runs_its_spec_where_the_suites_process_is(tmp_path, monkeypatch, zygote):
     import os
 
-    zygote = _probing_zygote(monkeypatch)
-    try:
-        monkeypatch.setenv("GEMMZOO_TEST_PROBE", "before")
-        warmed = tmp_path / "warmed.txt"
-        monkeypatch.setenv("GEMMZOO_TEST_WARMED", str(warmed))
-        zygote.stand_by(3, ["numpy"])
-        assert zygote.standing == 3
-        _until(lambda: len(_children(zygote.process.pid)) == 3)  # forked before any spec
-        # each readied the backend before any checks came: its warm_up ran
-        _until(lambda: warmed.exists() and warmed.read_text().split() == ["numpy"] * 3)
-        waiting = _children(zygote.process.pid)
-        path, out = _numpy_spec(tmp_path)
+    monkeypatch.setenv("GEMMZOO_TEST_PROBE", "before")
+    warmed = tmp_path / "warmed.txt"
+    monkeypatch.setenv("GEMMZOO_TEST_WARMED", str(warmed))
+    zygote.stand_by(3, ["numpy"])
+    assert zygote.standing == 3
+    _until(lambda: len(_children(zygote.process.pid)) == 3)  # forked before any spec
+    # each readied the backend before any checks came: its warm_up ran
+    _until(lambda: warmed.exists() and warmed.read_text().split() == ["numpy"] * 3)
+    waiting = _children(zygote.process.pid)
+    path, out = _numpy_spec(tmp_path)
 
-        def run():
-            if os.path.exists(out):
-                os.remove(out)
-            worker = zygote.fork(path, out)
-            assert worker is not None and worker.wait(timeout=30) == 0
-            return worker.pid, json.loads(open(out, encoding="utf-8").read())
+    def run():
+        if os.path.exists(out):
+            os.remove(out)
+        worker = zygote.fork(path, out)
+        assert worker is not None and worker.wait(timeout=30) == 0
+        return worker.pid, json.loads(open(out, encoding="utf-8").read())
 
-        pid, seen = run()
-        assert pid in waiting and zygote.standing == 2 and seen["probe"] == "before" and seen["added"] is None
-        # a variable set since (as libraries do when they start): a worker on standby takes it
-        monkeypatch.setenv("GEMMZOO_TEST_ADDED", "yes")
-        pid, seen = run()
-        assert pid in waiting and zygote.standing == 1 and seen["added"] == "yes"
-        # a variable changed since: the one left on standby is let go, and a worker is forked
-        monkeypatch.setenv("GEMMZOO_TEST_PROBE", "after")
-        pid, seen = run()
-        assert pid not in waiting and zygote.standing == 0 and seen["probe"] == "after"
-        _until(lambda: not _children(zygote.process.pid) & waiting)
-    finally:
-        zygote.close()
+    pid, seen = run()
+    assert pid in waiting and zygote.standing == 2 and seen["probe"] == "before" and seen["added"] is None
+    # a variable set since (as libraries do when they start): a worker on standby takes it
+    monkeypatch.setenv("GEMMZOO_TEST_ADDED", "yes")
+    pid, seen = run()
+    assert pid in waiting and zygote.standing == 1 and seen["added"] == "yes"
+    # a variable changed since: the one left on standby is let go, and a worker is forked
+    monkeypatch.setenv("GEMMZOO_TEST_PROBE", "after")
+    pid, seen = run()
+    assert pid not in waiting and zygote.standing == 0 and seen["probe"] == "after"
+    _until(lambda: not _children(zygote.process.pid) & waiting)
 
 
 @forks
-def test_workers_on_standby_that_no_suite_takes_end_when_released(tmp_path, monkeypatch):
-    zygote = _probing_zygote(monkeypatch)
-    try:
-        zygote.stand_by(3, ["numpy"])
-        zygote.release()  # before the zygote is even ready: nothing here waits for it
-        assert zygote.standing == 0
-        path, out = _numpy_spec(tmp_path)
-        worker = zygote.fork(path, out)  # most often asked for after the three, their ids read first
-        assert worker is not None and worker.wait(timeout=30) == 0
-        _until(lambda: not _children(zygote.process.pid))
-        zygote.stand_by(2, ["numpy"])
-        _until(lambda: len(_children(zygote.process.pid)) == 2)
-        monkeypatch.setattr(shards, "_zygotes", [zygote])  # as the process's own zygote
-        shards.release_standby()
-        _until(lambda: not _children(zygote.process.pid))
-    finally:
-        zygote.close()
+def test_workers_on_standby_that_no_suite_takes_end_when_released(tmp_path, monkeypatch, zygote):
+    zygote.stand_by(3, ["numpy"])
+    zygote.release()  # before the zygote is even ready: nothing here waits for it
+    assert zygote.standing == 0
+    path, out = _numpy_spec(tmp_path)
+    worker = zygote.fork(path, out)  # most often asked for after the three, their ids read first
+    assert worker is not None and worker.wait(timeout=30) == 0
+    _until(lambda: not _children(zygote.process.pid))
+    zygote.stand_by(2, ["numpy"])
+    _until(lambda: len(_children(zygote.process.pid)) == 2)
+    monkeypatch.setattr(shards, "_zygotes", [zygote])  # as the process's own zygote
+    shards.release_standby()
+    _until(lambda: not _children(zygote.process.pid))
 
 
 def test_warm_start_puts_workers_on_standby_only_where_a_suite_would_share_its_checks(monkeypatch):
