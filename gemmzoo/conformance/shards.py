@@ -340,7 +340,8 @@ class Zygote:
         self._lock = threading.Lock()
         self._owed: list[Standby] = []  # standby workers whose process ids are not read yet
         self._standing: list[Standby] = []
-        self._folders: list[str] = []
+        self._folder: str | None = None  # where standby workers' specs appear
+        self._asked = 0  # standby workers asked for so far, which numbers their spec files
         atexit.register(self.close)
 
     def alive(self) -> bool:
@@ -379,11 +380,13 @@ class Zygote:
         ``backends`` (:func:`gemmzoo.conformance.shard_worker.standby`) and then waiting for a
         spec that :meth:`fork` hands it. Returns at once: the requests are written by a thread
         (a zygote still importing reads none, and its pipe holds only so many)."""
-        folder = tempfile.mkdtemp(prefix="gemmzoo-standby-")
         here = _surroundings()
-        waiting = [Standby(os.path.join(folder, f"spec-{number}.json"), here) for number in range(count)]
         with self._lock:
-            self._folders.append(folder)
+            if self._folder is None:
+                self._folder = tempfile.mkdtemp(prefix="gemmzoo-standby-")
+            waiting = [Standby(os.path.join(self._folder, f"spec-{self._asked + number}.json"), here)
+                       for number in range(count)]
+            self._asked += count
             self._standing += waiting
 
         def send() -> None:
@@ -443,9 +446,9 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        for folder in self._folders:
-            shutil.rmtree(folder, ignore_errors=True)
-        self._folders = []
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
 
 def _surroundings() -> dict[str, Any]:
