@@ -394,7 +394,7 @@ class Zygote:
                 for worker in waiting:
                     try:
                         self._send({"standby": worker.path, "backends": backends, **here})
-                    except OSError:
+                    except (OSError, ValueError):  # the zygote gone, or its pipe closed by close()
                         worker.pid = -1
                         continue
                     self._owed.append(worker)
