@@ -133,7 +133,7 @@ def standby(spec_path: str, backends: list[str], parent: int) -> int:
         if os.path.exists(spec_path):  # handed its spec, or released, already
             break
         try:
-            registry = get_registry()
+            registry = get_registry()  # the process's own, built on first use
             backend = registry.get(name)
             if backend is None:
                 continue

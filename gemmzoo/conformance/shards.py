@@ -84,7 +84,13 @@ def worker_count(backend: Any, checks: int, workers: int | None = None) -> int:
         return max(1, min(int(workers), checks))
     if declared(backend, "suite_compiles") is not True:
         return 1
-    return max(1, min(MAX_WORKERS, usable_cores() // CORES_PER_WORKER, checks // CHECKS_PER_WORKER))
+    return max(1, min(_machine_processes(), checks // CHECKS_PER_WORKER))
+
+
+def _machine_processes() -> int:
+    """Processes a compiling suite is shared among on this machine, its size aside: one per
+    :data:`CORES_PER_WORKER` usable cores, at most :data:`MAX_WORKERS`."""
+    return min(MAX_WORKERS, usable_cores() // CORES_PER_WORKER)
 
 
 class Shared:
@@ -189,6 +195,12 @@ _SMALL_WORK = 2**24
 _ELEMENTS_PER_COMPILE = 2e7
 
 
+def _sizes(label: str) -> list[int] | None:
+    """The sizes in a check's label (``MxNxK``, or ``NxK`` for a grouped case); ``None`` for none."""
+    found = _SIZES.search(label)
+    return None if found is None else [int(size) for size in found.groups() if size is not None]
+
+
 def kernel_key(label: str) -> tuple[str, ...] | None:
     """What a check's kernels are likely specialized on, read from its label (a case id such as
     ``bfloat16-random-37x43x53-NT``): its class, dtype and layout, and for a small problem each
@@ -196,10 +208,9 @@ def kernel_key(label: str) -> tuple[str, ...] | None:
     with the layout decides its strides'; a larger problem is a key of its own. Checks of one
     key most often run the same compiled kernels. ``None`` for a label with no sizes (an input
     check: no kernel)."""
-    found = _SIZES.search(label)
-    if found is None:
+    sizes = _sizes(label)
+    if sizes is None:
         return None
-    sizes = [int(size) for size in found.groups() if size is not None]
     parts = label.split("-")
     layout = parts[-1] if len(parts[-1]) == 2 and set(parts[-1]) <= set("NTS") else ""
     if math.prod(sizes) > _SMALL_WORK:
@@ -212,10 +223,9 @@ def kernel_key(label: str) -> tuple[str, ...] | None:
 
 def _host_elements(label: str) -> int:
     """The elements of a check's operands and result, read from its label's sizes (0 for none)."""
-    found = _SIZES.search(label)
-    if found is None:
+    sizes = _sizes(label)
+    if sizes is None:
         return 0
-    sizes = [int(size) for size in found.groups() if size is not None]
     if len(sizes) < 3:
         return math.prod(sizes)
     m, n, k = sizes
@@ -272,7 +282,7 @@ def warm_start(backends: Iterable[Any]) -> None:
     devices' starts then take their seconds while this process goes on (a first answer calls it
     before it measures its candidates, and :func:`release_standby` once its suites have run)."""
     compiling = [b for b in backends if declared(b, "suite_compiles") is True]
-    count = min(MAX_WORKERS, usable_cores() // CORES_PER_WORKER) - 1
+    count = _machine_processes() - 1  # this process is one of them
     if not compiling or count < 1:
         return
     zygote = _zygote(compiling)
@@ -320,9 +330,7 @@ class ForkedWorker:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # there, but another user's: not a worker of ours any more
+    except (ProcessLookupError, PermissionError):  # gone, or another user's: no worker of ours any more
         return False
     return True
 
@@ -474,20 +482,21 @@ class Standby:
         self.pid = 0
 
     def start(self, spec_path: str, surroundings: dict[str, Any]) -> None:
-        """Hand it the spec at ``spec_path`` and the ``surroundings`` it is to run in (written
-        whole, then renamed into place)."""
+        """Hand it the spec at ``spec_path`` and the ``surroundings`` it is to run in."""
         with open(spec_path, encoding="utf-8") as source:
             spec = json.load(source)
-        with open(self.path + ".part", "w", encoding="utf-8") as out:
-            json.dump({**spec, "surroundings": surroundings}, out)
-        os.replace(self.path + ".part", self.path)
+        self._place({**spec, "surroundings": surroundings})
 
     def release(self) -> None:
         """Let it end unused (what appears at its path says ``release``)."""
         with contextlib.suppress(OSError):
-            with open(self.path + ".part", "w", encoding="utf-8") as out:
-                json.dump({"release": True}, out)
-            os.replace(self.path + ".part", self.path)
+            self._place({"release": True})
+
+    def _place(self, content: dict[str, Any]) -> None:
+        """Write ``content`` whole, then rename it to the path the worker watches."""
+        with open(self.path + ".part", "w", encoding="utf-8") as out:
+            json.dump(content, out)
+        os.replace(self.path + ".part", self.path)
 
 
 #: The zygote of this process, while it runs (a process's workers are forked from one).
@@ -505,7 +514,7 @@ def _zygote(backends: list[Any]) -> Zygote | None:
             return _zygotes[-1]
         modules = ["gemmzoo.conformance.shard_worker"]
         for backend in backends:
-            modules += [name for name in getattr(backend, "requires", ()) if isinstance(name, str)]
+            modules += [name for name in declared(backend, "requires") if isinstance(name, str)]
         try:
             _zygotes[:] = [Zygote(list(dict.fromkeys(modules)))]
         except OSError:

@@ -10,8 +10,8 @@ path and working directory, sends its output nowhere, and runs
 id (or ``-1`` where no fork could be had) on a line of its own. A request with ``"standby":
 PATH`` and ``"backends": [NAME, ...]`` in place of ``"spec"`` forks a worker that readies those
 backends and waits for its spec to appear at PATH
-(:func:`gemmzoo.conformance.shard_worker.standby`). The worker's results are its
-spec's result file; its exit status is not kept (ended workers are reaped at once). The server
+(:func:`gemmzoo.conformance.shard_worker.standby`). The worker's results are its spec's result
+file; its exit status is not kept (ended workers are reaped at once). The server
 ends when its input does, which is when the process that started it ends, however it ends; a
 worker ends when the server does (see ``shard_worker``). Interrupts (Ctrl-C in the terminal) are
 the suite's to handle: the server ignores them, and a worker ends by them as a worker started as
@@ -32,7 +32,7 @@ import sys
 
 def _forked(request: dict[str, object]) -> int:
     """In a new worker: take the request's environment, path and working directory, silence the
-    output, and run the worker on its spec; the worker's exit status."""
+    output, and run the worker on its spec (or stand by for one); the worker's exit status."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for stream in (0, 1, 2):
         os.dup2(devnull, stream)
