@@ -244,7 +244,7 @@ def sweep(problem: Any, ops: dict[str, Any], reference: Any) -> tuple[dict[str, 
         if shared is not None:
             from gemmzoo_triton.fp8 import gluon_scaled_kernel as gluon
 
-            config = gluon.config_for(shared, c.element_size())
+            config = gluon.config_for(shared, c.element_size(), problem.scaling)
 
             def call_gluon() -> Any:
                 gluon.launch(ops["a"], ops["b"], ops["scale_a"], ops["scale_b"], problem.scaling, c, sms,

@@ -65,21 +65,20 @@ def build_fp8_scaled(m: int, n: int, k: int, scaling: str, out: str) -> dict[str
     import torch
 
     from gemmzoo.problems.classes import scale_shapes
-    from gemmzoo_triton.core.gluon_parts import descriptors
     from gemmzoo_triton.fp8 import gluon_scaled_kernel as kernel
 
     c = torch.empty(m, n, dtype=getattr(torch, out))
-    config = kernel.config_for(232448, c.element_size())
+    config = kernel.config_for(232448, c.element_size(), scaling)
     x = torch.empty(m, k, dtype=torch.float8_e4m3fn)
     y = torch.empty(n, k, dtype=torch.float8_e4m3fn).T
     sa_shape, sb_shape = scale_shapes(scaling, m, n, k)
-    scales = kernel.scale_arguments(torch.empty(sa_shape), torch.empty(sb_shape), scaling, m, n)
     compiled = kernel.fp8_scaled_gluon_kernel.warmup(
-        *descriptors(x, y, c, False, True, config), m, n, k, *scales,
+        *kernel.arguments(x, y, torch.empty(sa_shape), torch.empty(sb_shape), scaling, c, config),
         SCALING={"tensorwise": 0, "rowwise": 1, "blockwise": 2}[scaling], STAGES=config.stages,
         GROUP_M=config.group_m, num_warps=config.num_warps, grid=(132,))
     facts = _facts(compiled)
     facts["stages"] = config.stages
+    facts["tma_loads"] = len(re.findall(r"cp\.async\.bulk\.tensor", compiled.asm["ptx"]))
     facts["ptxas"] = _ptxas_report(compiled.asm["ptx"])
     return facts
 

@@ -125,14 +125,17 @@ def test_fp8_kernel_builds_for_hopper_warp_specialized(built, variant):
 @pytest.mark.parametrize("variant", ["fp8 scaled tensorwise bfloat16", "fp8 scaled rowwise bfloat16",
                                      "fp8 scaled blockwise bfloat16", "fp8 scaled blockwise float32"])
 def test_fp8_scaled_kernel_builds_for_hopper_without_serialised_mmas(built, variant):
-    """triton-fp8's scaled Gluon kernel: the fp8 kernel's shape, and (where Triton's ptxas can be
-    run here) no spills and no MMAs serialised by ptxas, block-wise scales in the K loop included."""
+    """triton-fp8's scaled Gluon kernel: the fp8 kernel's shape, block-wise A's scales loaded by TMA,
+    and (where Triton's ptxas can be run here) no spills and no MMAs serialised by ptxas, block-wise
+    scales in the K loop included."""
     facts = built[variant]
     assert _warp_specialized(facts)
     assert facts["mma"] == [["m64n128k32", "e4m3"]]
     assert facts["wait_groups"] == ["0", "1"]
     assert facts["stages"] >= fp8_gluon_kernel.MIN_STAGES
     assert facts["shared"] <= H100_SHARED
+    if "blockwise" in variant:  # A's scales come by TMA with each slot: one bulk copy more
+        assert facts["tma_loads"] == built["fp8 scaled rowwise bfloat16"]["tma_loads"] + 1
     if facts["ptxas"]["ran"]:
         assert facts["ptxas"]["spill_bytes"] == 0 and not facts["ptxas"]["serialised"]
 

@@ -60,11 +60,13 @@ class GluonConfig:
     group_m: int = 8
     num_warps: int = 8  # the MMA warps; the loading warp comes on top
     staged_c_bytes: int = 2  # bytes of an element of C's staging tile (fp16, bf16); 0: not staged
+    slot_extra_bytes: int = 0  # bytes a slot holds beyond A's and B's tiles (block-wise scales)
 
     def shared_bytes(self) -> int:
         """Shared memory the kernel needs: operand slots, C's staging tile, two barriers a slot,
         and :data:`SHARED_ALLOWANCE` for what the compiler adds (alignment, its own scratch)."""
-        operands = self.stages * (self.block_m + self.block_n) * self.block_k * self.operand_bytes
+        slot = (self.block_m + self.block_n) * self.block_k * self.operand_bytes + self.slot_extra_bytes
+        operands = self.stages * slot
         staging = self.block_m * self.block_n * self.staged_c_bytes
         return operands + staging + 2 * 8 * self.stages + SHARED_ALLOWANCE
 
@@ -109,16 +111,25 @@ def tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
 
 @gluon.jit
 def load_steps(a_desc, b_desc, a_slots, b_slots, ready, empty, off_m, off_n, k_first, k_last, step,
-               STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr):
+               STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, row_desc=None, row_slots=None):
     """K tiles ``k_first`` to ``k_last - 1`` of A's and B's tiles at rows ``off_m`` and columns
     ``off_n``, each into the next slot once the MMA warps have handed it back (``empty``);
-    ``ready`` tells them it landed. ``step`` counts the loads so far; returns the new count."""
+    ``ready`` tells them it landed. ``step`` counts the loads so far; returns the new count.
+
+    ``row_desc``, where given, is over a (K tiles)×M table of one value per row of A and K tile
+    (block-wise scales, transposed): the K tile's values for the tile's rows come with it, into
+    ``row_slots`` (one ``[1, BLOCK_M]`` box a slot)."""
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_T else a_desc.block_type.shape[1]
+    slot_bytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     for kk in range(k_first, k_last):
         slot = step % STAGES
         # the first pass over the slots waits for nothing (the parity before phase 0)
         mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)
-        mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+        if row_desc is None:
+            mbarrier.expect(ready.index(slot), slot_bytes)
+        else:
+            mbarrier.expect(ready.index(slot), slot_bytes + row_desc.block_type.nbytes)
+            tma_load(row_desc, [kk, off_m], ready.index(slot), row_slots.index(slot))
         off_k = kk * BLOCK_K
         if A_T:
             tma_load(a_desc, [off_k, off_m], ready.index(slot), a_slots.index(slot))
@@ -135,9 +146,9 @@ def load_steps(a_desc, b_desc, a_slots, b_slots, ready, empty, off_m, off_n, k_f
 @gluon.jit
 def load_slots(a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pid_n, k_steps,
                my_tiles, STAGES: gl.constexpr, GROUP_M: gl.constexpr, A_T: gl.constexpr,
-               B_T: gl.constexpr):
+               B_T: gl.constexpr, row_desc=None, row_slots=None):
     """The loading warp: every K tile of this program's tiles of C, tile after tile
-    (:func:`load_steps`)."""
+    (:func:`load_steps`, ``row_desc`` and ``row_slots`` as there)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[1] if A_T else a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_T else b_desc.block_type.shape[1]
     step = 0
@@ -145,7 +156,7 @@ def load_slots(a_desc, b_desc, a_slots, b_slots, ready, empty, num_pid_m, num_pi
         tile = gl.program_id(0) + local_tile * gl.num_programs(0)
         off_m, off_n = tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
         step = load_steps(a_desc, b_desc, a_slots, b_slots, ready, empty, off_m, off_n, 0, k_steps,
-                          step, STAGES, A_T, B_T)
+                          step, STAGES, A_T, B_T, row_desc, row_slots)
 
 
 @gluon.jit

@@ -93,10 +93,10 @@ def gluon_fp8_config(x: Any, y: Any) -> Any:
     return fp8_gluon_kernel.config_for(shared)
 
 
-def gluon_scaled_config(x: Any, y: Any, c: Any) -> Any:
-    """The Gluon scaled kernel's config for operands :func:`scaled_tma_eligible` accepted, or None
-    where the problem stays on the Triton TMA kernel (as :func:`gluon_fp8_config` decides, with
-    C's staging tile in C's dtype)."""
+def gluon_scaled_config(x: Any, y: Any, c: Any, scaling: str) -> Any:
+    """The Gluon scaled kernel's config for operands :func:`scaled_tma_eligible` accepted and
+    ``scaling``, or None where the problem stays on the Triton TMA kernel (as
+    :func:`gluon_fp8_config` decides, with C's staging tile in C's dtype)."""
     if min(x.shape[0], y.shape[1]) < GLUON_MIN_MN:
         return None
     shared = gluon_shared_memory(x.device)
@@ -104,7 +104,7 @@ def gluon_scaled_config(x: Any, y: Any, c: Any) -> Any:
         return None
     from gemmzoo_triton.fp8 import gluon_scaled_kernel
 
-    return gluon_scaled_kernel.config_for(shared, c.element_size())
+    return gluon_scaled_kernel.config_for(shared, c.element_size(), scaling)
 
 
 class TritonFp8Backend(TritonBackend):
@@ -272,7 +272,7 @@ class TritonFp8Backend(TritonBackend):
         if self.device == "cuda" and self.tma and scaled_tma_eligible(x, y, c):
             from gemmzoo_triton.core.hopper import num_sms
 
-            config = gluon_scaled_config(x, y, c) if self.gluon else None
+            config = gluon_scaled_config(x, y, c, scaling) if self.gluon else None
             if config is not None:
                 from gemmzoo_triton.fp8 import gluon_scaled_kernel
 
