@@ -296,3 +296,40 @@ def test_class_operands_on_another_device_than_the_backends_are_a_clear_error():
     y = torch.empty(32, 16, dtype=torch.float8_e4m3fn, device="meta")
     with pytest.raises(GemmInputError, match=r"triton-fp8: scaled_mm .*\(16, 32\).*A is on meta"):
         fp8.scaled_mm(x, y, torch.ones(()), torch.ones(()), "bfloat16")
+
+
+@pytest.mark.interpreter
+def test_triton_fp8_scaled_plans_are_kept_per_problem_and_bad_input_never():
+    """triton-fp8 decides a scaled problem's route once (a kept plan): a later call of the problem
+    with other values and scales computes with those, another layout of B gets a plan of its own,
+    and a call that is refused keeps nothing."""
+    backend = _available("triton-fp8")
+    on = "cuda" if backend.device == "cuda" else "cpu"
+    m, n, k = 24, 40, 48
+    gen = torch.Generator().manual_seed(5)
+
+    def operands(b_columns):
+        a = (torch.randn(m, k, generator=gen) * 2).to(torch.float8_e4m3fn)
+        b = (torch.randn(n, k, generator=gen) * 2).to(torch.float8_e4m3fn)
+        b = b.t() if b_columns else b.t().contiguous()
+        sa, sb = torch.rand(m, 1, generator=gen) + 0.5, torch.rand(1, n, generator=gen) + 0.5
+        return a.to(on), b.to(on), sa.to(on), sb.to(on)
+
+    def check(a, b, sa, sb):
+        c = backend.scaled_mm(a, b, sa, sb, "bfloat16").float().cpu().numpy()
+        ref = dequantized(a.float().cpu().numpy(), sa.cpu().numpy(), "rowwise", "A") @ \
+            dequantized(b.float().cpu().numpy(), sb.cpu().numpy(), "rowwise", "B")
+        np.testing.assert_allclose(c, ref, rtol=2**-7, atol=2**-7 * np.abs(ref).max())
+
+    backend.__dict__.pop("_scaled_plans", None)
+    check(*operands(True))
+    check(*operands(True))
+    assert len(backend._scaled_plans) == 1
+    check(*operands(False))
+    assert len(backend._scaled_plans) == 2
+    a, b, sa, sb = operands(True)
+    with pytest.raises(GemmInputError, match=r"triton-fp8: scaled_mm .*out_dtype must be one of"):
+        backend.scaled_mm(a, b, sa, sb, "int8")
+    with pytest.raises(GemmInputError, match=r"triton-fp8: scaled_mm .*\(24, 48\)"):
+        backend.scaled_mm(a, b, sa[:5], sb, "bfloat16")
+    assert len(backend._scaled_plans) == 2

@@ -93,18 +93,18 @@ def gluon_fp8_config(x: Any, y: Any) -> Any:
     return fp8_gluon_kernel.config_for(shared)
 
 
-def gluon_scaled_config(x: Any, y: Any, c: Any, scaling: str) -> Any:
-    """The Gluon scaled kernel's config for operands :func:`scaled_tma_eligible` accepted and
-    ``scaling``, or None where the problem stays on the Triton TMA kernel (as
-    :func:`gluon_fp8_config` decides, with C's staging tile in C's dtype)."""
-    if min(x.shape[0], y.shape[1]) < GLUON_MIN_MN:
+def gluon_scaled_config(m: int, n: int, device: Any, out_bytes: int, scaling: str) -> Any:
+    """The Gluon scaled kernel's config for an m×n product with ``scaling`` on ``device``, C of
+    ``out_bytes`` a value, where :func:`scaled_tma_eligible` accepts the operands; or None where
+    the problem stays on the Triton TMA kernel (as :func:`gluon_fp8_config` decides)."""
+    if min(m, n) < GLUON_MIN_MN:
         return None
-    shared = gluon_shared_memory(x.device)
+    shared = gluon_shared_memory(device)
     if shared is None:
         return None
     from gemmzoo_triton.fp8 import gluon_scaled_kernel
 
-    return gluon_scaled_kernel.config_for(shared, c.element_size(), scaling)
+    return gluon_scaled_kernel.config_for(shared, out_bytes, scaling)
 
 
 class TritonFp8Backend(TritonBackend):
@@ -231,15 +231,32 @@ class TritonFp8Backend(TritonBackend):
         :func:`scaled_tma_eligible` allows run on :mod:`~gemmzoo_triton.fp8.gluon_scaled_kernel`
         (warp-specialized) where :func:`gluon_scaled_config` allows and ``gluon`` is on, else on
         :mod:`~gemmzoo_triton.fp8.scaled_tma_kernel` (persistent, TMA); the others on
-        :mod:`~gemmzoo_triton.fp8.scaled_kernel`."""
+        :mod:`~gemmzoo_triton.fp8.scaled_kernel`. What that takes is decided once per problem
+        (the operands' shapes, strides, dtypes and devices, the scales' shapes, ``out_dtype``) in a
+        plan kept for the last :data:`SCALED_PLANS_KEPT` problems met (:meth:`_scaled_plan`)."""
+        import torch
+
+        sa = torch.as_tensor(scale_a, dtype=torch.float32, device=a.device)
+        sb = torch.as_tensor(scale_b, dtype=torch.float32, device=a.device)
+        try:
+            key = (*self.problem_key(a, b), sa.shape, sb.shape, str(out_dtype))
+        except AttributeError:  # not tensors: the plan's checks say what is wrong
+            return self._scaled_plan(a, b, sa, sb, out_dtype)(a, b, sa, sb)
+        plan = self.kept("_scaled_plans", key, lambda: self._scaled_plan(a, b, sa, sb, out_dtype),
+                         SCALED_PLANS_KEPT)
+        return plan(a, b, sa, sb)
+
+    def _scaled_plan(self, a: Any, b: Any, sa: Any, sb: Any, out_dtype: str) -> Callable[..., Any]:
+        """``plan(a, b, sa, sb)`` for :meth:`scaled_mm`'s problem: its checks made, and the copies,
+        the kernel and (Gluon) its bound launch chosen; a call copies what it must, allocates C,
+        checks the TMA kernels' alignment and launches. Bad input raises here, and is never kept."""
         import torch
 
         from gemmzoo.problems.class_math import scaled_problem
         from gemmzoo.problems.classes import SCALED_OUT_DTYPES
+        from gemmzoo_triton.core.padding import round_up
         from gemmzoo_triton.fp8 import scaled_kernel
 
-        sa = torch.as_tensor(scale_a, dtype=torch.float32, device=a.device)
-        sb = torch.as_tensor(scale_b, dtype=torch.float32, device=a.device)
         scaling, problem = scaled_problem(tuple(a.shape), tuple(b.shape), tuple(sa.shape), tuple(sb.shape))
 
         def fail(why: str) -> Exception:
@@ -257,34 +274,48 @@ class TritonFp8Backend(TritonBackend):
             raise fail(f"out_dtype must be one of {', '.join(SCALED_OUT_DTYPES)}, not {out_dtype!r}")
         (M, K), N = a.shape, b.shape[1]
         out = getattr(torch, out_dtype)
+        device = a.device
         if M * N == 0 or K == 0:
-            return torch.zeros((M, N), dtype=out, device=a.device)
-        if self.device == "cuda" and K % 16:
-            copies = self.kept("_k_copies", (M, N, K, a.stride(), b.stride(), a.device),
-                               lambda: k_major_copies(a, b), COPIES_KEPT)
-            x, y, _ = copies(a, b)
-        elif self.device == "cuda":
-            x, y = k_major(a, b)
+            return lambda a, b, sa, sb: torch.zeros((M, N), dtype=out, device=device)
+        gpu = self.device == "cuda"
+        if gpu and K % 16:
+            copies = k_major_copies(a, b)
+
+            def operands(a: Any, b: Any) -> tuple[Any, Any]:
+                x, y, _ = copies(a, b)
+                return x, y
         else:
-            x, y = a, b
+            operands = k_major if gpu else _as_given
         interpreted = interpreter_mode()
-        c = _output(M, N, torch.float32 if interpreted else out, a.device)
-        if self.device == "cuda" and self.tma and scaled_tma_eligible(x, y, c):
+        c_dtype = torch.float32 if interpreted else out
+        tma = gpu and self.tma
+        gluon = None
+        if tma:
             from gemmzoo_triton.core.hopper import num_sms
 
-            config = gluon_scaled_config(x, y, c, scaling) if self.gluon else None
+            sms = num_sms(device)
+            config = gluon_scaled_config(M, N, device, c_dtype.itemsize, scaling) if self.gluon else None
             if config is not None:
                 from gemmzoo_triton.fp8 import gluon_scaled_kernel
 
-                gluon_scaled_kernel.launch(x, y, sa, sb, scaling, c, num_sms(x.device), config)
-                return c
-            from gemmzoo_triton.fp8 import scaled_tma_kernel
+                gluon = gluon_scaled_kernel.bind(M, N, round_up(K, 16), scaling, sms, config, device)
 
-            scaled_tma_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, num_sms(x.device),
-                                     self.autotune)
-            return c
-        scaled_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, self.autotune)
-        return c.to(out) if interpreted else c
+        def plan(a: Any, b: Any, sa: Any, sb: Any) -> Any:
+            x, y = operands(a, b)
+            c = _output(M, N, c_dtype, device)
+            if tma and scaled_tma_eligible(x, y, c):
+                if gluon is not None:
+                    gluon(x, y, sa, sb, c)
+                    return c
+                from gemmzoo_triton.fp8 import scaled_tma_kernel
+
+                scaled_tma_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, sms,
+                                         self.autotune)
+                return c
+            scaled_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, self.autotune)
+            return c.to(out) if interpreted else c
+
+        return plan
 
     def compute(self, a: Any, b: Any) -> Any:
         """``a @ b`` with every decision taken on this call (the plans' fallback)."""
@@ -367,8 +398,14 @@ def _padded_plan(backend: Any, m: int, n: int, k: int) -> Callable[[Any, Any], A
     return plan
 
 
-COPIES_KEPT = 64
-"""Scaled problems whose copies a backend keeps (:func:`k_major_copies`)."""
+SCALED_PLANS_KEPT = 64
+"""Scaled problems whose plans (with their kept copies, :func:`k_major_copies`) a backend keeps
+(:meth:`TritonFp8Backend._scaled_plan`)."""
+
+
+def _as_given(x: Any, y: Any) -> tuple[Any, Any]:
+    """The operands as they are (the CPU's interpreted kernel reads any layout through strides)."""
+    return x, y
 
 
 def k_major_copies(like_a: Any, like_b: Any) -> Any:

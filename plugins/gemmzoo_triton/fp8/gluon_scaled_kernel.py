@@ -31,6 +31,7 @@ allows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -40,6 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma_
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from gemmzoo_triton.core import gluon_parts
+from gemmzoo_triton.core.descriptors import reusing
 from gemmzoo_triton.core.gluon_parts import (
     GluonConfig,
     allocate_pipeline,
@@ -225,38 +227,81 @@ def fp8_scaled_gluon_kernel(a_desc, b_desc, c_desc, sa_desc, M, N, K, sa_ptr, sb
             [1], [24])
 
 
-def _scale_rows_descriptor(scale_a: Any, M: int, block_m: int) -> tuple[Any, Any]:
-    """A's block-wise scales transposed, ``(K/128)×M`` with rows padded to 16 bytes for TMA (a copy,
-    or none where the caller's scales are already laid out so), and a TMA descriptor over them
-    in boxes of one K tile's scales for ``block_m`` rows."""
+def _scale_table(scale_a: Any, M: int) -> Any:
+    """A's block-wise scales transposed, ``(K/128)×M``, rows padded to 16 bytes for TMA: a copy, or
+    none where the caller's scales are laid out so already. The columns past M are never read:
+    the descriptor (:func:`_table_describer`) ends at M, and TMA reads zeros past it."""
     import torch
 
     by_row = scale_a.reshape(M, -1)
-    k_tiles = by_row.shape[1]
     padded = -(-M // 4) * 4
     table = by_row.t().contiguous() if padded == M else None
     if table is None or table.data_ptr() % 16:
-        table = torch.empty((k_tiles, padded), dtype=torch.float32, device=scale_a.device)
+        table = torch.empty((by_row.shape[1], padded), dtype=torch.float32, device=scale_a.device)
         table[:, :M].copy_(by_row.t())
-    return table, TensorDescriptor(table, [k_tiles, M], [padded, 1], [1, block_m], _SCALE_ROW_LAYOUT)
+    return table
+
+
+def _table_describer(M: int, block_m: int) -> Callable[[Any], Any]:
+    """``describe(table)``: a TMA descriptor over a :func:`_scale_table` of M rows of A, in boxes
+    of one K tile's scales for ``block_m`` rows (made once, then copied for each new table)."""
+    return reusing(lambda table: TensorDescriptor(table, [table.shape[0], M], [table.stride(0), 1],
+                                                  [1, block_m], _SCALE_ROW_LAYOUT))
+
+
+def _scale_arguments(scaling: str, M: int, N: int, block_m: int) -> Callable[[Any, Any], tuple[Any, ...]]:
+    """``scales(scale_a, scale_b)``: the kernel's scale arguments, as it reads them (``sa_desc``,
+    ``sa_ptr``, ``sb_ptr``, ``stride_sbk``, ``stride_sbn``) for float32 scales shaped as
+    :func:`gemmzoo.problems.classes.scale_shapes` says."""
+    if scaling == "blockwise":
+        describe = _table_describer(M, block_m)
+
+        def blockwise(scale_a: Any, scale_b: Any) -> tuple[Any, ...]:
+            table = _scale_table(scale_a, M)
+            sb = scale_b.reshape(-1, scale_b.shape[-1])
+            return describe(table), table, sb, sb.stride(0), sb.stride(1)
+
+        return blockwise
+    if scaling == "rowwise":
+        def rowwise(scale_a: Any, scale_b: Any) -> tuple[Any, ...]:
+            return None, scale_a.reshape(M).contiguous(), scale_b.reshape(N).contiguous(), 0, 0
+
+        return rowwise
+    return lambda scale_a, scale_b: (None, scale_a.reshape(1), scale_b.reshape(1), 0, 0)
 
 
 def arguments(x: Any, y: Any, scale_a: Any, scale_b: Any, scaling: str, c: Any,
               config: GluonConfig) -> tuple[Any, ...]:
-    """The kernel's run-time arguments for ``c = (x·scale_a)(y·scale_b)``: descriptors over A, Bᵀ,
-    C and (block-wise) A's scales, the sizes, the scales and B's block-wise strides."""
+    """The kernel's run-time arguments for ``c = (x·scale_a)(y·scale_b)`` (see :func:`launch`):
+    descriptors over A, Bᵀ, C and (block-wise) A's scales, the sizes, the scales, B's strides."""
     M, K = x.shape
     N = y.shape[1]
     a_desc, b_desc, c_desc = gluon_parts.descriptors(x, y, c, False, True, config)
-    if scaling == "blockwise":
-        table, sa_desc = _scale_rows_descriptor(scale_a, M, config.block_m)
-        sb = scale_b.reshape(-1, scale_b.shape[-1])
-        return a_desc, b_desc, c_desc, sa_desc, M, N, K, table, sb, sb.stride(0), sb.stride(1)
-    if scaling == "rowwise":
-        sa, sb = scale_a.reshape(M).contiguous(), scale_b.reshape(N).contiguous()
-    else:
-        sa, sb = scale_a.reshape(1), scale_b.reshape(1)
-    return a_desc, b_desc, c_desc, None, M, N, K, sa, sb, 0, 0
+    sa_desc, *scales = _scale_arguments(scaling, M, N, config.block_m)(scale_a, scale_b)
+    return a_desc, b_desc, c_desc, sa_desc, M, N, K, *scales
+
+
+def bind(M: int, N: int, K: int, scaling: str, sms: int, config: GluonConfig,
+         device: Any = None) -> Callable[[Any, Any, Any, Any, Any], None]:
+    """``run(x, y, scale_a, scale_b, c)``: :func:`launch` for every problem of these sizes and
+    ``scaling``, bound once (grid, constexprs, the compiled kernel:
+    :class:`~gemmzoo_triton.core.launch.BoundLaunch`); a call makes the descriptors (copies of the
+    first ones) and the scales as the kernel reads them, and launches. ``device``: the operands'."""
+    from gemmzoo_triton.core.launch import BoundLaunch
+
+    constexprs = {"SCALING": _CODES[scaling], "STAGES": config.stages, "GROUP_M": config.group_m,
+                  "num_warps": config.num_warps}
+    launch_bound = BoundLaunch(fp8_scaled_gluon_kernel, gluon_parts.grid(M, N, sms, config), constexprs,
+                               pointers=(7, 8), device=device)
+    a_desc, b_desc = gluon_parts.describers(False, True, config)
+    c_desc = reusing(lambda c: gluon_parts.over(c, (config.block_m, config.block_n)))
+    scales = _scale_arguments(scaling, M, N, config.block_m)
+
+    def run(x: Any, y: Any, scale_a: Any, scale_b: Any, c: Any) -> None:
+        sa_desc, sa, sb, stride_sbk, stride_sbn = scales(scale_a, scale_b)
+        launch_bound(a_desc(x), b_desc(y), c_desc(c), sa_desc, M, N, K, sa, sb, stride_sbk, stride_sbn)
+
+    return run
 
 
 def launch(x: Any, y: Any, scale_a: Any, scale_b: Any, scaling: str, c: Any, sms: int,
