@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import slowed_plugin
 from fake_distributions import run_gemmzoo, subprocess_env, write_distribution
+from known_cpu import run_options
 
 from gemmzoo.cli import main
 from gemmzoo.results.compare import (
@@ -264,6 +265,7 @@ def _pytest_benchmark(site, storage, extra, *args):
                f"--benchmark-storage=file://{storage}", *args]
     env = subprocess_env(site, GEMMZOO_BACKENDS="slowed-numpy", GEMMZOO_TEST_EXTRA_WORK=str(extra),
                          OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    command += run_options(env)  # py-cpuinfo's probe once per test process, not once per run
     return subprocess.run(command, capture_output=True, text=True, cwd=storage.parent, env=env, timeout=300,
                           check=False)
 

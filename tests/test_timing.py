@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fake_gpu import FakeCudaBackend, FakeEvents, OwnStreamBackend
+from known_cpu import run_options
 
 from gemmzoo.measure import (
     DeviceClock,
@@ -323,9 +324,10 @@ def test_device_clock_inside_pytest_benchmark(tmp_path):
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_XDIST_")}
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
     env["GEMMZOO_CACHE_DIR"] = str(tmp_path / "cache")
+    known_cpu = run_options(env)  # py-cpuinfo's probe once per test process, not once per run
     run = subprocess.run(
         [sys.executable, "-m", "pytest", str(tmp_path), "-p", "no:cacheprovider", "-q", "--benchmark-only",
-         "--benchmark-max-time=0.05", f"--benchmark-json={out}", "--rootdir", str(tmp_path)],
+         "--benchmark-max-time=0.05", f"--benchmark-json={out}", "--rootdir", str(tmp_path), *known_cpu],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
     )
     assert "2 failed, 2 passed" in run.stdout, run.stdout + run.stderr
