@@ -277,9 +277,10 @@ def test_pytest_benchmark_compare_fail_sees_the_slowed_backend(site, tmp_path):
     first = _pytest_benchmark(site, storage, 0, "--benchmark-save=base")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     against = "--benchmark-compare=0001"
-    # the same work again: within pytest-benchmark's bound (a wide one: the other xdist worker's tests
-    # share the machine, and a loaded moment moves a microsecond-scale median a long way)
-    same = _pytest_benchmark(site, storage, 0, against, "--benchmark-compare-fail=median:150%")
+    # the same work again: within pytest-benchmark's bound on the fastest round (the other xdist
+    # worker's tests share the machine: a loaded moment moved a microsecond-scale median 2.9x, the
+    # fastest of the same rounds 1.01x)
+    same = _pytest_benchmark(site, storage, 0, against, "--benchmark-compare-fail=min:100%")
     assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-3000:]
     slow = _pytest_benchmark(site, storage, 1.0, against, "--benchmark-compare-fail=median:30%",
                              "--benchmark-save=slow")
