@@ -51,6 +51,7 @@ from gemmzoo_triton.core.gluon_parts import (
     store_tile,
     tile_origin,
 )
+from gemmzoo_triton.core.padding import padded
 from gemmzoo_triton.fp8.gluon_kernel import DEFAULT_CONFIG, MIN_STAGES, _start_product, _tile_sum
 
 #: Scaling codes of the kernel's ``SCALING`` (those of :mod:`~gemmzoo_triton.fp8.scaled_kernel`).
@@ -208,6 +209,8 @@ def fp8_scaled_gluon_kernel(a_desc, b_desc, c_desc, sa_desc, M, N, K, sa_ptr, sb
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     num_pid_m, num_pid_n, my_tiles = my_tile_count(M, N, BLOCK_M, BLOCK_N)
     k_steps = gl.cdiv(K, a_desc.block_type.shape[1])
+    # two calls, not one on argument tuples built up: Gluon's frontend neither concatenates the
+    # tuples it hands warp_specialize nor takes None among them
     if SCALING == 2:
         sa_slots = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], sa_desc.layout)
         gl.warp_specialize(
@@ -234,10 +237,10 @@ def _scale_table(scale_a: Any, M: int) -> Any:
     import torch
 
     by_row = scale_a.reshape(M, -1)
-    padded = -(-M // 4) * 4
-    table = by_row.t().contiguous() if padded == M else None
+    row = padded(M, 4)
+    table = by_row.t().contiguous() if row == M else None
     if table is None or table.data_ptr() % 16:
-        table = torch.empty((by_row.shape[1], padded), dtype=torch.float32, device=scale_a.device)
+        table = torch.empty((by_row.shape[1], row), dtype=torch.float32, device=scale_a.device)
         table[:, :M].copy_(by_row.t())
     return table
 
