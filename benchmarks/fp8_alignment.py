@@ -12,6 +12,9 @@ For each problem, its aligned twin has every size rounded up to a multiple of 16
   ``benchmarks/classes.py`` times them (its Triton kernel without Gluon too).
 
 Times are ``triton.testing.do_bench`` medians on CUDA (L2 flushed), medians of loops on the CPU.
+A problem and its twin are timed ``--rounds`` times, in alternating order, and each row takes
+the median of its rounds: the small problems are bound by the host's time per call, which moves
+with the machine's load between one timing and the next.
 Each row: the backend, TFLOPS at the problem, TFLOPS at the aligned twin, and their ratio (the
 misaligned problem's throughput over the aligned one's), against 0.8.
 """
@@ -22,6 +25,7 @@ import argparse
 import functools
 import json
 import os
+import statistics
 import sys
 from typing import Any
 
@@ -66,6 +70,12 @@ def gemm_seconds(shape: tuple[int, int, int], device: str, checked: dict[str, bo
     return found
 
 
+def medians(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Each backend's median time over the rounds that timed it."""
+    labels = set().union(*rounds) if rounds else set()
+    return {label: statistics.median([r[label] for r in rounds if label in r]) for label in labels}
+
+
 def rows_of(kind: str, shape: tuple[int, int, int], twin: tuple[int, int, int],
             at: dict[str, float], at_twin: dict[str, float]) -> list[dict[str, Any]]:
     flops, twin_flops = 2 * shape[0] * shape[1] * shape[2], 2 * twin[0] * twin[1] * twin[2]
@@ -82,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--problem", action="append", default=[], help="MxNxK (repeatable)")
     parser.add_argument("--device", default=None, choices=("cuda", "cpu"))
     parser.add_argument("--json", default=None)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="times each problem and its twin this many times, in alternating order "
+                             "(default 3); a row's time is the median of its rounds")
     args = parser.parse_args(argv)
     import torch
 
@@ -100,16 +113,21 @@ def main(argv: list[str] | None = None) -> int:
         if twin == shape:
             print(f"{'x'.join(map(str, shape))}: already aligned, skipped", flush=True)
             continue
-        found = rows_of("gemm", shape, twin, gemm_seconds(shape, device, checked),
-                        gemm_seconds(twin, device, checked))
-        scaled = [classes.run_problem(f"scaled:rowwise:{m}x{n}x{k}", device, "bfloat16", verdicts=verdicts)
-                  for m, n, k in (shape, twin)]
-        members = [{label: s for label, s in r["seconds"].items() if not label.startswith("torch._scaled_mm")}
-                   for r in scaled]
-        found += rows_of("scaled rowwise", shape, twin, *members)
-        for r in scaled:
-            for label, why in r["refused"].items():
-                print(f"  scaled {r['problem']}: {label} not timed: {why}", flush=True)
+        gemm_times: dict[tuple[int, ...], list[dict[str, float]]] = {shape: [], twin: []}
+        scaled_times: dict[tuple[int, ...], list[dict[str, float]]] = {shape: [], twin: []}
+        for round_ in range(args.rounds):
+            for size in (shape, twin) if round_ % 2 == 0 else (twin, shape):
+                gemm_times[size].append(gemm_seconds(size, device, checked))
+                name = "scaled:rowwise:" + "x".join(map(str, size))
+                timed = classes.run_problem(name, device, "bfloat16", verdicts=verdicts)
+                scaled_times[size].append({label: s for label, s in timed["seconds"].items()
+                                           if not label.startswith("torch._scaled_mm")})
+                if round_ == 0:
+                    for label, why in timed["refused"].items():
+                        print(f"  scaled {timed['problem']}: {label} not timed: {why}", flush=True)
+        found = rows_of("gemm", shape, twin, medians(gemm_times[shape]), medians(gemm_times[twin]))
+        found += rows_of("scaled rowwise", shape, twin, medians(scaled_times[shape]),
+                         medians(scaled_times[twin]))
         for row in found:
             mark = "ok" if row["ratio"] >= TARGET else "UNDER"
             print(f"{row['class']:15} {'x'.join(map(str, shape)):>16} -> {'x'.join(map(str, twin)):>16}  "

@@ -64,13 +64,19 @@ def tma_fp8_eligible(x: Any, y: Any, c: Any) -> bool:
 
 def scaled_tma_eligible(x: Any, y: Any, c: Any) -> bool:
     """Whether a scaled product runs on :mod:`~gemmzoo_triton.fp8.scaled_tma_kernel`: a Hopper
-    GPU, more than :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK` multiply-adds, A row-major and
-    B column-major with 16-byte aligned starts and rows (K a multiple of 16 once padded), and C's
-    rows 16-byte aligned (N a multiple of 8 for 16-bit C, of 4 for float32)."""
+    GPU, more than :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK` multiply-adds, and operands
+    :func:`scaled_descriptors_take`."""
     M, K = x.shape
     N = y.shape[1]
     if M * N * K <= TMA_MIN_WORK or not tma_device(x.device):
         return False
+    return scaled_descriptors_take(x, y, c)
+
+
+def scaled_descriptors_take(x: Any, y: Any, c: Any) -> bool:
+    """Whether TMA descriptors can be made over a scaled product's operands: A row-major and B
+    column-major with 16-byte aligned starts and rows (K a multiple of 16 once padded), and C's
+    rows 16-byte aligned (N a multiple of 8 for 16-bit C, of 4 for float32)."""
     if x.stride(1) != 1 or y.stride(0) != 1 or c.stride(1) != 1:
         return False
     rows = (x.stride(0), y.stride(1), c.stride(0) * c.element_size())
@@ -93,11 +99,13 @@ def gluon_fp8_config(x: Any, y: Any) -> Any:
     return fp8_gluon_kernel.config_for(shared)
 
 
-def gluon_scaled_config(m: int, n: int, device: Any, out_bytes: int, scaling: str) -> Any:
-    """The Gluon scaled kernel's config for an m×n product with ``scaling`` on ``device``, C of
-    ``out_bytes`` a value, where :func:`scaled_tma_eligible` accepts the operands; or None where
-    the problem stays on the Triton TMA kernel (as :func:`gluon_fp8_config` decides)."""
-    if min(m, n) < GLUON_MIN_MN:
+def gluon_scaled_config(m: int, n: int, device: Any, out_bytes: int, scaling: str, k: int = 0) -> Any:
+    """The Gluon scaled kernel's config for an m×n product (of depth ``k``, where known) with
+    ``scaling`` on ``device``, C of ``out_bytes`` a value, where :func:`scaled_descriptors_take`
+    accepts the operands; or None where the problem stays on the Triton kernels: M or N under one
+    128-wide tile, at most :data:`SCALED_GLUON_MIN_WORK` multiply-adds (for a known ``k``), or
+    a GPU or Triton that cannot run it (as :func:`gluon_fp8_config` decides)."""
+    if min(m, n) < GLUON_MIN_MN or (k and m * n * k <= SCALED_GLUON_MIN_WORK):
         return None
     shared = gluon_shared_memory(device)
     if shared is None:
@@ -105,6 +113,13 @@ def gluon_scaled_config(m: int, n: int, device: Any, out_bytes: int, scaling: st
     from gemmzoo_triton.fp8 import gluon_scaled_kernel
 
     return gluon_scaled_kernel.config_for(shared, out_bytes, scaling)
+
+
+SCALED_GLUON_MIN_WORK = 2**31
+"""Multiply-adds past which a scaled problem goes to the Gluon kernel where it can: below, the
+pointer kernel's smaller tiles finish sooner; above, down to this size, the Gluon kernel ran faster
+than the pointer kernel's best tile on the H200, most of all where M or N is not a multiple of
+16 (docs/results/2026-11-28-fp8-small-scaled.md)."""
 
 
 class TritonFp8Backend(TritonBackend):
@@ -227,13 +242,17 @@ class TritonFp8Backend(TritonBackend):
 
     def scaled_mm(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: str) -> Any:
         """The ``scaled`` class: block-wise scales in the accumulator loop, row-wise and
-        tensor-wise in the epilogue; operands made K-major on a GPU. On Hopper, problems that
-        :func:`scaled_tma_eligible` allows run on :mod:`~gemmzoo_triton.fp8.gluon_scaled_kernel`
-        (warp-specialized) where :func:`gluon_scaled_config` allows and ``gluon`` is on, else on
+        tensor-wise in the epilogue; operands made K-major on a GPU (and K zero-padded to a
+        multiple of 16 where it is not). On Hopper, problems that :func:`gluon_scaled_config`
+        allows (``gluon`` on) run on :mod:`~gemmzoo_triton.fp8.gluon_scaled_kernel`
+        (warp-specialized) where :func:`scaled_descriptors_take` the operands; with ``gluon``
+        off, problems that :func:`scaled_tma_eligible` allows run on
         :mod:`~gemmzoo_triton.fp8.scaled_tma_kernel` (persistent, TMA); the others on
-        :mod:`~gemmzoo_triton.fp8.scaled_kernel`. What that takes is decided once per problem
-        (the operands' shapes, strides, dtypes and devices, the scales' shapes, ``out_dtype``) in a
-        plan kept for the last :data:`SCALED_PLANS_KEPT` problems met (:meth:`_scaled_plan`)."""
+        :mod:`~gemmzoo_triton.fp8.scaled_kernel`, tuned on a problem's first call and then
+        launched as bound (:func:`~gemmzoo_triton.fp8.scaled_kernel.bind`). What that takes is
+        decided once per problem (the operands' shapes, strides, dtypes and devices, the scales'
+        shapes, ``out_dtype``) in a plan kept for the last :data:`SCALED_PLANS_KEPT` problems met
+        (:meth:`_scaled_plan`)."""
         import torch
 
         sa = torch.as_tensor(scale_a, dtype=torch.float32, device=a.device)
@@ -288,31 +307,45 @@ class TritonFp8Backend(TritonBackend):
             operands = k_major if gpu else _as_given
         interpreted = interpreter_mode()
         c_dtype = torch.float32 if interpreted else out
-        tma = gpu and self.tma
         gluon = None
-        if tma:
-            from gemmzoo_triton.core.hopper import num_sms
-
-            sms = num_sms(device)
-            config = gluon_scaled_config(M, N, device, c_dtype.itemsize, scaling) if self.gluon else None
+        k16 = round_up(K, 16)
+        if gpu and self.tma and self.gluon:
+            config = gluon_scaled_config(M, N, device, c_dtype.itemsize, scaling, k16)
             if config is not None:
+                from gemmzoo_triton.core.hopper import num_sms
                 from gemmzoo_triton.fp8 import gluon_scaled_kernel
 
-                gluon = gluon_scaled_kernel.bind(M, N, round_up(K, 16), scaling, sms, config, device)
+                gluon = gluon_scaled_kernel.bind(M, N, k16, scaling, num_sms(device), config, device)
+        tma = gpu and self.tma and gluon is None
+        mode = self.autotune
+        if tma:
+            from gemmzoo_triton.core.hopper import num_sms
+            from gemmzoo_triton.fp8 import scaled_tma_kernel
+
+            sms = num_sms(device)
+
+        def bind_pointers(x: Any, y: Any, sa: Any, sb: Any, c: Any) -> Callable[..., None]:
+            config = scaled_kernel.picked(x, y, scaling, c, mode)
+            if config is None:
+                config = scaled_kernel.launch(x, y, sa, sb, scaling, c, mode)
+                return scaled_kernel.bind(x, y, sa, sb, scaling, c, config)
+            run = scaled_kernel.bind(x, y, sa, sb, scaling, c, config)
+            run(x, y, sa, sb, c)
+            return run
+
+        pointers = _FirstCall(bind_pointers)
 
         def plan(a: Any, b: Any, sa: Any, sb: Any) -> Any:
             x, y = operands(a, b)
             c = _output(M, N, c_dtype, device)
-            if tma and scaled_tma_eligible(x, y, c):
-                if gluon is not None:
-                    gluon(x, y, sa, sb, c)
-                    return c
-                from gemmzoo_triton.fp8 import scaled_tma_kernel
-
-                scaled_tma_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, sms,
-                                         self.autotune)
+            if gluon is not None and scaled_descriptors_take(x, y, c):
+                gluon(x, y, sa, sb, c)
                 return c
-            scaled_kernel.launch(x, y, sa.contiguous(), sb.contiguous(), scaling, c, self.autotune)
+            sa, sb = sa.contiguous(), sb.contiguous()
+            if tma and scaled_tma_eligible(x, y, c):
+                scaled_tma_kernel.launch(x, y, sa, sb, scaling, c, sms, mode)
+                return c
+            pointers(x, y, sa, sb, c)
             return c.to(out) if interpreted else c
 
         return plan
@@ -439,19 +472,20 @@ def _output(m: int, n: int, dtype: Any, device: Any) -> Any:
 
 
 class _FirstCall:
-    """``run(x, y, c)`` that binds its launch on the first call (``bind(x, y, c)`` computes C and
-    returns the bound launch, tuning first where nothing was tuned), then launches it."""
+    """``run(x, y, c)`` (or any arguments) that binds its launch on the first call (``bind(x, y,
+    c)`` computes C and returns the bound launch, tuning first where nothing was tuned), then
+    launches it."""
 
     __slots__ = ("_bind", "_bound")
 
-    def __init__(self, bind: Callable[[Any, Any, Any], Callable[[Any, Any, Any], None]]) -> None:
+    def __init__(self, bind: Callable[..., Callable[..., None]]) -> None:
         self._bind, self._bound = bind, None
 
-    def __call__(self, x: Any, y: Any, c: Any) -> None:
+    def __call__(self, *args: Any) -> None:
         if self._bound is None:
-            self._bound = self._bind(x, y, c)
+            self._bound = self._bind(*args)
         else:
-            self._bound(x, y, c)
+            self._bound(*args)
 
 
 def _plan(run: Callable[[Any, Any, Any], None], copy_a: bool, copy_b: bool, descriptors: bool,

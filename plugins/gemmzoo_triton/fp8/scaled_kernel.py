@@ -25,6 +25,7 @@ Imported only when the backend runs (``triton.jit`` reads TRITON_INTERPRET when 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import triton
@@ -117,37 +118,80 @@ def scaled_matmul_kernel(
     tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
-def launch(x: Any, y: Any, scale_a: Any, scale_b: Any, scaling: str, c: Any, mode: str = "quick") -> None:
-    """``c = (x·scale_a)(y·scale_b)``: ``x`` M×K and ``y`` K×N (fp8, or float16/float32 for
-    tests), float32 scales of the shapes :func:`gemmzoo.problems.classes.scale_shapes` gives (a
-    tensorwise scale as a one-element tensor), ``c`` M×N of the output dtype (float32 under the
-    interpreter: see the module docstring); tuned in ``mode`` on a problem's first call
-    (:mod:`~gemmzoo_triton.core.autotune`)."""
+def _scale_views(scale_a: Any, scale_b: Any, code: int, M: int, N: int) -> tuple[Any, Any]:
+    """The scales as 2-D views the kernel indexes through strides (a tensor-wise scale 1×1)."""
+    if code == TENSORWISE:
+        return scale_a.reshape(1, 1), scale_b.reshape(1, 1)
+    return scale_a.reshape(M, -1), scale_b.reshape(-1, N if code == ROWWISE else scale_b.shape[-1])
+
+
+def _options(code: int, x: Any) -> dict[str, Any]:
+    """The kernel's constexprs beyond the config's, for operands like ``x``."""
     import torch
 
-    M, K = x.shape
-    N = y.shape[1]
-    code = _CODES[scaling]
-    sa = scale_a.reshape(M, -1) if code != TENSORWISE else scale_a.reshape(1, 1)
-    sb = scale_b.reshape(-1, N if code == ROWWISE else scale_b.shape[-1]) if code != TENSORWISE \
-        else scale_b.reshape(1, 1)
-
-    def grid(meta: dict[str, Any]) -> tuple[int]:
-        return (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
-
-    args = (
-        x, y, c, sa, sb,
-        M, N, K,
-        x.stride(0), x.stride(1),
-        y.stride(0), y.stride(1),
-        c.stride(0), c.stride(1),
-        sa.stride(0), sa.stride(1),
-        sb.stride(0), sb.stride(1),
-    )
-    options = {
+    return {
         "SCALING": code,
         "WIDEN": interpreter_mode() and x.dtype == getattr(torch, "float8_e4m3fn", None),
         "PRECISION": "ieee" if x.dtype == torch.float32 else None,  # None: the dot's default
     }
-    key = (M, N, K, code, str(x.dtype), str(c.dtype), x.stride(0) == 1, y.stride(0) == 1)
-    launch_tuned(scaled_matmul_kernel, grid, args, options, key, mode)
+
+
+def _key(x: Any, y: Any, c: Any, code: int) -> tuple[Any, ...]:
+    """The key a problem's config is kept under (:func:`~gemmzoo_triton.core.autotune.launch_tuned`)."""
+    M, K = x.shape
+    return (M, y.shape[1], K, code, str(x.dtype), str(c.dtype), x.stride(0) == 1, y.stride(0) == 1)
+
+
+def _sizes(x: Any, y: Any, c: Any, sa: Any, sb: Any) -> tuple[int, ...]:
+    """The kernel's run-time arguments after its five pointers."""
+    M, K = x.shape
+    return (M, y.shape[1], K, *x.stride(), *y.stride(), *c.stride(), *sa.stride(), *sb.stride())
+
+
+def launch(x: Any, y: Any, scale_a: Any, scale_b: Any, scaling: str, c: Any,
+           mode: str = "quick") -> triton.Config:
+    """``c = (x·scale_a)(y·scale_b)``: ``x`` M×K and ``y`` K×N (fp8, or float16/float32 for
+    tests), float32 scales of the shapes :func:`gemmzoo.problems.classes.scale_shapes` gives (a
+    tensorwise scale as a one-element tensor), ``c`` M×N of the output dtype (float32 under the
+    interpreter: see the module docstring); tuned in ``mode`` on a problem's first call
+    (:mod:`~gemmzoo_triton.core.autotune`). Returns the config that ran."""
+    M, N = x.shape[0], y.shape[1]
+    code = _CODES[scaling]
+    sa, sb = _scale_views(scale_a, scale_b, code, M, N)
+
+    def grid(meta: dict[str, Any]) -> tuple[int]:
+        return (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
+
+    args = (x, y, c, sa, sb, *_sizes(x, y, c, sa, sb))
+    return launch_tuned(scaled_matmul_kernel, grid, args, _options(code, x), _key(x, y, c, code), mode)
+
+
+def picked(x: Any, y: Any, scaling: str, c: Any, mode: str = "quick") -> triton.Config | None:
+    """The config :func:`launch` in ``mode`` launches for a problem like this one, or None before it
+    is tuned (:func:`~gemmzoo_triton.core.autotune.picked`)."""
+    from gemmzoo_triton.core import autotune
+
+    return autotune.picked(scaled_matmul_kernel, _key(x, y, c, _CODES[scaling]), mode)
+
+
+def bind(x: Any, y: Any, scale_a: Any, scale_b: Any, scaling: str, c: Any,
+         config: triton.Config) -> Callable[[Any, Any, Any, Any, Any], None]:
+    """``run(x, y, scale_a, scale_b, c)``: :func:`launch` with ``config``, bound once for every
+    problem like this one (shapes and strides of the operands, of C and of the scales, which must
+    be contiguous): a call launches the compiled kernel, nothing else."""
+    from gemmzoo_triton.core import triton_internals
+    from gemmzoo_triton.core.launch import BoundLaunch
+
+    M, N = x.shape[0], y.shape[1]
+    code = _CODES[scaling]
+    sa, sb = _scale_views(scale_a, scale_b, code, M, N)
+    blocks = config.all_kwargs()
+    tiles = triton.cdiv(M, blocks["BLOCK_SIZE_M"]) * triton.cdiv(N, blocks["BLOCK_SIZE_N"])
+    launch_bound = BoundLaunch(triton_internals.jit_function(scaled_matmul_kernel), (tiles,),
+                               {**_options(code, x), **blocks}, pointers=(0, 1, 2, 3, 4), device=x.device)
+    sizes = _sizes(x, y, c, sa, sb)
+
+    def run(x: Any, y: Any, scale_a: Any, scale_b: Any, c: Any) -> None:
+        launch_bound(x, y, c, scale_a, scale_b, *sizes)
+
+    return run
