@@ -21,6 +21,7 @@ class _Recording:
 
     def prepare(self, x, y):
         self.seen.append((tuple(x.shape), tuple(y.shape), y.stride()))
+        self.operands = (x, y)
 
         def run(x, y):
             return (x.float() @ y.float()).to(torch.bfloat16)
@@ -33,19 +34,31 @@ def _fp8(values):
 
 
 def test_padded_operands_give_the_product_of_the_unpadded_ones():
+    """K padded to 16 and N to 8 by one copy launch into a kept buffer (zeros in the padding, also
+    where the buffer held NaN bytes), the aligned plan made once, C the M×N view; new operands
+    each call."""
     rng = np.random.default_rng(3)
     m, n, k = 5, 13, 21
-    a_np, b_np = rng.standard_normal((m, k)) * 4, rng.standard_normal((k, n)) * 4
-    a, b = _fp8(a_np), _fp8(b_np)
+    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"  # where the copy kernel runs
+
+    def operands():
+        a_np, b_np = rng.standard_normal((m, k)) * 4, rng.standard_normal((k, n)) * 4
+        return a_np, b_np, _fp8(a_np).to(device), _fp8(b_np).to(device)
+
+    *_, like_a, like_b = operands()
     backend = _Recording()
-    plan = _padded_plan(backend, m, n, k)
-    c = plan(a, b)
-    assert backend.seen == [((5, 32), (32, 16), (1, 32))]  # K to 16, N to 8, B column-major
-    assert tuple(c.shape) == (m, n)
-    expected = e4m3_to_float32(to_e4m3(a_np)) @ e4m3_to_float32(to_e4m3(b_np))
-    np.testing.assert_allclose(c.float().numpy(), expected, rtol=2**-8, atol=1e-6)
-    again = plan(a, b)  # the plan is made once and kept
-    assert len(backend.seen) == 1 and torch.equal(again, c)
+    plan = _padded_plan(backend, like_a, like_b)
+    for call in range(3):
+        a_np, b_np, a, b = operands()
+        c = plan(a, b)
+        if call == 0:  # NaN bytes in the kept buffer: every copy writes its zeros again
+            x, y = backend.operands
+            x.view(torch.uint8).fill_(0x7F)
+            y.view(torch.uint8).fill_(0x7F)
+        assert backend.seen == [((5, 32), (32, 16), (1, 32))]  # K to 16, N to 8, B column-major
+        assert tuple(c.shape) == (m, n)
+        expected = e4m3_to_float32(to_e4m3(a_np)) @ e4m3_to_float32(to_e4m3(b_np))
+        np.testing.assert_allclose(c.float().cpu().numpy(), expected, rtol=2**-8, atol=1e-6)
 
 
 def test_padding_is_for_misaligned_rows_of_enough_work_on_a_gpu():

@@ -53,9 +53,11 @@ class AlignedCopy:
 
     ``zero_padded``: the copy is ``zero_padded`` elements wide instead (K of A and of Bᵀ rounded up
     for kernels that take whole 16-byte rows), its columns past the tensor's written as zeros on
-    every copy."""
+    every copy. ``padded_rows``: likewise, the copy has that many rows (of what is copied: the
+    transpose's, for a column-major copy), those past the tensor's written as zeros."""
 
-    def __init__(self, like: Any, column_major: bool | None = None, zero_padded: int | None = None) -> None:
+    def __init__(self, like: Any, column_major: bool | None = None, zero_padded: int | None = None,
+                 padded_rows: int | None = None) -> None:
         rows, cols = like.shape
         size = like.element_size()
         if column_major is None:
@@ -63,12 +65,14 @@ class AlignedCopy:
         self.column_major = column_major
         self.rows, self.cols = (cols, rows) if column_major else (rows, cols)  # of what is copied
         self.width = self.cols if zero_padded is None else zero_padded  # of what is written
-        if self.width < self.cols:
-            raise ValueError(f"a copy {self.cols} wide cannot be zero-padded to {self.width}")
+        self.height = self.rows if padded_rows is None else padded_rows  # rows written
+        if self.width < self.cols or self.height < self.rows:
+            raise ValueError(f"a copy of {self.rows}x{self.cols} cannot be zero-padded to "
+                             f"{self.height}x{self.width}")
         self.row_stride = padded(self.width, size)
         #: The elements of the buffer the copy writes: whole padded rows, so a buffer of two
         #: copies starts the second one 16-byte aligned.
-        self.numel = self.rows * self.row_stride
+        self.numel = self.height * self.row_stride
         self.dtype, self.device = like.dtype, like.device
         strides = like.stride()[::-1] if column_major else like.stride()
         #: The copy kernel's (see :mod:`~gemmzoo_triton.core.copy_kernel`) sizes after its two
@@ -79,10 +83,10 @@ class AlignedCopy:
             from gemmzoo_triton.core import copy_kernel
             from gemmzoo_triton.core.launch import BoundLaunch
 
-            self.launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(self.rows, self.width),),
+            self.launch = BoundLaunch(copy_kernel.copy_kernel, (copy_kernel.blocks(self.height, self.width),),
                                       copy_kernel.constexprs(units(size)), pointers=(0, 1),
                                       device=like.device)
-            self.sizes = (self.rows, self.cols, self.rows, self.width, strides[0], strides[1],
+            self.sizes = (self.rows, self.cols, self.height, self.width, strides[0], strides[1],
                           self.row_stride)
 
     def source(self, tensor: Any) -> Any:
@@ -92,7 +96,7 @@ class AlignedCopy:
     def views(self, flat: Any) -> tuple[Any, Any]:
         """What the copy writes in a 1-D buffer of at least :attr:`numel` elements (rows
         :attr:`row_stride` apart), and the aligned operand it is."""
-        written = flat[: self.numel].view(self.rows, self.row_stride)[:, : self.width]
+        written = flat[: self.numel].view(self.height, self.row_stride)[:, : self.width]
         return written, (written.T if self.column_major else written)
 
     def write(self, tensor: Any, written: Any) -> None:
@@ -101,9 +105,11 @@ class AlignedCopy:
         if self.launch is not None:
             self.launch(source, written, *self.sizes)
             return
-        written[:, : self.cols].copy_(source)
+        written[: self.rows, : self.cols].copy_(source)
         if self.width > self.cols:
             zero(written[:, self.cols :])
+        if self.height > self.rows:
+            zero(written[self.rows :, : self.cols])
 
     def __call__(self, tensor: Any) -> Any:
         import torch
@@ -143,8 +149,8 @@ class KeptCopies:
             from gemmzoo_triton.core import copy_kernel
             from gemmzoo_triton.core.launch import BoundLaunch
 
-            self._blocks_x = copy_kernel.blocks(copy_x.rows, copy_x.width)
-            grid = (self._blocks_x + copy_kernel.blocks(copy_y.rows, copy_y.width),)
+            self._blocks_x = copy_kernel.blocks(copy_x.height, copy_x.width)
+            grid = (self._blocks_x + copy_kernel.blocks(copy_y.height, copy_y.width),)
             constexprs = copy_kernel.constexprs(units(first.dtype.itemsize))
             self._pair = BoundLaunch(copy_kernel.copy_pair_kernel, grid, constexprs, pointers=(0, 1, 9, 10),
                                      device=first.device)

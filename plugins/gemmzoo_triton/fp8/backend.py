@@ -45,16 +45,17 @@ def k_major(x: Any, y: Any) -> tuple[Any, Any]:
     return x, y
 
 
-def tma_fp8_eligible(x: Any, y: Any, c: Any) -> bool:
-    """Whether ``c = x @ y`` (K-major operands, see :func:`k_major`) runs on the TMA kernel.
+def tma_fp8_eligible(x: Any, y: Any, c: Any, min_work: int = TMA_MIN_WORK) -> bool:
+    """Whether ``c = x @ y`` (K-major operands, see :func:`k_major`) runs on a TMA kernel.
 
     Needs a Hopper GPU and Triton >= 3.4 (:func:`~gemmzoo_triton.core.hopper.tma_device`), more than
-    :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK` multiply-adds, and what descriptors need: 16-byte
+    ``min_work`` multiply-adds (:data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK` for the Triton
+    TMA kernel, :data:`GLUON_MIN_WORK` for the Gluon one), and what descriptors need: 16-byte
     aligned starts and rows, so K a multiple of 16 (fp8 rows of A and Bᵀ) and N of 8 (bf16 rows of C).
     """
     M, K = x.shape
     N = y.shape[1]
-    if M * N * K <= TMA_MIN_WORK or not tma_device(x.device):
+    if M * N * K <= min_work or not tma_device(x.device):
         return False
     rows = (x.stride(0), y.stride(1), c.stride(0) * 2)
     starts = (x.data_ptr(), y.data_ptr(), c.data_ptr())
@@ -103,9 +104,9 @@ def gluon_scaled_config(m: int, n: int, device: Any, out_bytes: int, scaling: st
     """The Gluon scaled kernel's config for an m×n product (of depth ``k``, where known) with
     ``scaling`` on ``device``, C of ``out_bytes`` a value, where :func:`scaled_descriptors_take`
     accepts the operands; or None where the problem stays on the Triton kernels: M or N under one
-    128-wide tile, at most :data:`SCALED_GLUON_MIN_WORK` multiply-adds (for a known ``k``), or
+    128-wide tile, at most :data:`GLUON_MIN_WORK` multiply-adds (for a known ``k``), or
     a GPU or Triton that cannot run it (as :func:`gluon_fp8_config` decides)."""
-    if min(m, n) < GLUON_MIN_MN or (k and m * n * k <= SCALED_GLUON_MIN_WORK):
+    if min(m, n) < GLUON_MIN_MN or (k and m * n * k <= GLUON_MIN_WORK):
         return None
     shared = gluon_shared_memory(device)
     if shared is None:
@@ -115,11 +116,12 @@ def gluon_scaled_config(m: int, n: int, device: Any, out_bytes: int, scaling: st
     return gluon_scaled_kernel.config_for(shared, out_bytes, scaling)
 
 
-SCALED_GLUON_MIN_WORK = 2**31
-"""Multiply-adds past which a scaled problem goes to the Gluon kernel where it can: below, the
-pointer kernel's smaller tiles finish sooner; above, down to this size, the Gluon kernel ran faster
-than the pointer kernel's best tile on the H200, most of all where M or N is not a multiple of
-16 (docs/results/2026-11-28-fp8-small-scaled.md)."""
+GLUON_MIN_WORK = 2**31
+"""Multiply-adds past which a problem goes to a Gluon kernel (fp8, scaled or not) where it can:
+below, the pointer kernel's smaller tiles finish sooner; from this size up, the Gluon kernels
+ran faster than the pointer kernel's best tile on the H200, most of all where M or N is not a
+multiple of 16 (docs/results/2026-11-28-fp8-small-problems.md). The Triton TMA kernel, which
+they replace where they run, starts at :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK`."""
 
 
 class TritonFp8Backend(TritonBackend):
@@ -134,10 +136,11 @@ class TritonFp8Backend(TritonBackend):
     On a GPU, operands that are not K-major (A row-major, B column-major) are copied first (see
     :func:`k_major`: a row-major B costs a transpose per call). Sizes that keep a large problem
     off the TMA kernels (K not a multiple of 16, N not of 8) are copied into zero-padded buffers
-    first (:func:`padding_pays`). Problems that
-    :func:`tma_fp8_eligible` allows (Hopper, large, aligned) go to
+    first, in one launch (:func:`padding_pays`). Problems that :func:`tma_fp8_eligible` allows
+    (Hopper, aligned) past :data:`GLUON_MIN_WORK` multiply-adds go to
     :mod:`~gemmzoo_triton.fp8.gluon_kernel` (warp-specialized Gluon) where
-    :func:`gluon_fp8_config` allows, else to :mod:`~gemmzoo_triton.fp8.tma_kernel` (TMA loads and
+    :func:`gluon_fp8_config` allows; else, past :data:`~gemmzoo_triton.core.hopper.TMA_MIN_WORK`, to
+    :mod:`~gemmzoo_triton.fp8.tma_kernel` (TMA loads and
     stores, a persistent grid, two programs per SM, autotuned once per problem); the others to
     :mod:`~gemmzoo_triton.fp8.pointer_kernel` (autotuned likewise), which also runs on the CPU
     under Triton's interpreter (reading any layout through strides there, and working around the
@@ -191,10 +194,12 @@ class TritonFp8Backend(TritonBackend):
             x, y = k_major(x, y)
         c = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
         tma = gpu and self.tma and tma_fp8_eligible(x, y, c)
-        if gpu and not tma and padding_pays(M, N, K, x.device):
-            return _padded_plan(self, M, N, K)
+        gluon = gpu and self.tma and self.gluon and promote == 0 and \
+            tma_fp8_eligible(x, y, c, GLUON_MIN_WORK)
+        if gpu and not (tma or gluon) and padding_pays(M, N, K, x.device):
+            return _padded_plan(self, a, b)
         compute, allocate = self.compute, output_allocator(M, N, torch.bfloat16, x.device)
-        if tma and self.gluon and promote == 0:
+        if gluon:
             config = gluon_fp8_config(x, y)
             if config is not None:
                 from gemmzoo_triton.core.hopper import num_sms
@@ -369,14 +374,15 @@ class TritonFp8Backend(TritonBackend):
         # (3) launch; the autotuner picks the config on a problem's first call
         if self.device == "cuda":
             x, y = k_major(x, y)
-            if self.tma and tma_fp8_eligible(x, y, c):
-                config = gluon_fp8_config(x, y) if self.gluon and promote == 0 else None
+            if self.tma and self.gluon and promote == 0 and tma_fp8_eligible(x, y, c, GLUON_MIN_WORK):
+                config = gluon_fp8_config(x, y)
                 if config is not None:
                     from gemmzoo_triton.core.hopper import num_sms
                     from gemmzoo_triton.fp8 import gluon_kernel as fp8_gluon_kernel
 
                     fp8_gluon_kernel.launch(x, y, c, num_sms(x.device), config)
                     return c
+            if self.tma and tma_fp8_eligible(x, y, c):
                 from gemmzoo_triton.fp8 import tma_kernel as fp8_tma_kernel
 
                 fp8_tma_kernel.launch(x, y, c, promote, self.autotune)
@@ -404,28 +410,26 @@ def padding_pays(m: int, n: int, k: int, device: Any) -> bool:
     return (k % 16 != 0 or n % 8 != 0) and m * n * k > PAD_MIN_WORK and device.type == "cuda"
 
 
-def _padded_plan(backend: Any, m: int, n: int, k: int) -> Callable[[Any, Any], Any]:
-    """``plan(a, b)``: A copied into an M×K16 buffer and Bᵀ into an N8×K16 one (zeros in the
-    padding, which add nothing to the sums), the aligned problem's own plan (TMA or Gluon) run on
-    them, and C returned as the M×N view of the M×N8 product."""
-    import torch
+def _padded_plan(backend: Any, a: Any, b: Any) -> Callable[[Any, Any], Any]:
+    """``plan(a, b)`` for operands like ``a`` (M×K) and ``b`` (K×N): A copied into an M×K16 buffer
+    and Bᵀ into an N8×K16 one (zeros in the padding, which add nothing to the sums), both in one
+    launch into a buffer kept per thread and stream (:class:`~gemmzoo_triton.core.aligned.KeptCopies`),
+    the aligned problem's own plan (TMA or Gluon) run on them, and C returned as the M×N view of
+    the M×N8 product."""
+    from gemmzoo_triton.core.aligned import AlignedCopy, KeptCopies
+    from gemmzoo_triton.core.padding import round_up
 
-    M, N, K = m, n, k
-    k16, n8 = -(-K // 16) * 16, -(-N // 8) * 8
+    K, N = a.shape[1], b.shape[1]
+    k16, n8 = round_up(K, 16), round_up(N, 8)
+    copies = KeptCopies(AlignedCopy(a, column_major=False, zero_padded=k16),
+                        AlignedCopy(b, column_major=True, zero_padded=k16, padded_rows=n8), lambda x, y: None)
     inner: list[Callable[[Any, Any], Any]] = []
 
     def plan(a: Any, b: Any) -> Any:
-        x = torch.empty((M, k16), dtype=a.dtype, device=a.device)
-        x.view(torch.uint8)[:, K:].zero_()  # zeroed as bytes: fp8 fills are not everywhere
-        x[:, :K].copy_(a)
-        yt = torch.empty((n8, k16), dtype=b.dtype, device=b.device)
-        raw = yt.view(torch.uint8)
-        raw[:, K:].zero_()
-        raw[N:, :].zero_()
-        yt[:N, :K].copy_(b.t())
+        x, y, _ = copies(a, b)
         if not inner:
-            inner.append(backend.prepare(x, yt.t()))
-        c = inner[0](x, yt.t())
+            inner.append(backend.prepare(x, y))
+        c = inner[0](x, y)
         return c if n8 == N else c[:, :N]
 
     return plan
