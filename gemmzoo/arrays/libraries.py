@@ -87,6 +87,13 @@ def native_kind(backend: Any, dtype: str) -> str | None:
     return kind
 
 
+def native_kind_known(backend: Any, dtype: str) -> bool:
+    """Whether :func:`native_kind` answers for ``backend`` and ``dtype`` from what it learned,
+    without a probe."""
+    entry = _NATIVE.get((id(backend), dtype))
+    return entry is not None and entry[0] is backend
+
+
 #: The dtypes each array library's own matrix product takes directly, by library: where
 #: :func:`own_product` answers. NumPy's float16 product is left out (it does not reach BLAS and
 #: runs far slower than the ``numpy`` backend's float32 detour, which is checked); fp8 operands

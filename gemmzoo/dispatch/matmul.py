@@ -36,7 +36,7 @@ from gemmzoo.arrays.libraries import (
     own_product,
     to_host,
 )
-from gemmzoo.contract.backend import TF32Array, declared, is_self_checking, shape_text
+from gemmzoo.contract.backend import TF32Array, is_self_checking, shape_text
 from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.dispatch.plan_cache import PlanCache
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
@@ -515,7 +515,7 @@ def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str,
         # a chosen backend whose product is the caller's library's own (the prior's library route
         # or a measured winner): the library's call itself, under the caller's switches (as
         # accurate as the call replaced, and no launcher around it)
-        own = declared(choice.backend, "library_product") == kind
+        own = choice.library_product == kind
         return choice.backend, own_product(kind, dtype) if own else None
     if isinstance(backend, str):
         from gemmzoo.tuning.state import current
