@@ -176,3 +176,31 @@ def test_rows_this_process_stores_again_at_a_stored_shape_change_its_answer(two_
     assert choice_for(a, b).backend.name == "torch-cpu" and choice_for(a, b).source == "database"
     assert not [s for s in seen if s.startswith("SELECT")]
     np.testing.assert_allclose(gemmzoo.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_stored_answer_that_would_probe_a_backends_library_waits_until_it_is_met(tmp_path):
+    pytest.importorskip("torch")
+    from gemmzoo.arrays.libraries import native_kind_known
+    from gemmzoo.plugins.registry import Registry
+
+    registry = Registry(strict=False)  # backends of their own: no probe of them made yet
+    registry.load_entry_points()
+    with gemmzoo.Session(cache_dir=tmp_path, registry=registry, backends=("numpy", "torch-cpu")) as session:
+        store = session.store()
+        for name in ("numpy", "torch-cpu"):
+            assert conformance_verdict(store, session.get_backend(name), "float32") is True
+        store.add([_row("numpy", (24, 16, 8), 1e-5), _row("torch-cpu", (24, 16, 8), 1e-4),
+                   _row("numpy", (40, 24, 16), 1e-4), _row("torch-cpu", (40, 24, 16), 1e-5)])
+        torch_cpu = session.get_backend("torch-cpu")
+        assert not native_kind_known(torch_cpu, "float32")
+        assert choice_for(*_operands((24, 16, 8))).backend.name == "numpy"  # the kind's answers derived
+        assert not native_kind_known(torch_cpu, "float32")  # torch-cpu's winning shape not answered yet
+        a, b = _operands((40, 24, 16))
+        fast = choice_for(a, b)
+        assert fast.backend.name == "torch-cpu" and native_kind_known(torch_cpu, "float32")
+        np.testing.assert_allclose(gemmzoo.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+        session.close()
+    with gemmzoo.Session(cache_dir=tmp_path, registry=registry, backends=("numpy", "torch-cpu")) as fresh:
+        slow = choice_for(a, b)  # a fresh session's first answer: the slow way
+        fresh.close()
+    assert _fields(fast) == _fields(slow)

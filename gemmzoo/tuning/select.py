@@ -710,11 +710,12 @@ def _measured_choice(problem: choosing.Problem, by_name: dict[str, Any], timings
     the tied backends that compute on the caller's own arrays first."""
     policy = choosing.RankPolicy(by=by)
     measured = choosing.Measurements(tuple(timings), rows, searches)
-    if native is not None:  # asked of the tied backends that it orders only: it may load their library
-        tied = choosing.tied_names(measured, policy)
-        if len(tied) > 1:
-            measured = dataclasses.replace(measured, native=frozenset(n for n in tied if native(by_name[n])))
     decision = choosing.choose(problem, list(by_name), measured, prior, policy)
+    if native is not None and len(decision.tied) > 1:  # native orders the tied: asked of them only (it
+        # may load their library), where more than one ties
+        tied = decision.tied
+        measured = dataclasses.replace(measured, native=frozenset(n for n in tied if native(by_name[n])))
+        decision = choosing.choose(problem, list(by_name), measured, prior, policy)
     assert decision.winner is not None
     return Choice(by_name[decision.winner], problem.shape, problem.dtype, problem.device, source, basis,
                   decision.ranking, decision.tied, note, excluded)
