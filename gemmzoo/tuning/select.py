@@ -731,10 +731,10 @@ class Menu:
     (:class:`gemmzoo.tuning.known.Known`). Kept in the session's ``facts``, forgotten with its
     answers (a new verdict, new measurements).
 
-    ``answers``: each stored problem's answer by (layout, shape), derived from those rows once when
-    the menu is made (:func:`_derive`), by the rule every answer follows (:func:`_stored_choice`),
-    so that a problem whose own shape is stored is then a dictionary lookup: no database, no
-    probe, no suite, no ranking."""
+    ``answers``: each stored problem's answer by (layout, shape), derived from those rows once,
+    right after the kind's first answer (:func:`_keep_up`), by the rule every answer follows
+    (:func:`_stored_choice`), so that a problem whose own shape is stored is then a dictionary
+    lookup: no database, no probe, no suite, no ranking."""
 
     by_name: dict[str, Any]
     versions: dict[str, str]
