@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gemmzoo
+from gemmzoo.dispatch.matmul import keep_plan
 from gemmzoo.dispatch.plan_cache import CACHE_SIZE, LRUCache, PlanCache
 
 
@@ -30,10 +31,10 @@ def test_the_least_recently_used_entry_goes_first():
 
 def test_plans_past_the_bound_forget_the_least_recently_used():
     plans = PlanCache(2)
-    plans.keep(("a",), "plan a")
-    plans.keep(("b",), "plan b")
+    keep_plan(plans, ("a",), "plan a")
+    keep_plan(plans, ("b",), "plan b")
     plans.plans.move_to_end(("a",))  # what the dispatch does when it finds a plan
-    plans.keep(("c",), "plan c")
+    keep_plan(plans, ("c",), "plan c")
     assert list(plans.plans) == [("a",), ("c",)] and plans.last == (("c",), "plan c")
     assert PlanCache().size == CACHE_SIZE == PlanCache.MAX_PLANS
 

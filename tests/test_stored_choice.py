@@ -1,5 +1,5 @@
-"""A problem whose shape is stored is chosen in memory: few modules on a first gemmzoo.matmul, no
-database read but one data_version question, and what this process or another one writes is
+"""A problem whose shape is stored is chosen in memory: at most 4 modules on a first gemmzoo.matmul,
+no database read but one data_version question, and what this process or another one writes is
 seen by the next new problem."""
 
 from __future__ import annotations
@@ -20,15 +20,12 @@ from gemmzoo.tuning.tune import conformance_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# What may run during a first gemmzoo.matmul of a stored problem, by role (what "3 modules after
-# the dispatch entry" counts; docs/architecture.md, "A stored problem's first call").
-ROLES = {
-    "plan making": {"gemmzoo.dispatch.matmul", "gemmzoo.dispatch.plan_cache", "gemmzoo.arrays.libraries"},
-    "the choice": {"gemmzoo.tuning.select", "gemmzoo.tuning.choose", "gemmzoo.tuning.known",
-                   "gemmzoo.measure.ties"},
-    "the backend": {"gemmzoo.contract.backend", "gemmzoo_numpy.backend", "gemmzoo_torch.backend",
-                    "gemmzoo.arrays.torch_tensors"},
-}
+# What may run during a first gemmzoo.matmul of a stored problem: the dispatch entry and at most 3
+# modules after it, the backend's own module one of them (docs/architecture.md, "A stored
+# problem's first call").
+ENTRY = "gemmzoo.dispatch.matmul"
+BELOW = {"gemmzoo.arrays.libraries", "gemmzoo.tuning.select"}
+PLUGINS = {"numpy": "gemmzoo_numpy.backend", "torch-cpu": "gemmzoo_torch.backend"}
 
 
 def _tool():
@@ -42,23 +39,22 @@ def _tool():
 # each library's arrays served by the other library's backend: the plan converts and calls that
 # backend's prepared product (benchmarks/first_call_modules.py also counts the library's own)
 @pytest.mark.parametrize(("library", "winner"), [("numpy", "torch-cpu"), ("torch", "numpy")])
-def test_a_first_call_of_a_stored_problem_stays_in_three_roles(library, winner, tmp_path):
+def test_a_first_stored_problem_call_runs_at_most_three_modules_after_the_entry(library, winner, tmp_path):
     pytest.importorskip("torch")
     tool = _tool()
     with gemmzoo.Session(cache_dir=tmp_path / "warm"):  # the process has planned these arrays before
         gemmzoo.matmul(*tool.operands(library, (8, 8, 8)))
     case = tool.measure_case(library, winner, loaded=True)
     assert case["served"] == winner and case["source"] == "database"
-    modules = set(case["modules"])
-    plugin = {"numpy": "gemmzoo_numpy.backend", "torch-cpu": "gemmzoo_torch.backend"}[winner]
-    assert {"gemmzoo.dispatch.matmul", "gemmzoo.tuning.select", plugin} <= modules
-    roles = {role for role, members in ROLES.items() if modules & members}
-    assert modules <= set().union(*ROLES.values()), modules - set().union(*ROLES.values())
-    assert len(roles) <= 3
+    modules = case["modules"]
+    plugin = PLUGINS[winner]
+    assert modules[0] == ENTRY and {ENTRY, "gemmzoo.tuning.select", plugin} <= set(modules), modules
+    assert set(modules) <= {ENTRY, plugin} | BELOW, set(modules) - ({ENTRY, plugin} | BELOW)
+    assert len(modules) <= 4, modules
     # one call stack holds the entry and at most 3 modules below it, none of them met twice:
     # no lower module calls back up into a higher one
     chain = case["deepest_chain"]
-    assert chain[0] == "gemmzoo.dispatch.matmul" and len(chain) <= 4, chain
+    assert chain[0] == ENTRY and len(chain) <= 4, chain
     assert len(set(chain)) == len(chain), chain
 
 
@@ -167,3 +163,44 @@ def test_an_answer_from_memory_is_the_answer_of_the_slow_way(tmp_path):
 def _fields(choice):
     return (choice.backend.name, choice.source, choice.basis, choice.ranking, choice.tied, choice.note,
             choice.excluded)
+
+
+def test_rows_this_process_stores_again_at_a_stored_shape_change_its_answer(two_backends):
+    store = two_backends.store()
+    store.add([_row("numpy", (24, 16, 8), 1e-5), _row("torch-cpu", (24, 16, 8), 1e-4),
+               _row("numpy", (40, 24, 16), 1e-5), _row("torch-cpu", (40, 24, 16), 1e-4)])
+    assert choice_for(*_operands((24, 16, 8))).backend.name == "numpy"  # the kind's answers derived
+    store.add([_row("numpy", (40, 24, 16), 1e-4), _row("torch-cpu", (40, 24, 16), 1e-5)])
+    seen = _statements(two_backends)
+    a, b = _operands((40, 24, 16))
+    assert choice_for(a, b).backend.name == "torch-cpu" and choice_for(a, b).source == "database"
+    assert not [s for s in seen if s.startswith("SELECT")]
+    np.testing.assert_allclose(gemmzoo.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_stored_answer_that_would_probe_a_backends_library_waits_until_it_is_met(tmp_path):
+    pytest.importorskip("torch")
+    from gemmzoo.arrays.libraries import native_kind_known
+    from gemmzoo.plugins.registry import Registry
+
+    registry = Registry(strict=False)  # backends of their own: no probe of them made yet
+    registry.load_entry_points()
+    with gemmzoo.Session(cache_dir=tmp_path, registry=registry, backends=("numpy", "torch-cpu")) as session:
+        store = session.store()
+        for name in ("numpy", "torch-cpu"):
+            assert conformance_verdict(store, session.get_backend(name), "float32") is True
+        store.add([_row("numpy", (24, 16, 8), 1e-5), _row("torch-cpu", (24, 16, 8), 1e-4),
+                   _row("numpy", (40, 24, 16), 1e-4), _row("torch-cpu", (40, 24, 16), 1e-5)])
+        torch_cpu = session.get_backend("torch-cpu")
+        assert not native_kind_known(torch_cpu, "float32")
+        assert choice_for(*_operands((24, 16, 8))).backend.name == "numpy"  # the kind's answers derived
+        assert not native_kind_known(torch_cpu, "float32")  # torch-cpu's winning shape not answered yet
+        a, b = _operands((40, 24, 16))
+        fast = choice_for(a, b)
+        assert fast.backend.name == "torch-cpu" and native_kind_known(torch_cpu, "float32")
+        np.testing.assert_allclose(gemmzoo.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+        session.close()
+    with gemmzoo.Session(cache_dir=tmp_path, registry=registry, backends=("numpy", "torch-cpu")) as fresh:
+        slow = choice_for(a, b)  # a fresh session's first answer: the slow way
+        fresh.close()
+    assert _fields(fast) == _fields(slow)

@@ -42,7 +42,11 @@ def array_kind(array_type: type) -> str | None:
 def _is_tensor_type(array_type: type) -> bool:
     import torch
 
-    return issubclass(array_type, torch.Tensor)
+    if not issubclass(array_type, torch.Tensor):
+        return False
+    # torch's own product (own_product's), declared what it is once, as torch's tensors are first met
+    declare_torch_mm(self_checking(torch.mm))
+    return True
 
 
 def dtype_of(array: Any) -> str | None:
@@ -87,6 +91,13 @@ def native_kind(backend: Any, dtype: str) -> str | None:
     return kind
 
 
+def native_kind_known(backend: Any, dtype: str) -> bool:
+    """Whether :func:`native_kind` answers for ``backend`` and ``dtype`` from what it learned,
+    without a probe."""
+    entry = _NATIVE.get((id(backend), dtype))
+    return entry is not None and entry[0] is backend
+
+
 #: The dtypes each array library's own matrix product takes directly, by library: where
 #: :func:`own_product` answers. NumPy's float16 product is left out (it does not reach BLAS and
 #: runs far slower than the ``numpy`` backend's float32 detour, which is checked); fp8 operands
@@ -116,7 +127,9 @@ def own_product(kind: str, dtype: str) -> Any:
         return np.matmul
     import torch
 
-    return declare_torch_mm(self_checking(torch.mm))
+    if torch.Tensor not in _KINDS:  # learning torch's tensor type declares torch.mm
+        array_kind(torch.Tensor)
+    return torch.mm
 
 
 def _converter(source: str, target: str) -> Callable[[Any], Any]:

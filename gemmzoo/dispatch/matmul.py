@@ -36,7 +36,7 @@ from gemmzoo.arrays.libraries import (
     own_product,
     to_host,
 )
-from gemmzoo.contract.backend import TF32Array, declared, is_self_checking, shape_text
+from gemmzoo.contract.backend import TF32Array, is_self_checking, shape_text
 from gemmzoo.contract.dtypes import DTYPES
 from gemmzoo.dispatch.plan_cache import PlanCache
 from gemmzoo.errors import BackendUnavailableError, GemmInputError
@@ -200,7 +200,7 @@ def _compiled_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str) -> tupl
             cache.plans.move_to_end(key)
     else:
         plan = make_plan(a, b, backend, accuracy, by)
-        cache.keep(key, plan)
+        keep_plan(cache, key, plan)
     return plan, torch_mm_form(plan)
 
 
@@ -292,10 +292,25 @@ def _plan_and_call(a: Any, b: Any, backend: Any, accuracy: str, by: str, cache: 
         _watch_build(a)
     plan = make_plan(a, b, backend, accuracy, by)
     try:
-        cache.keep(_KEYS[type(a)](a, b, backend, accuracy, by), plan)
+        keep_plan(cache, _KEYS[type(a)](a, b, backend, accuracy, by), plan)
     except Exception:  # an unhashable backend object: correct, only not cached
         pass
     return plan(a, b)
+
+
+def keep_plan(cache: PlanCache, key: tuple[Any, ...], plan: Any) -> None:
+    """Keep ``plan`` for ``key`` in ``cache`` as the problem met last and the most recently used,
+    forgetting the least recently used plans past ``cache.size``."""
+    plans = cache.plans
+    plans[key] = plan
+    with contextlib.suppress(KeyError):  # forgotten by another thread meanwhile
+        plans.move_to_end(key)
+    while len(plans) > cache.size:
+        try:
+            plans.popitem(last=False)
+        except KeyError:  # emptied by another thread
+            break
+    cache.last = key, plan
 
 
 def _layout(a: Any, b: Any, kind: str) -> str:
@@ -372,8 +387,8 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
     if kind == "torch" and (a.requires_grad or b.requires_grad):
         return _differentiable_plan(a, b, backend, accuracy, by, dtype, tf32)
     chosen, own = _resolve(backend, (m, n, k), dtype, device, _layout(a, b, kind), kind, accuracy, by)
-    if own is not None:  # the caller's library's own product, called as it is
-        return _direct(own, a, b, kind, backend, accuracy, by, tf32)
+    if own is not None:  # the caller's library's own product, called as it is (torch.mm checks B itself)
+        return _direct(own, a, b, kind, backend, accuracy, by, tf32, True)
     target = native_kind(chosen, dtype) if chosen.device == device else None
     if target is not None:
         try:
@@ -403,15 +418,19 @@ def make_plan(a: Any, b: Any, backend: Any = None, accuracy: str = "componentwis
 
 
 def _direct(run: Callable[[Any, Any], Any], a: Any, b: Any, kind: str, backend: Any, accuracy: str,
-            by: str, tf32: bool) -> Callable[[Any, Any], Any]:
+            by: str, tf32: bool, checks_b: bool | None = None) -> Callable[[Any, Any], Any]:
     """The plan of ``run``, which computes on the caller's own arrays: ``run`` itself, behind a
-    check of B for torch operands where ``run`` does not reject a mismatched B itself."""
+    check of B for torch operands where ``run`` does not reject a mismatched B itself
+    (``checks_b``: whether it does, where the caller knows; else as declared, see
+    :func:`gemmzoo.contract.backend.self_checking`)."""
     if kind != "torch":
         return run
     # torch.mm checks B's dtype on real devices only: not on meta, nor for tensor subclasses
     # (FakeTensor) that answer it themselves
     plain = type(a) is type(b) and _is_plain_tensor_type(type(a)) and not a.is_meta
-    return run if plain and is_self_checking(run) else _checking_b(run, a, backend, accuracy, by, tf32)
+    if plain and (is_self_checking(run) if checks_b is None else checks_b):
+        return run
+    return _checking_b(run, a, backend, accuracy, by, tf32)
 
 
 def _differentiable_plan(a: Any, b: Any, backend: Any, accuracy: str, by: str, dtype: str,
@@ -445,7 +464,7 @@ def _own_product_with_autograd(a: Any, b: Any, accuracy: str, by: str, dtype: st
         _chosen, own = _resolve(None, shape, dtype, device, layout, "torch", accuracy, by)
         if own is None:
             return None
-    return _direct(own, a, b, "torch", None, accuracy, by, False)
+    return _direct(own, a, b, "torch", None, accuracy, by, False, True)
 
 
 def _backward_product(a: Any, b: Any, backend: Any, **options: Any) -> Any:
@@ -515,7 +534,7 @@ def _resolve(backend: Any, shape: tuple[int, int, int], dtype: str, device: str,
         # a chosen backend whose product is the caller's library's own (the prior's library route
         # or a measured winner): the library's call itself, under the caller's switches (as
         # accurate as the call replaced, and no launcher around it)
-        own = declared(choice.backend, "library_product") == kind
+        own = choice.library_product == kind
         return choice.backend, own_product(kind, dtype) if own else None
     if isinstance(backend, str):
         from gemmzoo.tuning.state import current

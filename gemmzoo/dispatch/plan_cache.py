@@ -75,9 +75,10 @@ class PlanCache:
     which nobody reads any more. ``last`` is one tuple, read and written whole, so threads never
     pair one problem's key with another's plan.
 
-    The lookup on the hot path is a plain dictionary read followed by ``plans.move_to_end(key)``
-    (see :func:`gemmzoo.dispatch.matmul._dispatch`); :meth:`keep` forgets the least recently used plans
-    past ``size``.
+    The dispatch is its one reader and writer (:mod:`gemmzoo.dispatch.matmul`): the lookup on the
+    hot path is a plain dictionary read followed by ``plans.move_to_end(key)``, and
+    :func:`gemmzoo.dispatch.matmul.keep_plan` keeps a new plan, forgetting the least recently used
+    plans past ``size``.
     """
 
     __slots__ = ("last", "plans", "size")
@@ -89,9 +90,3 @@ class PlanCache:
         self.plans: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self.last: tuple[Any, Any] = NO_PLAN
         self.size = _check_size(size)
-
-    def keep(self, key: tuple[Any, ...], plan: Any) -> None:
-        """Keep ``plan`` for ``key`` and make it the last one met (and the most recently used)."""
-        self.plans[key] = plan
-        _make_newest(self.plans, key, self.size)
-        self.last = key, plan

@@ -182,7 +182,9 @@ def choose(problem: Problem, candidates: Sequence[str], measurements: Measuremen
     candidate counts as none, :func:`advice`), then the policy's preference.
     """
     if measurements.timings:
-        winner, ranking, tied = rank(measurements.timings, tie_order(measurements, policy))
+        winner, ranking, tied = rank(measurements.timings, policy.preference)
+        if len(tied) > 1:  # the tie order picks among the tied; alone, the fastest needs none
+            winner, ranking, tied = rank(measurements.timings, tie_order(measurements, policy))
         return Decision(winner, ranking, tied)
     pick = advice(prior, problem)
     native, broke = measurements.native, measurements.broke

@@ -41,6 +41,7 @@ import sqlite3
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import astuple, fields
 from pathlib import Path
@@ -261,6 +262,13 @@ def near_sql(boxed: bool, listed: int = 0) -> str:
     return sql + f" AND {sizes} AND n BETWEEN ? AND ? AND k BETWEEN ? AND ?"
 
 
+def _dropped_in_child(store: Callable[[], TuningStore | None]) -> None:
+    """In a child made by fork(): forget what the parent's ``store`` (a weak reference) held."""
+    found = store()
+    if found is not None:
+        found._drop()
+
+
 class TuningStore:
     """A connection to the tuning database (``path``), or an in-memory one (``path`` None).
 
@@ -279,6 +287,9 @@ class TuningStore:
         self._db = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                    check_same_thread=False)
         self._busy_ms = int(BUSY_TIMEOUT_S * 1000)
+        # A child made by fork() must not ask its parent's connection anything: what the parent's
+        # store held is dropped in the child as it starts (Known.dropped), never checked per read.
+        os.register_at_fork(after_in_child=functools.partial(_dropped_in_child, weakref.ref(self)))
         # The file is data: no function of the schema (a trigger's, a view's) runs with the
         # privileges of gemmzoo's own statements.
         with contextlib.suppress(sqlite3.DatabaseError):
@@ -614,7 +625,7 @@ class TuningStore:
                 self._held -= 1
 
     def _drop(self) -> None:
-        """Forget what is held (and tell whoever kept a :class:`Known` of it: :meth:`Known.current`)."""
+        """Forget what is held (and tell whoever kept a :class:`Known` of it: ``Known.dropped``)."""
         for known in self._known.values():
             known.dropped = True
         self._known.clear()
@@ -651,7 +662,7 @@ class TuningStore:
         kept, bad = self._split(rows)
         known = Known(device, kept, verdicts, bad, self._warn_bad)
         known.version = version
-        # the question Known.current asks, made of the connection's own (C) methods
+        # whether another connection wrote since, asked with the connection's own (C) methods
         known.version_query = functools.partial(self._db.execute, "PRAGMA data_version")
         return known
 

@@ -11,7 +11,6 @@ another process writes is seen when the store finds the database's ``data_versio
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -101,11 +100,14 @@ class Known:
         self.version: object = None
         """The database's ``data_version`` when these rows were read."""
         self.version_query: Callable[[], Any] | None = None
-        """Asks the database's ``data_version`` again (a cursor's ``fetchone`` gives it), on the
-        connection of process ``pid``: a child made by fork() asks nothing of it."""
-        self.pid = os.getpid()
+        """Asks the database's ``data_version`` again (a cursor's ``fetchone`` gives it): where it
+        moved, another connection (another process) wrote since these rows were read."""
         self.dropped = False
-        """Set by the store when it stops adding its writes here (it read the rows again)."""
+        """Set by the store when it stops adding its writes here (it read the rows again), and in
+        a child made by fork(), which must not ask its parent's connection."""
+        self.added: list[tuple[str, str, Shape]] = []
+        """The (dtype, layout, shape) of each row taken in after the rows were read, in order (what
+        an answer derived from the rows before must look at again)."""
         self.verdicts_added = 0
         """How many verdicts were taken in after the rows were read (a new verdict can change
         which candidates a choice has)."""
@@ -122,19 +124,8 @@ class Known:
         self.add(records)
         for row in verdicts:
             self.add_verdict(row)
-
-    def current(self) -> bool:
-        """Whether these rows are still what the database holds: the store still adds its own
-        writes here, and no other connection (another process) committed since they were read
-        (one ``PRAGMA data_version``, no row read)."""
-        if self.dropped or os.getpid() != self.pid:
-            return False
-        if self.version_query is None:
-            return True
-        try:
-            return bool(self.version_query().fetchone()[0] == self.version)
-        except Exception:  # a closed or moved connection: read again the slow way
-            return False
+        self.added.clear()
+        self.verdicts_added = 0
 
     def _take_bad(self, bad: Iterable[tuple[tuple[object, ...], str]]) -> None:
         for row, problem in bad:
@@ -159,6 +150,7 @@ class Known:
             shape = (r.m, r.n, r.k)
             self._by_shape.setdefault((r.dtype, r.layout), {}).setdefault(shape, []).append(r)
             self._in_order.setdefault((r.dtype, r.layout), []).append(r)
+            self.added.append((r.dtype, r.layout, shape))
             if r.status == "ok":
                 self._ok_shapes.setdefault((r.dtype, r.layout, r.backend, r.versions), {})[shape] = None
 
@@ -178,6 +170,16 @@ class Known:
         else:
             rows = self._by_shape.get((dtype, layout), {}).get(tuple(shape), [])  # type: ignore[arg-type]
         return [r for r in rows if status is None or r.status == status]
+
+    def problems(self, dtype: str) -> list[tuple[str, Shape]]:
+        """The (layout, shape) of every problem of ``dtype`` with a row stored, but those where a
+        stored row breaks the schema (reading those warns: they are read when asked)."""
+        found: list[tuple[str, Shape]] = []
+        for (kind, layout), by_shape in self._by_shape.items():
+            if kind == dtype:
+                bad = self._bad.get((kind, layout), {})
+                found.extend((layout, shape) for shape in by_shape if shape not in bad)
+        return found
 
     def any_rows(self, dtype: str, layout: str) -> bool:
         """Whether any row is stored for ``dtype``/``layout`` (one that breaks the schema too)."""

@@ -88,11 +88,11 @@ import functools
 import importlib.util
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemmzoo.arrays.libraries import OWN_PRODUCT_NAMES, has_own_product, native_kind
+from gemmzoo.arrays.libraries import OWN_PRODUCT_NAMES, has_own_product, native_kind, native_kind_known
 from gemmzoo.contract.accuracy import COMPONENTWISE, accepts, accuracy_of, check_accuracy
 from gemmzoo.contract.backend import declared
 from gemmzoo.contract.dtypes import DTYPES, dtype_name
@@ -152,6 +152,16 @@ class Choice:
     unchecked: tuple[Timed, ...] = ()
     """Timings taken now of candidates whose conformance suite has not run here (a first answer
     runs the suites of those that could be the answer only), fastest first: shown, never ranked."""
+    library_product: str | None = field(init=False, default=None, repr=False, compare=False)
+    """The chosen backend's :attr:`gemmzoo.Backend.library_product`: the array library whose own
+    product its product is (``None``: none, or a backend that cannot say), read once here."""
+
+    def __post_init__(self) -> None:
+        try:
+            product = declared(self.backend, "library_product")
+        except Exception:  # a plugin's broken property: its product is its own
+            product = None
+        object.__setattr__(self, "library_product", product)
 
     @property
     def timing(self) -> Timed | None:
@@ -450,12 +460,15 @@ def explain(shape: Any, dtype: str = "float32", device: str | None = None, *,
         versions = {name: library_versions(name, registry) for name in by_name}
         fingerprint = device_fingerprint(device)
         loops = loop_policy()
-        if not measuring and store is session.store():  # what later problems of this kind share
+        menu_key = _menu_key(dtype, device, library, accuracy, by)
+        kept = session.facts.get(menu_key)
+        if not measuring and store is session.store() and (kept is None or not kept.current()):
+            # what later problems of this kind share (plan_decision derives their stored answers)
             known = store.snapshot(fingerprint)
-            session.facts[_menu_key(dtype, device, library, accuracy, by)] = Menu(
-                by_name, versions, dict(excluded), frozenset(b.name for b in conforming if _compiles(b)),
-                _searches(by_name), loops, native, reachable,
-                session.prior, known, known.verdicts_added)
+            compiling = frozenset(b.name for b in conforming if _compiles(b))
+            session.facts[menu_key] = Menu(by_name, versions, dict(excluded), compiling, _searches(by_name),
+                                           loops, native, reachable, session.prior, known,
+                                           known.verdicts_added, (dtype, device, library, accuracy, by))
         versions.update((b.name, library_versions(b.name, registry)) for b in provisional)
         latest = _latest(store.records(fingerprint, dtype, layout, shape), versions)
         source = "database"
@@ -697,16 +710,18 @@ def _measured_choice(problem: choosing.Problem, by_name: dict[str, Any], timings
     the tied backends that compute on the caller's own arrays first."""
     policy = choosing.RankPolicy(by=by)
     measured = choosing.Measurements(tuple(timings), rows, searches)
-    if native is not None:  # asked of the tied backends only: it may load their library
-        tied = choosing.tied_names(measured, policy)
-        measured = dataclasses.replace(measured, native=frozenset(n for n in tied if native(by_name[n])))
     decision = choosing.choose(problem, list(by_name), measured, prior, policy)
+    if native is not None and len(decision.tied) > 1:  # native orders the tied: asked of them only (it
+        # may load their library), where more than one ties
+        tied = decision.tied
+        measured = dataclasses.replace(measured, native=frozenset(n for n in tied if native(by_name[n])))
+        decision = choosing.choose(problem, list(by_name), measured, prior, policy)
     assert decision.winner is not None
     return Choice(by_name[decision.winner], problem.shape, problem.dtype, problem.device, source, basis,
                   decision.ranking, decision.tied, note, excluded)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Menu:
     """What a session's answers for problems of one dtype, device, caller's library, accuracy and
     ranking share, gathered the slow way once by :func:`explain` (registry, availability,
@@ -714,8 +729,12 @@ class Menu:
     why, those that compile each problem, each one's declared ``searches_over``, the loop policy,
     the caller's-arrays tests, the prior, and the store's rows of the device in memory
     (:class:`gemmzoo.tuning.known.Known`). Kept in the session's ``facts``, forgotten with its
-    answers (a new verdict, new measurements). A problem whose own shape is stored is then
-    answered from it alone (:func:`_stored_choice`): no database, no probe, no suite."""
+    answers (a new verdict, new measurements).
+
+    ``answers``: each stored problem's answer by (layout, shape), derived from those rows once,
+    right after the kind's first answer (:func:`_keep_up`), by the rule every answer follows
+    (:func:`_stored_choice`), so that a problem whose own shape is stored is then a dictionary
+    lookup: no database, no probe, no suite, no ranking."""
 
     by_name: dict[str, Any]
     versions: dict[str, str]
@@ -729,19 +748,91 @@ class Menu:
     known: Any
     verdicts_seen: int
     """``known.verdicts_added`` when it was made: a verdict stored since makes it stale."""
+    kind: tuple[str, str, str | None, str, str]
+    """The dtype, device, caller's library, accuracy and ranking of its problems."""
+    answers: dict[tuple[str, tuple[int, int, int]], Choice] = field(default_factory=dict)
+    unprobed: set[tuple[str, tuple[int, int, int]]] = field(default_factory=set)
+    """Stored problems whose answer asks a backend a question not asked yet in this process
+    (which library's arrays it computes on: the probe may load its library); each is answered
+    when met, as a problem is that this process meets first."""
+    rows_seen: int | None = None
+    """How many of ``known.added`` (rows this process stored since they were read) ``answers``
+    takes in; ``None`` before they are derived."""
 
     def current(self) -> bool:
-        """Whether it still holds: the rows are the database's and no verdict came since."""
-        return self.known.verdicts_added == self.verdicts_seen and self.known.current()
+        """Whether it still holds: no verdict came since, the store still adds its own writes to
+        its rows, and no other connection (another process) committed since they were read (one
+        ``PRAGMA data_version``, no row read)."""
+        known = self.known
+        if known.verdicts_added != self.verdicts_seen or known.dropped:
+            return False
+        if known.version_query is None:
+            return True
+        try:
+            return bool(known.version_query().fetchone()[0] == known.version)
+        except Exception:  # a closed or moved connection: read again the slow way
+            return False
 
 
 def _menu_key(dtype: str, device: str, library: str | None, accuracy: str, by: str) -> tuple[Any, ...]:
     return ("menu", dtype, device, library, accuracy, by)
 
 
-def _stored_choice(menu: Menu, problem: choosing.Problem, by: str) -> Choice | None:
+def _derive(menu: Menu, problems: Iterable[tuple[str, tuple[int, int, int]]]) -> None:
+    """Answer each of ``problems`` ((layout, shape)) from ``menu``'s rows into ``menu.answers``:
+    one with no conforming timing of its own is left to the slow way, and one whose answer asks a
+    backend what it computes on, not asked yet in this process, to the call that meets it."""
+    dtype, device, library, accuracy, by = menu.kind
+    native, reachable = _asked_before(menu.native, dtype), _asked_before(menu.reachable, dtype)
+    for layout, shape in problems:
+        problem = choosing.Problem(shape, dtype, device, layout, library, accuracy)
+        menu.answers.pop((layout, shape), None)
+        menu.unprobed.discard((layout, shape))
+        try:
+            choice = _stored_choice(menu, problem, by, native, reachable)
+        except _NotAskedError:
+            menu.unprobed.add((layout, shape))
+            continue
+        if choice is not None:
+            menu.answers[layout, shape] = choice
+
+
+def _keep_up(menu: Menu) -> None:
+    """Derive ``menu``'s answers (:func:`_derive`) where they are not yet, else answer again the
+    problems whose rows this process stored since; under the session's lock."""
+    added = menu.known.added
+    seen, menu.rows_seen = menu.rows_seen, len(added)
+    if seen is None:
+        _derive(menu, menu.known.problems(menu.kind[0]))
+    elif seen < len(added):
+        dtype = menu.kind[0]
+        _derive(menu, dict.fromkeys((layout, shape) for kind, layout, shape in added[seen:] if kind == dtype))
+
+
+class _NotAskedError(Exception):
+    """A backend's array library, not learned yet, is needed (see :func:`_asked_before`)."""
+
+
+def _asked_before(test: Callable[[Any], bool] | None, dtype: str) -> Callable[[Any], bool] | None:
+    """``test`` (one of the caller's-arrays tests, which ask :func:`~gemmzoo.arrays.libraries.native_kind`),
+    raising :class:`_NotAskedError` instead of probing a backend whose array library is not learned yet."""
+    if test is None:
+        return None
+
+    def asked(backend: Any) -> bool:
+        if not native_kind_known(backend, dtype):
+            raise _NotAskedError(backend.name)
+        return test(backend)
+
+    return asked
+
+
+def _stored_choice(menu: Menu, problem: choosing.Problem, by: str, native: Callable[[Any], bool] | None,
+                   reachable: Callable[[Any], bool] | None) -> Choice | None:
     """The answer for a problem whose own shape has a timing of a conforming candidate, from
-    ``menu`` alone (as :func:`explain` gives it); ``None`` otherwise (the slow way answers)."""
+    ``menu`` alone (as :func:`explain` gives it), asking ``native`` and ``reachable`` (the menu's
+    caller's-arrays tests, or guarded: :func:`_asked_before`); ``None`` otherwise (the slow way
+    answers)."""
     latest = _latest(menu.known.records(problem.dtype, problem.layout, problem.shape), menu.versions)
     if not latest:
         return None
@@ -752,11 +843,11 @@ def _stored_choice(menu: Menu, problem: choosing.Problem, by: str) -> Choice | N
     _exclude_failures(latest, excluded)
     wrong = {r.backend for r in latest.values() if r.status == "wrong"}
     timings = [t for t in _timings(latest, by, menu.loops) if t.backend not in wrong]
-    if timings and menu.reachable is not None:
-        timings = _reachable_only(timings, menu.by_name, menu.reachable, excluded)
+    if timings and reachable is not None:
+        timings = _reachable_only(timings, menu.by_name, reachable, excluded)
     if not timings:
         return None
-    return _measured_choice(problem, menu.by_name, timings, latest, menu.searches, menu.native, menu.prior,
+    return _measured_choice(problem, menu.by_name, timings, latest, menu.searches, native, menu.prior,
                             by, "database", problem.shape, "", excluded)
 
 
@@ -949,17 +1040,28 @@ def plan_decision(shape: tuple[int, int, int], dtype: str, device: str, layout: 
     """
     # the current session, read without a call where one is (a `with` block's, else the default)
     session = _current.get(None) or (_default_session[0] if _default_session else current())
+    menu_key = _menu_key(dtype, device, library, accuracy, by)
+    menu = session.facts.get(menu_key)
+    if menu is not None and menu.current():  # a problem of a kind answered before: its rows are in memory
+        if menu.rows_seen != len(menu.known.added):  # not derived yet, or this process stored rows since
+            with session.lock:
+                _keep_up(menu)
+        choice = menu.answers.get((layout, shape))
+        if choice is not None:  # a stored problem
+            return choice
+        if (layout, shape) in menu.unprobed:  # a stored problem whose answer asks a backend's library
+            problem = choosing.Problem(shape, dtype, device, layout, library, accuracy)
+            with session.lock:
+                choice = _stored_choice(menu, problem, by, menu.native, menu.reachable)
+                menu.unprobed.discard((layout, shape))
+                if choice is not None:
+                    menu.answers[layout, shape] = choice
+                    return choice
     key = ("plan", shape, dtype, device, layout, library, accuracy, by)
     try:
         return session.answers[key]
     except KeyError:
         pass
-    menu = session.facts.get(_menu_key(dtype, device, library, accuracy, by))
-    if menu is not None and menu.current():  # a problem of a kind answered before: in memory
-        choice = _stored_choice(menu, choosing.Problem(shape, dtype, device, layout, library, accuracy), by)
-        if choice is not None:
-            session.answers[key] = choice
-            return choice
     native = reachable = None
     if library is not None:
         native = functools.partial(_computes_on, library, dtype)
@@ -980,5 +1082,8 @@ def plan_decision(shape: tuple[int, int, int], dtype: str, device: str, layout: 
                 with contextlib.suppress(TuningStoreBusyError), patience(RECORD_PATIENCE_S):
                     session.store().record_problem(device_fingerprint(choice.device),
                                                  GridPoint(*shape, dtype, layout))
+        menu = session.facts.get(menu_key)
+        if menu is not None and menu.rows_seen is None and menu.current():
+            _keep_up(menu)  # after this answer: the probes it made serve the derived answers too
     session.answers[key] = choice
     return choice

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -83,8 +84,20 @@ class NumpyBackend(Backend):
         """``numpy.matmul`` itself, or its float32 detour for float16: nothing is left per call."""
         if type(self).matmul is not NumpyBackend.matmul:  # a subclass's own product: plan through it
             return super().prepare(a, b)
+        # two matrices of one declared dtype whose K agree: their launcher (check_operands says the rest)
+        if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2 \
+                and a.shape[1] == b.shape[0] and b.dtype == a.dtype:
+            launch = self._launchers.get(a.dtype)
+            if launch is not None:
+                return launch
         self.check_operands(a, b)
         return _LAUNCHERS[a.dtype]
+
+    @functools.cached_property
+    def _launchers(self) -> dict[np.dtype, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
+        """The launchers of the declared dtypes, by NumPy dtype."""
+        dtypes = {**{name: np.dtype(t) for name, t in _NUMPY_DTYPES.items()}, "float8_e4m3fn": E4M3}
+        return {dtypes[name]: _LAUNCHERS[dtypes[name]] for name in self.dtypes if name in dtypes}
 
 
     def bmm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
