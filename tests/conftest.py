@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,6 +47,49 @@ def skip_dead_overflow_work() -> None:
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
 
 
+def memoize_interpreter_dtypes() -> None:
+    """Let Triton's interpreter find the NumPy dtype of each Triton type once, not at every
+    operation.
+
+    The interpreter's ``_get_np_dtype`` builds its table of Triton types anew at every call, and
+    most operations of an interpreted kernel call it: about a tenth of the kernel's time. Its
+    answer depends only on the element type (every pointer: ``uint64``), so each answer, the
+    function's own, is kept per element type (``test_triton.py`` checks them against it). Where a
+    Triton version lacks the function, nothing is changed.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        return
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_get_np_dtype", None)
+    if callable(original) and not hasattr(original, "original"):
+        interpreter._get_np_dtype = memoized_np_dtype(original)
+
+
+def memoized_np_dtype(original: Callable[[object], object]) -> Callable[[object], object]:
+    """``original`` (Triton's interpreter's ``_get_np_dtype``), its answers kept per element type;
+    the original is the result's ``original``."""
+    import triton.language as tl
+
+    answers: dict[object, object] = {}
+
+    def np_dtype(tt_dtype: object) -> object:
+        scalar = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        key = "pointer" if isinstance(scalar, tl.pointer_type) else scalar
+        try:
+            found = answers.get(key)
+        except TypeError:  # a type that cannot be a key: asked every time, as before
+            return original(tt_dtype)
+        if found is None:
+            found = answers[key] = original(tt_dtype)
+        return found
+
+    np_dtype.original = original
+    return np_dtype
+
+
 def hands_tests_out(config: pytest.Config) -> bool:
     """Whether this process is pytest-xdist's controller: it starts the workers and runs no test."""
     if hasattr(config, "workerinput") or config.option.collectonly:
@@ -65,6 +108,7 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ.setdefault("TRITON_INTERPRET", "1")
         if os.environ.get("TRITON_INTERPRET") == "1" and not config.option.collectonly:
             skip_dead_overflow_work()
+            memoize_interpreter_dtypes()
     # Nothing a test does reaches the user's own tuning cache: a test that needs a cache of its
     # own sets one (and makes a session of it); every other session of the run uses this one.
     os.environ["GEMMZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmzoo-tests-")

@@ -312,3 +312,26 @@ def test_the_interpreters_overflow_check_fires_only_in_debug_so_the_suite_skips_
             times_kernel[(1,)](x, torch.zeros_like(x), 4099, size=16)
     finally:
         builder.options = kept
+
+
+@pytest.mark.interpreter
+def test_the_interpreters_numpy_dtypes_kept_per_type_are_its_own_answers():
+    """tests/conftest.py keeps the interpreter's NumPy dtype of each Triton type
+    (``memoize_interpreter_dtypes``): for every type it knows, alone, in a block, behind a
+    pointer and in a block of pointers, the kept answer is the one its own function gives."""
+    pytest.importorskip("triton")
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    kept = interpreter._get_np_dtype
+    original = kept.original  # as conftest left it
+    scalars = [tl.int1, tl.int8, tl.uint8, tl.int16, tl.uint16, tl.int32, tl.uint32, tl.int64, tl.uint64,
+               tl.float16, tl.bfloat16, tl.float32, tl.float64, tl.float8e5, tl.float8e5b16, tl.float8e4nv,
+               tl.float8e4b8, tl.float8e4b15]
+    types = [*scalars, *(tl.pointer_type(s) for s in scalars)]
+    types += [tl.block_type(t, shape) for t in types for shape in ([4], [2, 8])]
+    for _ in range(2):  # the first answer of each type is computed, the second is the kept one
+        for tt_dtype in types:
+            assert kept(tt_dtype) == original(tt_dtype), tt_dtype
+    with pytest.raises(KeyError):
+        kept(tl.void)
