@@ -199,6 +199,7 @@ class TritonFp8Backend(TritonBackend):
         if gpu and not (tma or gluon) and padding_pays(M, N, K, x.device):
             return _padded_plan(self, a, b)
         compute, allocate = self.compute, output_allocator(M, N, torch.bfloat16, x.device)
+        mode = self.autotune
         if gluon:
             config = gluon_fp8_config(x, y)
             if config is not None:
@@ -212,28 +213,16 @@ class TritonFp8Backend(TritonBackend):
             from gemmzoo_triton.fp8 import tma_kernel as fp8_tma_kernel
 
             sms = num_sms(x.device)
+            tuned_tma = _FirstCall(lambda x, y, c: fp8_tma_kernel.picked(x, y, promote, mode),
+                                   lambda x, y, c: fp8_tma_kernel.launch(x, y, c, promote, mode),
+                                   lambda config, x, y, c: fp8_tma_kernel.bind(M, N, K, promote, config, sms,
+                                                                                x.device))
+            return _plan(tuned_tma, copy_a, copy_b, True, allocate, compute)
 
-            def bind_tma(x: Any, y: Any, c: Any) -> Callable[[Any, Any, Any], None]:
-                config = fp8_tma_kernel.picked(x, y, promote, self.autotune)
-                if config is None:
-                    config = fp8_tma_kernel.launch(x, y, c, promote, self.autotune)
-                    return fp8_tma_kernel.bind(M, N, K, promote, config, sms, x.device)
-                run = fp8_tma_kernel.bind(M, N, K, promote, config, sms, x.device)
-                run(x, y, c)
-                return run
-
-            return _plan(_FirstCall(bind_tma), copy_a, copy_b, True, allocate, compute)
-
-        def bind_pointers(x: Any, y: Any, c: Any) -> Callable[[Any, Any, Any], None]:
-            config = fp8_kernel.picked(x, y, promote, self.autotune)
-            if config is None:
-                config = fp8_kernel.launch(x, y, c, promote, self.autotune)
-                return fp8_kernel.bind(x, y, promote, config)
-            run = fp8_kernel.bind(x, y, promote, config)
-            run(x, y, c)
-            return run
-
-        return _plan(_FirstCall(bind_pointers), copy_a, copy_b, False, allocate, compute)
+        tuned_pointers = _FirstCall(lambda x, y, c: fp8_kernel.picked(x, y, promote, mode),
+                                    lambda x, y, c: fp8_kernel.launch(x, y, c, promote, mode),
+                                    lambda config, x, y, c: fp8_kernel.bind(x, y, promote, config))
+        return _plan(tuned_pointers, copy_a, copy_b, False, allocate, compute)
 
     def matmul(self, a: Any, b: Any) -> Any:
         return self.remembered_plan(a, b)(a, b)
@@ -329,16 +318,10 @@ class TritonFp8Backend(TritonBackend):
 
             sms = num_sms(device)
 
-        def bind_pointers(x: Any, y: Any, sa: Any, sb: Any, c: Any) -> Callable[..., None]:
-            config = scaled_kernel.picked(x, y, scaling, c, mode)
-            if config is None:
-                config = scaled_kernel.launch(x, y, sa, sb, scaling, c, mode)
-                return scaled_kernel.bind(x, y, sa, sb, scaling, c, config)
-            run = scaled_kernel.bind(x, y, sa, sb, scaling, c, config)
-            run(x, y, sa, sb, c)
-            return run
-
-        pointers = _FirstCall(bind_pointers)
+        pointers = _FirstCall(lambda x, y, sa, sb, c: scaled_kernel.picked(x, y, scaling, c, mode),
+                              lambda x, y, sa, sb, c: scaled_kernel.launch(x, y, sa, sb, scaling, c, mode),
+                              lambda config, x, y, sa, sb, c: scaled_kernel.bind(x, y, sa, sb, scaling, c,
+                                                                                 config))
 
         def plan(a: Any, b: Any, sa: Any, sb: Any) -> Any:
             x, y = operands(a, b)
@@ -413,16 +396,14 @@ def padding_pays(m: int, n: int, k: int, device: Any) -> bool:
 def _padded_plan(backend: Any, a: Any, b: Any) -> Callable[[Any, Any], Any]:
     """``plan(a, b)`` for operands like ``a`` (M×K) and ``b`` (K×N): A copied into an M×K16 buffer
     and Bᵀ into an N8×K16 one (zeros in the padding, which add nothing to the sums), both in one
-    launch into a buffer kept per thread and stream (:class:`~gemmzoo_triton.core.aligned.KeptCopies`),
-    the aligned problem's own plan (TMA or Gluon) run on them, and C returned as the M×N view of
-    the M×N8 product."""
-    from gemmzoo_triton.core.aligned import AlignedCopy, KeptCopies
+    launch into a buffer kept per thread and stream (:func:`k_major_copies`), the aligned
+    problem's own plan (TMA or Gluon) run on them, and C returned as the M×N view of the M×N8
+    product."""
     from gemmzoo_triton.core.padding import round_up
 
-    K, N = a.shape[1], b.shape[1]
-    k16, n8 = round_up(K, 16), round_up(N, 8)
-    copies = KeptCopies(AlignedCopy(a, column_major=False, zero_padded=k16),
-                        AlignedCopy(b, column_major=True, zero_padded=k16, padded_rows=n8), lambda x, y: None)
+    N = b.shape[1]
+    n8 = round_up(N, 8)
+    copies = k_major_copies(a, b, n8)
     inner: list[Callable[[Any, Any], Any]] = []
 
     def plan(a: Any, b: Any) -> Any:
@@ -445,21 +426,24 @@ def _as_given(x: Any, y: Any) -> tuple[Any, Any]:
     return x, y
 
 
-def k_major_copies(like_a: Any, like_b: Any) -> Any:
-    """``copies(a, b) -> (A, B, None)`` for operands like ``like_a`` (M×K) and ``like_b`` (K×N),
-    K not a multiple of 16: A copied row-major and B column-major, as :func:`k_major` makes them,
-    with K zero-padded to a multiple of 16, into one buffer kept per thread and CUDA stream
+def k_major_copies(like_a: Any, like_b: Any, n_rows: int | None = None) -> Any:
+    """``copies(a, b) -> (A, B, None)`` for operands like ``like_a`` (M×K) and ``like_b`` (K×N)
+    whose rows are not all 16-byte aligned: A copied row-major and B column-major, as
+    :func:`k_major` makes them, with K zero-padded to a multiple of 16, into one buffer kept per
+    thread and CUDA stream
     (:class:`~gemmzoo_triton.core.aligned.KeptCopies`: one launch of the copy kernel, which writes
-    the zeros too, where neither copy transposes). Every row then starts 16-byte aligned (rows of
+    the zeros too, where neither copy transposes). Every row then starts 16-byte aligned (fp8 rows of
     7000 fp8 bytes can be neither loaded in vectors nor described for TMA), and the kernels see
     the K of the aligned problem. The padding never starts a new 128-block (128 is a multiple of
-    16), so block-wise scales stay as they are."""
+    16), so block-wise scales stay as they are. ``n_rows``: Bᵀ copied into that many rows, those
+    past N zeros (N padded so that C's rows are aligned too)."""
     from gemmzoo_triton.core.aligned import AlignedCopy, KeptCopies
     from gemmzoo_triton.core.padding import round_up
 
     k16 = round_up(like_a.shape[1], 16)
     return KeptCopies(AlignedCopy(like_a, column_major=False, zero_padded=k16),
-                      AlignedCopy(like_b, column_major=True, zero_padded=k16), lambda x, y: None)
+                      AlignedCopy(like_b, column_major=True, zero_padded=k16, padded_rows=n_rows),
+                      lambda x, y: None)
 
 
 def _output(m: int, n: int, dtype: Any, device: Any) -> Any:
@@ -476,20 +460,28 @@ def _output(m: int, n: int, dtype: Any, device: Any) -> Any:
 
 
 class _FirstCall:
-    """``run(x, y, c)`` (or any arguments) that binds its launch on the first call (``bind(x, y,
-    c)`` computes C and returns the bound launch, tuning first where nothing was tuned), then
-    launches it."""
+    """``run(*args)`` of a kernel tuned once per problem: on the first call, the config
+    ``picked(*args)`` gives, or where none is yet, the one ``tune(*args)`` picks while it computes C;
+    the launch of that config bound once (``bind(config, *args)``), launched by every later call."""
 
-    __slots__ = ("_bind", "_bound")
+    __slots__ = ("_bind", "_bound", "_picked", "_tune")
 
-    def __init__(self, bind: Callable[..., Callable[..., None]]) -> None:
-        self._bind, self._bound = bind, None
+    def __init__(self, picked: Callable[..., Any], tune: Callable[..., Any],
+                 bind: Callable[..., Callable[..., None]]) -> None:
+        self._picked, self._tune, self._bind = picked, tune, bind
+        self._bound: Callable[..., None] | None = None
 
     def __call__(self, *args: Any) -> None:
-        if self._bound is None:
-            self._bound = self._bind(*args)
-        else:
-            self._bound(*args)
+        bound = self._bound
+        if bound is not None:
+            bound(*args)
+            return
+        config = self._picked(*args)
+        if config is None:  # tuning launches the configs, the pick among them computing C
+            self._bound = self._bind(self._tune(*args), *args)
+            return
+        self._bound = bound = self._bind(config, *args)
+        bound(*args)
 
 
 def _plan(run: Callable[[Any, Any, Any], None], copy_a: bool, copy_b: bool, descriptors: bool,
